@@ -100,7 +100,13 @@ impl ParsedPacket<'_> {
 
     /// The representation that re-emits this frame (Ethernet frames only).
     pub fn frame_repr(&self) -> Option<FrameRepr> {
-        Some(FrameRepr { eth: self.eth?, ip: self.ip, udp: self.udp, roce: self.roce })
+        Some(FrameRepr {
+            eth: self.eth?,
+            ip: self.ip,
+            udp: self.udp,
+            roce: self.roce,
+            pad_to_minimum: self.eth_padding > 0,
+        })
     }
 }
 
@@ -202,6 +208,9 @@ pub struct FrameRepr {
     pub udp: UdpRepr,
     /// The RoCEv2 packet.
     pub roce: RoceRepr,
+    /// Pad the frame with zeros to the 60-byte Ethernet minimum, as a NIC does on the
+    /// wire (a capture of the sender's side shows the frame unpadded).
+    pub pad_to_minimum: bool,
 }
 
 impl FrameRepr {
@@ -210,9 +219,13 @@ impl FrameRepr {
         self.eth.buffer_len() + self.ip.buffer_len() + udp::HEADER_LEN + self.roce.buffer_len()
     }
 
-    /// Length of the frame, padded to the Ethernet minimum of 60 bytes.
+    /// Length of the frame, padded to the Ethernet minimum of 60 bytes if asked.
     pub fn buffer_len(&self) -> usize {
-        self.unpadded_len().max(ethernet::MIN_FRAME_LEN)
+        if self.pad_to_minimum {
+            self.unpadded_len().max(ethernet::MIN_FRAME_LEN)
+        } else {
+            self.unpadded_len()
+        }
     }
 
     /// Writes the whole frame (headers, payload, pad, ICRC, UDP checksum if asked,

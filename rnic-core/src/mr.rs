@@ -1,0 +1,1100 @@
+//! The memory translation and protection table (MTPT): memory regions keyed by lkey / rkey.
+//!
+//! A memory region maps the virtual addresses `[iova, iova + len)` onto `len` bytes of a
+//! [`MemBlock`]. The application registers regions from its own thread; the progress thread
+//! checks every SGE (with the lkey) and every incoming RDMA / atomic request (with the rkey)
+//! against the table, and gets back an [`MrSlice`] that can only touch the checked bytes.
+//!
+//! Keys follow Linux rxe: `key = index << 8 | key8`, where `index` names a table slot and
+//! `key8` is a generation that changes every time the slot is freed, so a stale key (of a
+//! deregistered region) does not reach the region that reuses its slot. `lkey == rkey`.
+//! Slot 0 is never used, so keys below 0x100, and in particular key 0, are never valid (as in
+//! rxe, whose MR indices start at 1). Freed slots are reused oldest first, and `key8` only
+//! repeats after 256 reuses of the same slot. Keys are predictable: rxe draws `key8` at random,
+//! we count, so that runs are reproducible.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::ops::{BitOr, BitOrAssign};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::mem::{to_u64, MemBlock, MemError};
+
+/// Access rights of a memory region (the `ibv_access_flags` values).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AccessFlags(u32);
+
+impl AccessFlags {
+    /// The NIC may write the region for local work (receive buffers, RDMA READ responses,
+    /// atomic results). `IBV_ACCESS_LOCAL_WRITE`.
+    pub const LOCAL_WRITE: AccessFlags = AccessFlags(1);
+    /// Peers may RDMA WRITE the region. `IBV_ACCESS_REMOTE_WRITE`.
+    pub const REMOTE_WRITE: AccessFlags = AccessFlags(2);
+    /// Peers may RDMA READ the region. `IBV_ACCESS_REMOTE_READ`.
+    pub const REMOTE_READ: AccessFlags = AccessFlags(4);
+    /// Peers may run atomics on the region. `IBV_ACCESS_REMOTE_ATOMIC`.
+    pub const REMOTE_ATOMIC: AccessFlags = AccessFlags(8);
+
+    const NAMES: [(AccessFlags, &'static str); 4] = [
+        (Self::LOCAL_WRITE, "LOCAL_WRITE"),
+        (Self::REMOTE_WRITE, "REMOTE_WRITE"),
+        (Self::REMOTE_READ, "REMOTE_READ"),
+        (Self::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+    ];
+
+    /// No rights: the region can only be read locally.
+    pub const fn empty() -> AccessFlags {
+        AccessFlags(0)
+    }
+
+    /// Every right this NIC knows.
+    pub const fn all() -> AccessFlags {
+        AccessFlags(0xf)
+    }
+
+    /// The raw `ibv_access_flags` bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Converts raw bits; `None` if any bit is not one of the four rights above (for example
+    /// `IBV_ACCESS_MW_BIND` or `IBV_ACCESS_ZERO_BASED`, which this NIC does not implement).
+    pub const fn from_bits(bits: u32) -> Option<AccessFlags> {
+        if bits & !Self::all().0 == 0 {
+            Some(AccessFlags(bits))
+        } else {
+            None
+        }
+    }
+
+    /// Converts raw bits, dropping unknown ones.
+    pub const fn from_bits_truncate(bits: u32) -> AccessFlags {
+        AccessFlags(bits & Self::all().0)
+    }
+
+    /// Whether every right in `other` is in `self`.
+    pub const fn contains(self, other: AccessFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Whether `self` and `other` share a right.
+    pub const fn intersects(self, other: AccessFlags) -> bool {
+        self.0 & other.0 != 0
+    }
+
+    /// Rights in either.
+    pub const fn union(self, other: AccessFlags) -> AccessFlags {
+        AccessFlags(self.0 | other.0)
+    }
+
+    /// Rights in `self` but not in `other`.
+    pub const fn difference(self, other: AccessFlags) -> AccessFlags {
+        AccessFlags(self.0 & !other.0)
+    }
+
+    /// Whether no right is set.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl BitOr for AccessFlags {
+    type Output = AccessFlags;
+    fn bitor(self, rhs: AccessFlags) -> AccessFlags {
+        self.union(rhs)
+    }
+}
+
+impl BitOrAssign for AccessFlags {
+    fn bitor_assign(&mut self, rhs: AccessFlags) {
+        *self = self.union(rhs);
+    }
+}
+
+/// `LOCAL_WRITE | REMOTE_READ`, or `(none)`.
+impl fmt::Display for AccessFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return f.write_str("(none)");
+        }
+        let mut sep = "";
+        for (flag, name) in Self::NAMES {
+            if self.contains(flag) {
+                write!(f, "{sep}{name}")?;
+                sep = " | ";
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for AccessFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AccessFlags({self})")
+    }
+}
+
+/// A protection domain, by id. Allocated by the verbs layer; regions and QPs of different
+/// protection domains cannot reach each other (IBA 10.2.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PdId(pub u32);
+
+impl fmt::Display for PdId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The keys of a registered region. They are equal (as in rxe): one key names the region for
+/// local and remote access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MrKeys {
+    /// Local key, used in the SGEs of local work requests.
+    pub lkey: u32,
+    /// Remote key, given to peers for RDMA and atomics.
+    pub rkey: u32,
+}
+
+/// Lifecycle state of a key's table slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MrState {
+    /// Registered and usable.
+    Valid,
+    /// Registered but invalidated (LOCAL_INV, SEND with Invalidate): every access fails until
+    /// the region is deregistered.
+    Invalid,
+    /// Not registered: the key names no region (never registered, deregistered, or stale).
+    Free,
+}
+
+/// Highest slot index a key can carry (24 bits above the 8-bit `key8`).
+pub const MAX_MR_INDEX: u32 = 0x00ff_ffff;
+
+/// Why registering, deregistering or invalidating a region failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MrError {
+    /// REMOTE_WRITE or REMOTE_ATOMIC was asked without LOCAL_WRITE (`ibv_reg_mr` fails with
+    /// EINVAL: Linux `ib_check_mr_access`, following the IBA Register Memory Region verb).
+    #[error("access {access} asks for remote write or atomic access without LOCAL_WRITE")]
+    RemoteWriteWithoutLocalWrite {
+        /// The requested rights.
+        access: AccessFlags,
+    },
+    /// The region's bytes do not lie inside the memory block.
+    #[error("{len} bytes at offset {offset} do not fit in a memory block of {block_len} bytes")]
+    OutOfBlock {
+        /// Offset of the region in the block.
+        offset: usize,
+        /// Region length.
+        len: usize,
+        /// Block length.
+        block_len: usize,
+    },
+    /// `iova + len` is past the end of the 64-bit address space.
+    #[error("a region of {len} bytes at I/O virtual address {iova:#x} wraps around 2^64")]
+    IovaOverflow {
+        /// Requested I/O virtual address of the first byte.
+        iova: u64,
+        /// Region length.
+        len: usize,
+    },
+    /// Every slot is in use.
+    #[error("the memory region table is full ({capacity} regions)")]
+    TableFull {
+        /// Number of slots.
+        capacity: u32,
+    },
+    /// The key names no registered region.
+    #[error("key {key:#x} does not name a registered memory region")]
+    UnknownKey {
+        /// The key given.
+        key: u32,
+    },
+}
+
+/// Why an lkey / rkey check failed. The checks run in the order of the variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AccessError {
+    /// The key's index is out of range, its slot is free, or its `key8` is stale.
+    #[error("key {key:#x} does not name a registered memory region")]
+    BadKey {
+        /// The key given.
+        key: u32,
+    },
+    /// The region has been invalidated.
+    #[error("memory region {key:#x} has been invalidated")]
+    Invalidated {
+        /// The key given.
+        key: u32,
+    },
+    /// The region belongs to another protection domain than the QP (IBA 10.2.3).
+    #[error("memory region {key:#x} belongs to protection domain {mr_pd}, not {pd}")]
+    PdMismatch {
+        /// The key given.
+        key: u32,
+        /// The QP's protection domain.
+        pd: PdId,
+        /// The region's protection domain.
+        mr_pd: PdId,
+    },
+    /// The region does not grant the rights the access needs.
+    #[error("memory region {key:#x} grants {have} but the access needs {need}")]
+    AccessDenied {
+        /// The key given.
+        key: u32,
+        /// Rights the access needs.
+        need: AccessFlags,
+        /// Rights the region grants.
+        have: AccessFlags,
+    },
+    /// The access is not inside `[iova, iova + region_len)`.
+    #[error(
+        "{len} bytes at {va:#x} are outside memory region {key:#x} \
+         ({region_len} bytes at {iova:#x})"
+    )]
+    OutOfBounds {
+        /// The key given.
+        key: u32,
+        /// First address accessed.
+        va: u64,
+        /// Access length.
+        len: usize,
+        /// First address of the region.
+        iova: u64,
+        /// Region length.
+        region_len: usize,
+    },
+    /// `va + len` is past the end of the 64-bit address space (so outside any region).
+    #[error("{len} bytes at {va:#x} wrap around the 64-bit address space")]
+    AddressOverflow {
+        /// The key given.
+        key: u32,
+        /// First address accessed.
+        va: u64,
+        /// Access length.
+        len: usize,
+    },
+}
+
+/// A registered region.
+struct Region {
+    pd: PdId,
+    block: Arc<MemBlock>,
+    /// Offset of the region's first byte (at `iova`) in `block`.
+    block_offset: usize,
+    len: usize,
+    iova: u64,
+    access: AccessFlags,
+}
+
+enum Entry {
+    Free,
+    Valid(Region),
+    Invalid(Region),
+}
+
+struct Slot {
+    /// Generation: the low 8 bits of the keys of the region in this slot.
+    key8: u8,
+    entry: Entry,
+}
+
+struct Table {
+    /// Slot 0 is a placeholder that stays free, so no key below 0x100 is ever valid.
+    slots: Vec<Slot>,
+    /// Freed slot indices, oldest first.
+    free: VecDeque<u32>,
+    capacity: u32,
+    live: usize,
+}
+
+impl Table {
+    /// The slot named by `key`, if the key's index and `key8` match a used slot.
+    fn slot(&self, key: u32) -> Option<&Slot> {
+        let slot = self.slots.get(usize::try_from(key >> 8).ok()?)?;
+        (u32::from(slot.key8) == key & 0xff && !matches!(slot.entry, Entry::Free)).then_some(slot)
+    }
+
+    fn slot_mut(&mut self, key: u32) -> Option<&mut Slot> {
+        let slot = self.slots.get_mut(usize::try_from(key >> 8).ok()?)?;
+        (u32::from(slot.key8) == key & 0xff && !matches!(slot.entry, Entry::Free)).then_some(slot)
+    }
+}
+
+/// The memory translation and protection table.
+///
+/// Shared by the application thread (register, deregister) and the progress thread (checks).
+/// A check takes the read lock, indexes the slot array and clones one `Arc`: O(1), no
+/// allocation.
+pub struct Mtpt {
+    table: RwLock<Table>,
+}
+
+impl Mtpt {
+    /// A table for up to `capacity` regions (at most [`MAX_MR_INDEX`]; larger is clamped).
+    /// Slots are allocated as regions are registered.
+    pub fn new(capacity: u32) -> Mtpt {
+        let placeholder = Slot {
+            key8: 0,
+            entry: Entry::Free,
+        };
+        Mtpt {
+            table: RwLock::new(Table {
+                slots: vec![placeholder],
+                free: VecDeque::new(),
+                capacity: capacity.min(MAX_MR_INDEX),
+                live: 0,
+            }),
+        }
+    }
+
+    /// Maximum number of registered regions.
+    pub fn capacity(&self) -> u32 {
+        self.table.read().capacity
+    }
+
+    /// Number of registered regions (valid or invalidated).
+    pub fn len(&self) -> usize {
+        self.table.read().live
+    }
+
+    /// Whether no region is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Registers `block[offset_in_block .. offset_in_block + len]` as the region
+    /// `[iova, iova + len)` of protection domain `pd` with rights `access`.
+    ///
+    /// A zero-length region is allowed; only zero-length accesses at `iova` fit in it.
+    /// `iova + len` may reach 2^64 exactly but not go past it.
+    pub fn register(
+        &self,
+        pd: PdId,
+        block: Arc<MemBlock>,
+        offset_in_block: usize,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<MrKeys, MrError> {
+        // IBA Register Memory Region verb, Linux ib_check_mr_access: remote write and remote
+        // atomic access need local write access too.
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(MrError::RemoteWriteWithoutLocalWrite { access });
+        }
+        match offset_in_block.checked_add(len) {
+            Some(end) if end <= block.len() => {}
+            _ => {
+                return Err(MrError::OutOfBlock {
+                    offset: offset_in_block,
+                    len,
+                    block_len: block.len(),
+                })
+            }
+        }
+        if u128::from(iova) + u128::from(to_u64(len)) > 1u128 << 64 {
+            return Err(MrError::IovaOverflow { iova, len });
+        }
+        let region = Region {
+            pd,
+            block,
+            block_offset: offset_in_block,
+            len,
+            iova,
+            access,
+        };
+
+        let mut table = self.table.write();
+        let index = match table.free.pop_front() {
+            Some(index) => index,
+            None => {
+                // slots.len() - 1 slots are in use (slot 0 is the placeholder).
+                let index = u32::try_from(table.slots.len()).unwrap_or(u32::MAX);
+                if index > table.capacity {
+                    return Err(MrError::TableFull {
+                        capacity: table.capacity,
+                    });
+                }
+                table.slots.push(Slot {
+                    key8: 0,
+                    entry: Entry::Free,
+                });
+                index
+            }
+        };
+        let Some(slot) = usize::try_from(index)
+            .ok()
+            .and_then(|i| table.slots.get_mut(i))
+        else {
+            // Unreachable: free indices and the pushed index name existing slots.
+            return Err(MrError::TableFull {
+                capacity: table.capacity,
+            });
+        };
+        slot.entry = Entry::Valid(region);
+        let key = index << 8 | u32::from(slot.key8);
+        table.live += 1;
+        Ok(MrKeys {
+            lkey: key,
+            rkey: key,
+        })
+    }
+
+    /// Deregisters the region named by `lkey` (valid or invalidated) and frees its slot.
+    ///
+    /// Slices already handed out keep the memory block alive until they are dropped.
+    pub fn deregister(&self, lkey: u32) -> Result<(), MrError> {
+        let mut table = self.table.write();
+        let index = lkey >> 8;
+        let slot = table
+            .slot_mut(lkey)
+            .ok_or(MrError::UnknownKey { key: lkey })?;
+        slot.entry = Entry::Free;
+        // The next region in this slot gets other keys, so this key goes stale.
+        slot.key8 = slot.key8.wrapping_add(1);
+        table.free.push_back(index);
+        table.live -= 1;
+        Ok(())
+    }
+
+    /// Invalidates the region named by `rkey`: every later check with its key fails with
+    /// [`AccessError::Invalidated`]. Invalidating an invalidated region succeeds (idempotent);
+    /// the region stays registered until [`deregister`](Self::deregister).
+    pub fn invalidate(&self, rkey: u32) -> Result<(), MrError> {
+        let mut table = self.table.write();
+        let slot = table
+            .slot_mut(rkey)
+            .ok_or(MrError::UnknownKey { key: rkey })?;
+        slot.entry = match std::mem::replace(&mut slot.entry, Entry::Free) {
+            Entry::Valid(region) | Entry::Invalid(region) => Entry::Invalid(region),
+            Entry::Free => Entry::Free, // slot_mut never returns a free slot
+        };
+        Ok(())
+    }
+
+    /// State of the region `key` names; [`MrState::Free`] if it names none.
+    pub fn state(&self, key: u32) -> MrState {
+        match self.table.read().slot(key).map(|s| &s.entry) {
+            Some(Entry::Valid(_)) => MrState::Valid,
+            Some(Entry::Invalid(_)) => MrState::Invalid,
+            Some(Entry::Free) | None => MrState::Free,
+        }
+    }
+
+    /// Checks a local access (an SGE of a local work request) and returns its bytes.
+    ///
+    /// Reading a region locally needs no right (any valid lkey can be the source of a SEND or
+    /// RDMA WRITE): pass `AccessFlags::empty()`. Writing it (receive buffers, RDMA READ
+    /// response targets, atomic result buffers) needs `AccessFlags::LOCAL_WRITE`.
+    /// The checks run as for [`check_remote`](Self::check_remote).
+    pub fn check_local(
+        &self,
+        lkey: u32,
+        pd: PdId,
+        addr: u64,
+        len: usize,
+        need: AccessFlags,
+    ) -> Result<MrSlice, AccessError> {
+        self.check(lkey, pd, addr, len, need)
+    }
+
+    /// Checks a remote access (RDMA READ / WRITE, atomic) against the rkey and returns its
+    /// bytes.
+    ///
+    /// Checked in order: the key names a registered region (`BadKey`), the region is valid
+    /// (`Invalidated`), it belongs to `pd` (`PdMismatch`), it grants `need` (`AccessDenied`),
+    /// and `[va, va + len)` lies inside it (`AddressOverflow`, `OutOfBounds`).
+    ///
+    /// A zero-length access still checks the key here (and fits only inside or at the end of
+    /// the region). IBA C9-88 lets a zero-length RDMA READ / WRITE carry any rkey and VA: the
+    /// responder must skip this call for those, as rxe's `check_rkey` does.
+    pub fn check_remote(
+        &self,
+        rkey: u32,
+        pd: PdId,
+        va: u64,
+        len: usize,
+        need: AccessFlags,
+    ) -> Result<MrSlice, AccessError> {
+        self.check(rkey, pd, va, len, need)
+    }
+
+    fn check(
+        &self,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        len: usize,
+        need: AccessFlags,
+    ) -> Result<MrSlice, AccessError> {
+        let table = self.table.read();
+        let region = match table.slot(key).map(|s| &s.entry) {
+            Some(Entry::Valid(region)) => region,
+            Some(Entry::Invalid(_)) => return Err(AccessError::Invalidated { key }),
+            Some(Entry::Free) | None => return Err(AccessError::BadKey { key }),
+        };
+        if region.pd != pd {
+            return Err(AccessError::PdMismatch {
+                key,
+                pd,
+                mr_pd: region.pd,
+            });
+        }
+        if !region.access.contains(need) {
+            return Err(AccessError::AccessDenied {
+                key,
+                need,
+                have: region.access,
+            });
+        }
+        // In u128 nothing here can overflow: every term is below 2^64.
+        let start = u128::from(va);
+        let end = start + u128::from(to_u64(len));
+        if end > 1u128 << 64 {
+            return Err(AccessError::AddressOverflow { key, va, len });
+        }
+        let region_start = u128::from(region.iova);
+        let region_end = region_start + u128::from(to_u64(region.len));
+        let out_of_bounds = AccessError::OutOfBounds {
+            key,
+            va,
+            len,
+            iova: region.iova,
+            region_len: region.len,
+        };
+        if start < region_start || end > region_end {
+            return Err(out_of_bounds);
+        }
+        // va - iova <= region.len, so it fits in usize and offset + it stays inside the block.
+        let offset = usize::try_from(va - region.iova)
+            .ok()
+            .and_then(|rel| region.block_offset.checked_add(rel))
+            .ok_or(out_of_bounds)?;
+        Ok(MrSlice {
+            block: Arc::clone(&region.block),
+            offset,
+            len,
+        })
+    }
+}
+
+impl Default for Mtpt {
+    /// A table with the largest capacity, [`MAX_MR_INDEX`] regions.
+    fn default() -> Mtpt {
+        Mtpt::new(MAX_MR_INDEX)
+    }
+}
+
+impl fmt::Debug for Mtpt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let table = self.table.read();
+        f.debug_struct("Mtpt")
+            .field("capacity", &table.capacity)
+            .field("live", &table.live)
+            .finish()
+    }
+}
+
+/// The bytes of one checked access: `len` bytes of a block from `offset` on.
+///
+/// Every method takes offsets relative to the slice and is bounds-checked against the slice,
+/// so it can never touch a byte outside the access that was checked. Errors report
+/// [`MemError::OutOfBounds`] with `block_len` set to the slice length.
+#[derive(Clone, Debug)]
+pub struct MrSlice {
+    block: Arc<MemBlock>,
+    offset: usize,
+    len: usize,
+}
+
+impl MrSlice {
+    /// Length of the slice in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the slice has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The memory block the slice lies in.
+    pub fn block(&self) -> &Arc<MemBlock> {
+        &self.block
+    }
+
+    /// Offset of the slice's first byte in [`block`](Self::block).
+    pub fn block_offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Offset in the block of `at .. at + len`, after checking it against the slice.
+    fn span(&self, at: usize, len: usize) -> Result<usize, MemError> {
+        let out_of_bounds = MemError::OutOfBounds {
+            offset: at,
+            len,
+            block_len: self.len,
+        };
+        match at.checked_add(len) {
+            Some(end) if end <= self.len => self.offset.checked_add(at).ok_or(out_of_bounds),
+            _ => Err(out_of_bounds),
+        }
+    }
+
+    /// The sub-slice `at .. at + len` (for example the part of an SGE one packet carries).
+    pub fn subslice(&self, at: usize, len: usize) -> Result<MrSlice, MemError> {
+        Ok(MrSlice {
+            block: Arc::clone(&self.block),
+            offset: self.span(at, len)?,
+            len,
+        })
+    }
+
+    /// Copies `dst.len()` bytes at `at` out of the slice.
+    pub fn read(&self, at: usize, dst: &mut [u8]) -> Result<(), MemError> {
+        self.block.read(self.span(at, dst.len())?, dst)
+    }
+
+    /// Copies `src` into the slice at `at`.
+    pub fn write(&self, at: usize, src: &[u8]) -> Result<(), MemError> {
+        self.block.write(self.span(at, src.len())?, src)
+    }
+
+    /// Copies `len` bytes from `self[at..]` to `dst[dst_at..]` (memmove semantics).
+    pub fn copy_to(
+        &self,
+        at: usize,
+        dst: &MrSlice,
+        dst_at: usize,
+        len: usize,
+    ) -> Result<(), MemError> {
+        let from = self.span(at, len)?;
+        let to = dst.span(dst_at, len)?;
+        self.block.copy_to(from, &dst.block, to, len)
+    }
+
+    /// [`MemBlock::atomic_compare_swap`] on the 8 bytes at `at`.
+    pub fn atomic_compare_swap(&self, at: usize, compare: u64, swap: u64) -> Result<u64, MemError> {
+        self.block
+            .atomic_compare_swap(self.span(at, 8)?, compare, swap)
+    }
+
+    /// [`MemBlock::atomic_fetch_add`] on the 8 bytes at `at`.
+    pub fn atomic_fetch_add(&self, at: usize, add: u64) -> Result<u64, MemError> {
+        self.block.atomic_fetch_add(self.span(at, 8)?, add)
+    }
+
+    /// [`MemBlock::atomic_write`] on the 8 bytes at `at`.
+    pub fn atomic_write(&self, at: usize, value: u64) -> Result<(), MemError> {
+        self.block.atomic_write(self.span(at, 8)?, value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const LW: AccessFlags = AccessFlags::LOCAL_WRITE;
+    const RW: AccessFlags = AccessFlags::REMOTE_WRITE;
+    const RR: AccessFlags = AccessFlags::REMOTE_READ;
+    const RA: AccessFlags = AccessFlags::REMOTE_ATOMIC;
+    const PD: PdId = PdId(1);
+    const GUARD: u8 = 0xa5;
+
+    fn block(len: usize) -> Arc<MemBlock> {
+        Arc::new(MemBlock::new(len).unwrap())
+    }
+
+    #[test]
+    fn access_flags_values_and_names() {
+        assert_eq!([LW.bits(), RW.bits(), RR.bits(), RA.bits()], [1, 2, 4, 8]);
+        assert_eq!(AccessFlags::all(), LW | RW | RR | RA);
+        assert_eq!(format!("{:?}", LW | RR), "AccessFlags(LOCAL_WRITE | REMOTE_READ)");
+        assert_eq!(AccessFlags::empty().to_string(), "(none)");
+        assert_eq!(AccessFlags::all().to_string(), "LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC");
+        assert!((LW | RR).contains(RR));
+        assert!((LW | RR).contains(AccessFlags::empty()));
+        assert!(!(LW | RR).contains(RR | RW));
+        assert!((LW | RR).intersects(RR | RW));
+        assert_eq!((LW | RR).difference(LW), RR);
+        let mut f = LW;
+        f |= RA;
+        assert_eq!(f.bits(), 9);
+        assert_eq!(AccessFlags::from_bits(0xf), Some(AccessFlags::all()));
+        assert_eq!(AccessFlags::from_bits(0x10), None); // IBV_ACCESS_MW_BIND
+        assert_eq!(AccessFlags::from_bits_truncate(0x15), LW | RR);
+    }
+
+    #[test]
+    fn register_validates_access_and_placement() {
+        let t = Mtpt::new(16);
+        let b = block(4096);
+        let reg = |off, len, iova, access| t.register(PD, Arc::clone(&b), off, len, iova, access);
+        // IBA / ib_check_mr_access: remote write or atomic needs local write.
+        for access in [RW, RA, RW | RR, RA | RR, RW | RA] {
+            assert_eq!(
+                reg(0, 16, 0, access),
+                Err(MrError::RemoteWriteWithoutLocalWrite { access })
+            );
+        }
+        for access in [AccessFlags::empty(), LW, RR, LW | RW, LW | RA, AccessFlags::all()] {
+            assert!(reg(0, 16, 0, access).is_ok(), "{access:?}");
+        }
+        assert_eq!(
+            reg(4000, 97, 0, LW),
+            Err(MrError::OutOfBlock { offset: 4000, len: 97, block_len: 4096 })
+        );
+        assert_eq!(
+            reg(usize::MAX, 2, 0, LW),
+            Err(MrError::OutOfBlock { offset: usize::MAX, len: 2, block_len: 4096 })
+        );
+        assert_eq!(
+            reg(0, 16, u64::MAX - 14, LW),
+            Err(MrError::IovaOverflow { iova: u64::MAX - 14, len: 16 })
+        );
+        // Ending exactly at 2^64 is fine, and so are empty regions.
+        let top = reg(0, 16, u64::MAX - 15, LW).unwrap();
+        t.check_local(top.lkey, PD, u64::MAX - 7, 8, LW).unwrap();
+        reg(4096, 0, 0, LW).unwrap();
+        assert_eq!(t.len(), 8);
+    }
+
+    #[test]
+    fn keys_carry_index_and_generation() {
+        let t = Mtpt::new(4);
+        let b = block(64);
+        let reg = || t.register(PD, Arc::clone(&b), 0, 64, 0x1000, LW | RR).unwrap();
+        let a = reg();
+        let c = reg();
+        assert_eq!(a, MrKeys { lkey: 0x100, rkey: 0x100 });
+        assert_eq!(c, MrKeys { lkey: 0x200, rkey: 0x200 });
+        assert_eq!(t.state(a.lkey), MrState::Valid);
+
+        t.deregister(a.lkey).unwrap();
+        assert_eq!(t.state(a.lkey), MrState::Free);
+        assert_eq!(t.deregister(a.lkey), Err(MrError::UnknownKey { key: 0x100 }));
+        // Slot 1 is reused with a new generation: the stale key does not reach the new region.
+        let d = reg();
+        let e = reg();
+        assert_eq!(e.lkey, 0x300);
+        assert_eq!(d.lkey, 0x101);
+        assert_eq!(
+            t.check_remote(a.rkey, PD, 0x1000, 8, RR).unwrap_err(),
+            AccessError::BadKey { key: 0x100 }
+        );
+        t.check_remote(d.rkey, PD, 0x1000, 8, RR).unwrap();
+        // Keys below 0x100 (slot 0), including 0, never name a region.
+        for key in [0, 1, 0xff, 0x0000_0400, u32::MAX] {
+            assert_eq!(t.check_local(key, PD, 0x1000, 0, AccessFlags::empty()).unwrap_err(), AccessError::BadKey { key });
+            assert_eq!(t.state(key), MrState::Free);
+        }
+    }
+
+    #[test]
+    fn generation_wraps_after_256_reuses() {
+        let t = Mtpt::new(1);
+        let b = block(8);
+        let first = t.register(PD, Arc::clone(&b), 0, 8, 0, LW).unwrap();
+        let mut key = first.lkey;
+        for i in 1..=256u32 {
+            t.deregister(key).unwrap();
+            key = t.register(PD, Arc::clone(&b), 0, 8, 0, LW).unwrap().lkey;
+            assert_eq!(key, 0x100 | (i & 0xff));
+        }
+        assert_eq!(key, first.lkey);
+    }
+
+    #[test]
+    fn table_full_and_oldest_free_slot_first() {
+        let t = Mtpt::new(3);
+        let b = block(8);
+        let reg = || t.register(PD, Arc::clone(&b), 0, 8, 0, LW);
+        let keys: Vec<u32> = (0..3).map(|_| reg().unwrap().lkey).collect();
+        assert_eq!(keys, [0x100, 0x200, 0x300]);
+        assert_eq!(reg(), Err(MrError::TableFull { capacity: 3 }));
+        t.deregister(0x200).unwrap();
+        t.deregister(0x100).unwrap();
+        assert_eq!(reg().unwrap().lkey, 0x201);
+        assert_eq!(reg().unwrap().lkey, 0x101);
+        assert_eq!(reg(), Err(MrError::TableFull { capacity: 3 }));
+        assert_eq!(Mtpt::new(u32::MAX).capacity(), MAX_MR_INDEX);
+        assert_eq!(Mtpt::new(0).register(PD, b, 0, 8, 0, LW), Err(MrError::TableFull { capacity: 0 }));
+    }
+
+    /// One region, then accesses with one or more faults: the first check in the documented
+    /// order is the one reported.
+    #[test]
+    fn check_order_table() {
+        let t = Mtpt::new(8);
+        let k = t.register(PD, block(0x100), 0, 0x100, 0x1000, LW | RR).unwrap().rkey;
+        let bad_pd = PdId(2);
+        let bounds = |va, len| AccessError::OutOfBounds { key: k, va, len, iova: 0x1000, region_len: 0x100 };
+        let denied = AccessError::AccessDenied { key: k, need: RW, have: LW | RR };
+        let pd_err = AccessError::PdMismatch { key: k, pd: bad_pd, mr_pd: PD };
+        #[rustfmt::skip]
+        let cases: &[(u32, PdId, u64, usize, AccessFlags, Result<(), AccessError>)] = &[
+            // key       pd      va       len    need  result
+            (k,          PD,     0x1000,  0x100, RR,   Ok(())),
+            (k,          PD,     0x10ff,  1,     RR,   Ok(())),
+            (k,          PD,     0x1100,  0,     RR,   Ok(())),
+            (k,          PD,     0x1000,  0,     AccessFlags::empty(), Ok(())),
+            (k ^ 1,      bad_pd, 0,       1,     RW,   Err(AccessError::BadKey { key: k ^ 1 })),
+            (k + 0x100,  PD,     0x1000,  1,     RR,   Err(AccessError::BadKey { key: k + 0x100 })),
+            (k,          bad_pd, 0,       1,     RW,   Err(pd_err)),
+            (k,          PD,     0,       1,     RW,   Err(denied)),
+            (k,          PD,     0x1000,  1,     RR | RA, Err(AccessError::AccessDenied { key: k, need: RR | RA, have: LW | RR })),
+            (k,          PD,     0xfff,   1,     RR,   Err(bounds(0xfff, 1))),
+            (k,          PD,     0x1000,  0x101, RR,   Err(bounds(0x1000, 0x101))),
+            (k,          PD,     0x1100,  1,     RR,   Err(bounds(0x1100, 1))),
+            (k,          PD,     0x1101,  0,     RR,   Err(bounds(0x1101, 0))),
+            (k,          PD,     0x1000,  usize::MAX, RR, Err(bounds(0x1000, usize::MAX))),
+            (k,          PD,     u64::MAX, 2,    RR,   Err(AccessError::AddressOverflow { key: k, va: u64::MAX, len: 2 })),
+            (k,          PD,     u64::MAX, 1,    RR,   Err(bounds(u64::MAX, 1))),
+        ];
+        for &(key, pd, va, len, need, expect) in cases {
+            let got = t.check_remote(key, pd, va, len, need).map(|_| ());
+            assert_eq!(got, expect, "key {key:#x} pd {pd} va {va:#x} len {len} need {need}");
+            let got = t.check_local(key, pd, va, len, need).map(|_| ());
+            assert_eq!(got, expect, "local: key {key:#x} pd {pd} va {va:#x} len {len} need {need}");
+        }
+        t.invalidate(k).unwrap();
+        // Invalidated comes right after the key check, before the PD / access / bounds checks.
+        assert_eq!(
+            t.check_remote(k, bad_pd, 0, 1, RW).unwrap_err(),
+            AccessError::Invalidated { key: k }
+        );
+    }
+
+    #[test]
+    fn local_read_needs_no_right_local_write_needs_local_write() {
+        let t = Mtpt::new(8);
+        let ro = t.register(PD, block(64), 0, 64, 0x40, AccessFlags::empty()).unwrap().lkey;
+        t.check_local(ro, PD, 0x40, 64, AccessFlags::empty()).unwrap();
+        assert_eq!(
+            t.check_local(ro, PD, 0x40, 64, LW).unwrap_err(),
+            AccessError::AccessDenied { key: ro, need: LW, have: AccessFlags::empty() }
+        );
+        assert!(matches!(t.check_remote(ro, PD, 0x40, 8, RR), Err(AccessError::AccessDenied { .. })));
+    }
+
+    #[test]
+    fn invalidate_then_deregister() {
+        let t = Mtpt::new(8);
+        let k = t.register(PD, block(64), 0, 64, 0, LW | RW).unwrap();
+        t.invalidate(k.rkey).unwrap();
+        assert_eq!(t.state(k.rkey), MrState::Invalid);
+        assert_eq!(t.check_remote(k.rkey, PD, 0, 8, RW).unwrap_err(), AccessError::Invalidated { key: k.rkey });
+        assert_eq!(t.check_local(k.lkey, PD, 0, 8, LW).unwrap_err(), AccessError::Invalidated { key: k.lkey });
+        t.invalidate(k.rkey).unwrap(); // idempotent
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.invalidate(k.rkey ^ 0x1), Err(MrError::UnknownKey { key: k.rkey ^ 1 }));
+        t.deregister(k.lkey).unwrap();
+        assert_eq!(t.state(k.rkey), MrState::Free);
+        assert_eq!(t.invalidate(k.rkey), Err(MrError::UnknownKey { key: k.rkey }));
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn zero_length_remote_access_still_checks_the_key() {
+        // The choice documented on check_remote: C9-88 is the responder's business.
+        let t = Mtpt::new(8);
+        assert_eq!(t.check_remote(0x1234, PD, 0, 0, RW).unwrap_err(), AccessError::BadKey { key: 0x1234 });
+    }
+
+    #[test]
+    fn slice_maps_va_to_block_offset_and_stays_inside() {
+        let t = Mtpt::new(8);
+        let b = block(256);
+        b.fill(0, 256, GUARD).unwrap();
+        let k = t.register(PD, Arc::clone(&b), 64, 128, 0x7000, LW | RW | RR | RA).unwrap().rkey;
+        let s = t.check_remote(k, PD, 0x7010, 32, RW).unwrap();
+        assert_eq!((s.block_offset(), s.len(), s.is_empty()), (80, 32, false));
+        assert!(Arc::ptr_eq(s.block(), &b));
+        s.write(0, b"abcd").unwrap();
+        s.write(30, b"yz").unwrap();
+        assert_eq!(
+            s.write(31, b"yz").unwrap_err().to_string(),
+            "2 bytes at offset 31 do not fit in a block of 32 bytes"
+        );
+        let mut out = [0u8; 4];
+        b.read(80, &mut out).unwrap();
+        assert_eq!(&out, b"abcd");
+        s.read(30, &mut out[..2]).unwrap();
+        assert_eq!(&out[..2], b"yz");
+        assert!(s.read(usize::MAX, &mut out).is_err());
+
+        let sub = s.subslice(30, 2).unwrap();
+        assert_eq!((sub.block_offset(), sub.len()), (110, 2));
+        assert!(sub.write(0, b"abc").is_err());
+        assert!(s.subslice(31, 2).is_err());
+
+        // Atomics through a slice: aligned at 0x7010 (block offset 80).
+        s.atomic_write(8, 10).unwrap();
+        assert_eq!(s.atomic_fetch_add(8, 5).unwrap(), 10);
+        assert_eq!(s.atomic_compare_swap(8, 15, 1).unwrap(), 15);
+        assert!(matches!(s.atomic_write(28, 1), Err(MemError::OutOfBounds { .. })));
+        assert!(matches!(s.atomic_write(4, 1), Err(MemError::Misaligned { .. })));
+
+        // copy_to between slices, bounded by both.
+        let d = t.check_local(k, PD, 0x7040, 8, LW).unwrap();
+        s.copy_to(0, &d, 4, 4).unwrap();
+        assert!(s.copy_to(0, &d, 5, 4).is_err());
+        assert!(s.copy_to(30, &d, 0, 4).is_err());
+        let mut out = [0u8; 8];
+        d.read(0, &mut out).unwrap();
+        assert_eq!(&out, &[GUARD, GUARD, GUARD, GUARD, b'a', b'b', b'c', b'd']);
+
+        // Exactly the written bytes changed.
+        let mut expect = vec![GUARD; 256];
+        expect[80..84].copy_from_slice(b"abcd");
+        expect[88..96].copy_from_slice(&1u64.to_ne_bytes());
+        expect[110..112].copy_from_slice(b"yz");
+        expect[132..136].copy_from_slice(b"abcd");
+        let mut all = vec![0u8; 256];
+        b.read(0, &mut all).unwrap();
+        assert_eq!(all, expect);
+    }
+
+    #[test]
+    fn slice_outlives_deregistration() {
+        let t = Mtpt::new(8);
+        let k = t.register(PD, block(64), 0, 64, 0, LW).unwrap();
+        let s = t.check_local(k.lkey, PD, 0, 64, LW).unwrap();
+        t.deregister(k.lkey).unwrap();
+        // In-flight DMA still has valid memory to finish into.
+        s.write(0, b"late").unwrap();
+    }
+
+    #[test]
+    fn errors_display_the_details() {
+        let e = AccessError::PdMismatch { key: 0x100, pd: PdId(2), mr_pd: PdId(1) };
+        assert_eq!(e.to_string(), "memory region 0x100 belongs to protection domain 1, not 2");
+        let e = AccessError::AccessDenied { key: 0x100, need: RW, have: LW | RR };
+        assert_eq!(e.to_string(), "memory region 0x100 grants LOCAL_WRITE | REMOTE_READ but the access needs REMOTE_WRITE");
+        let e = MrError::RemoteWriteWithoutLocalWrite { access: RW };
+        assert_eq!(e.to_string(), "access REMOTE_WRITE asks for remote write or atomic access without LOCAL_WRITE");
+        assert_eq!(format!("{:?}", Mtpt::new(4)), "Mtpt { capacity: 4, live: 0 }");
+    }
+
+    #[test]
+    fn concurrent_registration_and_lookup() {
+        let t = Arc::new(Mtpt::new(64));
+        let b = block(64);
+        let stable = t.register(PD, Arc::clone(&b), 0, 64, 0, LW | RR).unwrap().rkey;
+        let churn = {
+            let t = Arc::clone(&t);
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || {
+                for _ in 0..2000 {
+                    let k = t.register(PD, Arc::clone(&b), 0, 64, 0, LW).unwrap();
+                    t.invalidate(k.rkey).unwrap();
+                    t.deregister(k.lkey).unwrap();
+                }
+            })
+        };
+        for i in 0..20_000u32 {
+            t.check_remote(stable, PD, 0, 64, RR).unwrap();
+            // Random keys never panic, whatever the churn is doing.
+            let _ = t.check_remote(i.wrapping_mul(0x9e37_79b9), PD, 0, 1, RR);
+        }
+        churn.join().unwrap();
+        assert_eq!(t.len(), 1);
+    }
+
+    /// Addresses near the interesting edges: 0, 2^64, and around a region.
+    fn edge_u64() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            any::<u64>(),
+            0..4096u64,
+            (u64::MAX - 4096)..=u64::MAX,
+        ]
+    }
+
+    const PROP_BLOCK: usize = 512;
+
+    proptest! {
+        /// check_remote's bounds against a u128 model: Ok exactly when
+        /// iova <= va and va + len <= iova + region_len.
+        #[test]
+        fn check_remote_bounds_match_model(
+            iova in edge_u64(),
+            region_len in 0..=PROP_BLOCK,
+            delta in -1024i64..1024,
+            far_va in any::<u64>(),
+            use_far in any::<bool>(),
+            len in prop_oneof![0..1024usize, any::<usize>(), (usize::MAX - 16)..=usize::MAX],
+        ) {
+            let t = Mtpt::new(2);
+            let b = block(PROP_BLOCK);
+            let model_end = u128::from(iova) + region_len as u128;
+            let reg = t.register(PD, Arc::clone(&b), 0, region_len, iova, RR);
+            if model_end > 1u128 << 64 {
+                prop_assert_eq!(reg, Err(MrError::IovaOverflow { iova, len: region_len }));
+                return Ok(());
+            }
+            let key = reg.unwrap().rkey;
+            let va = if use_far { far_va } else { iova.wrapping_add_signed(delta) };
+            let access_end = u128::from(va) + len as u128;
+            let in_bounds = u128::from(va) >= u128::from(iova) && access_end <= model_end;
+            match t.check_remote(key, PD, va, len, RR) {
+                Ok(s) => {
+                    prop_assert!(in_bounds);
+                    prop_assert_eq!(s.len(), len);
+                    prop_assert_eq!(to_u64(s.block_offset()), va - iova);
+                }
+                Err(AccessError::AddressOverflow { .. }) => {
+                    prop_assert!(access_end > 1u128 << 64);
+                }
+                Err(AccessError::OutOfBounds { .. }) => {
+                    prop_assert!(!in_bounds);
+                    prop_assert!(access_end <= 1u128 << 64);
+                }
+                Err(e) => prop_assert!(false, "unexpected {e:?}"),
+            }
+        }
+
+        /// Whatever the region and the write, MrSlice::write never changes a byte outside the
+        /// slice, and changes exactly the written bytes when it succeeds.
+        #[test]
+        fn slice_write_never_escapes(
+            region_off in 0..PROP_BLOCK,
+            region_len in 0..PROP_BLOCK,
+            access_off in 0..PROP_BLOCK,
+            access_len in 0..PROP_BLOCK,
+            at in prop_oneof![0..PROP_BLOCK, any::<usize>()],
+            data in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let b = block(PROP_BLOCK);
+            b.fill(0, PROP_BLOCK, GUARD).unwrap();
+            let t = Mtpt::new(1);
+            let Ok(keys) = t.register(PD, Arc::clone(&b), region_off, region_len, 0x10_000, LW) else {
+                prop_assert!(region_off + region_len > PROP_BLOCK);
+                return Ok(());
+            };
+            let Ok(s) = t.check_local(keys.lkey, PD, 0x10_000 + access_off as u64, access_len, LW) else {
+                prop_assert!(access_off + access_len > region_len);
+                return Ok(());
+            };
+            let fits = at.checked_add(data.len()).is_some_and(|end| end <= s.len());
+            prop_assert_eq!(s.write(at, &data).is_ok(), fits);
+
+            let mut after = vec![0u8; PROP_BLOCK];
+            b.read(0, &mut after).unwrap();
+            let (lo, hi) = (s.block_offset(), s.block_offset() + s.len());
+            for (i, &byte) in after.iter().enumerate() {
+                if fits && i >= lo + at && i < lo + at + data.len() {
+                    prop_assert_eq!(byte, data[i - lo - at]);
+                } else {
+                    prop_assert_eq!(byte, GUARD, "byte {} changed (slice {}..{})", i, lo, hi);
+                }
+            }
+        }
+    }
+}
