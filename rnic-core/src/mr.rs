@@ -85,11 +85,13 @@ impl AccessFlags {
     }
 
     /// Rights in either.
+    #[must_use]
     pub const fn union(self, other: AccessFlags) -> AccessFlags {
         AccessFlags(self.0 | other.0)
     }
 
     /// Rights in `self` but not in `other`.
+    #[must_use]
     pub const fn difference(self, other: AccessFlags) -> AccessFlags {
         AccessFlags(self.0 & !other.0)
     }
@@ -137,7 +139,7 @@ impl fmt::Debug for AccessFlags {
 }
 
 /// A protection domain, by id. Allocated by the verbs layer; regions and QPs of different
-/// protection domains cannot reach each other (IBA 10.2.3).
+/// protection domains cannot reach each other (IBA chapter 10, protection domains).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PdId(pub u32);
 
@@ -231,7 +233,7 @@ pub enum AccessError {
         /// The key given.
         key: u32,
     },
-    /// The region belongs to another protection domain than the QP (IBA 10.2.3).
+    /// The region belongs to another protection domain than the QP.
     #[error("memory region {key:#x} belongs to protection domain {mr_pd}, not {pd}")]
     PdMismatch {
         /// The key given.
@@ -716,9 +718,15 @@ mod tests {
     fn access_flags_values_and_names() {
         assert_eq!([LW.bits(), RW.bits(), RR.bits(), RA.bits()], [1, 2, 4, 8]);
         assert_eq!(AccessFlags::all(), LW | RW | RR | RA);
-        assert_eq!(format!("{:?}", LW | RR), "AccessFlags(LOCAL_WRITE | REMOTE_READ)");
+        assert_eq!(
+            format!("{:?}", LW | RR),
+            "AccessFlags(LOCAL_WRITE | REMOTE_READ)"
+        );
         assert_eq!(AccessFlags::empty().to_string(), "(none)");
-        assert_eq!(AccessFlags::all().to_string(), "LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC");
+        assert_eq!(
+            AccessFlags::all().to_string(),
+            "LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC"
+        );
         assert!((LW | RR).contains(RR));
         assert!((LW | RR).contains(AccessFlags::empty()));
         assert!(!(LW | RR).contains(RR | RW));
@@ -744,20 +752,38 @@ mod tests {
                 Err(MrError::RemoteWriteWithoutLocalWrite { access })
             );
         }
-        for access in [AccessFlags::empty(), LW, RR, LW | RW, LW | RA, AccessFlags::all()] {
+        for access in [
+            AccessFlags::empty(),
+            LW,
+            RR,
+            LW | RW,
+            LW | RA,
+            AccessFlags::all(),
+        ] {
             assert!(reg(0, 16, 0, access).is_ok(), "{access:?}");
         }
         assert_eq!(
             reg(4000, 97, 0, LW),
-            Err(MrError::OutOfBlock { offset: 4000, len: 97, block_len: 4096 })
+            Err(MrError::OutOfBlock {
+                offset: 4000,
+                len: 97,
+                block_len: 4096
+            })
         );
         assert_eq!(
             reg(usize::MAX, 2, 0, LW),
-            Err(MrError::OutOfBlock { offset: usize::MAX, len: 2, block_len: 4096 })
+            Err(MrError::OutOfBlock {
+                offset: usize::MAX,
+                len: 2,
+                block_len: 4096
+            })
         );
         assert_eq!(
             reg(0, 16, u64::MAX - 14, LW),
-            Err(MrError::IovaOverflow { iova: u64::MAX - 14, len: 16 })
+            Err(MrError::IovaOverflow {
+                iova: u64::MAX - 14,
+                len: 16
+            })
         );
         // Ending exactly at 2^64 is fine, and so are empty regions.
         let top = reg(0, 16, u64::MAX - 15, LW).unwrap();
@@ -770,16 +796,34 @@ mod tests {
     fn keys_carry_index_and_generation() {
         let t = Mtpt::new(4);
         let b = block(64);
-        let reg = || t.register(PD, Arc::clone(&b), 0, 64, 0x1000, LW | RR).unwrap();
+        let reg = || {
+            t.register(PD, Arc::clone(&b), 0, 64, 0x1000, LW | RR)
+                .unwrap()
+        };
         let a = reg();
         let c = reg();
-        assert_eq!(a, MrKeys { lkey: 0x100, rkey: 0x100 });
-        assert_eq!(c, MrKeys { lkey: 0x200, rkey: 0x200 });
+        assert_eq!(
+            a,
+            MrKeys {
+                lkey: 0x100,
+                rkey: 0x100
+            }
+        );
+        assert_eq!(
+            c,
+            MrKeys {
+                lkey: 0x200,
+                rkey: 0x200
+            }
+        );
         assert_eq!(t.state(a.lkey), MrState::Valid);
 
         t.deregister(a.lkey).unwrap();
         assert_eq!(t.state(a.lkey), MrState::Free);
-        assert_eq!(t.deregister(a.lkey), Err(MrError::UnknownKey { key: 0x100 }));
+        assert_eq!(
+            t.deregister(a.lkey),
+            Err(MrError::UnknownKey { key: 0x100 })
+        );
         // Slot 1 is reused with a new generation: the stale key does not reach the new region.
         let d = reg();
         let e = reg();
@@ -792,7 +836,11 @@ mod tests {
         t.check_remote(d.rkey, PD, 0x1000, 8, RR).unwrap();
         // Keys below 0x100 (slot 0), including 0, never name a region.
         for key in [0, 1, 0xff, 0x0000_0400, u32::MAX] {
-            assert_eq!(t.check_local(key, PD, 0x1000, 0, AccessFlags::empty()).unwrap_err(), AccessError::BadKey { key });
+            assert_eq!(
+                t.check_local(key, PD, 0x1000, 0, AccessFlags::empty())
+                    .unwrap_err(),
+                AccessError::BadKey { key }
+            );
             assert_eq!(t.state(key), MrState::Free);
         }
     }
@@ -825,7 +873,10 @@ mod tests {
         assert_eq!(reg().unwrap().lkey, 0x101);
         assert_eq!(reg(), Err(MrError::TableFull { capacity: 3 }));
         assert_eq!(Mtpt::new(u32::MAX).capacity(), MAX_MR_INDEX);
-        assert_eq!(Mtpt::new(0).register(PD, b, 0, 8, 0, LW), Err(MrError::TableFull { capacity: 0 }));
+        assert_eq!(
+            Mtpt::new(0).register(PD, b, 0, 8, 0, LW),
+            Err(MrError::TableFull { capacity: 0 })
+        );
     }
 
     /// One region, then accesses with one or more faults: the first check in the documented
@@ -833,13 +884,31 @@ mod tests {
     #[test]
     fn check_order_table() {
         let t = Mtpt::new(8);
-        let k = t.register(PD, block(0x100), 0, 0x100, 0x1000, LW | RR).unwrap().rkey;
+        let k = t
+            .register(PD, block(0x100), 0, 0x100, 0x1000, LW | RR)
+            .unwrap()
+            .rkey;
         let bad_pd = PdId(2);
-        let bounds = |va, len| AccessError::OutOfBounds { key: k, va, len, iova: 0x1000, region_len: 0x100 };
-        let denied = AccessError::AccessDenied { key: k, need: RW, have: LW | RR };
-        let pd_err = AccessError::PdMismatch { key: k, pd: bad_pd, mr_pd: PD };
+        let bounds = |va, len| AccessError::OutOfBounds {
+            key: k,
+            va,
+            len,
+            iova: 0x1000,
+            region_len: 0x100,
+        };
+        let denied = AccessError::AccessDenied {
+            key: k,
+            need: RW,
+            have: LW | RR,
+        };
+        let pd_err = AccessError::PdMismatch {
+            key: k,
+            pd: bad_pd,
+            mr_pd: PD,
+        };
+        type Case = (u32, PdId, u64, usize, AccessFlags, Result<(), AccessError>);
         #[rustfmt::skip]
-        let cases: &[(u32, PdId, u64, usize, AccessFlags, Result<(), AccessError>)] = &[
+        let cases: &[Case] = &[
             // key       pd      va       len    need  result
             (k,          PD,     0x1000,  0x100, RR,   Ok(())),
             (k,          PD,     0x10ff,  1,     RR,   Ok(())),
@@ -854,15 +923,22 @@ mod tests {
             (k,          PD,     0x1000,  0x101, RR,   Err(bounds(0x1000, 0x101))),
             (k,          PD,     0x1100,  1,     RR,   Err(bounds(0x1100, 1))),
             (k,          PD,     0x1101,  0,     RR,   Err(bounds(0x1101, 0))),
-            (k,          PD,     0x1000,  usize::MAX, RR, Err(bounds(0x1000, usize::MAX))),
+            (k,          PD,     0x1000,  usize::MAX, RR, Err(AccessError::AddressOverflow { key: k, va: 0x1000, len: usize::MAX })),
+            (k,          PD,     0,       usize::MAX, RR, Err(bounds(0, usize::MAX))),
             (k,          PD,     u64::MAX, 2,    RR,   Err(AccessError::AddressOverflow { key: k, va: u64::MAX, len: 2 })),
             (k,          PD,     u64::MAX, 1,    RR,   Err(bounds(u64::MAX, 1))),
         ];
         for &(key, pd, va, len, need, expect) in cases {
             let got = t.check_remote(key, pd, va, len, need).map(|_| ());
-            assert_eq!(got, expect, "key {key:#x} pd {pd} va {va:#x} len {len} need {need}");
+            assert_eq!(
+                got, expect,
+                "key {key:#x} pd {pd} va {va:#x} len {len} need {need}"
+            );
             let got = t.check_local(key, pd, va, len, need).map(|_| ());
-            assert_eq!(got, expect, "local: key {key:#x} pd {pd} va {va:#x} len {len} need {need}");
+            assert_eq!(
+                got, expect,
+                "local: key {key:#x} pd {pd} va {va:#x} len {len} need {need}"
+            );
         }
         t.invalidate(k).unwrap();
         // Invalidated comes right after the key check, before the PD / access / bounds checks.
@@ -875,13 +951,24 @@ mod tests {
     #[test]
     fn local_read_needs_no_right_local_write_needs_local_write() {
         let t = Mtpt::new(8);
-        let ro = t.register(PD, block(64), 0, 64, 0x40, AccessFlags::empty()).unwrap().lkey;
-        t.check_local(ro, PD, 0x40, 64, AccessFlags::empty()).unwrap();
+        let ro = t
+            .register(PD, block(64), 0, 64, 0x40, AccessFlags::empty())
+            .unwrap()
+            .lkey;
+        t.check_local(ro, PD, 0x40, 64, AccessFlags::empty())
+            .unwrap();
         assert_eq!(
             t.check_local(ro, PD, 0x40, 64, LW).unwrap_err(),
-            AccessError::AccessDenied { key: ro, need: LW, have: AccessFlags::empty() }
+            AccessError::AccessDenied {
+                key: ro,
+                need: LW,
+                have: AccessFlags::empty()
+            }
         );
-        assert!(matches!(t.check_remote(ro, PD, 0x40, 8, RR), Err(AccessError::AccessDenied { .. })));
+        assert!(matches!(
+            t.check_remote(ro, PD, 0x40, 8, RR),
+            Err(AccessError::AccessDenied { .. })
+        ));
     }
 
     #[test]
@@ -890,14 +977,26 @@ mod tests {
         let k = t.register(PD, block(64), 0, 64, 0, LW | RW).unwrap();
         t.invalidate(k.rkey).unwrap();
         assert_eq!(t.state(k.rkey), MrState::Invalid);
-        assert_eq!(t.check_remote(k.rkey, PD, 0, 8, RW).unwrap_err(), AccessError::Invalidated { key: k.rkey });
-        assert_eq!(t.check_local(k.lkey, PD, 0, 8, LW).unwrap_err(), AccessError::Invalidated { key: k.lkey });
+        assert_eq!(
+            t.check_remote(k.rkey, PD, 0, 8, RW).unwrap_err(),
+            AccessError::Invalidated { key: k.rkey }
+        );
+        assert_eq!(
+            t.check_local(k.lkey, PD, 0, 8, LW).unwrap_err(),
+            AccessError::Invalidated { key: k.lkey }
+        );
         t.invalidate(k.rkey).unwrap(); // idempotent
         assert_eq!(t.len(), 1);
-        assert_eq!(t.invalidate(k.rkey ^ 0x1), Err(MrError::UnknownKey { key: k.rkey ^ 1 }));
+        assert_eq!(
+            t.invalidate(k.rkey ^ 0x1),
+            Err(MrError::UnknownKey { key: k.rkey ^ 1 })
+        );
         t.deregister(k.lkey).unwrap();
         assert_eq!(t.state(k.rkey), MrState::Free);
-        assert_eq!(t.invalidate(k.rkey), Err(MrError::UnknownKey { key: k.rkey }));
+        assert_eq!(
+            t.invalidate(k.rkey),
+            Err(MrError::UnknownKey { key: k.rkey })
+        );
         assert!(t.is_empty());
     }
 
@@ -905,7 +1004,10 @@ mod tests {
     fn zero_length_remote_access_still_checks_the_key() {
         // The choice documented on check_remote: C9-88 is the responder's business.
         let t = Mtpt::new(8);
-        assert_eq!(t.check_remote(0x1234, PD, 0, 0, RW).unwrap_err(), AccessError::BadKey { key: 0x1234 });
+        assert_eq!(
+            t.check_remote(0x1234, PD, 0, 0, RW).unwrap_err(),
+            AccessError::BadKey { key: 0x1234 }
+        );
     }
 
     #[test]
@@ -913,7 +1015,10 @@ mod tests {
         let t = Mtpt::new(8);
         let b = block(256);
         b.fill(0, 256, GUARD).unwrap();
-        let k = t.register(PD, Arc::clone(&b), 64, 128, 0x7000, LW | RW | RR | RA).unwrap().rkey;
+        let k = t
+            .register(PD, Arc::clone(&b), 64, 128, 0x7000, LW | RW | RR | RA)
+            .unwrap()
+            .rkey;
         let s = t.check_remote(k, PD, 0x7010, 32, RW).unwrap();
         assert_eq!((s.block_offset(), s.len(), s.is_empty()), (80, 32, false));
         assert!(Arc::ptr_eq(s.block(), &b));
@@ -939,8 +1044,14 @@ mod tests {
         s.atomic_write(8, 10).unwrap();
         assert_eq!(s.atomic_fetch_add(8, 5).unwrap(), 10);
         assert_eq!(s.atomic_compare_swap(8, 15, 1).unwrap(), 15);
-        assert!(matches!(s.atomic_write(28, 1), Err(MemError::OutOfBounds { .. })));
-        assert!(matches!(s.atomic_write(4, 1), Err(MemError::Misaligned { .. })));
+        assert!(matches!(
+            s.atomic_write(28, 1),
+            Err(MemError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            s.atomic_write(4, 1),
+            Err(MemError::Misaligned { .. })
+        ));
 
         // copy_to between slices, bounded by both.
         let d = t.check_local(k, PD, 0x7040, 8, LW).unwrap();
@@ -974,20 +1085,40 @@ mod tests {
 
     #[test]
     fn errors_display_the_details() {
-        let e = AccessError::PdMismatch { key: 0x100, pd: PdId(2), mr_pd: PdId(1) };
-        assert_eq!(e.to_string(), "memory region 0x100 belongs to protection domain 1, not 2");
-        let e = AccessError::AccessDenied { key: 0x100, need: RW, have: LW | RR };
+        let e = AccessError::PdMismatch {
+            key: 0x100,
+            pd: PdId(2),
+            mr_pd: PdId(1),
+        };
+        assert_eq!(
+            e.to_string(),
+            "memory region 0x100 belongs to protection domain 1, not 2"
+        );
+        let e = AccessError::AccessDenied {
+            key: 0x100,
+            need: RW,
+            have: LW | RR,
+        };
         assert_eq!(e.to_string(), "memory region 0x100 grants LOCAL_WRITE | REMOTE_READ but the access needs REMOTE_WRITE");
         let e = MrError::RemoteWriteWithoutLocalWrite { access: RW };
-        assert_eq!(e.to_string(), "access REMOTE_WRITE asks for remote write or atomic access without LOCAL_WRITE");
-        assert_eq!(format!("{:?}", Mtpt::new(4)), "Mtpt { capacity: 4, live: 0 }");
+        assert_eq!(
+            e.to_string(),
+            "access REMOTE_WRITE asks for remote write or atomic access without LOCAL_WRITE"
+        );
+        assert_eq!(
+            format!("{:?}", Mtpt::new(4)),
+            "Mtpt { capacity: 4, live: 0 }"
+        );
     }
 
     #[test]
     fn concurrent_registration_and_lookup() {
         let t = Arc::new(Mtpt::new(64));
         let b = block(64);
-        let stable = t.register(PD, Arc::clone(&b), 0, 64, 0, LW | RR).unwrap().rkey;
+        let stable = t
+            .register(PD, Arc::clone(&b), 0, 64, 0, LW | RR)
+            .unwrap()
+            .rkey;
         let churn = {
             let t = Arc::clone(&t);
             let b = Arc::clone(&b);
@@ -1010,11 +1141,7 @@ mod tests {
 
     /// Addresses near the interesting edges: 0, 2^64, and around a region.
     fn edge_u64() -> impl Strategy<Value = u64> {
-        prop_oneof![
-            any::<u64>(),
-            0..4096u64,
-            (u64::MAX - 4096)..=u64::MAX,
-        ]
+        prop_oneof![any::<u64>(), 0..4096u64, (u64::MAX - 4096)..=u64::MAX,]
     }
 
     const PROP_BLOCK: usize = 512;
