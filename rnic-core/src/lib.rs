@@ -10,3 +10,9 @@
 pub mod mem;
 pub mod mr;
 pub mod qp_state;
+
+pub mod counters;
+pub mod cq;
+pub mod engine;
+pub mod fabric;
+pub mod wr;

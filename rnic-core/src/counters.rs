@@ -1,0 +1,73 @@
+//! Per-device counters, named as Linux rxe names its `hw_counters`, plus rnic's own.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($($(#[$m:meta])* $name:ident,)*) => {
+        /// Device counters. Each is monotonic; read them with [`Counters::snapshot`].
+        #[derive(Debug, Default)]
+        pub struct Counters {
+            $($(#[$m])* pub $name: AtomicU64,)*
+        }
+
+        impl Counters {
+            /// Every counter's name and value, in a fixed order.
+            pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name.load(Ordering::Relaxed)),)*]
+            }
+
+            /// One counter by name.
+            pub fn get(&self, name: &str) -> Option<u64> {
+                match name {
+                    $(stringify!($name) => Some(self.$name.load(Ordering::Relaxed)),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Packets sent.
+    sent_pkts,
+    /// Packets received (after ICRC and structure checks).
+    rcvd_pkts,
+    /// Duplicate requests received by the responder.
+    duplicate_request,
+    /// Requests received ahead of the expected PSN.
+    out_of_seq_request,
+    /// RNR NAKs received by the requester.
+    rcvd_rnr_err,
+    /// RNR NAKs sent by the responder.
+    send_rnr_err,
+    /// PSN sequence error NAKs received by the requester.
+    rcvd_seq_err,
+    /// ACKs the responder held back (coalesced).
+    ack_deferred,
+    /// Transport retries exhausted.
+    retry_exceeded_err,
+    /// RNR retries exhausted.
+    retry_rnr_exceeded_err,
+    /// Retransmissions started by the requester (timeouts and sequence NAKs).
+    completer_retry_err,
+    /// Packets that could not be sent.
+    send_err,
+    /// SEND messages sent.
+    rdma_sends,
+    /// SEND messages received.
+    rdma_recvs,
+    /// Packets dropped for a bad ICRC (rnic).
+    icrc_err,
+    /// Packets dropped as malformed (rnic).
+    malformed_pkts,
+    /// Packets for a QP that does not exist or is not receiving (rnic).
+    unknown_qp_pkts,
+    /// ACKs for PSNs never sent, ignored (rnic).
+    ghost_acks,
+    /// Other NAKs received (invalid request, remote access, remote operational) (rnic).
+    rcvd_nak_err,
+    /// Other NAKs sent (rnic).
+    send_nak_err,
+    /// Completion queue overflows (rnic).
+    cq_overflow,
+}

@@ -1,0 +1,124 @@
+//! Completion queues: a bounded queue the progress thread pushes into and the
+//! application polls, with no lock shared between the two.
+
+use crate::wr::WorkCompletion;
+use crossbeam_queue::ArrayQueue;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+/// A completion queue of fixed depth.
+///
+/// IBA 11.4.2.1 / C11-?: a CQ that overflows is in error; the QPs that tried to complete
+/// into it are moved to the error state and an asynchronous CQ error is raised. Nothing
+/// is silently dropped: [`Cq::push`] reports the overflow to the engine.
+#[derive(Debug)]
+pub struct Cq {
+    id: u32,
+    queue: ArrayQueue<WorkCompletion>,
+    overflowed: AtomicBool,
+    /// Completions pushed since the last notification request was armed (for events).
+    armed: AtomicU32,
+    notify: parking_lot::Mutex<Option<crossbeam_channel::Sender<u32>>>,
+}
+
+/// The CQ was full: the completion could not be queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CqOverflow {
+    /// The CQ's id.
+    pub cq: u32,
+}
+
+/// Notification request armed on a CQ.
+const ARM_NONE: u32 = 0;
+const ARM_NEXT: u32 = 1;
+const ARM_SOLICITED: u32 = 2;
+
+impl Cq {
+    /// A CQ holding up to `depth` completions.
+    pub fn new(id: u32, depth: usize) -> Cq {
+        Cq {
+            id,
+            queue: ArrayQueue::new(depth.max(1)),
+            overflowed: AtomicBool::new(false),
+            armed: AtomicU32::new(ARM_NONE),
+            notify: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// The CQ's id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Depth.
+    pub fn capacity(&self) -> usize {
+        self.queue.capacity()
+    }
+
+    /// Completions waiting.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// True when no completion waits.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// True once the CQ has overflowed (it stays in error).
+    pub fn overflowed(&self) -> bool {
+        self.overflowed.load(Ordering::Acquire)
+    }
+
+    /// Queues a completion (progress thread). On overflow the CQ enters the error state.
+    pub fn push(&self, wc: WorkCompletion, solicited: bool) -> Result<(), CqOverflow> {
+        if self.overflowed() {
+            return Err(CqOverflow { cq: self.id });
+        }
+        if self.queue.push(wc).is_err() {
+            self.overflowed.store(true, Ordering::Release);
+            return Err(CqOverflow { cq: self.id });
+        }
+        let arm = self.armed.load(Ordering::Acquire);
+        if arm == ARM_NEXT || (arm == ARM_SOLICITED && (solicited || wc.status != crate::wr::WcStatus::Success))
+        {
+            // IBA 11.4.2.2: the notification fires once per request.
+            if self.armed.compare_exchange(arm, ARM_NONE, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                if let Some(tx) = self.notify.lock().as_ref() {
+                    let _ = tx.send(self.id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes up to `out.len()` completions, oldest first; returns how many.
+    pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            match self.queue.pop() {
+                Some(wc) => {
+                    out[n] = wc;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+
+    /// Takes one completion.
+    pub fn poll_one(&self) -> Option<WorkCompletion> {
+        self.queue.pop()
+    }
+
+    /// Arms a notification for the next completion (or the next solicited one); it is
+    /// delivered on the channel given to [`Cq::set_channel`].
+    pub fn req_notify(&self, solicited_only: bool) {
+        self.armed.store(if solicited_only { ARM_SOLICITED } else { ARM_NEXT }, Ordering::Release);
+    }
+
+    /// Attaches the channel notifications go to.
+    pub fn set_channel(&self, tx: Option<crossbeam_channel::Sender<u32>>) {
+        *self.notify.lock() = tx;
+    }
+}

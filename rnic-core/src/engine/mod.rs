@@ -1,0 +1,587 @@
+//! The sans-IO protocol engine of one device.
+//!
+//! The engine does no I/O and never reads the clock (quinn-proto's rule): time and
+//! packets go in, packets, completions and the next wake-up come out. That is what
+//! makes it deterministic under test (`crate::fabric`) and lets one driver
+//! (`crate::device`) run it on a progress thread over any transport.
+//!
+//! # Call order
+//! 1. `create_qp` / `modify_qp` / `destroy_qp` as the application asks.
+//! 2. `post_send` / `post_recv` with work requests validated on the posting thread
+//!    (`qp::validate_send`, `qp::validate_recv`).
+//! 3. `handle_packet` for every packet received (BTH..ICRC, ICRC already verified by
+//!    the transport), `handle_timeout` when `poll_timeout` says.
+//! 4. After any of the above, drain `poll_transmit` and hand the packets to the
+//!    transport, which fills in the ICRC. Completions go straight into the CQs, and
+//!    asynchronous events come out of `poll_event`.
+//!
+//! Where each protocol rule lives: the requester and completer (one sender state
+//! machine per QP, as rxe merged them) in [`requester`], the responder's pipeline of
+//! checks in [`responder`], the modify-QP table in [`crate::qp_state`].
+
+pub mod qp;
+mod requester;
+mod responder;
+
+use crate::counters::Counters;
+use crate::cq::Cq;
+use crate::mr::Mtpt;
+use crate::qp_state::{self, PathMtu, QpAttrMask, QpAttrValues, QpState, QpType};
+use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use qp::{Qp, QpAttr, QpCap, QpShared, RecvWqe, SendWqe};
+use rnic_wire::roce::{RocePacket, RoceRepr};
+use rnic_wire::{Psn, Qpn};
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Nanoseconds on the engine's clock (virtual in tests, monotonic in the driver).
+pub type Time = u64;
+
+/// The first QPN handed out, as rxe does (QP0 and QP1 are special; rxe starts at 0x11).
+pub const FIRST_QPN: u32 = 0x11;
+
+/// Static limits of an engine (what `query_device` reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// The device's IP address (source of every packet).
+    pub local_ip: IpAddr,
+    /// Most QPs.
+    pub max_qp: u32,
+    /// Unacknowledged packets a QP may have in flight (rxe: 128).
+    pub max_unacked_pkts: u32,
+    /// Packets between forced AckReq bits in a long message (rxe: 64).
+    pub max_pkts_per_ack: u32,
+    /// Most outstanding READs as requester or responder a QP may be given.
+    pub max_rd_atomic: u8,
+}
+
+impl EngineConfig {
+    /// Defaults for a device at `local_ip`.
+    pub fn new(local_ip: IpAddr) -> EngineConfig {
+        EngineConfig { local_ip, max_qp: 65536, max_unacked_pkts: 128, max_pkts_per_ack: 64, max_rd_atomic: 16 }
+    }
+}
+
+/// A packet for the transport: BTH..ICRC with the ICRC bytes zero.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxPacket {
+    /// Destination IP.
+    pub dst: IpAddr,
+    /// UDP source port (the flow's).
+    pub src_port: u16,
+    /// The packet, ICRC to be filled by the transport.
+    pub data: Vec<u8>,
+}
+
+/// Asynchronous events (`ibv_event_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AsyncEvent {
+    /// A QP entered the error state because of an error no completion could report.
+    QpFatal {
+        /// The QP.
+        qpn: u32,
+    },
+    /// A completion queue overflowed.
+    CqError {
+        /// The CQ.
+        cq: u32,
+    },
+}
+
+/// Why an engine call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// No QP has this number.
+    #[error("no QP {0:#x}")]
+    NoSuchQp(u32),
+    /// The device has its maximum number of QPs.
+    #[error("the device already has its maximum of {0} QPs")]
+    TooManyQps(u32),
+    /// The transition or mask is not allowed by IBA's table.
+    #[error(transparent)]
+    Modify(#[from] qp_state::ModifyError),
+    /// An attribute value is out of range.
+    #[error(transparent)]
+    AttrValue(#[from] qp_state::AttrValueError),
+    /// An attribute value is in range for its field but not allowed here.
+    #[error("{0}")]
+    BadAttr(String),
+}
+
+/// The protocol engine of one device.
+#[derive(Debug)]
+pub struct Engine {
+    config: EngineConfig,
+    mtpt: Arc<Mtpt>,
+    counters: Arc<Counters>,
+    qps: Vec<Option<Qp>>,
+    free_slots: VecDeque<usize>,
+    pub(crate) out: Outbox,
+    events: VecDeque<AsyncEvent>,
+}
+
+/// Packets and buffers on their way out; separate from the QPs so both can be borrowed.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    tx: VecDeque<TxPacket>,
+    pool: Vec<Vec<u8>>,
+}
+
+impl Outbox {
+    /// Builds one packet: the payload is written in place by `fill`.
+    pub(crate) fn emit(
+        &mut self,
+        counters: &Counters,
+        dst: IpAddr,
+        src_port: u16,
+        repr: &RoceRepr,
+        fill: impl FnOnce(&mut [u8]),
+    ) {
+        let len = repr.buffer_len();
+        let mut buf = self.pool.pop().unwrap_or_default();
+        buf.clear();
+        buf.resize(len, 0);
+        match repr.emit_with(&mut buf, fill) {
+            Ok(_) => {
+                counters.sent_pkts.fetch_add(1, Ordering::Relaxed);
+                self.tx.push_back(TxPacket { dst, src_port, data: buf });
+            }
+            Err(_) => {
+                // A repr inconsistent with its opcode is an engine bug; count, don't send.
+                counters.send_err.fetch_add(1, Ordering::Relaxed);
+                self.pool.push(buf);
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// A new engine using `mtpt` for every key check.
+    pub fn new(config: EngineConfig, mtpt: Arc<Mtpt>, counters: Arc<Counters>) -> Engine {
+        Engine { config, mtpt, counters, qps: Vec::new(), free_slots: VecDeque::new(), out: Outbox::default(), events: VecDeque::new() }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
+    /// The memory table.
+    pub fn mtpt(&self) -> &Arc<Mtpt> {
+        &self.mtpt
+    }
+
+    fn slot(qpn: Qpn) -> Option<usize> {
+        usize::try_from(qpn.value().checked_sub(FIRST_QPN)?).ok()
+    }
+
+    pub(crate) fn qp_mut(&mut self, qpn: Qpn) -> Option<&mut Qp> {
+        self.qps.get_mut(Self::slot(qpn)?)?.as_mut()
+    }
+
+    /// A QP and the outbox, borrowed together.
+    pub(crate) fn qp_and_out(&mut self, qpn: Qpn) -> Option<(&mut Qp, &mut Outbox)> {
+        let qp = self.qps.get_mut(Self::slot(qpn)?)?.as_mut()?;
+        Some((qp, &mut self.out))
+    }
+
+    /// Creates a QP in the RESET state.
+    pub fn create_qp(
+        &mut self,
+        qp_type: QpType,
+        pd: crate::mr::PdId,
+        cap: QpCap,
+        sq_sig_all: bool,
+        send_cq: Arc<Cq>,
+        recv_cq: Arc<Cq>,
+    ) -> Result<Arc<QpShared>, EngineError> {
+        let live = self.qps.len() - self.free_slots.len();
+        if u32::try_from(live).unwrap_or(u32::MAX) >= self.config.max_qp {
+            return Err(EngineError::TooManyQps(self.config.max_qp));
+        }
+        let slot = match self.free_slots.pop_front() {
+            Some(s) => s,
+            None => {
+                self.qps.push(None);
+                self.qps.len() - 1
+            }
+        };
+        let qpn = Qpn::new(FIRST_QPN + u32::try_from(slot).map_err(|_| EngineError::TooManyQps(self.config.max_qp))?);
+        let shared = Arc::new(QpShared::new(qpn, qp_type, pd, cap, sq_sig_all));
+        self.qps[slot] = Some(Qp::new(shared.clone(), self.mtpt.clone(), send_cq, recv_cq));
+        Ok(shared)
+    }
+
+    /// Destroys a QP; its outstanding work is dropped without completions (verbs
+    /// semantics: destroy is not a flush).
+    pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), EngineError> {
+        let slot = Self::slot(qpn).ok_or(EngineError::NoSuchQp(qpn.value()))?;
+        match self.qps.get_mut(slot) {
+            Some(q @ Some(_)) => {
+                *q = None;
+                self.free_slots.push_back(slot);
+                Ok(())
+            }
+            _ => Err(EngineError::NoSuchQp(qpn.value())),
+        }
+    }
+
+    /// The QP's current attributes and state.
+    pub fn query_qp(&self, qpn: Qpn) -> Result<QpAttr, EngineError> {
+        let qp = Self::slot(qpn)
+            .and_then(|s| self.qps.get(s))
+            .and_then(Option::as_ref)
+            .ok_or(EngineError::NoSuchQp(qpn.value()))?;
+        let mut a = qp.attr;
+        a.state = qp.state;
+        a.sq_psn = qp.next_psn.value();
+        a.rq_psn = qp.epsn.value();
+        Ok(a)
+    }
+
+    /// Modifies a QP, checked against IBA's transition table (`ibv_modify_qp`).
+    pub fn modify_qp(&mut self, now: Time, qpn: Qpn, attr: &QpAttr) -> Result<(), EngineError> {
+        let max_rd = self.config.max_rd_atomic;
+        let qp = self.qp_mut(qpn).ok_or(EngineError::NoSuchQp(qpn.value()))?;
+        let cur = qp.state;
+        let mask = attr.mask;
+        let next = if mask.contains(QpAttrMask::STATE) { attr.state } else { cur };
+        if mask.contains(QpAttrMask::CUR_STATE) && attr.state != cur && !mask.contains(QpAttrMask::STATE) {
+            return Err(EngineError::BadAttr(format!("CUR_STATE given as {:?} but the QP is {:?}", attr.state, cur)));
+        }
+        qp_state::check_modify(qp.shared.qp_type, cur, next, mask)?;
+        qp_state::check_values(
+            mask,
+            &QpAttrValues {
+                path_mtu: attr.path_mtu,
+                timeout: attr.timeout,
+                retry_cnt: attr.retry_cnt,
+                rnr_retry: attr.rnr_retry,
+                min_rnr_timer: attr.min_rnr_timer,
+            },
+        )?;
+        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > max_rd {
+            return Err(EngineError::BadAttr(format!("max_rd_atomic {} exceeds the device's {max_rd}", attr.max_rd_atomic)));
+        }
+        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > max_rd {
+            return Err(EngineError::BadAttr(format!(
+                "max_dest_rd_atomic {} exceeds the device's {max_rd}",
+                attr.max_dest_rd_atomic
+            )));
+        }
+        if mask.contains(QpAttrMask::AV) && attr.remote_ip.is_none() {
+            return Err(EngineError::BadAttr("AV given without a destination address".into()));
+        }
+        if mask.contains(QpAttrMask::DEST_QPN) && attr.dest_qpn > 0x00FF_FFFF {
+            return Err(EngineError::BadAttr(format!("dest_qpn {:#x} does not fit 24 bits", attr.dest_qpn)));
+        }
+        // Apply.
+        let a = &mut qp.attr;
+        if mask.contains(QpAttrMask::ACCESS_FLAGS) {
+            a.access = attr.access;
+        }
+        if mask.contains(QpAttrMask::PATH_MTU) {
+            a.path_mtu = attr.path_mtu;
+            qp.mtu = PathMtu::from_ibv(attr.path_mtu).map_or(1024, |m| m.bytes() as usize);
+        }
+        if mask.contains(QpAttrMask::DEST_QPN) {
+            a.dest_qpn = attr.dest_qpn;
+        }
+        if mask.contains(QpAttrMask::AV) {
+            a.remote_ip = attr.remote_ip;
+        }
+        if mask.contains(QpAttrMask::RQ_PSN) {
+            a.rq_psn = attr.rq_psn & 0x00FF_FFFF;
+            qp.epsn = Psn::new(attr.rq_psn);
+        }
+        if mask.contains(QpAttrMask::SQ_PSN) {
+            a.sq_psn = attr.sq_psn & 0x00FF_FFFF;
+            qp.next_psn = Psn::new(attr.sq_psn);
+            qp.una = qp.next_psn;
+            qp.sent_end = qp.next_psn;
+        }
+        if mask.contains(QpAttrMask::TIMEOUT) {
+            a.timeout = attr.timeout;
+        }
+        if mask.contains(QpAttrMask::RETRY_CNT) {
+            a.retry_cnt = attr.retry_cnt;
+            qp.retry_left = attr.retry_cnt;
+        }
+        if mask.contains(QpAttrMask::RNR_RETRY) {
+            a.rnr_retry = attr.rnr_retry;
+            qp.rnr_left = attr.rnr_retry;
+        }
+        if mask.contains(QpAttrMask::MIN_RNR_TIMER) {
+            a.min_rnr_timer = attr.min_rnr_timer;
+        }
+        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) {
+            a.max_rd_atomic = attr.max_rd_atomic;
+        }
+        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) {
+            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+        }
+        if mask.contains(QpAttrMask::QKEY) {
+            a.qkey = attr.qkey;
+        }
+        if mask.contains(QpAttrMask::PKEY_INDEX) {
+            a.pkey_index = attr.pkey_index;
+        }
+        if mask.contains(QpAttrMask::PORT) {
+            a.port = attr.port;
+        }
+        if mask.contains(QpAttrMask::AV) || mask.contains(QpAttrMask::DEST_QPN) {
+            qp.src_port = qp::rc_udp_sport(qp.qpn().value(), qp.attr.dest_qpn);
+        }
+        if next != cur {
+            match next {
+                QpState::Err => self.enter_error(qpn, None),
+                QpState::Reset => self.reset_qp(qpn),
+                _ => {
+                    if let Some(qp) = self.qp_mut(qpn) {
+                        qp.state = next;
+                        qp.shared.set_state(next);
+                    }
+                }
+            }
+        }
+        if next == QpState::Rts {
+            // Work posted in SQD (or before a re-arm) can go now.
+            self.progress(now, qpn);
+        }
+        Ok(())
+    }
+
+    fn reset_qp(&mut self, qpn: Qpn) {
+        if let Some(qp) = self.qp_mut(qpn) {
+            let shared = qp.shared.clone();
+            let (s, r) = (qp.send_cq.clone(), qp.recv_cq.clone());
+            *qp = Qp::new(shared.clone(), qp.mtpt.clone(), s, r);
+            shared.sq_outstanding.store(0, Ordering::Release);
+            shared.rq_outstanding.store(0, Ordering::Release);
+            shared.set_state(QpState::Reset);
+        }
+    }
+
+    /// Queues a validated send WQE and transmits what the window allows.
+    pub fn post_send(&mut self, now: Time, qpn: Qpn, wqe: SendWqe) {
+        let Some(qp) = self.qp_mut(qpn) else { return };
+        if qp.state == QpState::Err {
+            // IBA 10.3.1 / verbs: WRs posted to a QP in error complete with a flush error.
+            let shared = qp.shared.clone();
+            let cq = qp.send_cq.clone();
+            shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
+            let wc = WorkCompletion {
+                wr_id: wqe.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: wqe.op.wc_opcode(),
+                byte_len: 0,
+                imm_data: 0,
+                qp_num: qpn.value(),
+                src_qp: 0,
+                wc_flags: WcFlags::default(),
+                invalidated_rkey: 0,
+            };
+            self.push_wc(&cq, qpn, wc, false);
+            return;
+        }
+        requester::queue(qp, wqe);
+        self.progress(now, qpn);
+    }
+
+    /// Queues a validated receive WQE.
+    pub fn post_recv(&mut self, qpn: Qpn, wqe: RecvWqe) {
+        let Some(qp) = self.qp_mut(qpn) else { return };
+        if qp.state == QpState::Err {
+            let shared = qp.shared.clone();
+            let cq = qp.recv_cq.clone();
+            shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
+            let wc = flush_wc(wqe.wr_id, WcOpcode::Recv, qpn);
+            self.push_wc(&cq, qpn, wc, false);
+            return;
+        }
+        qp.rq.push_back(wqe);
+    }
+
+    /// Handles one received packet: BTH..ICRC, the ICRC already verified.
+    pub fn handle_packet(&mut self, now: Time, src: IpAddr, data: &[u8]) {
+        let counters = self.counters.clone();
+        let pkt = match RocePacket::new_checked(data) {
+            Ok(p) => p,
+            Err(_) => {
+                counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        let repr = match RoceRepr::parse(&pkt) {
+            Ok(r) => r,
+            Err(_) => {
+                counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
+        let info = pkt.info();
+        let qpn = repr.bth.dest_qp;
+        let Some(qp) = self.qp_mut(qpn) else {
+            counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        // IBA C9-? (rxe check_addr): an RC QP accepts packets only from its peer, and
+        // only on its transport.
+        let transport_ok = matches!(
+            (qp.shared.qp_type, info.transport),
+            (QpType::Rc, rnic_wire::opcode::Transport::Rc)
+        );
+        if !transport_ok || qp.attr.remote_ip != Some(src) || matches!(qp.state, QpState::Reset | QpState::Init) {
+            counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        // P_Key (IBA C9-42/43): the default partition's low 15 bits must match.
+        if repr.bth.pkey & 0x7fff != 0x7fff {
+            counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if info.request {
+            responder::handle_request(self, now, qpn, &repr, pkt.payload());
+        } else {
+            requester::handle_response(self, now, qpn, &repr, pkt.payload());
+        }
+    }
+
+    /// The earliest time at which `handle_timeout` has work to do.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.qps
+            .iter()
+            .flatten()
+            .flat_map(|q| [q.rto_deadline, q.rnr_deadline])
+            .flatten()
+            .min()
+    }
+
+    /// Runs every timer that is due at `now`.
+    pub fn handle_timeout(&mut self, now: Time) {
+        let due: Vec<Qpn> = self
+            .qps
+            .iter()
+            .flatten()
+            .filter(|q| q.rto_deadline.is_some_and(|t| t <= now) || q.rnr_deadline.is_some_and(|t| t <= now))
+            .map(Qp::qpn)
+            .collect();
+        for qpn in due {
+            requester::on_timer(self, now, qpn);
+        }
+    }
+
+    /// The next packet to transmit.
+    pub fn poll_transmit(&mut self) -> Option<TxPacket> {
+        self.out.tx.pop_front()
+    }
+
+    /// Moves every queued packet into `out`.
+    pub fn drain_transmits(&mut self, out: &mut Vec<TxPacket>) {
+        out.extend(self.out.tx.drain(..));
+    }
+
+    /// Returns a transmitted packet's buffer for reuse.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if self.out.pool.len() < 1024 {
+            self.out.pool.push(buf);
+        }
+    }
+
+    /// The next asynchronous event.
+    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+
+    /// Sends what the QP's window allows.
+    pub(crate) fn progress(&mut self, now: Time, qpn: Qpn) {
+        requester::transmit(self, now, qpn);
+    }
+
+    /// Pushes a completion; on overflow the QP goes to the error state and a CQ error
+    /// is raised (IBA 11.4.2.1).
+    pub(crate) fn push_wc(&mut self, cq: &Arc<Cq>, qpn: Qpn, wc: WorkCompletion, solicited: bool) {
+        if cq.push(wc, solicited).is_err() {
+            self.counters.cq_overflow.fetch_add(1, Ordering::Relaxed);
+            if !self.events.contains(&AsyncEvent::CqError { cq: cq.id() }) {
+                self.events.push_back(AsyncEvent::CqError { cq: cq.id() });
+            }
+            let in_error = self.qp_mut(qpn).is_none_or(|q| q.state == QpState::Err);
+            if !in_error {
+                self.events.push_back(AsyncEvent::QpFatal { qpn: qpn.value() });
+                self.enter_error(qpn, None);
+            }
+        }
+    }
+
+    /// Moves a QP to the error state and flushes every outstanding WQE of both queues
+    /// with a flush error, in order (IBA 10.3.1, C10-?). `first` is a completion that
+    /// must come before the flushes (the one that caused the error).
+    pub(crate) fn enter_error(&mut self, qpn: Qpn, first: Option<WorkCompletion>) {
+        let Some(qp) = self.qp_mut(qpn) else { return };
+        if qp.state == QpState::Err && first.is_none() {
+            return;
+        }
+        qp.state = QpState::Err;
+        qp.shared.set_state(QpState::Err);
+        qp.rto_deadline = None;
+        qp.rnr_deadline = None;
+        let send_cq = qp.send_cq.clone();
+        let recv_cq = qp.recv_cq.clone();
+        let shared = qp.shared.clone();
+        let dest = qp.attr.dest_qpn;
+        let sq: Vec<_> = qp.sq.drain(..).collect();
+        qp.next_send = 0;
+        let mut rq: Vec<RecvWqe> = qp.rq.drain(..).collect();
+        if let Some(qp::InProgress::Send { rwqe, .. }) = qp.cur.take() {
+            rq.insert(0, rwqe);
+        }
+        let mut wcs = Vec::new();
+        if let Some(f) = first {
+            wcs.push((true, f));
+        }
+        for f in sq {
+            shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
+            let mut wc = flush_wc(f.wqe.wr_id, f.wqe.op.wc_opcode(), qpn);
+            wc.src_qp = dest;
+            wcs.push((true, wc));
+        }
+        for r in rq {
+            shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
+            wcs.push((false, flush_wc(r.wr_id, WcOpcode::Recv, qpn)));
+        }
+        for (send, wc) in wcs {
+            let cq = if send { &send_cq } else { &recv_cq };
+            if cq.push(wc, false).is_err() {
+                self.counters.cq_overflow.fetch_add(1, Ordering::Relaxed);
+                if !self.events.contains(&AsyncEvent::CqError { cq: cq.id() }) {
+                    self.events.push_back(AsyncEvent::CqError { cq: cq.id() });
+                }
+            }
+        }
+    }
+}
+
+fn flush_wc(wr_id: u64, opcode: WcOpcode, qpn: Qpn) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        status: WcStatus::WrFlushErr,
+        opcode,
+        byte_len: 0,
+        imm_data: 0,
+        qp_num: qpn.value(),
+        src_qp: 0,
+        wc_flags: WcFlags::default(),
+        invalidated_rkey: 0,
+    }
+}

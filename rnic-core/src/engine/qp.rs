@@ -1,0 +1,574 @@
+//! Queue pair context: attributes, the state shared with the application's handle, and
+//! work-request validation (which runs on the posting thread, so that a bad call returns
+//! a precise error at once).
+
+use crate::cq::Cq;
+use crate::mr::{AccessError, AccessFlags, MrSlice, Mtpt, PdId};
+use crate::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
+use crate::wr::{RecvWr, SendOp, SendWr};
+use rnic_wire::{Psn, Qpn};
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::Arc;
+
+/// Queue sizes and limits of a QP (`ibv_qp_cap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCap {
+    /// Send queue depth.
+    pub max_send_wr: u32,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// SGEs per send work request.
+    pub max_send_sge: u32,
+    /// SGEs per receive work request.
+    pub max_recv_sge: u32,
+    /// Bytes of inline data per send work request.
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCap {
+    fn default() -> Self {
+        QpCap { max_send_wr: 256, max_recv_wr: 256, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 256 }
+    }
+}
+
+/// Modify-QP attributes (`ibv_qp_attr`); only those whose bit is in `mask` are applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpAttr {
+    /// Which attributes are given.
+    pub mask: QpAttrMask,
+    /// Target state (`STATE`).
+    pub state: QpState,
+    /// Remote operations the QP accepts (`ACCESS_FLAGS`).
+    pub access: AccessFlags,
+    /// Path MTU (`PATH_MTU`, as an `ibv_mtu` code 1..=5).
+    pub path_mtu: u32,
+    /// Remote QP (`DEST_QPN`).
+    pub dest_qpn: u32,
+    /// Remote address: the IP of the destination GID (`AV`).
+    pub remote_ip: Option<IpAddr>,
+    /// Expected PSN of the responder (`RQ_PSN`).
+    pub rq_psn: u32,
+    /// First PSN of the requester (`SQ_PSN`).
+    pub sq_psn: u32,
+    /// Local ACK timeout exponent: 4.096 us * 2^timeout, 0 = infinite (`TIMEOUT`).
+    pub timeout: u8,
+    /// Transport retries (`RETRY_CNT`).
+    pub retry_cnt: u8,
+    /// RNR retries, 7 = infinite (`RNR_RETRY`).
+    pub rnr_retry: u8,
+    /// RNR NAK timer code the responder sends (`MIN_RNR_TIMER`).
+    pub min_rnr_timer: u8,
+    /// Outstanding RDMA READ / atomic requests as requester (`MAX_QP_RD_ATOMIC`).
+    pub max_rd_atomic: u8,
+    /// Outstanding RDMA READ / atomic requests as responder (`MAX_DEST_RD_ATOMIC`).
+    pub max_dest_rd_atomic: u8,
+    /// Q_Key (`QKEY`, UD).
+    pub qkey: u32,
+    /// P_Key index (`PKEY_INDEX`).
+    pub pkey_index: u16,
+    /// Port (`PORT`).
+    pub port: u8,
+}
+
+impl Default for QpAttr {
+    fn default() -> Self {
+        QpAttr {
+            mask: QpAttrMask::empty(),
+            state: QpState::Reset,
+            access: AccessFlags::empty(),
+            path_mtu: PathMtu::Mtu1024.to_ibv(),
+            dest_qpn: 0,
+            remote_ip: None,
+            rq_psn: 0,
+            sq_psn: 0,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            qkey: 0,
+            pkey_index: 0,
+            port: 1,
+        }
+    }
+}
+
+/// The part of a QP both the application's handle and the engine see.
+#[derive(Debug)]
+pub struct QpShared {
+    /// QP number.
+    pub qpn: Qpn,
+    /// Transport service.
+    pub qp_type: QpType,
+    /// Protection domain.
+    pub pd: PdId,
+    /// Limits.
+    pub cap: QpCap,
+    /// Generate a completion for every send WR.
+    pub sq_sig_all: bool,
+    state: AtomicU8,
+    /// Send WRs posted and not yet completed.
+    pub sq_outstanding: AtomicU32,
+    /// Receive WRs posted and not yet consumed.
+    pub rq_outstanding: AtomicU32,
+}
+
+fn state_code(s: QpState) -> u8 {
+    match s {
+        QpState::Reset => 0,
+        QpState::Init => 1,
+        QpState::Rtr => 2,
+        QpState::Rts => 3,
+        QpState::Sqd => 4,
+        QpState::Sqe => 5,
+        QpState::Err => 6,
+    }
+}
+
+fn code_state(c: u8) -> QpState {
+    match c {
+        0 => QpState::Reset,
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        4 => QpState::Sqd,
+        5 => QpState::Sqe,
+        _ => QpState::Err,
+    }
+}
+
+impl QpShared {
+    pub(crate) fn new(qpn: Qpn, qp_type: QpType, pd: PdId, cap: QpCap, sq_sig_all: bool) -> QpShared {
+        QpShared {
+            qpn,
+            qp_type,
+            pd,
+            cap,
+            sq_sig_all,
+            state: AtomicU8::new(state_code(QpState::Reset)),
+            sq_outstanding: AtomicU32::new(0),
+            rq_outstanding: AtomicU32::new(0),
+        }
+    }
+
+    /// The QP's current state (as last set by the engine).
+    pub fn state(&self) -> QpState {
+        code_state(self.state.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn set_state(&self, s: QpState) {
+        self.state.store(state_code(s), Ordering::Release);
+    }
+}
+
+/// Why a work request could not be posted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostError {
+    /// The queue already holds its maximum number of work requests.
+    #[error("the {queue} queue is full ({depth} work requests outstanding)")]
+    QueueFull {
+        /// "send" or "receive".
+        queue: &'static str,
+        /// The queue depth.
+        depth: u32,
+    },
+    /// More SGEs than the QP was created for.
+    #[error("{given} SGEs given, the QP allows {max}")]
+    TooManySges {
+        /// SGEs in the request.
+        given: usize,
+        /// The QP's limit.
+        max: u32,
+    },
+    /// Inline data longer than `max_inline_data`.
+    #[error("{len} bytes of inline data, the QP allows {max}")]
+    InlineTooLong {
+        /// Bytes requested inline.
+        len: usize,
+        /// The QP's limit.
+        max: u32,
+    },
+    /// Inline was asked for an operation that cannot carry it (RDMA READ).
+    #[error("{op} cannot be posted inline")]
+    InlineNotAllowed {
+        /// The operation.
+        op: &'static str,
+    },
+    /// An SGE failed its lkey, PD, access or bounds check.
+    #[error("SGE {index}: {source}")]
+    Sge {
+        /// Position of the SGE in the list.
+        index: usize,
+        /// What failed.
+        source: AccessError,
+    },
+    /// The message is longer than RDMA allows (2^31 bytes, IBA 9.4.1 DMA length).
+    #[error("message of {len} bytes exceeds the 2 GiB limit")]
+    MessageTooLong {
+        /// Total length.
+        len: u64,
+    },
+    /// The QP state does not accept this queue's work requests.
+    #[error("cannot post to the {queue} queue of a QP in state {state:?}")]
+    BadState {
+        /// "send" or "receive".
+        queue: &'static str,
+        /// The state.
+        state: QpState,
+    },
+    /// The QP's transport does not support the operation.
+    #[error("{op} is not supported on a {qp_type:?} QP")]
+    NotSupported {
+        /// The operation.
+        op: &'static str,
+        /// The QP type.
+        qp_type: QpType,
+    },
+}
+
+/// The bytes of a work request: copied at post time (inline) or checked SGEs.
+#[derive(Debug, Clone)]
+pub(crate) enum WqeData {
+    Inline(Vec<u8>),
+    Sges(Vec<MrSlice>),
+}
+
+impl WqeData {
+    /// Copies `dst.len()` bytes starting at message offset `off` out of the buffers.
+    pub(crate) fn gather(&self, mut off: usize, dst: &mut [u8]) {
+        match self {
+            WqeData::Inline(v) => dst.copy_from_slice(&v[off..off + dst.len()]),
+            WqeData::Sges(sl) => {
+                let mut done = 0;
+                for s in sl {
+                    if done == dst.len() {
+                        break;
+                    }
+                    if off >= s.len() {
+                        off -= s.len();
+                        continue;
+                    }
+                    let n = (s.len() - off).min(dst.len() - done);
+                    // Bounds were checked when the WR was posted; the slice re-checks.
+                    let _ = s.read(off, &mut dst[done..done + n]);
+                    done += n;
+                    off = 0;
+                }
+            }
+        }
+    }
+
+    /// Copies `src` into the buffers at message offset `off` (RDMA READ responses,
+    /// receive buffers). Returns false if it does not fit.
+    pub(crate) fn scatter(&self, mut off: usize, src: &[u8]) -> bool {
+        let WqeData::Sges(sl) = self else { return false };
+        let mut done = 0;
+        for s in sl {
+            if done == src.len() {
+                break;
+            }
+            if off >= s.len() {
+                off -= s.len();
+                continue;
+            }
+            let n = (s.len() - off).min(src.len() - done);
+            if s.write(off, &src[done..done + n]).is_err() {
+                return false;
+            }
+            done += n;
+            off = 0;
+        }
+        done == src.len()
+    }
+}
+
+/// A validated send work request.
+#[derive(Debug, Clone)]
+pub struct SendWqe {
+    pub(crate) wr_id: u64,
+    pub(crate) op: SendOp,
+    pub(crate) signaled: bool,
+    pub(crate) solicited: bool,
+    pub(crate) fence: bool,
+    pub(crate) data: WqeData,
+    pub(crate) len: usize,
+}
+
+/// A validated receive work request.
+#[derive(Debug, Clone)]
+pub struct RecvWqe {
+    pub(crate) wr_id: u64,
+    pub(crate) data: WqeData,
+    pub(crate) len: usize,
+}
+
+/// Largest RDMA message (IBA: DMA length is 32 bits, verbs cap messages at 2^31).
+pub const MAX_MSG_LEN: u64 = 1 << 31;
+
+fn check_sges(
+    mtpt: &Mtpt,
+    pd: PdId,
+    sges: &[crate::wr::Sge],
+    need: AccessFlags,
+) -> Result<(Vec<MrSlice>, usize), PostError> {
+    let mut out = Vec::with_capacity(sges.len());
+    let mut total: u64 = 0;
+    for (index, s) in sges.iter().enumerate() {
+        let len = usize::try_from(s.length).unwrap_or(usize::MAX);
+        let slice = mtpt.check_local(s.lkey, pd, s.addr, len, need).map_err(|source| PostError::Sge { index, source })?;
+        total += u64::from(s.length);
+        out.push(slice);
+    }
+    if total > MAX_MSG_LEN {
+        return Err(PostError::MessageTooLong { len: total });
+    }
+    Ok((out, usize::try_from(total).unwrap_or(usize::MAX)))
+}
+
+/// Checks a send WR against the QP and the memory table and reserves its queue slot.
+pub fn validate_send(shared: &QpShared, mtpt: &Mtpt, wr: &SendWr) -> Result<SendWqe, PostError> {
+    let state = shared.state();
+    // IBA 10.8.2 / verbs: send WRs are accepted in RTS, SQD and (to be flushed) ERR.
+    if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+        return Err(PostError::BadState { queue: "send", state });
+    }
+    if shared.qp_type != QpType::Rc {
+        return Err(PostError::NotSupported { op: wr.op.name(), qp_type: shared.qp_type });
+    }
+    if wr.sg_list.len() > shared.cap.max_send_sge as usize {
+        return Err(PostError::TooManySges { given: wr.sg_list.len(), max: shared.cap.max_send_sge });
+    }
+    let data = if wr.flags.inline {
+        if wr.op.writes_local() {
+            return Err(PostError::InlineNotAllowed { op: wr.op.name() });
+        }
+        let total: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+        if total > u64::from(shared.cap.max_inline_data) {
+            return Err(PostError::InlineTooLong {
+                len: usize::try_from(total).unwrap_or(usize::MAX),
+                max: shared.cap.max_inline_data,
+            });
+        }
+        // Inline data is copied now, so its buffers need no lkey (verbs semantics), but it
+        // must still be memory the caller owns: it is read through registered regions when
+        // an lkey is valid, otherwise the caller must use the API's inline helper.
+        let (slices, len) = check_sges(mtpt, shared.pd, &wr.sg_list, AccessFlags::empty())?;
+        let mut v = vec![0u8; len];
+        WqeData::Sges(slices).gather(0, &mut v);
+        WqeData::Inline(v)
+    } else {
+        let need = if wr.op.writes_local() { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
+        let (slices, _) = check_sges(mtpt, shared.pd, &wr.sg_list, need)?;
+        WqeData::Sges(slices)
+    };
+    let len = match &data {
+        WqeData::Inline(v) => v.len(),
+        WqeData::Sges(s) => s.iter().map(MrSlice::len).sum(),
+    };
+    reserve(&shared.sq_outstanding, shared.cap.max_send_wr, "send")?;
+    Ok(SendWqe {
+        wr_id: wr.wr_id,
+        op: wr.op,
+        signaled: wr.flags.signaled || shared.sq_sig_all,
+        solicited: wr.flags.solicited,
+        fence: wr.flags.fence,
+        data,
+        len,
+    })
+}
+
+/// Builds an inline send WQE straight from bytes (no registered memory involved).
+pub fn validate_send_inline(shared: &QpShared, wr_id: u64, op: SendOp, bytes: &[u8], signaled: bool, solicited: bool) -> Result<SendWqe, PostError> {
+    let state = shared.state();
+    if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+        return Err(PostError::BadState { queue: "send", state });
+    }
+    if op.writes_local() {
+        return Err(PostError::InlineNotAllowed { op: op.name() });
+    }
+    if bytes.len() > shared.cap.max_inline_data as usize {
+        return Err(PostError::InlineTooLong { len: bytes.len(), max: shared.cap.max_inline_data });
+    }
+    reserve(&shared.sq_outstanding, shared.cap.max_send_wr, "send")?;
+    Ok(SendWqe {
+        wr_id,
+        op,
+        signaled: signaled || shared.sq_sig_all,
+        solicited,
+        fence: false,
+        data: WqeData::Inline(bytes.to_vec()),
+        len: bytes.len(),
+    })
+}
+
+/// Checks a receive WR (its buffers must be locally writable) and reserves its slot.
+pub fn validate_recv(shared: &QpShared, mtpt: &Mtpt, wr: &RecvWr) -> Result<RecvWqe, PostError> {
+    let state = shared.state();
+    // Verbs: receive WRs may be posted from INIT on (not in RESET).
+    if state == QpState::Reset {
+        return Err(PostError::BadState { queue: "receive", state });
+    }
+    if wr.sg_list.len() > shared.cap.max_recv_sge as usize {
+        return Err(PostError::TooManySges { given: wr.sg_list.len(), max: shared.cap.max_recv_sge });
+    }
+    let (slices, len) = check_sges(mtpt, shared.pd, &wr.sg_list, AccessFlags::LOCAL_WRITE)?;
+    reserve(&shared.rq_outstanding, shared.cap.max_recv_wr, "receive")?;
+    Ok(RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(slices), len })
+}
+
+fn reserve(counter: &AtomicU32, depth: u32, queue: &'static str) -> Result<(), PostError> {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| if n >= depth { None } else { Some(n + 1) })
+        .map(|_| ())
+        .map_err(|_| PostError::QueueFull { queue, depth })
+}
+
+/// A send WQE in the engine, with its place in the PSN space.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    pub(crate) wqe: SendWqe,
+    /// PSN of the first packet (READ: of the request; responses use the same range).
+    pub(crate) first_psn: Psn,
+    /// Packets (READ: response packets) the message spans.
+    pub(crate) npkts: u32,
+    /// Packets transmitted in the current pass (READ: 0 or 1 for the request).
+    pub(crate) sent: u32,
+    /// READ: response packets received so far.
+    pub(crate) read_got: u32,
+}
+
+impl InFlight {
+    pub(crate) fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts.saturating_sub(1))
+    }
+    pub(crate) fn is_read(&self) -> bool {
+        matches!(self.wqe.op, SendOp::RdmaRead { .. })
+    }
+    /// True once every packet (READ: every response) is accounted for.
+    pub(crate) fn contains(&self, psn: Psn) -> bool {
+        let d = self.first_psn.distance(psn);
+        d >= 0 && (d as u64) < u64::from(self.npkts)
+    }
+}
+
+/// A message the responder is in the middle of.
+#[derive(Debug)]
+pub(crate) enum InProgress {
+    Send { rwqe: RecvWqe, offset: usize },
+    Write { target: Option<MrSlice>, offset: usize, dma_len: usize },
+}
+
+/// A READ the responder executed, kept to answer a duplicate (IBA 9.7.5.1.5).
+#[derive(Debug, Clone)]
+pub(crate) struct ReadResource {
+    pub(crate) psn: Psn,
+    pub(crate) npkts: u32,
+    pub(crate) va: u64,
+    pub(crate) rkey: u32,
+    pub(crate) len: usize,
+}
+
+/// The engine's QP context.
+#[derive(Debug)]
+pub(crate) struct Qp {
+    pub(crate) shared: Arc<QpShared>,
+    pub(crate) mtpt: Arc<Mtpt>,
+    pub(crate) send_cq: Arc<Cq>,
+    pub(crate) recv_cq: Arc<Cq>,
+    pub(crate) state: QpState,
+    pub(crate) attr: QpAttr,
+    pub(crate) mtu: usize,
+    pub(crate) src_port: u16,
+    // Requester.
+    pub(crate) sq: VecDeque<InFlight>,
+    /// Index in `sq` of the first WQE with packets left to send.
+    pub(crate) next_send: usize,
+    /// PSN the next new WQE starts at.
+    pub(crate) next_psn: Psn,
+    /// Oldest unacknowledged PSN.
+    pub(crate) una: Psn,
+    /// One past the highest PSN transmitted.
+    pub(crate) sent_end: Psn,
+    pub(crate) retry_left: u8,
+    pub(crate) rnr_left: u8,
+    pub(crate) rto_deadline: Option<u64>,
+    pub(crate) rnr_deadline: Option<u64>,
+    pub(crate) pkts_since_ackreq: u32,
+    pub(crate) reads_outstanding: u32,
+    // Responder.
+    pub(crate) rq: VecDeque<RecvWqe>,
+    pub(crate) epsn: Psn,
+    pub(crate) msn: u32,
+    pub(crate) cur: Option<InProgress>,
+    pub(crate) nak_seq_sent: bool,
+    pub(crate) reads: VecDeque<ReadResource>,
+}
+
+impl Qp {
+    pub(crate) fn new(shared: Arc<QpShared>, mtpt: Arc<Mtpt>, send_cq: Arc<Cq>, recv_cq: Arc<Cq>) -> Qp {
+        Qp {
+            shared,
+            mtpt,
+            send_cq,
+            recv_cq,
+            state: QpState::Reset,
+            attr: QpAttr::default(),
+            mtu: 1024,
+            src_port: rnic_wire::ROCEV2_SPORT_MIN,
+            sq: VecDeque::new(),
+            next_send: 0,
+            next_psn: Psn::new(0),
+            una: Psn::new(0),
+            sent_end: Psn::new(0),
+            retry_left: 7,
+            rnr_left: 7,
+            rto_deadline: None,
+            rnr_deadline: None,
+            pkts_since_ackreq: 0,
+            reads_outstanding: 0,
+            rq: VecDeque::new(),
+            epsn: Psn::new(0),
+            msn: 0,
+            cur: None,
+            nak_seq_sent: false,
+            reads: VecDeque::new(),
+        }
+    }
+
+    pub(crate) fn qpn(&self) -> Qpn {
+        self.shared.qpn
+    }
+
+    pub(crate) fn dest_qpn(&self) -> Qpn {
+        Qpn::new(self.attr.dest_qpn)
+    }
+}
+
+/// The UDP source port for an RC/UC flow, as Linux computes it (`rdma_calc_flow_label`
+/// then `rdma_flow_label_to_udp_sport`), so that both directions of a connection use the
+/// same port and a capture matches rxe's (QPN 0x11 to 0x11 gives 49441).
+pub fn rc_udp_sport(lqpn: u32, rqpn: u32) -> u16 {
+    let mut v = u64::from(lqpn) * u64::from(rqpn);
+    v ^= v >> 20;
+    v ^= v >> 40;
+    let fl = v & 0xFFFFF;
+    let low = (fl & 0x03FFF) ^ ((fl & 0xFC000) >> 14);
+    rnic_wire::ROCEV2_SPORT_MIN | u16::try_from(low & 0x3FFF).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sport_matches_rxe_observations() {
+        // shared/rxe-lab README: 0x11<->0x11 gives 49441, 0x11->0xa1 gives 51889.
+        assert_eq!(rc_udp_sport(0x11, 0x11), 49441);
+        assert_eq!(rc_udp_sport(0x11, 0xa1), 51889);
+        assert_eq!(rc_udp_sport(0xa1, 0x11), 51889);
+    }
+}

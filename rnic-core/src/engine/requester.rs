@@ -1,0 +1,480 @@
+//! The sender state machine of an RC QP: requester and completer together (as rxe
+//! merged them in 2024): segmentation, PSN assignment, the unacknowledged window,
+//! ACK/NAK processing, RDMA READ responses, retransmission and completion.
+
+use super::qp::{InFlight, Qp, SendWqe};
+use super::{Engine, Time};
+use crate::qp_state::{local_ack_timeout_ns, rnr_timer_ns, QpState, RNR_RETRY_INFINITE};
+use crate::wr::{SendOp, WcFlags, WcStatus, WorkCompletion};
+use rnic_wire::aeth::{AethRepr, NakCode, Syndrome, CREDITS_INVALID};
+use rnic_wire::bth::BthRepr;
+use rnic_wire::opcode::{Operation, Position};
+use rnic_wire::reth::RethRepr;
+use rnic_wire::roce::{ExtHeaders, RoceRepr};
+use rnic_wire::{Opcode, Psn};
+use std::sync::atomic::Ordering;
+
+/// Packets a message of `len` bytes takes at `mtu` (a zero-length message is one packet).
+pub(crate) fn packets_for(len: usize, mtu: usize) -> u32 {
+    u32::try_from(len.div_ceil(mtu).max(1)).unwrap_or(u32::MAX)
+}
+
+/// Appends a WQE to the send queue and assigns its PSNs (IBA 9.7.1: consecutive PSNs per
+/// packet; a READ request reserves one PSN per response packet).
+pub(crate) fn queue(qp: &mut Qp, wqe: SendWqe) {
+    let npkts = packets_for(wqe.len, qp.mtu);
+    let first_psn = qp.next_psn;
+    qp.next_psn = first_psn.add(npkts);
+    qp.sq.push_back(InFlight { wqe, first_psn, npkts, sent: 0, read_got: 0 });
+}
+
+fn opcode_for(op: &SendOp, pos: Position) -> Opcode {
+    use Position::*;
+    match (op, pos) {
+        (SendOp::Send, First) | (SendOp::SendWithImm { .. }, First) => Opcode::RC_SEND_FIRST,
+        (SendOp::Send, Middle) | (SendOp::SendWithImm { .. }, Middle) => Opcode::RC_SEND_MIDDLE,
+        (SendOp::Send, Last) => Opcode::RC_SEND_LAST,
+        (SendOp::Send, Only) => Opcode::RC_SEND_ONLY,
+        (SendOp::SendWithImm { .. }, Last) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+        (SendOp::SendWithImm { .. }, Only) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+        (SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }, First) => Opcode::RC_RDMA_WRITE_FIRST,
+        (SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }, Middle) => Opcode::RC_RDMA_WRITE_MIDDLE,
+        (SendOp::RdmaWrite { .. }, Last) => Opcode::RC_RDMA_WRITE_LAST,
+        (SendOp::RdmaWrite { .. }, Only) => Opcode::RC_RDMA_WRITE_ONLY,
+        (SendOp::RdmaWriteWithImm { .. }, Last) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        (SendOp::RdmaWriteWithImm { .. }, Only) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (SendOp::RdmaRead { .. }, _) => Opcode::RC_RDMA_READ_REQUEST,
+    }
+}
+
+fn position(k: u32, n: u32) -> Position {
+    match (k == 0, k + 1 == n) {
+        (true, true) => Position::Only,
+        (true, false) => Position::First,
+        (false, true) => Position::Last,
+        (false, false) => Position::Middle,
+    }
+}
+
+/// Transmits what the window, the RNR wait and the READ limit allow.
+pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
+    let window = e.config.max_unacked_pkts;
+    let per_ack = e.config.max_pkts_per_ack;
+    let counters = e.counters.clone();
+    let Some((qp, out)) = e.qp_and_out(qpn) else { return };
+    if qp.state != QpState::Rts || qp.rnr_deadline.is_some() {
+        return;
+    }
+    let Some(dst) = qp.attr.remote_ip else { return };
+    let mut sent_any = false;
+    while qp.next_send < qp.sq.len() {
+        let mtu = qp.mtu;
+        let idx = qp.next_send;
+        let max_rd = u32::from(qp.attr.max_rd_atomic.max(1));
+        let f = &qp.sq[idx];
+        if f.is_read() {
+            // IBA C9-? / o9-?: at most max_rd_atomic READs outstanding.
+            if f.sent == 0 && qp.reads_outstanding >= max_rd {
+                break;
+            }
+        } else if f.wqe.fence && qp.reads_outstanding > 0 {
+            break;
+        }
+        let f = &mut qp.sq[idx];
+        if f.is_read() {
+            // One request for the responses not yet received.
+            let got = f.read_got;
+            let psn = f.first_psn.add(got);
+            if qp.una.distance(psn) >= i32::try_from(window).unwrap_or(i32::MAX) {
+                break;
+            }
+            let SendOp::RdmaRead { remote_addr, rkey } = f.wqe.op else { unreachable!() };
+            let done = (got as usize).saturating_mul(mtu).min(f.wqe.len);
+            let repr = RoceRepr {
+                bth: bth(Opcode::RC_RDMA_READ_REQUEST, qp.attr.dest_qpn, psn, true, false),
+                ext: ExtHeaders {
+                    reth: Some(RethRepr {
+                        va: remote_addr.wrapping_add(done as u64),
+                        rkey,
+                        dma_len: u32::try_from(f.wqe.len - done).unwrap_or(u32::MAX),
+                    }),
+                    ..ExtHeaders::default()
+                },
+                payload_len: 0,
+            };
+            out.emit(&counters, dst, qp.src_port, &repr, |_| {});
+            if f.sent == 0 {
+                qp.reads_outstanding += 1;
+            }
+            f.sent = f.npkts;
+            let end = f.last_psn().next();
+            if qp.sent_end.distance(end) > 0 {
+                qp.sent_end = end;
+            }
+            qp.next_send += 1;
+            sent_any = true;
+            continue;
+        }
+        let mut blocked = false;
+        while f.sent < f.npkts {
+            let k = f.sent;
+            let psn = f.first_psn.add(k);
+            if qp.una.distance(psn) >= i32::try_from(window).unwrap_or(i32::MAX) {
+                blocked = true;
+                break;
+            }
+            let pos = position(k, f.npkts);
+            let offset = (k as usize) * mtu;
+            let plen = mtu.min(f.wqe.len - offset.min(f.wqe.len));
+            let opcode = opcode_for(&f.wqe.op, pos);
+            qp.pkts_since_ackreq += 1;
+            // AckReq on the last packet, and every `per_ack` packets of a long message so
+            // the window keeps moving (rxe RXE_MAX_PKT_PER_ACK).
+            let ack_req = pos.ends() || qp.pkts_since_ackreq >= per_ack;
+            if ack_req {
+                qp.pkts_since_ackreq = 0;
+            }
+            let mut ext = ExtHeaders::default();
+            match f.wqe.op {
+                SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaWriteWithImm { remote_addr, rkey, .. }
+                    if pos.starts() =>
+                {
+                    ext.reth = Some(RethRepr {
+                        va: remote_addr,
+                        rkey,
+                        dma_len: u32::try_from(f.wqe.len).unwrap_or(u32::MAX),
+                    });
+                }
+                _ => {}
+            }
+            if let SendOp::SendWithImm { imm } | SendOp::RdmaWriteWithImm { imm, .. } = f.wqe.op {
+                if pos.ends() {
+                    ext.imm_data = Some(imm);
+                }
+            }
+            let se = f.wqe.solicited && pos.ends() && opcode.info().is_some_and(|i| i.se_allowed);
+            let repr = RoceRepr { bth: bth(opcode, qp.attr.dest_qpn, psn, ack_req, se), ext, payload_len: plen };
+            let data = &f.wqe.data;
+            out.emit(&counters, dst, qp.src_port, &repr, |p| data.gather(offset, p));
+            if pos.ends() && matches!(f.wqe.op, SendOp::Send | SendOp::SendWithImm { .. }) {
+                counters.rdma_sends.fetch_add(1, Ordering::Relaxed);
+            }
+            f.sent += 1;
+            let end = psn.next();
+            if qp.sent_end.distance(end) > 0 {
+                qp.sent_end = end;
+            }
+            sent_any = true;
+        }
+        if blocked {
+            break;
+        }
+        qp.next_send += 1;
+    }
+    if sent_any {
+        arm_rto(qp, now);
+    }
+}
+
+fn bth(opcode: Opcode, dest_qpn: u32, psn: Psn, ack_req: bool, se: bool) -> BthRepr {
+    BthRepr {
+        opcode,
+        se,
+        migreq: false,
+        pkey: 0xffff,
+        fecn: false,
+        becn: false,
+        dest_qp: rnic_wire::Qpn::new(dest_qpn),
+        ack_req,
+        psn,
+    }
+}
+
+/// Starts (or restarts) the local ACK timer if packets are unacknowledged
+/// (IBA 9.7.6.1.3: 4.096 us * 2^timeout; timeout 0 means never).
+fn arm_rto(qp: &mut Qp, now: Time) {
+    if qp.una == qp.sent_end {
+        qp.rto_deadline = None;
+        return;
+    }
+    qp.rto_deadline = local_ack_timeout_ns(qp.attr.timeout).map(|d| now.saturating_add(d));
+}
+
+/// Handles an ACK, a NAK, an RDMA READ response or an ATOMIC ACK.
+pub(crate) fn handle_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, repr: &RoceRepr, payload: &[u8]) {
+    let counters = e.counters.clone();
+    let Some(qp) = e.qp_mut(qpn) else { return };
+    if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+        return;
+    }
+    let psn = repr.bth.psn;
+    // IBA 9.7.5.1.1: a response for a PSN never sent (beyond the highest sent) is a
+    // ghost and ignored; one older than the oldest outstanding is a duplicate.
+    let ahead = qp.sent_end.distance(psn);
+    let behind = qp.una.distance(psn);
+    if ahead >= 0 {
+        counters.ghost_acks.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    if behind < -1 || (behind == -1 && !matches!(repr.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_)))) {
+        // Old (duplicate) response: nothing to learn.
+        return;
+    }
+    let info = repr.bth.opcode.info().expect("checked packet");
+    match info.operation {
+        Operation::RdmaReadResponse => read_response(e, now, qpn, repr, payload),
+        Operation::Acknowledge => {
+            let Some(aeth) = repr.ext.aeth else { return };
+            ack(e, now, qpn, psn, aeth);
+        }
+        _ => {
+            // ATOMIC ACKNOWLEDGE arrives with the atomics issue; until then it is unexpected.
+            counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn ack(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, psn: Psn, aeth: AethRepr) {
+    let counters = e.counters.clone();
+    match aeth.syndrome {
+        Syndrome::Ack { .. } => {
+            acknowledge_through(e, now, qpn, psn);
+        }
+        Syndrome::RnrNak { timer } => {
+            counters.rcvd_rnr_err.fetch_add(1, Ordering::Relaxed);
+            // The NAK implicitly acknowledges everything before its PSN (IBA 9.7.5.1.3).
+            acknowledge_through(e, now, qpn, psn.sub(1));
+            let Some(qp) = e.qp_mut(qpn) else { return };
+            if qp.rnr_left == 0 {
+                counters.retry_rnr_exceeded_err.fetch_add(1, Ordering::Relaxed);
+                fail_front(e, qpn, WcStatus::RnrRetryExcErr);
+                return;
+            }
+            if qp.attr.rnr_retry != RNR_RETRY_INFINITE {
+                qp.rnr_left -= 1;
+            }
+            qp.rnr_deadline = Some(now.saturating_add(rnr_timer_ns(timer)));
+            qp.rto_deadline = None;
+            rewind(qp, psn);
+        }
+        Syndrome::Nak(NakCode::PsnSequenceError) => {
+            counters.rcvd_seq_err.fetch_add(1, Ordering::Relaxed);
+            acknowledge_through(e, now, qpn, psn.sub(1));
+            let Some(qp) = e.qp_mut(qpn) else { return };
+            // rxe counts sequence-error retries against retry_cnt (COMPST_ERROR_RETRY).
+            if qp.retry_left == 0 {
+                counters.retry_exceeded_err.fetch_add(1, Ordering::Relaxed);
+                fail_front(e, qpn, WcStatus::RetryExcErr);
+                return;
+            }
+            qp.retry_left -= 1;
+            counters.completer_retry_err.fetch_add(1, Ordering::Relaxed);
+            rewind(qp, psn);
+            transmit(e, now, qpn);
+        }
+        Syndrome::Nak(code) => {
+            counters.rcvd_nak_err.fetch_add(1, Ordering::Relaxed);
+            acknowledge_through(e, now, qpn, psn.sub(1));
+            let status = match code {
+                NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                _ => WcStatus::BadRespErr,
+            };
+            fail_front(e, qpn, status);
+        }
+        Syndrome::Reserved(_) => {
+            counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Everything up to and including `psn` is acknowledged: retire the WQEs it covers.
+fn acknowledge_through(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, psn: Psn) {
+    let Some(qp) = e.qp_mut(qpn) else { return };
+    let new_una = psn.next();
+    // Only move forward, and never beyond what was sent.
+    if qp.una.distance(new_una) > 0 && new_una.distance(qp.sent_end) >= 0 {
+        qp.una = new_una;
+        qp.retry_left = qp.attr.retry_cnt;
+        if qp.attr.rnr_retry != RNR_RETRY_INFINITE {
+            qp.rnr_left = qp.attr.rnr_retry;
+        }
+    }
+    // An ACK beyond an unfinished READ means its responses were lost: ask again from
+    // the first missing response (IBA 9.7.5.1.5).
+    if let Some(f) = qp.sq.front() {
+        if f.is_read() && f.read_got < f.npkts && f.sent > 0 && qp.una.distance(f.last_psn()) < 0 {
+            let missing = f.first_psn.add(f.read_got);
+            rewind(qp, missing);
+        }
+    }
+    retire(e, now, qpn);
+}
+
+/// Completes WQEs from the front of the send queue while they are finished.
+fn retire(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
+    loop {
+        let Some(qp) = e.qp_mut(qpn) else { return };
+        let Some(f) = qp.sq.front() else { break };
+        let done = if f.is_read() {
+            f.read_got == f.npkts
+        } else {
+            qp.una.distance(f.last_psn()) < 0
+        };
+        if !done {
+            break;
+        }
+        let f = qp.sq.pop_front().expect("front exists");
+        qp.next_send = qp.next_send.saturating_sub(1);
+        if f.is_read() {
+            qp.reads_outstanding = qp.reads_outstanding.saturating_sub(1);
+        }
+        qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
+        if f.wqe.signaled {
+            let wc = WorkCompletion {
+                wr_id: f.wqe.wr_id,
+                status: WcStatus::Success,
+                opcode: f.wqe.op.wc_opcode(),
+                byte_len: u32::try_from(f.wqe.len).unwrap_or(u32::MAX),
+                imm_data: 0,
+                qp_num: qpn.value(),
+                src_qp: qp.attr.dest_qpn,
+                wc_flags: WcFlags::default(),
+                invalidated_rkey: 0,
+            };
+            let cq = qp.send_cq.clone();
+            e.push_wc(&cq, qpn, wc, false);
+        }
+    }
+    if let Some(qp) = e.qp_mut(qpn) {
+        arm_rto(qp, now);
+    }
+    transmit(e, now, qpn);
+}
+
+/// The front WQE fails with `status`; the QP enters the error state and the rest is
+/// flushed (IBA 9.9.2: NAKs other than sequence errors and RNR are fatal to the QP).
+fn fail_front(e: &mut Engine, qpn: rnic_wire::Qpn, status: WcStatus) {
+    let Some(qp) = e.qp_mut(qpn) else { return };
+    let first = qp.sq.pop_front().map(|f| {
+        qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
+        WorkCompletion {
+            wr_id: f.wqe.wr_id,
+            status,
+            opcode: f.wqe.op.wc_opcode(),
+            byte_len: 0,
+            imm_data: 0,
+            qp_num: qpn.value(),
+            src_qp: qp.attr.dest_qpn,
+            wc_flags: WcFlags::default(),
+            invalidated_rkey: 0,
+        }
+    });
+    e.enter_error(qpn, first);
+}
+
+/// Go back N: the next transmission restarts at `psn` (IBA 9.7.5.1.1).
+pub(crate) fn rewind(qp: &mut Qp, psn: Psn) {
+    let mut found = None;
+    for (i, f) in qp.sq.iter_mut().enumerate() {
+        if found.is_some() {
+            if f.is_read() && f.sent > 0 {
+                qp.reads_outstanding = qp.reads_outstanding.saturating_sub(1);
+            }
+            f.sent = 0;
+            continue;
+        }
+        if f.contains(psn) || f.first_psn.distance(psn) < 0 {
+            found = Some(i);
+            if f.is_read() {
+                if f.sent > 0 {
+                    qp.reads_outstanding = qp.reads_outstanding.saturating_sub(1);
+                }
+                f.sent = 0;
+            } else {
+                let k = f.first_psn.distance(psn).max(0);
+                f.sent = u32::try_from(k).unwrap_or(0).min(f.npkts);
+            }
+        }
+    }
+    if let Some(i) = found {
+        qp.next_send = i;
+    }
+}
+
+fn read_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, repr: &RoceRepr, payload: &[u8]) {
+    let counters = e.counters.clone();
+    let Some(qp) = e.qp_mut(qpn) else { return };
+    let psn = repr.bth.psn;
+    let mtu = qp.mtu;
+    // The response belongs to the oldest READ whose range holds the PSN.
+    let Some(idx) = qp.sq.iter().position(|f| f.is_read() && f.contains(psn)) else {
+        counters.ghost_acks.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let f = &mut qp.sq[idx];
+    let expected = f.first_psn.add(f.read_got);
+    if psn != expected {
+        // A response out of order: a packet in between was lost. Wait for the timer or a
+        // later ACK to re-request from `expected` (IBA 9.7.5.1.5).
+        return;
+    }
+    let pos = repr.bth.opcode.info().map(|i| i.position);
+    let k = f.read_got;
+    let offset = (k as usize) * mtu;
+    let want = mtu.min(f.wqe.len.saturating_sub(offset));
+    let pos_ok = matches!(
+        (pos, k == 0, k + 1 == f.npkts),
+        (Some(Position::Only), true, true)
+            | (Some(Position::First), true, false)
+            | (Some(Position::Middle), false, false)
+            | (Some(Position::Last), false, true)
+    );
+    if !pos_ok || payload.len() != want || !f.wqe.data.scatter(offset, payload) {
+        // IBA 9.9.2.3: an unexpected response is a fatal BAD_RESP_ERR.
+        let _ = f;
+        fail_front(e, qpn, WcStatus::BadRespErr);
+        return;
+    }
+    f.read_got += 1;
+    // A read response implicitly acknowledges every earlier PSN (IBA 9.7.5.1.2).
+    acknowledge_through(e, now, qpn, psn);
+}
+
+/// A timer fired: retransmit (local ACK timeout) or resume after an RNR wait.
+pub(crate) fn on_timer(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
+    let counters = e.counters.clone();
+    let Some(qp) = e.qp_mut(qpn) else { return };
+    if qp.rnr_deadline.is_some_and(|t| t <= now) {
+        qp.rnr_deadline = None;
+        transmit(e, now, qpn);
+        return;
+    }
+    if qp.rto_deadline.is_some_and(|t| t <= now) {
+        qp.rto_deadline = None;
+        if qp.una == qp.sent_end {
+            return;
+        }
+        if qp.retry_left == 0 {
+            counters.retry_exceeded_err.fetch_add(1, Ordering::Relaxed);
+            fail_front(e, qpn, WcStatus::RetryExcErr);
+            return;
+        }
+        qp.retry_left -= 1;
+        counters.completer_retry_err.fetch_add(1, Ordering::Relaxed);
+        let una = qp.una;
+        rewind(qp, una);
+        transmit(e, now, qpn);
+        if let Some(qp) = e.qp_mut(qpn) {
+            if qp.rto_deadline.is_none() {
+                arm_rto(qp, now);
+            }
+        }
+    }
+}
+
+/// Builds the AETH of an ACK for a responder (credit field "invalid", as rxe sends).
+pub(crate) fn ack_aeth(msn: u32) -> AethRepr {
+    AethRepr { syndrome: Syndrome::Ack { credits: CREDITS_INVALID }, msn }
+}

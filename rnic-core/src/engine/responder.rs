@@ -1,0 +1,442 @@
+//! The RC responder: a pipeline of checks, each failure mapped to its NAK in one place
+//! (after rxe's `rxe_resp.c`).
+//!
+//! ```text
+//! PSN -> opcode sequence -> opcode valid for the QP -> receive WQE available
+//!     -> length -> R_Key / PD / bounds / access -> execute -> complete -> acknowledge
+//! ```
+
+use super::qp::{InProgress, Qp, ReadResource};
+use super::requester::{ack_aeth, packets_for};
+use super::{Engine, Time};
+use crate::mr::{AccessError, AccessFlags};
+use crate::qp_state::QpState;
+use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use rnic_wire::aeth::{AethRepr, NakCode, Syndrome};
+use rnic_wire::bth::BthRepr;
+use rnic_wire::opcode::{Operation, Position};
+use rnic_wire::roce::{ExtHeaders, RoceRepr};
+use rnic_wire::{Opcode, Psn, Qpn};
+use std::sync::atomic::Ordering;
+
+/// Why the responder refused a request: the one place where check failures become NAKs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// Opcode out of sequence, unsupported, or a length error (NAK invalid request).
+    InvalidRequest,
+    /// The receive buffers are too small for the SEND: the receive WQE completes with
+    /// LOC_LEN_ERR and the requester gets NAK invalid request (rxe RESPST_ERR_LENGTH).
+    LengthError,
+    /// R_Key, PD, access right or bounds (NAK remote access error).
+    RemoteAccess(Option<AccessError>),
+    /// The responder could not carry it out (NAK remote operational error).
+    RemoteOperational,
+    /// No receive WQE: RNR NAK; the QP stays usable.
+    Rnr,
+}
+
+impl Refusal {
+    fn syndrome(self, min_rnr_timer: u8) -> Syndrome {
+        match self {
+            Refusal::InvalidRequest | Refusal::LengthError => Syndrome::Nak(NakCode::InvalidRequest),
+            Refusal::RemoteAccess(_) => Syndrome::Nak(NakCode::RemoteAccessError),
+            Refusal::RemoteOperational => Syndrome::Nak(NakCode::RemoteOperationalError),
+            Refusal::Rnr => Syndrome::RnrNak { timer: min_rnr_timer },
+        }
+    }
+}
+
+fn response_bth(opcode: Opcode, qp: &Qp, psn: Psn) -> BthRepr {
+    BthRepr {
+        opcode,
+        se: false,
+        migreq: false,
+        pkey: 0xffff,
+        fecn: false,
+        becn: false,
+        dest_qp: qp.dest_qpn(),
+        ack_req: false,
+        psn,
+    }
+}
+
+fn send_ack(e: &mut Engine, qpn: Qpn, psn: Psn, aeth: AethRepr) {
+    let counters = e.counters.clone();
+    let Some(qp) = e.qp_mut(qpn) else { return };
+    let Some(dst) = qp.attr.remote_ip else { return };
+    let repr = RoceRepr {
+        bth: response_bth(Opcode::RC_ACKNOWLEDGE, qp, psn),
+        ext: ExtHeaders { aeth: Some(aeth), ..ExtHeaders::default() },
+        payload_len: 0,
+    };
+    let sport = qp.src_port;
+    e.out.emit(&counters, dst, sport, &repr, |_| {});
+}
+
+/// Handles a request packet for `qpn`.
+pub(crate) fn handle_request(e: &mut Engine, now: Time, qpn: Qpn, repr: &RoceRepr, payload: &[u8]) {
+    let counters = e.counters.clone();
+    let Some(qp) = e.qp_mut(qpn) else { return };
+    // IBA 10.3.1: a QP receives in RTR, RTS and SQD.
+    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+        counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let info = repr.bth.opcode.info().expect("checked packet");
+    let psn = repr.bth.psn;
+
+    // 1. PSN (IBA 9.7.5.1): ahead -> sequence NAK once; behind -> duplicate.
+    let d = qp.epsn.distance(psn);
+    if d > 0 {
+        counters.out_of_seq_request.fetch_add(1, Ordering::Relaxed);
+        if !qp.nak_seq_sent {
+            qp.nak_seq_sent = true;
+            let (epsn, msn) = (qp.epsn, qp.msn);
+            // IBA C9-?: the NAK carries the expected PSN.
+            send_ack(e, qpn, epsn, AethRepr { syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn });
+        }
+        return;
+    }
+    if d < 0 {
+        counters.duplicate_request.fetch_add(1, Ordering::Relaxed);
+        duplicate(e, now, qpn, repr);
+        return;
+    }
+    qp.nak_seq_sent = false;
+
+    match check_and_execute(qp, repr, payload) {
+        Ok(done) => finish(e, qpn, repr, info, done),
+        Err(refusal) => refuse(e, qpn, psn, refusal),
+    }
+}
+
+/// What executing a packet produced.
+struct Done {
+    /// A receive completion to queue.
+    wc: Option<WorkCompletion>,
+    /// A READ to answer.
+    read: Option<ReadResource>,
+}
+
+/// Checks 2 to 7 and execution. Nothing is written unless every check passed.
+fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Done, Refusal> {
+    let info = repr.bth.opcode.info().expect("checked packet");
+    let op = info.operation;
+    let pos = info.position;
+
+    // 2. Opcode sequence (IBA 9.8.3.1, rxe check_op_seq): MIDDLE/LAST only continue a
+    //    message of the same kind; FIRST/ONLY only start one.
+    let continuing = match qp.cur {
+        Some(InProgress::Send { .. }) => Some(Operation::Send),
+        Some(InProgress::Write { .. }) => Some(Operation::RdmaWrite),
+        None => None,
+    };
+    match (continuing, pos) {
+        (Some(kind), Position::Middle | Position::Last) if kind == op => {}
+        (None, Position::First | Position::Only) => {}
+        _ => return Err(Refusal::InvalidRequest),
+    }
+
+    // 3. Opcode valid for this QP: the QP's remote access flags (IBA 10.2.?, rxe
+    //    check_op_valid) and the operations this device implements.
+    let access = qp.attr.access;
+    match op {
+        Operation::Send => {}
+        Operation::RdmaWrite if access.contains(AccessFlags::REMOTE_WRITE) => {}
+        Operation::RdmaReadRequest if access.contains(AccessFlags::REMOTE_READ) => {}
+        _ => return Err(Refusal::InvalidRequest),
+    }
+
+    // 4. Resources: a receive WQE for SEND FIRST/ONLY and WRITE with immediate.
+    if info.consumes_rwqe && op == Operation::Send && qp.rq.is_empty() {
+        return Err(Refusal::Rnr);
+    }
+    if info.consumes_rwqe && op == Operation::RdmaWrite && qp.rq.is_empty() {
+        return Err(Refusal::Rnr);
+    }
+    if op == Operation::RdmaReadRequest && qp.reads.len() >= usize::from(qp.attr.max_dest_rd_atomic.max(1)) {
+        // More outstanding READs than negotiated: drop the oldest saved resource (it can
+        // no longer be answered as a duplicate), as rxe reuses its resource ring.
+        qp.reads.pop_front();
+    }
+
+    // 5. Length (IBA 9.7.4.1.?, C9-?): FIRST and MIDDLE carry exactly one MTU, LAST
+    //    between 1 and MTU, ONLY at most MTU.
+    let mtu = qp.mtu;
+    let len_ok = match pos {
+        Position::First | Position::Middle => payload.len() == mtu,
+        Position::Last => !payload.is_empty() && payload.len() <= mtu,
+        Position::Only => payload.len() <= mtu,
+    };
+    if !len_ok && op != Operation::RdmaReadRequest {
+        return Err(Refusal::InvalidRequest);
+    }
+
+    match op {
+        Operation::Send => {
+            let offset = match &qp.cur {
+                Some(InProgress::Send { offset, .. }) => *offset,
+                _ => 0,
+            };
+            let rwqe_len = match &qp.cur {
+                Some(InProgress::Send { rwqe, .. }) => rwqe.len,
+                _ => qp.rq.front().map_or(0, |r| r.len),
+            };
+            if offset + payload.len() > rwqe_len {
+                return Err(Refusal::LengthError);
+            }
+            // 7. Execute: scatter into the receive buffers.
+            let cur = match qp.cur.take() {
+                Some(InProgress::Send { rwqe, offset }) => InProgress::Send { rwqe, offset },
+                _ => {
+                    let rwqe = qp.rq.pop_front().expect("checked above");
+                    InProgress::Send { rwqe, offset: 0 }
+                }
+            };
+            let InProgress::Send { rwqe, offset } = cur else { unreachable!() };
+            if !rwqe.data.scatter(offset, payload) {
+                qp.cur = Some(InProgress::Send { rwqe, offset });
+                return Err(Refusal::RemoteOperational);
+            }
+            let offset = offset + payload.len();
+            if pos.ends() {
+                let wc = WorkCompletion {
+                    wr_id: rwqe.wr_id,
+                    status: WcStatus::Success,
+                    opcode: WcOpcode::Recv,
+                    byte_len: u32::try_from(offset).unwrap_or(u32::MAX),
+                    imm_data: repr.ext.imm_data.unwrap_or(0),
+                    qp_num: qp.qpn().value(),
+                    src_qp: qp.attr.dest_qpn,
+                    wc_flags: WcFlags { with_imm: repr.ext.imm_data.is_some(), ..WcFlags::default() },
+                    invalidated_rkey: 0,
+                };
+                qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
+                Ok(Done { wc: Some(wc), read: None })
+            } else {
+                qp.cur = Some(InProgress::Send { rwqe, offset });
+                Ok(Done { wc: None, read: None })
+            }
+        }
+        Operation::RdmaWrite => {
+            let (target, offset, dma_len) = match qp.cur.take() {
+                Some(InProgress::Write { target, offset, dma_len }) => (target, offset, dma_len),
+                _ => {
+                    // 6. R_Key on the first packet (IBA C9-88: a zero-length WRITE is not
+                    //    checked).
+                    let reth = repr.ext.reth.expect("FIRST/ONLY WRITE carries a RETH");
+                    let dma_len = reth.dma_len as usize;
+                    let target = if dma_len == 0 {
+                        None
+                    } else {
+                        Some(
+                            e_check(qp, reth.rkey, reth.va, dma_len, AccessFlags::REMOTE_WRITE)
+                                .map_err(|a| Refusal::RemoteAccess(Some(a)))?,
+                        )
+                    };
+                    (target, 0, dma_len)
+                }
+            };
+            // 5 (cont.). The payload must stay inside the RETH's DMA length, and the last
+            // packet must end it exactly (rxe: resid must reach 0).
+            let end = offset + payload.len();
+            if end > dma_len || (pos.ends() && end != dma_len) {
+                qp.cur = None;
+                return Err(Refusal::InvalidRequest);
+            }
+            if let Some(t) = &target {
+                if !payload.is_empty() && t.write(offset, payload).is_err() {
+                    return Err(Refusal::RemoteOperational);
+                }
+            }
+            if pos.ends() {
+                let wc = if repr.ext.imm_data.is_some() {
+                    let rwqe = qp.rq.pop_front().expect("checked above");
+                    qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
+                    Some(WorkCompletion {
+                        wr_id: rwqe.wr_id,
+                        status: WcStatus::Success,
+                        opcode: WcOpcode::RecvRdmaWithImm,
+                        byte_len: u32::try_from(dma_len).unwrap_or(u32::MAX),
+                        imm_data: repr.ext.imm_data.unwrap_or(0),
+                        qp_num: qp.qpn().value(),
+                        src_qp: qp.attr.dest_qpn,
+                        wc_flags: WcFlags { with_imm: true, ..WcFlags::default() },
+                        invalidated_rkey: 0,
+                    })
+                } else {
+                    None
+                };
+                Ok(Done { wc, read: None })
+            } else {
+                qp.cur = Some(InProgress::Write { target, offset: end, dma_len });
+                Ok(Done { wc: None, read: None })
+            }
+        }
+        Operation::RdmaReadRequest => {
+            let reth = repr.ext.reth.expect("READ carries a RETH");
+            let len = reth.dma_len as usize;
+            if len > 0 {
+                e_check(qp, reth.rkey, reth.va, len, AccessFlags::REMOTE_READ)
+                    .map_err(|a| Refusal::RemoteAccess(Some(a)))?;
+            }
+            let res = ReadResource {
+                psn: repr.bth.psn,
+                npkts: packets_for(len, mtu),
+                va: reth.va,
+                rkey: reth.rkey,
+                len,
+            };
+            Ok(Done { wc: None, read: Some(res) })
+        }
+        _ => Err(Refusal::InvalidRequest),
+    }
+}
+
+fn e_check(qp: &Qp, rkey: u32, va: u64, len: usize, need: AccessFlags) -> Result<crate::mr::MrSlice, AccessError> {
+    qp.mtpt.check_remote(rkey, qp.shared.pd, va, len, need)
+}
+
+/// Step 8 and 9: completions, MSN, ePSN, acknowledgement, READ responses.
+fn finish(e: &mut Engine, qpn: Qpn, repr: &RoceRepr, info: &rnic_wire::OpcodeInfo, done: Done) {
+    let counters = e.counters.clone();
+    let Some(qp) = e.qp_mut(qpn) else { return };
+    let psn = repr.bth.psn;
+    if let Some(res) = done.read {
+        qp.epsn = psn.add(res.npkts);
+        qp.msn = (qp.msn + 1) & 0x00FF_FFFF;
+        qp.reads.push_back(res.clone());
+        send_read_responses(e, qpn, &res, 0);
+        return;
+    }
+    qp.epsn = psn.next();
+    if info.position.ends() {
+        qp.msn = (qp.msn + 1) & 0x00FF_FFFF;
+    }
+    let msn = qp.msn;
+    if let Some(wc) = done.wc {
+        if info.operation == Operation::Send {
+            counters.rdma_recvs.fetch_add(1, Ordering::Relaxed);
+        }
+        let cq = qp.recv_cq.clone();
+        e.push_wc(&cq, qpn, wc, repr.bth.se);
+    }
+    if repr.bth.ack_req {
+        send_ack(e, qpn, psn, ack_aeth(msn));
+    }
+}
+
+/// Sends the responses of a READ from response packet `from` on.
+fn send_read_responses(e: &mut Engine, qpn: Qpn, res: &ReadResource, from: u32) {
+    let counters = e.counters.clone();
+    let Some((qp, out)) = e.qp_and_out(qpn) else { return };
+    let Some(dst) = qp.attr.remote_ip else { return };
+    let mtu = qp.mtu;
+    let slice = if res.len > 0 {
+        match qp.mtpt.check_remote(res.rkey, qp.shared.pd, res.va, res.len, AccessFlags::REMOTE_READ) {
+            Ok(s) => Some(s),
+            Err(_) => return,
+        }
+    } else {
+        None
+    };
+    let msn = qp.msn;
+    let sport = qp.src_port;
+    for k in from..res.npkts {
+        let pos = match (k == 0, k + 1 == res.npkts) {
+            (true, true) => Position::Only,
+            (true, false) => Position::First,
+            (false, true) => Position::Last,
+            (false, false) => Position::Middle,
+        };
+        let opcode = match pos {
+            Position::Only => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            Position::First => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            Position::Middle => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+            Position::Last => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+        };
+        let offset = (k as usize) * mtu;
+        let plen = mtu.min(res.len - offset.min(res.len));
+        let aeth = (pos != Position::Middle).then(|| ack_aeth(msn));
+        let repr = RoceRepr {
+            bth: response_bth(opcode, qp, res.psn.add(k)),
+            ext: ExtHeaders { aeth, ..ExtHeaders::default() },
+            payload_len: plen,
+        };
+        let s = slice.as_ref();
+        out.emit(&counters, dst, sport, &repr, |p| {
+            if let Some(s) = s {
+                let _ = s.read(offset, p);
+            }
+        });
+    }
+}
+
+/// A duplicate request (IBA 9.7.5.1.5): SEND and WRITE are acknowledged again and not
+/// executed; a READ is answered again from the saved resource.
+fn duplicate(e: &mut Engine, _now: Time, qpn: Qpn, repr: &RoceRepr) {
+    let Some(qp) = e.qp_mut(qpn) else { return };
+    let info = repr.bth.opcode.info().expect("checked packet");
+    if info.operation == Operation::RdmaReadRequest {
+        let psn = repr.bth.psn;
+        let found = qp.reads.iter().find(|r| {
+            let d = r.psn.distance(psn);
+            d >= 0 && (d as u64) < u64::from(r.npkts)
+        });
+        if let Some(r) = found.cloned() {
+            let from = u32::try_from(r.psn.distance(psn)).unwrap_or(0);
+            send_read_responses(e, qpn, &r, from);
+        }
+        return;
+    }
+    // rxe: acknowledge the most recent PSN received, whatever the duplicate's AckReq.
+    let (last, msn) = (qp.epsn.sub(1), qp.msn);
+    send_ack(e, qpn, last, ack_aeth(msn));
+}
+
+/// Sends the NAK for a refusal; every refusal but RNR puts the QP in the error state
+/// (IBA 9.9.3.1, rxe `goto_error`).
+fn refuse(e: &mut Engine, qpn: Qpn, psn: Psn, refusal: Refusal) {
+    let counters = e.counters.clone();
+    let Some(qp) = e.qp_mut(qpn) else { return };
+    let syndrome = refusal.syndrome(qp.attr.min_rnr_timer);
+    let msn = qp.msn;
+    let len_err_wc = if refusal == Refusal::LengthError {
+        // The SEND in progress (or the one about to start) completes with LOC_LEN_ERR.
+        let rwqe = match qp.cur.take() {
+            Some(InProgress::Send { rwqe, .. }) => Some(rwqe),
+            _ => qp.rq.pop_front(),
+        };
+        rwqe.map(|r| {
+            qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
+            WorkCompletion {
+                wr_id: r.wr_id,
+                status: WcStatus::LocLenErr,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                imm_data: 0,
+                qp_num: qpn.value(),
+                src_qp: qp.attr.dest_qpn,
+                wc_flags: WcFlags::default(),
+                invalidated_rkey: 0,
+            }
+        })
+    } else {
+        None
+    };
+    if refusal == Refusal::Rnr {
+        counters.send_rnr_err.fetch_add(1, Ordering::Relaxed);
+    } else {
+        counters.send_nak_err.fetch_add(1, Ordering::Relaxed);
+    }
+    send_ack(e, qpn, psn, AethRepr { syndrome, msn });
+    if refusal != Refusal::Rnr {
+        if let Some(wc) = len_err_wc {
+            let cq = e.qp_mut(qpn).map(|q| q.recv_cq.clone());
+            if let Some(cq) = cq {
+                e.push_wc(&cq, qpn, wc, false);
+            }
+        }
+        e.enter_error(qpn, None);
+    }
+}

@@ -1,0 +1,272 @@
+//! An in-process fabric with virtual time: several engines, one wire, no threads.
+//!
+//! Every packet an engine emits gets its ICRC exactly as the UDP transport computes it
+//! (IPv4 ID 0, DF), crosses the fabric after `latency`, is checked for its ICRC and
+//! delivered. Time only moves when [`Fabric::step`] jumps to the next event (a delivery
+//! or a timer), so a run is exactly reproducible (quinn-proto's test harness and
+//! turmoil are the models).
+//!
+//! [`Rule`]s see every packet in flight and may pass, drop, delay, duplicate or corrupt
+//! it: the seam where fault injection plugs in.
+
+use crate::engine::{Engine, Time, TxPacket};
+use rnic_wire::icrc::IcrcContext;
+use std::collections::BinaryHeap;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+
+/// A packet on the fabric.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wire {
+    /// Sender's address.
+    pub src: IpAddr,
+    /// Receiver's address.
+    pub dst: IpAddr,
+    /// UDP source port.
+    pub src_port: u16,
+    /// BTH..ICRC, ICRC filled in.
+    pub data: Vec<u8>,
+}
+
+/// What a rule decides for a packet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Let the next rule decide (deliver after the fabric latency if none does).
+    Pass,
+    /// Lose the packet.
+    Drop,
+    /// Deliver after this much extra time.
+    Delay(Time),
+    /// Deliver it and a copy `after` later.
+    Duplicate {
+        /// Extra delay of the copy.
+        after: Time,
+    },
+    /// Flip one bit (the ICRC will fail at the receiver).
+    Corrupt {
+        /// Bit index into the packet (modulo its length).
+        bit: usize,
+    },
+}
+
+/// A fault-injection rule: the first rule returning anything but `Pass` decides.
+pub trait Rule: Send {
+    /// Decides the fate of `pkt` at time `now`.
+    fn judge(&mut self, now: Time, pkt: &Wire) -> Verdict;
+}
+
+impl<F: FnMut(Time, &Wire) -> Verdict + Send> Rule for F {
+    fn judge(&mut self, now: Time, pkt: &Wire) -> Verdict {
+        self(now, pkt)
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct InFlight {
+    at: Time,
+    seq: u64,
+    pkt: Wire,
+}
+
+impl Ord for InFlight {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        // Min-heap on (time, sequence).
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+/// A record of one packet delivered or dropped, for tests and tools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trace {
+    /// When it was sent.
+    pub at: Time,
+    /// The packet.
+    pub pkt: Wire,
+    /// What the rules decided.
+    pub verdict: Verdict,
+}
+
+/// The fabric.
+pub struct Fabric {
+    engines: Vec<Engine>,
+    wire: BinaryHeap<InFlight>,
+    seq: u64,
+    now: Time,
+    latency: Time,
+    rules: Vec<Box<dyn Rule>>,
+    /// Every packet sent, in order, with its verdict (when tracing is on).
+    pub trace: Option<Vec<Trace>>,
+    scratch: Vec<TxPacket>,
+}
+
+impl std::fmt::Debug for Fabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fabric").field("now", &self.now).field("in_flight", &self.wire.len()).finish()
+    }
+}
+
+impl Fabric {
+    /// An empty fabric whose wire delays every packet by `latency` ns.
+    pub fn new(latency: Time) -> Fabric {
+        Fabric {
+            engines: Vec::new(),
+            wire: BinaryHeap::new(),
+            seq: 0,
+            now: 0,
+            latency,
+            rules: Vec::new(),
+            trace: None,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Attaches an engine; returns its index.
+    pub fn add(&mut self, e: Engine) -> usize {
+        self.engines.push(e);
+        self.engines.len() - 1
+    }
+
+    /// An engine.
+    pub fn engine(&mut self, i: usize) -> &mut Engine {
+        &mut self.engines[i]
+    }
+
+    /// Current virtual time.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// Appends a rule to the chain.
+    pub fn add_rule(&mut self, r: impl Rule + 'static) {
+        self.rules.push(Box::new(r));
+    }
+
+    /// Packets on the wire.
+    pub fn in_flight(&self) -> usize {
+        self.wire.len()
+    }
+
+    /// Collects what every engine wants to send and puts it on the wire.
+    fn collect(&mut self) {
+        for i in 0..self.engines.len() {
+            let src = self.engines[i].config().local_ip;
+            self.engines[i].drain_transmits(&mut self.scratch);
+            let batch: Vec<TxPacket> = self.scratch.drain(..).collect();
+            for tx in batch {
+                let mut data = tx.data;
+                let ctx = IcrcContext::new(src, tx.dst, tx.src_port, rnic_wire::ROCEV2_UDP_PORT);
+                if ctx.fill(&mut data).is_err() {
+                    continue;
+                }
+                let pkt = Wire { src, dst: tx.dst, src_port: tx.src_port, data };
+                let mut verdict = Verdict::Pass;
+                for r in &mut self.rules {
+                    let v = r.judge(self.now, &pkt);
+                    if v != Verdict::Pass {
+                        verdict = v;
+                        break;
+                    }
+                }
+                if let Some(t) = &mut self.trace {
+                    t.push(Trace { at: self.now, pkt: pkt.clone(), verdict: verdict.clone() });
+                }
+                let at = self.now + self.latency;
+                match verdict {
+                    Verdict::Pass => self.put(at, pkt),
+                    Verdict::Drop => {}
+                    Verdict::Delay(d) => self.put(at + d, pkt),
+                    Verdict::Duplicate { after } => {
+                        self.put(at, pkt.clone());
+                        self.put(at + after, pkt);
+                    }
+                    Verdict::Corrupt { bit } => {
+                        let mut pkt = pkt;
+                        let n = pkt.data.len() * 8;
+                        if n > 0 {
+                            let b = bit % n;
+                            pkt.data[b / 8] ^= 1 << (b % 8);
+                        }
+                        self.put(at, pkt);
+                    }
+                }
+            }
+        }
+    }
+
+    fn put(&mut self, at: Time, pkt: Wire) {
+        self.seq += 1;
+        self.wire.push(InFlight { at, seq: self.seq, pkt });
+    }
+
+    /// The time of the next event (delivery or timer), if any.
+    pub fn next_event(&mut self) -> Option<Time> {
+        self.collect();
+        let wire = self.wire.peek().map(|f| f.at);
+        let timers = self.engines.iter().filter_map(Engine::poll_timeout).min();
+        match (wire, timers) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Advances to the next event and handles everything due then. Returns false when
+    /// nothing is left to happen.
+    pub fn step(&mut self) -> bool {
+        let Some(t) = self.next_event() else { return false };
+        self.now = self.now.max(t);
+        while self.wire.peek().is_some_and(|f| f.at <= self.now) {
+            let f = self.wire.pop().expect("peeked");
+            self.deliver(f.pkt);
+        }
+        for e in &mut self.engines {
+            if e.poll_timeout().is_some_and(|d| d <= self.now) {
+                e.handle_timeout(self.now);
+            }
+        }
+        self.collect();
+        true
+    }
+
+    fn deliver(&mut self, pkt: Wire) {
+        let now = self.now;
+        let Some(e) = self.engines.iter_mut().find(|e| e.config().local_ip == pkt.dst) else { return };
+        let ctx = IcrcContext::new(pkt.src, pkt.dst, pkt.src_port, rnic_wire::ROCEV2_UDP_PORT);
+        if ctx.verify(&pkt.data).is_err() {
+            // IBA C9-3: a packet with a bad ICRC is dropped silently.
+            e.counters().icrc_err.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        e.handle_packet(now, pkt.src, &pkt.data);
+    }
+
+    /// Steps until nothing is left to happen or virtual time passes `deadline`.
+    /// Returns the number of steps taken.
+    pub fn run_until(&mut self, deadline: Time) -> usize {
+        let mut n = 0;
+        while self.next_event().is_some_and(|t| t <= deadline) {
+            self.step();
+            n += 1;
+        }
+        n
+    }
+
+    /// Steps until `done` holds or nothing is left to happen; returns whether `done` held.
+    pub fn run_while(&mut self, mut done: impl FnMut(&mut Fabric) -> bool, deadline: Time) -> bool {
+        loop {
+            if done(self) {
+                return true;
+            }
+            match self.next_event() {
+                Some(t) if t <= deadline => {
+                    self.step();
+                }
+                _ => return done(self),
+            }
+        }
+    }
+}

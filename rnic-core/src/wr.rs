@@ -1,0 +1,255 @@
+//! Work requests as the application posts them (the shapes of `ibv_send_wr` /
+//! `ibv_recv_wr`), and the completion records the NIC writes back (`ibv_wc`).
+
+use std::fmt;
+
+/// A scatter/gather element: `length` bytes at `addr` in the region named by `lkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sge {
+    /// Virtual address of the first byte.
+    pub addr: u64,
+    /// Number of bytes.
+    pub length: u32,
+    /// Local key of the memory region holding the bytes.
+    pub lkey: u32,
+}
+
+/// What a send work request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SendOp {
+    /// SEND: the bytes land in the peer's next receive buffer.
+    Send,
+    /// SEND with 32 bits of immediate data delivered in the peer's completion.
+    SendWithImm {
+        /// Immediate data, as the application sees it (host order).
+        imm: u32,
+    },
+    /// RDMA WRITE into the peer's memory; the peer's CPU sees nothing.
+    RdmaWrite {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// RDMA WRITE that also consumes a receive WQE at the peer and completes there with
+    /// the immediate data.
+    RdmaWriteWithImm {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Immediate data.
+        imm: u32,
+    },
+    /// RDMA READ from the peer's memory into the local SGEs.
+    RdmaRead {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+}
+
+impl SendOp {
+    /// The completion opcode this request completes with.
+    pub fn wc_opcode(&self) -> WcOpcode {
+        match self {
+            SendOp::Send | SendOp::SendWithImm { .. } => WcOpcode::Send,
+            SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => WcOpcode::RdmaWrite,
+            SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+        }
+    }
+
+    /// True for operations whose local buffers the NIC writes.
+    pub fn writes_local(&self) -> bool {
+        matches!(self, SendOp::RdmaRead { .. })
+    }
+
+    /// The name, as verbs spell it (`IBV_WR_SEND`...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            SendOp::Send => "SEND",
+            SendOp::SendWithImm { .. } => "SEND_WITH_IMM",
+            SendOp::RdmaWrite { .. } => "RDMA_WRITE",
+            SendOp::RdmaWriteWithImm { .. } => "RDMA_WRITE_WITH_IMM",
+            SendOp::RdmaRead { .. } => "RDMA_READ",
+        }
+    }
+}
+
+/// Flags of a send work request (`ibv_send_flags`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SendFlags {
+    /// Generate a completion even if the QP was created without `sq_sig_all`.
+    pub signaled: bool,
+    /// Set the solicited-event bit on the last packet.
+    pub solicited: bool,
+    /// Copy the SGE bytes at post time (no lkey needed; at most `max_inline_data`).
+    pub inline: bool,
+    /// Wait for earlier RDMA READs to complete before starting.
+    pub fence: bool,
+}
+
+/// A send work request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub op: SendOp,
+    /// Local buffers: gathered from for SEND / WRITE, scattered into for READ.
+    pub sg_list: Vec<Sge>,
+    /// Flags.
+    pub flags: SendFlags,
+}
+
+/// A receive work request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Buffers an incoming SEND is scattered into, in order.
+    pub sg_list: Vec<Sge>,
+}
+
+/// Completion status (`enum ibv_wc_status`). A failed completion is data, not an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WcStatus {
+    /// The work request completed.
+    Success,
+    /// A local length error: an incoming message did not fit the receive buffers.
+    LocLenErr,
+    /// A local QP operation error.
+    LocQpOpErr,
+    /// A local protection error: an SGE failed its lkey check.
+    LocProtErr,
+    /// The QP entered the error state before this work request completed.
+    WrFlushErr,
+    /// The responder returned an unexpected response.
+    BadRespErr,
+    /// A local access error at the responder (e.g. a receive buffer not writable).
+    LocAccessErr,
+    /// The responder NAKed the request as invalid (NAK code 1).
+    RemInvReqErr,
+    /// The responder NAKed the request for an R_Key, PD, access or bounds violation
+    /// (NAK code 2).
+    RemAccessErr,
+    /// The responder could not complete the request (NAK code 3).
+    RemOpErr,
+    /// The transport retry counter ran out.
+    RetryExcErr,
+    /// The RNR retry counter ran out.
+    RnrRetryExcErr,
+    /// The completion queue overflowed.
+    GeneralErr,
+}
+
+impl WcStatus {
+    /// The name verbs prints (`ibv_wc_status_str` spelling, abbreviated).
+    pub fn name(self) -> &'static str {
+        match self {
+            WcStatus::Success => "SUCCESS",
+            WcStatus::LocLenErr => "LOC_LEN_ERR",
+            WcStatus::LocQpOpErr => "LOC_QP_OP_ERR",
+            WcStatus::LocProtErr => "LOC_PROT_ERR",
+            WcStatus::WrFlushErr => "WR_FLUSH_ERR",
+            WcStatus::BadRespErr => "BAD_RESP_ERR",
+            WcStatus::LocAccessErr => "LOC_ACCESS_ERR",
+            WcStatus::RemInvReqErr => "REM_INV_REQ_ERR",
+            WcStatus::RemAccessErr => "REM_ACCESS_ERR",
+            WcStatus::RemOpErr => "REM_OP_ERR",
+            WcStatus::RetryExcErr => "RETRY_EXC_ERR",
+            WcStatus::RnrRetryExcErr => "RNR_RETRY_EXC_ERR",
+            WcStatus::GeneralErr => "GENERAL_ERR",
+        }
+    }
+}
+
+impl fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Completion opcode (`enum ibv_wc_opcode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WcOpcode {
+    /// A SEND (with or without immediate) completed at the requester.
+    Send,
+    /// An RDMA WRITE completed at the requester.
+    RdmaWrite,
+    /// An RDMA READ completed at the requester.
+    RdmaRead,
+    /// A SEND arrived in a receive buffer.
+    Recv,
+    /// An RDMA WRITE with immediate arrived (consuming a receive WQE).
+    RecvRdmaWithImm,
+}
+
+impl WcOpcode {
+    /// The name verbs uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            WcOpcode::Send => "SEND",
+            WcOpcode::RdmaWrite => "RDMA_WRITE",
+            WcOpcode::RdmaRead => "RDMA_READ",
+            WcOpcode::Recv => "RECV",
+            WcOpcode::RecvRdmaWithImm => "RECV_RDMA_WITH_IMM",
+        }
+    }
+}
+
+/// Work completion flags (`ibv_wc_flags`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WcFlags {
+    /// `imm_data` is valid.
+    pub with_imm: bool,
+    /// The first 40 bytes of the receive buffer hold a GRH (UD).
+    pub grh: bool,
+    /// `invalidated_rkey` is valid.
+    pub with_inv: bool,
+}
+
+/// A work completion (`struct ibv_wc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkCompletion {
+    /// The work request's id.
+    pub wr_id: u64,
+    /// Success or the reason for failure.
+    pub status: WcStatus,
+    /// What completed.
+    pub opcode: WcOpcode,
+    /// Bytes transferred (receive side: bytes placed in the buffers).
+    pub byte_len: u32,
+    /// Immediate data (valid with `wc_flags.with_imm`).
+    pub imm_data: u32,
+    /// Local QP number.
+    pub qp_num: u32,
+    /// Remote QP number (UD; for RC the connected QP).
+    pub src_qp: u32,
+    /// Flags.
+    pub wc_flags: WcFlags,
+    /// The R_Key invalidated by a SEND with Invalidate (valid with `wc_flags.with_inv`).
+    pub invalidated_rkey: u32,
+}
+
+impl fmt::Display for WorkCompletion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "wr_id={} {} {} len={} qp={:#x}",
+            self.wr_id,
+            self.opcode.name(),
+            self.status,
+            self.byte_len,
+            self.qp_num
+        )?;
+        if self.wc_flags.with_imm {
+            write!(f, " imm={:#x}", self.imm_data)?;
+        }
+        Ok(())
+    }
+}

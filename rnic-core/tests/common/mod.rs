@@ -1,0 +1,175 @@
+//! A two-node harness over the deterministic fabric: node A and node B, each with one
+//! protection domain, one region of memory, one CQ pair and one connected RC QP.
+#![allow(dead_code, clippy::cast_possible_truncation)]
+
+use rnic_core::counters::Counters;
+use rnic_core::cq::Cq;
+use rnic_core::engine::qp::{self, QpAttr, QpCap, QpShared};
+use rnic_core::engine::{Engine, EngineConfig};
+use rnic_core::fabric::Fabric;
+use rnic_core::mem::MemBlock;
+use rnic_core::mr::{AccessFlags, MrKeys, Mtpt, PdId};
+use rnic_core::qp_state::{QpAttrMask, QpState, QpType};
+use rnic_core::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, WorkCompletion};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+pub const A: usize = 0;
+pub const B: usize = 1;
+
+pub struct Node {
+    pub ip: IpAddr,
+    pub mtpt: Arc<Mtpt>,
+    pub pd: PdId,
+    pub mem: Arc<MemBlock>,
+    pub keys: MrKeys,
+    pub iova: u64,
+    pub scq: Arc<Cq>,
+    pub rcq: Arc<Cq>,
+    pub qp: Arc<QpShared>,
+}
+
+pub struct Pair {
+    pub fab: Fabric,
+    pub nodes: [Node; 2],
+}
+
+pub const MEM: usize = 4 << 20;
+
+fn node(fab: &mut Fabric, ip: &str, cap: QpCap) -> Node {
+    let ip: IpAddr = ip.parse().unwrap();
+    let mtpt = Arc::new(Mtpt::new(1024));
+    let mut e = Engine::new(EngineConfig::new(ip), mtpt.clone(), Arc::new(Counters::default()));
+    let pd = PdId(1);
+    let mem = Arc::new(MemBlock::new(MEM).unwrap());
+    let iova = mem.addr();
+    let keys = mtpt.register(pd, mem.clone(), 0, MEM, iova, AccessFlags::all()).unwrap();
+    let scq = Arc::new(Cq::new(1, 4096));
+    let rcq = Arc::new(Cq::new(2, 4096));
+    let qp = e.create_qp(QpType::Rc, pd, cap, false, scq.clone(), rcq.clone()).unwrap();
+    fab.add(e);
+    Node { ip, mtpt, pd, mem, keys, iova, scq, rcq, qp }
+}
+
+pub fn connect_attrs(remote: &Node, mtu_code: u32, sq_psn: u32, rq_psn: u32) -> [QpAttr; 3] {
+    let init = QpAttr {
+        mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+        state: QpState::Init,
+        access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+        ..QpAttr::default()
+    };
+    let rtr = QpAttr {
+        mask: QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN
+            | QpAttrMask::MAX_DEST_RD_ATOMIC
+            | QpAttrMask::MIN_RNR_TIMER,
+        state: QpState::Rtr,
+        remote_ip: Some(remote.ip),
+        path_mtu: mtu_code,
+        dest_qpn: remote.qp.qpn.value(),
+        rq_psn,
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 1,
+        ..QpAttr::default()
+    };
+    let rts = QpAttr {
+        mask: QpAttrMask::STATE
+            | QpAttrMask::SQ_PSN
+            | QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::MAX_QP_RD_ATOMIC,
+        state: QpState::Rts,
+        sq_psn,
+        timeout: 10,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 4,
+        ..QpAttr::default()
+    };
+    [init, rtr, rts]
+}
+
+impl Pair {
+    /// Two connected nodes at path MTU `mtu_code` (ibv code), with the given PSNs.
+    pub fn new(mtu_code: u32, psn_a: u32, psn_b: u32) -> Pair {
+        Self::with_cap(mtu_code, psn_a, psn_b, QpCap::default())
+    }
+
+    pub fn with_cap(mtu_code: u32, psn_a: u32, psn_b: u32, cap: QpCap) -> Pair {
+        let mut fab = Fabric::new(2_000);
+        let a = node(&mut fab, "10.0.0.1", cap);
+        let b = node(&mut fab, "10.0.0.2", cap);
+        let mut p = Pair { fab, nodes: [a, b] };
+        for (me, other, sq, rq) in [(A, B, psn_a, psn_b), (B, A, psn_b, psn_a)] {
+            let attrs = connect_attrs(&p.nodes[other], mtu_code, sq, rq);
+            let qpn = p.nodes[me].qp.qpn;
+            for at in attrs {
+                p.fab.engine(me).modify_qp(0, qpn, &at).unwrap();
+            }
+        }
+        p
+    }
+
+    pub fn post_send(&mut self, n: usize, wr: SendWr) -> Result<(), qp::PostError> {
+        let node = &self.nodes[n];
+        let wqe = qp::validate_send(&node.qp, &node.mtpt, &wr)?;
+        let qpn = node.qp.qpn;
+        let now = self.fab.now();
+        self.fab.engine(n).post_send(now, qpn, wqe);
+        Ok(())
+    }
+
+    pub fn post_recv(&mut self, n: usize, wr: RecvWr) -> Result<(), qp::PostError> {
+        let node = &self.nodes[n];
+        let wqe = qp::validate_recv(&node.qp, &node.mtpt, &wr)?;
+        let qpn = node.qp.qpn;
+        self.fab.engine(n).post_recv(qpn, wqe);
+        Ok(())
+    }
+
+    /// Runs until `n` completions are in node `node`'s send CQ (or nothing more happens).
+    pub fn run(&mut self) {
+        let deadline = self.fab.now() + 60_000_000_000;
+        self.fab.run_until(deadline);
+    }
+
+    pub fn sge(&self, n: usize, offset: u64, len: u32) -> Sge {
+        let node = &self.nodes[n];
+        Sge { addr: node.iova + offset, length: len, lkey: node.keys.lkey }
+    }
+
+    pub fn fill(&self, n: usize, offset: usize, data: &[u8]) {
+        self.nodes[n].mem.write(offset, data).unwrap();
+    }
+
+    pub fn read(&self, n: usize, offset: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.nodes[n].mem.read(offset, &mut v).unwrap();
+        v
+    }
+
+    pub fn wcs(cq: &Cq) -> Vec<WorkCompletion> {
+        std::iter::from_fn(|| cq.poll_one()).collect()
+    }
+}
+
+pub fn signaled(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
+    SendWr { wr_id, op, sg_list, flags: SendFlags { signaled: true, ..SendFlags::default() } }
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so a mismatch is reproducible.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
