@@ -1,9 +1,16 @@
 //! The simulated RoCEv2 HCA.
 //!
-//! - [`mem`]: registered memory blocks the NIC reads and writes ("DMA"), pinning, and the 8-byte
-//!   RDMA atomics. This is the only module of the crate with `unsafe` code.
+//! - [`mem`]: registered memory blocks the NIC reads and writes ("DMA"), pinning, and the
+//!   8-byte RDMA atomics. The only module with `unsafe` code apart from [`sys`] (one
+//!   socket option std and socket2 lack).
 //! - [`mr`]: the memory translation and protection table (lkey / rkey checks).
-//! - [`qp_state`]: the QP state machine, the modify-QP attribute table and attribute value checks.
+//! - [`qp_state`]: the QP state machine, the modify-QP attribute table and value checks.
+//! - [`wr`], [`cq`], [`counters`]: work requests and completions, completion queues,
+//!   rxe-named counters.
+//! - [`engine`]: the sans-IO protocol engine (requester/completer and responder).
+//! - [`fabric`]: engines on virtual time with fault-injection rules, for tests.
+//! - [`device`]: the driver running an engine on a progress thread over UDP.
+//! - [`capture`]: pcap capture of every packet.
 #![deny(unsafe_code)]
 
 #[allow(unsafe_code)]
@@ -11,8 +18,13 @@ pub mod mem;
 pub mod mr;
 pub mod qp_state;
 
+pub mod capture;
 pub mod counters;
+pub mod device;
 pub mod cq;
 pub mod engine;
 pub mod fabric;
 pub mod wr;
+
+#[allow(unsafe_code)]
+pub mod sys;

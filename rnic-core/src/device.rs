@@ -1,0 +1,517 @@
+//! The driver: runs one [`Engine`] on a progress thread over the UDP transport.
+//!
+//! ```text
+//!  application threads                progress thread               RX thread
+//!  post_send: validate on the caller  --Cmd::PostSend-->  engine  <--Cmd::Rx(batch)--  recv + ICRC check
+//!  modify/create: Cmd + reply channel                     |  tx batch
+//!  poll_cq: lock-free CQ  <------- completions -----------+--> UDP send (ICRC filled)
+//! ```
+//!
+//! No lock is shared between the posting thread and the progress thread on the
+//! per-packet path: work requests travel through a crossbeam channel, completions
+//! through each CQ's lock-free queue, counters are atomics.
+
+use crate::capture::Capture;
+use crate::counters::Counters;
+use crate::cq::Cq;
+use crate::engine::qp::{self, PostError, QpAttr, QpCap, QpShared, RecvWqe, SendWqe};
+use crate::engine::{AsyncEvent, Engine, EngineConfig, EngineError, TxPacket};
+use crate::mem::{MemBlock, MemError};
+use crate::mr::{AccessFlags, MrError, MrKeys, Mtpt, PdId};
+use crate::qp_state::QpType;
+use crate::wr::{RecvWr, SendWr};
+use crossbeam_channel::{Receiver, Sender};
+use rnic_wire::icrc::IcrcContext;
+use rnic_wire::{Qpn, ROCEV2_UDP_PORT};
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How to open a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// Name (`rnic0`).
+    pub name: String,
+    /// The local address the device binds (its GID is the IPv4-mapped form).
+    pub ip: IpAddr,
+    /// UDP port (4791 unless testing).
+    pub port: u16,
+    /// Pin registered memory with mlock, as a real driver does.
+    pub pin_memory: bool,
+    /// Write every packet sent and received to this pcap file.
+    pub capture: Option<PathBuf>,
+    /// Memory regions the device can hold.
+    pub max_mr: u32,
+}
+
+impl DeviceConfig {
+    /// A device `name` at `ip`, port 4791, pinning on, capture from `RNIC_PCAP` if set.
+    pub fn new(name: impl Into<String>, ip: IpAddr) -> DeviceConfig {
+        DeviceConfig {
+            name: name.into(),
+            ip,
+            port: ROCEV2_UDP_PORT,
+            pin_memory: true,
+            capture: std::env::var_os("RNIC_PCAP").map(PathBuf::from),
+            max_mr: 1 << 16,
+        }
+    }
+}
+
+/// Why opening a device or registering memory failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeviceError {
+    /// The UDP socket could not be bound.
+    #[error("device {name}: cannot bind UDP {addr}: {source}")]
+    Bind {
+        /// Device name.
+        name: String,
+        /// Address.
+        addr: SocketAddr,
+        /// Cause.
+        source: io::Error,
+    },
+    /// The capture file could not be created.
+    #[error("device {name}: cannot create capture file {path}: {source}")]
+    Capture {
+        /// Device name.
+        name: String,
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        source: io::Error,
+    },
+    /// Any other I/O failure.
+    #[error("device {name}: {source}")]
+    Io {
+        /// Device name.
+        name: String,
+        /// Cause.
+        source: io::Error,
+    },
+    /// Registration was refused.
+    #[error(transparent)]
+    Mr(#[from] MrError),
+    /// Memory could not be mapped or pinned.
+    #[error(transparent)]
+    Mem(#[from] MemError),
+    /// The progress thread has stopped.
+    #[error("device {0}: the progress thread has stopped")]
+    Stopped(String),
+}
+
+enum Cmd {
+    CreateQp {
+        qp_type: QpType,
+        pd: PdId,
+        cap: QpCap,
+        sq_sig_all: bool,
+        send_cq: Arc<Cq>,
+        recv_cq: Arc<Cq>,
+        reply: Sender<Result<Arc<QpShared>, EngineError>>,
+    },
+    ModifyQp {
+        qpn: Qpn,
+        attr: QpAttr,
+        reply: Sender<Result<(), EngineError>>,
+    },
+    QueryQp {
+        qpn: Qpn,
+        reply: Sender<Result<QpAttr, EngineError>>,
+    },
+    DestroyQp {
+        qpn: Qpn,
+        reply: Sender<Result<(), EngineError>>,
+    },
+    PostSend(Qpn, SendWqe),
+    PostRecv(Qpn, RecvWqe),
+    Rx(Vec<Datagram>),
+    Shutdown,
+}
+
+struct Datagram {
+    src: IpAddr,
+    data: Vec<u8>,
+}
+
+/// An open emulated device. Cloning gives another handle to the same device; the
+/// threads stop when the last handle is dropped.
+#[derive(Clone, Debug)]
+pub struct Device {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: DeviceConfig,
+    local: SocketAddr,
+    mtpt: Arc<Mtpt>,
+    counters: Arc<Counters>,
+    cmd: Sender<Cmd>,
+    events: Receiver<AsyncEvent>,
+    next_pd: AtomicU32,
+    next_cq: AtomicU32,
+    stop: Arc<AtomicBool>,
+    threads: parking_lot::Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device").field("name", &self.config.name).field("local", &self.local).finish()
+    }
+}
+
+fn bind(config: &DeviceConfig) -> Result<UdpSocket, DeviceError> {
+    let addr = SocketAddr::new(config.ip, config.port);
+    let err = |source| DeviceError::Bind { name: config.name.clone(), addr, source };
+    let domain = if config.ip.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).map_err(err)?;
+    s.set_recv_buffer_size(8 << 20).map_err(err)?;
+    s.set_send_buffer_size(8 << 20).map_err(err)?;
+    if config.ip.is_ipv4() {
+        // IPv4 ID 0 and DF on every datagram, so the ICRC is computable at both ends.
+        crate::sys::set_pmtudisc_do(&s).map_err(err)?;
+    }
+    s.bind(&addr.into()).map_err(err)?;
+    let u: UdpSocket = s.into();
+    u.set_read_timeout(Some(Duration::from_millis(50))).map_err(err)?;
+    Ok(u)
+}
+
+impl Device {
+    /// Opens a device: binds its UDP port and starts its progress and receive threads.
+    pub fn open(config: DeviceConfig) -> Result<Device, DeviceError> {
+        let sock = bind(&config)?;
+        let local = sock.local_addr().map_err(|source| DeviceError::Io { name: config.name.clone(), source })?;
+        let capture = match &config.capture {
+            Some(p) => Some(Capture::shared(p, local.ip()).map_err(|source| DeviceError::Capture {
+                name: config.name.clone(),
+                path: p.clone(),
+                source,
+            })?),
+            None => None,
+        };
+        let mtpt = Arc::new(Mtpt::new(config.max_mr));
+        let counters = Arc::new(Counters::default());
+        let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
+        let (ev_tx, ev_rx) = crossbeam_channel::unbounded();
+        let stop = Arc::new(AtomicBool::new(false));
+        let engine = Engine::new(EngineConfig::new(local.ip()), mtpt.clone(), counters.clone());
+        let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
+        let tx_sock = sock.try_clone().map_err(io_err)?;
+        let progress = {
+            let cap = capture.clone();
+            std::thread::Builder::new()
+                .name(format!("{}-progress", config.name))
+                .spawn(move || progress_loop(engine, cmd_rx, tx_sock, local, ev_tx, cap))
+                .map_err(io_err)?
+        };
+        let rx = {
+            let (cmd, stop, counters, cap) = (cmd_tx.clone(), stop.clone(), counters.clone(), capture);
+            std::thread::Builder::new()
+                .name(format!("{}-rx", config.name))
+                .spawn(move || rx_loop(sock, local, cmd, stop, counters, cap))
+                .map_err(io_err)?
+        };
+        Ok(Device {
+            inner: Arc::new(Inner {
+                config,
+                local,
+                mtpt,
+                counters,
+                cmd: cmd_tx,
+                events: ev_rx,
+                next_pd: AtomicU32::new(1),
+                next_cq: AtomicU32::new(1),
+                stop,
+                threads: parking_lot::Mutex::new(vec![progress, rx]),
+            }),
+        })
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        &self.inner.config.name
+    }
+
+    /// The configuration it was opened with.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.inner.config
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.inner.local
+    }
+
+    /// The device's counters.
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.inner.counters
+    }
+
+    /// The memory table.
+    pub fn mtpt(&self) -> &Arc<Mtpt> {
+        &self.inner.mtpt
+    }
+
+    /// The asynchronous event queue.
+    pub fn events(&self) -> &Receiver<AsyncEvent> {
+        &self.inner.events
+    }
+
+    /// Allocates a protection domain number.
+    pub fn alloc_pd(&self) -> PdId {
+        PdId(self.inner.next_pd.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Registers `len` bytes of `block` from `offset`, visible at `iova`; pins the block
+    /// first when the device pins memory.
+    pub fn reg_mr(
+        &self,
+        pd: PdId,
+        block: Arc<MemBlock>,
+        offset: usize,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<MrKeys, DeviceError> {
+        if self.inner.config.pin_memory && !block.is_pinned() {
+            block.pin()?;
+        }
+        Ok(self.inner.mtpt.register(pd, block, offset, len, iova, access)?)
+    }
+
+    /// Creates a completion queue of `depth` entries.
+    pub fn create_cq(&self, depth: usize) -> Arc<Cq> {
+        Arc::new(Cq::new(self.inner.next_cq.fetch_add(1, Ordering::Relaxed), depth))
+    }
+
+    fn call<T>(&self, make: impl FnOnce(Sender<T>) -> Cmd) -> Result<T, DeviceError> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.inner.cmd.send(make(tx)).map_err(|_| DeviceError::Stopped(self.name().into()))?;
+        rx.recv().map_err(|_| DeviceError::Stopped(self.name().into()))
+    }
+
+    /// Creates a QP in the RESET state.
+    pub fn create_qp(
+        &self,
+        qp_type: QpType,
+        pd: PdId,
+        cap: QpCap,
+        sq_sig_all: bool,
+        send_cq: Arc<Cq>,
+        recv_cq: Arc<Cq>,
+    ) -> Result<Result<Arc<QpShared>, EngineError>, DeviceError> {
+        self.call(|reply| Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, reply })
+    }
+
+    /// Modifies a QP (checked against IBA's table by the engine).
+    pub fn modify_qp(&self, qpn: Qpn, attr: QpAttr) -> Result<Result<(), EngineError>, DeviceError> {
+        self.call(|reply| Cmd::ModifyQp { qpn, attr, reply })
+    }
+
+    /// Reads a QP's attributes.
+    pub fn query_qp(&self, qpn: Qpn) -> Result<Result<QpAttr, EngineError>, DeviceError> {
+        self.call(|reply| Cmd::QueryQp { qpn, reply })
+    }
+
+    /// Destroys a QP.
+    pub fn destroy_qp(&self, qpn: Qpn) -> Result<Result<(), EngineError>, DeviceError> {
+        self.call(|reply| Cmd::DestroyQp { qpn, reply })
+    }
+
+    /// Validates a send WR on the calling thread and hands it to the engine.
+    pub fn post_send(&self, qp: &QpShared, wr: &SendWr) -> Result<(), PostError> {
+        let wqe = qp::validate_send(qp, &self.inner.mtpt, wr)?;
+        self.hand_over(Cmd::PostSend(qp.qpn, wqe), &qp.sq_outstanding);
+        Ok(())
+    }
+
+    /// Hands an already validated send WQE to the engine.
+    pub fn post_send_wqe(&self, qp: &QpShared, wqe: SendWqe) {
+        self.hand_over(Cmd::PostSend(qp.qpn, wqe), &qp.sq_outstanding);
+    }
+
+    /// Validates a receive WR on the calling thread and hands it to the engine.
+    pub fn post_recv(&self, qp: &QpShared, wr: &RecvWr) -> Result<(), PostError> {
+        let wqe = qp::validate_recv(qp, &self.inner.mtpt, wr)?;
+        self.hand_over(Cmd::PostRecv(qp.qpn, wqe), &qp.rq_outstanding);
+        Ok(())
+    }
+
+    fn hand_over(&self, cmd: Cmd, slot: &AtomicU32) {
+        if self.inner.cmd.send(cmd).is_err() {
+            // The device is shutting down: release the reserved slot.
+            slot.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.cmd.send(Cmd::Shutdown);
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn to_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn progress_loop(
+    mut engine: Engine,
+    cmds: Receiver<Cmd>,
+    sock: UdpSocket,
+    local: SocketAddr,
+    events: Sender<AsyncEvent>,
+    capture: Option<Arc<Capture>>,
+) {
+    let start = Instant::now();
+    let now = || to_ns(start.elapsed());
+    let mut batch: Vec<TxPacket> = Vec::with_capacity(256);
+    loop {
+        let wait = engine.poll_timeout().map(|t| Duration::from_nanos(t.saturating_sub(now())));
+        let first = match wait {
+            Some(d) => match cmds.recv_timeout(d) {
+                Ok(c) => Some(c),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            },
+            None => match cmds.recv() {
+                Ok(c) => Some(c),
+                Err(_) => return,
+            },
+        };
+        let mut shutdown = false;
+        if let Some(c) = first {
+            shutdown |= handle(&mut engine, now(), c);
+            for _ in 0..256 {
+                match cmds.try_recv() {
+                    Ok(c) => shutdown |= handle(&mut engine, now(), c),
+                    Err(_) => break,
+                }
+            }
+        }
+        let t = now();
+        if engine.poll_timeout().is_some_and(|d| d <= t) {
+            engine.handle_timeout(t);
+        }
+        engine.drain_transmits(&mut batch);
+        send_batch(&sock, local, &mut batch, engine.counters(), capture.as_deref());
+        for p in batch.drain(..) {
+            engine.recycle(p.data);
+        }
+        while let Some(ev) = engine.poll_event() {
+            let _ = events.send(ev);
+        }
+        if shutdown {
+            if let Some(c) = &capture {
+                c.flush();
+            }
+            return;
+        }
+    }
+}
+
+fn handle(engine: &mut Engine, now: u64, cmd: Cmd) -> bool {
+    match cmd {
+        Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, reply } => {
+            let _ = reply.send(engine.create_qp(qp_type, pd, cap, sq_sig_all, send_cq, recv_cq));
+        }
+        Cmd::ModifyQp { qpn, attr, reply } => {
+            let _ = reply.send(engine.modify_qp(now, qpn, &attr));
+        }
+        Cmd::QueryQp { qpn, reply } => {
+            let _ = reply.send(engine.query_qp(qpn));
+        }
+        Cmd::DestroyQp { qpn, reply } => {
+            let _ = reply.send(engine.destroy_qp(qpn));
+        }
+        Cmd::PostSend(qpn, wqe) => engine.post_send(now, qpn, wqe),
+        Cmd::PostRecv(qpn, wqe) => engine.post_recv(qpn, wqe),
+        Cmd::Rx(batch) => {
+            for d in batch {
+                engine.handle_packet(now, d.src, &d.data);
+            }
+        }
+        Cmd::Shutdown => return true,
+    }
+    false
+}
+
+/// Sends a batch, filling each ICRC for the headers the kernel will write (unconnected
+/// socket, `IP_PMTUDISC_DO`: IPv4 ID 0, DF; the source port is the bound port).
+fn send_batch(sock: &UdpSocket, local: SocketAddr, batch: &mut [TxPacket], counters: &Counters, capture: Option<&Capture>) {
+    for p in batch.iter_mut() {
+        let ctx = IcrcContext::new(local.ip(), p.dst, local.port(), ROCEV2_UDP_PORT);
+        if ctx.fill(&mut p.data).is_err() {
+            counters.send_err.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        if let Some(c) = capture {
+            c.record(local.ip(), p.dst, local.port(), ROCEV2_UDP_PORT, &p.data);
+        }
+        if sock.send_to(&p.data, SocketAddr::new(p.dst, ROCEV2_UDP_PORT)).is_err() {
+            counters.send_err.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn rx_loop(
+    sock: UdpSocket,
+    local: SocketAddr,
+    cmds: Sender<Cmd>,
+    stop: Arc<AtomicBool>,
+    counters: Arc<Counters>,
+    capture: Option<Arc<Capture>>,
+) {
+    let mut buf = vec![0u8; 65536];
+    let mut batch = Vec::with_capacity(64);
+    while !stop.load(Ordering::Acquire) {
+        match sock.recv_from(&mut buf) {
+            Ok((n, from)) => {
+                let data = &buf[..n];
+                let ctx = IcrcContext::new(from.ip(), local.ip(), from.port(), local.port());
+                if ctx.verify(data).is_err() {
+                    // IBA C9-3: a bad ICRC is dropped silently (and counted here).
+                    counters.icrc_err.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                if let Some(c) = &capture {
+                    c.record_rx(from.ip(), local.ip(), from.port(), local.port(), data);
+                }
+                batch.push(Datagram { src: from.ip(), data: data.to_vec() });
+                if (batch.len() >= 64 || !more_pending(&sock)) && cmds.send(Cmd::Rx(std::mem::take(&mut batch))).is_err() {
+                    return;
+                }
+            }
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                if !batch.is_empty() && cmds.send(Cmd::Rx(std::mem::take(&mut batch))).is_err() {
+                    return;
+                }
+            }
+            Err(_) => {
+                counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// True if another datagram is already queued on the socket.
+fn more_pending(sock: &UdpSocket) -> bool {
+    let mut probe = [0u8; 1];
+    if sock.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let r = sock.peek_from(&mut probe).is_ok();
+    let _ = sock.set_nonblocking(false);
+    r
+}
