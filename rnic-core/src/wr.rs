@@ -104,6 +104,32 @@ pub struct SendWr {
     pub flags: SendFlags,
 }
 
+impl SendWr {
+    /// A signaled SEND of `sg_list`.
+    pub fn send(wr_id: u64, sg_list: Vec<Sge>) -> SendWr {
+        SendWr::new(wr_id, SendOp::Send, sg_list)
+    }
+
+    /// A signaled work request.
+    pub fn new(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
+        SendWr { wr_id, op, sg_list, flags: SendFlags { signaled: true, ..SendFlags::default() } }
+    }
+
+    /// The same request, unsignaled.
+    #[must_use]
+    pub fn unsignaled(mut self) -> SendWr {
+        self.flags.signaled = false;
+        self
+    }
+
+    /// The same request, with data copied at post time.
+    #[must_use]
+    pub fn inline(mut self) -> SendWr {
+        self.flags.inline = true;
+        self
+    }
+}
+
 /// A receive work request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecvWr {

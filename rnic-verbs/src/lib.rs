@@ -1,14 +1,881 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
+//! # rnic-verbs: a verbs-like API over the rnic emulated RoCEv2 HCA
+//!
+//! The shapes follow libibverbs (and rust-ibverbs): a device [`Context`], protection
+//! domains, memory regions, completion queues and queue pairs. Handles own their
+//! parents through `Arc`, so a QP keeps its PD, CQs and device alive, and any of them can
+//! be stored together in one struct.
+//!
+//! Bringing up an RC connection takes three steps:
+//! 1. [`ProtectionDomain::qp_builder`] ... [`QpBuilder::build`] gives a [`PreparedQp`]
+//!    (in INIT) whose [`Endpoint`] (QPN, GID, PSN; serde) you send to the peer out of
+//!    band;
+//! 2. [`PreparedQp::connect`] with the peer's endpoint moves it INIT -> RTR -> RTS;
+//! 3. post work requests and poll completions on the [`QueuePair`].
+//!
+//! [`QueuePair::modify`] is the checked escape hatch for everything else.
+//!
+//! ```no_run
+//! use rnic_verbs::*;
+//! let ctx = Context::open("rnic0")?;
+//! let pd = ctx.alloc_pd();
+//! let cq = ctx.create_cq(64)?;
+//! let mr = pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+//! let prepared = pd.qp_builder(&cq, &cq).build()?;
+//! let mine = prepared.endpoint();          // send this to the peer...
+//! # let theirs = mine.clone();
+//! let qp = prepared.connect(&theirs)?;     // ...and connect with theirs
+//! qp.post_send(&SendWr::send(1, vec![mr.sge(0, 64)]))?;
+//! # Ok::<(), rnic_verbs::Error>(())
+//! ```
+#![forbid(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+use rnic_core::cq::Cq;
+use rnic_core::device::{Device, DeviceConfig, DeviceError};
+use rnic_core::engine::qp::{PostError, QpShared};
+use rnic_core::engine::EngineError;
+use rnic_core::mem::MemBlock;
+use rnic_core::mr::{MrKeys, PdId};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use rnic_core::capture::Capture;
+pub use rnic_core::engine::qp::{QpAttr, QpCap};
+pub use rnic_core::engine::AsyncEvent;
+pub use rnic_core::mr::AccessFlags;
+pub use rnic_core::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
+pub use rnic_core::wr::{
+    RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+};
+
+/// Every way a verbs call can fail. Each variant names the operation; a failed work
+/// completion is not an error but data in [`WorkCompletion::status`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No device of that name is configured.
+    #[error("no device named {name:?} (configured: {known}); set RNIC_DEVICES=name=ip,... to add one")]
+    NoSuchDevice {
+        /// The name asked for.
+        name: String,
+        /// The names known.
+        known: String,
+    },
+    /// Opening the device failed.
+    #[error("open device: {0}")]
+    OpenDevice(#[source] DeviceError),
+    /// Registering memory failed.
+    #[error("register memory region: {0}")]
+    RegMr(#[source] DeviceError),
+    /// Creating a QP failed.
+    #[error("create QP: {0}")]
+    CreateQp(#[source] EngineError),
+    /// Modifying a QP failed.
+    #[error("modify QP {qpn:#x}: {source}")]
+    ModifyQp {
+        /// The QP.
+        qpn: u32,
+        /// Why.
+        #[source]
+        source: EngineError,
+    },
+    /// Querying a QP failed.
+    #[error("query QP {qpn:#x}: {source}")]
+    QueryQp {
+        /// The QP.
+        qpn: u32,
+        /// Why.
+        #[source]
+        source: EngineError,
+    },
+    /// Posting a send work request failed.
+    #[error("post send on QP {qpn:#x}: {source}")]
+    PostSend {
+        /// The QP.
+        qpn: u32,
+        /// Why.
+        #[source]
+        source: PostError,
+    },
+    /// Posting a receive work request failed.
+    #[error("post receive on QP {qpn:#x}: {source}")]
+    PostRecv {
+        /// The QP.
+        qpn: u32,
+        /// Why.
+        #[source]
+        source: PostError,
+    },
+    /// A memory region access by the application was out of range.
+    #[error("memory region access: {0}")]
+    MrAccess(#[source] rnic_core::mem::MemError),
+    /// A connect step failed.
+    #[error("connect QP {qpn:#x} ({step}): {source}")]
+    Connect {
+        /// The QP.
+        qpn: u32,
+        /// "INIT->RTR" or "RTR->RTS".
+        step: &'static str,
+        /// Why.
+        #[source]
+        source: EngineError,
+    },
+    /// An argument was invalid.
+    #[error("{op}: {why}")]
+    InvalidArgument {
+        /// The operation.
+        op: &'static str,
+        /// What was wrong.
+        why: String,
+    },
+    /// The device's threads have stopped.
+    #[error("device stopped: {0}")]
+    DeviceStopped(#[source] DeviceError),
+    /// Waiting for completions timed out.
+    #[error("timed out after {0:?} waiting for completions")]
+    Timeout(Duration),
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Result with this crate's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
+/// A configured device: a name and the local IP address it binds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// Name (`rnic0`).
+    pub name: String,
+    /// Address.
+    pub ip: IpAddr,
+}
+
+/// The devices this process may open: `RNIC_DEVICES` (`rnic0=127.0.0.1,rnic1=127.0.0.2`)
+/// or, by default, `rnic0` on 127.0.0.1 and `rnic1` on 127.0.0.2.
+pub fn devices() -> Vec<DeviceInfo> {
+    if let Ok(spec) = std::env::var("RNIC_DEVICES") {
+        let parsed: Vec<DeviceInfo> = spec
+            .split(',')
+            .filter_map(|kv| {
+                let (n, ip) = kv.split_once('=')?;
+                Some(DeviceInfo { name: n.trim().to_string(), ip: ip.trim().parse().ok()? })
+            })
+            .collect();
+        if !parsed.is_empty() {
+            return parsed;
+        }
+    }
+    vec![
+        DeviceInfo { name: "rnic0".into(), ip: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)) },
+        DeviceInfo { name: "rnic1".into(), ip: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)) },
+    ]
+}
+
+/// A RoCEv2 GID: for IPv4, the IPv4-mapped IPv6 address (`::ffff:a.b.c.d`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// The GID of an address.
+    pub fn from_ip(ip: IpAddr) -> Gid {
+        match ip {
+            IpAddr::V4(a) => Gid(a.to_ipv6_mapped().octets()),
+            IpAddr::V6(a) => Gid(a.octets()),
+        }
+    }
+
+    /// The address a GID stands for (IPv4 for mapped GIDs).
+    pub fn to_ip(self) -> IpAddr {
+        let a = Ipv6Addr::from(self.0);
+        match a.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(a),
+        }
+    }
+
+    /// 32 hex digits, network order (the form ibv_rc_pingpong exchanges).
+    pub fn to_wire_hex(self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parses 32 hex digits.
+    pub fn from_wire_hex(s: &str) -> Option<Gid> {
+        if s.len() != 32 {
+            return None;
+        }
+        let mut g = [0u8; 16];
+        for (i, b) in g.iter_mut().enumerate() {
+            *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(Gid(g))
+    }
+}
+
+impl fmt::Display for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", Ipv6Addr::from(self.0))
+    }
+}
+
+impl fmt::Debug for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Gid({self})")
+    }
+}
+
+/// Device attributes (`ibv_device_attr`, the fields rnic has).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceAttr {
+    /// Firmware version string.
+    pub fw_ver: String,
+    /// Node GUID (from the address, EUI-64 style).
+    pub node_guid: u64,
+    /// Vendor id (0: none).
+    pub vendor_id: u32,
+    /// Most QPs.
+    pub max_qp: u32,
+    /// Most outstanding work requests per queue.
+    pub max_qp_wr: u32,
+    /// Most SGEs per work request.
+    pub max_sge: u32,
+    /// Most CQs.
+    pub max_cq: u32,
+    /// Most entries per CQ.
+    pub max_cqe: u32,
+    /// Most memory regions.
+    pub max_mr: u32,
+    /// Largest memory region.
+    pub max_mr_size: u64,
+    /// Most PDs.
+    pub max_pd: u32,
+    /// Most outstanding RDMA READ / atomic per QP as responder.
+    pub max_qp_rd_atom: u32,
+    /// Most outstanding RDMA READ / atomic per QP as requester.
+    pub max_qp_init_rd_atom: u32,
+    /// Atomic capability (none until atomics land).
+    pub atomic_cap: &'static str,
+    /// Largest inline data.
+    pub max_inline_data: u32,
+    /// Physical ports.
+    pub phys_port_cnt: u8,
+}
+
+/// Port attributes (`ibv_port_attr`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortAttr {
+    /// `PORT_ACTIVE` once the device is open.
+    pub state: &'static str,
+    /// Largest MTU.
+    pub max_mtu: PathMtu,
+    /// MTU in use (rnic: the largest, as loopback has no frame limit below 4096).
+    pub active_mtu: PathMtu,
+    /// GID table length.
+    pub gid_tbl_len: u32,
+    /// Always Ethernet (RoCE).
+    pub link_layer: &'static str,
+    /// LID (0 on RoCE).
+    pub lid: u16,
+}
+
+/// Hard limits of every rnic device.
+const MAX_QP_WR: u32 = 16384;
+const MAX_SGE: u32 = 32;
+const MAX_CQE: u32 = 1 << 20;
+const MAX_INLINE: u32 = 1024;
+
+/// An open device (`ibv_context`). Cloning gives another handle to the same device.
+#[derive(Clone, Debug)]
+pub struct Context {
+    dev: Device,
+}
+
+impl Context {
+    /// Opens a configured device by name (see [`devices`]).
+    pub fn open(name: &str) -> Result<Context> {
+        let all = devices();
+        let Some(d) = all.iter().find(|d| d.name == name) else {
+            return Err(Error::NoSuchDevice {
+                name: name.into(),
+                known: all.iter().map(|d| format!("{}={}", d.name, d.ip)).collect::<Vec<_>>().join(","),
+            });
+        };
+        Context::open_at(&d.name, d.ip)
+    }
+
+    /// Opens a device with this name bound to `ip`.
+    pub fn open_at(name: &str, ip: IpAddr) -> Result<Context> {
+        Context::open_with(DeviceConfig::new(name, ip))
+    }
+
+    /// Opens a device with a full configuration (port, pinning, capture file).
+    pub fn open_with(config: DeviceConfig) -> Result<Context> {
+        Ok(Context { dev: Device::open(config).map_err(Error::OpenDevice)? })
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        self.dev.name()
+    }
+
+    /// The address the device is bound to.
+    pub fn ip(&self) -> IpAddr {
+        self.dev.local_addr().ip()
+    }
+
+    /// GID `index`: rnic has one, the RoCEv2 GID of its address.
+    pub fn gid(&self, index: u32) -> Option<Gid> {
+        (index == 0).then(|| Gid::from_ip(self.ip()))
+    }
+
+    /// Device attributes.
+    pub fn query_device(&self) -> DeviceAttr {
+        let ip = Gid::from_ip(self.ip()).0;
+        let node_guid = u64::from_be_bytes([0x02, ip[11], ip[12], 0xff, 0xfe, ip[13], ip[14], ip[15]]);
+        DeviceAttr {
+            fw_ver: env!("CARGO_PKG_VERSION").to_string(),
+            node_guid,
+            vendor_id: 0,
+            max_qp: 65536,
+            max_qp_wr: MAX_QP_WR,
+            max_sge: MAX_SGE,
+            max_cq: 1 << 16,
+            max_cqe: MAX_CQE,
+            max_mr: self.dev.config().max_mr,
+            max_mr_size: 1 << 40,
+            max_pd: 1 << 16,
+            max_qp_rd_atom: 16,
+            max_qp_init_rd_atom: 16,
+            atomic_cap: "ATOMIC_NONE",
+            max_inline_data: MAX_INLINE,
+            phys_port_cnt: 1,
+        }
+    }
+
+    /// Port attributes of port 1.
+    pub fn query_port(&self) -> PortAttr {
+        PortAttr {
+            state: "PORT_ACTIVE",
+            max_mtu: PathMtu::Mtu4096,
+            active_mtu: PathMtu::Mtu4096,
+            gid_tbl_len: 1,
+            link_layer: "Ethernet",
+            lid: 0,
+        }
+    }
+
+    /// Every counter, named as rxe names its hw_counters.
+    pub fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.dev.counters().snapshot()
+    }
+
+    /// One counter.
+    pub fn counter(&self, name: &str) -> Option<u64> {
+        self.dev.counters().get(name)
+    }
+
+    /// The next asynchronous event, if one is waiting.
+    pub fn poll_async_event(&self) -> Option<AsyncEvent> {
+        self.dev.events().try_recv().ok()
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> ProtectionDomain {
+        ProtectionDomain { inner: Arc::new(PdInner { ctx: self.clone(), id: self.dev.alloc_pd() }) }
+    }
+
+    /// Creates a completion queue with room for `depth` completions.
+    pub fn create_cq(&self, depth: usize) -> Result<CompletionQueue> {
+        if depth == 0 || depth > MAX_CQE as usize {
+            return Err(Error::InvalidArgument { op: "create CQ", why: format!("depth {depth} not in 1..={MAX_CQE}") });
+        }
+        Ok(CompletionQueue { ctx: self.clone(), cq: self.dev.create_cq(depth) })
+    }
+
+    /// The underlying device (for tools).
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+}
+
+#[derive(Debug)]
+struct PdInner {
+    ctx: Context,
+    id: PdId,
+}
+
+/// A protection domain (`ibv_pd`): memory regions and QPs of one PD can reach each
+/// other, never those of another.
+#[derive(Clone, Debug)]
+pub struct ProtectionDomain {
+    inner: Arc<PdInner>,
+}
+
+impl ProtectionDomain {
+    /// The device.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// Allocates `len` bytes of zeroed, page-aligned memory owned by the region and
+    /// registers it (pinned, unless the device was opened with pinning off).
+    pub fn allocate_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
+        let block = Arc::new(MemBlock::new(len).map_err(|e| Error::RegMr(DeviceError::Mem(e)))?);
+        self.register_block(block, access)
+    }
+
+    /// Registers memory the caller owns.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid for reads and writes, and stay allocated and
+    /// unmoved until the returned region and every clone of it are dropped. The NIC
+    /// writes it from another thread while work is outstanding (receive buffers, RDMA
+    /// WRITE targets, READ destinations): the caller must not hold Rust references to
+    /// those bytes while that can happen, and reads them only once the completion (or,
+    /// for remote writes, the peer's signal) says they are written.
+    pub unsafe fn register_mr(&self, ptr: *mut u8, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
+        // SAFETY: the caller upholds `MemBlock::from_raw`'s contract, which is this
+        // function's contract restated.
+        let block = Arc::new(unsafe { MemBlock::from_raw(ptr, len) });
+        self.register_block(block, access)
+    }
+
+    fn register_block(&self, block: Arc<MemBlock>, access: AccessFlags) -> Result<MemoryRegion> {
+        let len = block.len();
+        let iova = block.addr();
+        let keys = self.inner.ctx.dev.reg_mr(self.inner.id, block.clone(), 0, len, iova, access).map_err(Error::RegMr)?;
+        Ok(MemoryRegion { inner: Arc::new(MrInner { pd: self.clone(), block, keys, iova, len }) })
+    }
+
+    /// Starts building a queue pair on this PD.
+    pub fn qp_builder(&self, send_cq: &CompletionQueue, recv_cq: &CompletionQueue) -> QpBuilder {
+        QpBuilder {
+            pd: self.clone(),
+            send_cq: send_cq.clone(),
+            recv_cq: recv_cq.clone(),
+            qp_type: QpType::Rc,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+            access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+            mtu: PathMtu::Mtu1024,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            psn: None,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct MrInner {
+    pd: ProtectionDomain,
+    block: Arc<MemBlock>,
+    keys: MrKeys,
+    iova: u64,
+    len: usize,
+}
+
+impl Drop for MrInner {
+    fn drop(&mut self) {
+        let _ = self.pd.inner.ctx.dev.mtpt().deregister(self.keys.lkey);
+    }
+}
+
+/// A registered memory region (`ibv_mr`). Its bytes are reached through copies
+/// ([`MemoryRegion::read`], [`MemoryRegion::write`]) because the NIC may write them at
+/// any time; the region is deregistered when the last clone is dropped.
+#[derive(Clone, Debug)]
+pub struct MemoryRegion {
+    inner: Arc<MrInner>,
+}
+
+/// Where a peer may RDMA: an address and the key that opens it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteMr {
+    /// Virtual address of the first byte.
+    pub addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Bytes.
+    pub len: u64,
+}
+
+impl MemoryRegion {
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.inner.keys.lkey
+    }
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.inner.keys.rkey
+    }
+    /// Virtual address of the first byte (what SGEs and peers use).
+    pub fn addr(&self) -> u64 {
+        self.inner.iova
+    }
+    /// Length.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+    /// An SGE over `len` bytes at `offset`.
+    pub fn sge(&self, offset: usize, len: u32) -> Sge {
+        Sge { addr: self.inner.iova.wrapping_add(offset as u64), length: len, lkey: self.inner.keys.lkey }
+    }
+    /// What to tell a peer so it can RDMA into this region.
+    pub fn remote(&self) -> RemoteMr {
+        RemoteMr { addr: self.inner.iova, rkey: self.inner.keys.rkey, len: self.inner.len as u64 }
+    }
+    /// Copies bytes out of the region.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.inner.block.read(offset, dst).map_err(Error::MrAccess)
+    }
+    /// Copies bytes into the region.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
+        self.inner.block.write(offset, src).map_err(Error::MrAccess)
+    }
+    /// Reads the whole region into a vector.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0; self.inner.len];
+        let _ = self.inner.block.read(0, &mut v);
+        v
+    }
+}
+
+/// A completion queue (`ibv_cq`).
+#[derive(Clone, Debug)]
+pub struct CompletionQueue {
+    ctx: Context,
+    cq: Arc<Cq>,
+}
+
+impl CompletionQueue {
+    /// Takes up to `out.len()` completions, oldest first.
+    pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
+        self.cq.poll(out)
+    }
+
+    /// Takes one completion.
+    pub fn poll_one(&self) -> Option<WorkCompletion> {
+        self.cq.poll_one()
+    }
+
+    /// Busy-polls (yielding between tries) until `n` completions arrived or `timeout`
+    /// passed; returns what arrived, in order.
+    pub fn wait(&self, n: usize, timeout: Duration) -> Result<Vec<WorkCompletion>> {
+        let deadline = Instant::now() + timeout;
+        let mut got = Vec::with_capacity(n);
+        while got.len() < n {
+            match self.cq.poll_one() {
+                Some(wc) => got.push(wc),
+                None if Instant::now() > deadline => return Err(Error::Timeout(timeout)),
+                None => std::thread::yield_now(),
+            }
+        }
+        Ok(got)
+    }
+
+    /// Completions waiting.
+    pub fn len(&self) -> usize {
+        self.cq.len()
+    }
+
+    /// True when none is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.cq.is_empty()
+    }
+
+    /// The device.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+}
+
+/// Builds a queue pair (`ibv_create_qp` plus the attributes `connect` will use).
+#[derive(Debug, Clone)]
+pub struct QpBuilder {
+    pd: ProtectionDomain,
+    send_cq: CompletionQueue,
+    recv_cq: CompletionQueue,
+    qp_type: QpType,
+    cap: QpCap,
+    sq_sig_all: bool,
+    access: AccessFlags,
+    mtu: PathMtu,
+    timeout: u8,
+    retry_cnt: u8,
+    rnr_retry: u8,
+    min_rnr_timer: u8,
+    max_rd_atomic: u8,
+    max_dest_rd_atomic: u8,
+    psn: Option<u32>,
+}
+
+macro_rules! setter {
+    ($(#[$m:meta])* $name:ident: $t:ty) => {
+        $(#[$m])*
+        pub fn $name(mut self, v: $t) -> Self {
+            self.$name = v;
+            self
+        }
+    };
+}
+
+impl QpBuilder {
+    setter!(
+        /// Queue sizes and limits.
+        cap: QpCap
+    );
+    setter!(
+        /// Complete every send WR (else only those flagged signaled).
+        sq_sig_all: bool
+    );
+    setter!(
+        /// Remote operations the QP accepts (REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC).
+        access: AccessFlags
+    );
+    setter!(
+        /// Path MTU.
+        mtu: PathMtu
+    );
+    setter!(
+        /// Local ACK timeout exponent (4.096 us * 2^timeout; 0 = infinite).
+        timeout: u8
+    );
+    setter!(
+        /// Transport retries.
+        retry_cnt: u8
+    );
+    setter!(
+        /// RNR retries (7 = infinite).
+        rnr_retry: u8
+    );
+    setter!(
+        /// RNR timer code this QP's responder sends.
+        min_rnr_timer: u8
+    );
+    setter!(
+        /// Outstanding READs as requester.
+        max_rd_atomic: u8
+    );
+    setter!(
+        /// Outstanding READs as responder.
+        max_dest_rd_atomic: u8
+    );
+
+    /// The first PSN (random if not set).
+    pub fn psn(mut self, psn: u32) -> Self {
+        self.psn = Some(psn & 0x00FF_FFFF);
+        self
+    }
+
+    /// Creates the QP and moves it to INIT.
+    pub fn build(self) -> Result<PreparedQp> {
+        let ctx = self.pd.inner.ctx.clone();
+        let c = self.cap;
+        if c.max_send_wr > MAX_QP_WR || c.max_recv_wr > MAX_QP_WR {
+            return Err(Error::InvalidArgument { op: "create QP", why: format!("queue depth above {MAX_QP_WR}") });
+        }
+        if c.max_send_sge > MAX_SGE || c.max_recv_sge > MAX_SGE {
+            return Err(Error::InvalidArgument { op: "create QP", why: format!("more than {MAX_SGE} SGEs") });
+        }
+        if c.max_inline_data > MAX_INLINE {
+            return Err(Error::InvalidArgument { op: "create QP", why: format!("inline data above {MAX_INLINE} bytes") });
+        }
+        let shared = ctx
+            .dev
+            .create_qp(self.qp_type, self.pd.inner.id, c, self.sq_sig_all, self.send_cq.cq.clone(), self.recv_cq.cq.clone())
+            .map_err(Error::DeviceStopped)?
+            .map_err(Error::CreateQp)?;
+        let qp = QueuePair {
+            inner: Arc::new(QpInner {
+                pd: self.pd.clone(),
+                send_cq: self.send_cq.clone(),
+                recv_cq: self.recv_cq.clone(),
+                shared,
+            }),
+        };
+        let init = QpAttr {
+            mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+            state: QpState::Init,
+            access: self.access,
+            pkey_index: 0,
+            port: 1,
+            ..QpAttr::default()
+        };
+        qp.modify(&init)?;
+        let psn = self.psn.unwrap_or_else(random_psn);
+        Ok(PreparedQp { qp, psn, b: self })
+    }
+}
+
+fn random_psn() -> u32 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let mut x = u64::from(t.subsec_nanos()) ^ (u64::from(std::process::id()) << 32) ^ t.as_secs();
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    u32::try_from(x & 0x00FF_FFFF).unwrap_or(0)
+}
+
+/// What one side of an RC connection tells the other out of band.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// QP number.
+    pub qpn: u32,
+    /// GID (address) of the device.
+    pub gid: Gid,
+    /// First PSN the QP will send.
+    pub psn: u32,
+}
+
+/// A QP in INIT, ready to be connected.
+#[derive(Debug)]
+pub struct PreparedQp {
+    qp: QueuePair,
+    psn: u32,
+    b: QpBuilder,
+}
+
+impl PreparedQp {
+    /// This side's endpoint, to send to the peer.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint { qpn: self.qp.qpn(), gid: Gid::from_ip(self.qp.context().ip()), psn: self.psn }
+    }
+
+    /// The QP (already usable for posting receives).
+    pub fn qp(&self) -> &QueuePair {
+        &self.qp
+    }
+
+    /// Connects to `remote`: INIT -> RTR -> RTS.
+    pub fn connect(self, remote: &Endpoint) -> Result<QueuePair> {
+        let qpn = self.qp.qpn();
+        let b = &self.b;
+        let rtr = QpAttr {
+            mask: QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+                | QpAttrMask::MAX_DEST_RD_ATOMIC
+                | QpAttrMask::MIN_RNR_TIMER,
+            state: QpState::Rtr,
+            remote_ip: Some(remote.gid.to_ip()),
+            path_mtu: b.mtu.to_ibv(),
+            dest_qpn: remote.qpn,
+            rq_psn: remote.psn,
+            max_dest_rd_atomic: b.max_dest_rd_atomic,
+            min_rnr_timer: b.min_rnr_timer,
+            ..QpAttr::default()
+        };
+        self.qp.raw_modify(&rtr).map_err(|source| Error::Connect { qpn, step: "INIT->RTR", source })?;
+        let rts = QpAttr {
+            mask: QpAttrMask::STATE
+                | QpAttrMask::SQ_PSN
+                | QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::MAX_QP_RD_ATOMIC,
+            state: QpState::Rts,
+            sq_psn: self.psn,
+            timeout: b.timeout,
+            retry_cnt: b.retry_cnt,
+            rnr_retry: b.rnr_retry,
+            max_rd_atomic: b.max_rd_atomic,
+            ..QpAttr::default()
+        };
+        self.qp.raw_modify(&rts).map_err(|source| Error::Connect { qpn, step: "RTR->RTS", source })?;
+        Ok(self.qp)
+    }
+}
+
+#[derive(Debug)]
+struct QpInner {
+    pd: ProtectionDomain,
+    send_cq: CompletionQueue,
+    recv_cq: CompletionQueue,
+    shared: Arc<QpShared>,
+}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        let _ = self.pd.inner.ctx.dev.destroy_qp(self.shared.qpn);
+    }
+}
+
+/// A queue pair (`ibv_qp`). Clones share the QP; it is destroyed with the last one.
+#[derive(Clone, Debug)]
+pub struct QueuePair {
+    inner: Arc<QpInner>,
+}
+
+impl QueuePair {
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.inner.shared.qpn.value()
+    }
+
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.inner.shared.state()
+    }
+
+    /// The device.
+    pub fn context(&self) -> &Context {
+        &self.inner.pd.inner.ctx
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.inner.pd
+    }
+
+    /// The send CQ.
+    pub fn send_cq(&self) -> &CompletionQueue {
+        &self.inner.send_cq
+    }
+
+    /// The receive CQ.
+    pub fn recv_cq(&self) -> &CompletionQueue {
+        &self.inner.recv_cq
+    }
+
+    fn raw_modify(&self, attr: &QpAttr) -> std::result::Result<(), EngineError> {
+        match self.context().dev.modify_qp(self.inner.shared.qpn, *attr) {
+            Ok(r) => r,
+            Err(e) => Err(EngineError::BadAttr(e.to_string())),
+        }
+    }
+
+    /// Modifies the QP (`ibv_modify_qp`), checked against IBA's table of transitions and
+    /// required/optional attributes.
+    pub fn modify(&self, attr: &QpAttr) -> Result<()> {
+        self.raw_modify(attr).map_err(|source| Error::ModifyQp { qpn: self.qpn(), source })
+    }
+
+    /// Reads the QP's attributes (`ibv_query_qp`).
+    pub fn query(&self) -> Result<QpAttr> {
+        let qpn = self.qpn();
+        match self.context().dev.query_qp(self.inner.shared.qpn) {
+            Ok(r) => r.map_err(|source| Error::QueryQp { qpn, source }),
+            Err(e) => Err(Error::DeviceStopped(e)),
+        }
+    }
+
+    /// Posts a send work request (`ibv_post_send`).
+    pub fn post_send(&self, wr: &SendWr) -> Result<()> {
+        self.context().dev.post_send(&self.inner.shared, wr).map_err(|source| Error::PostSend { qpn: self.qpn(), source })
+    }
+
+    /// Posts a receive work request (`ibv_post_recv`).
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
+        self.context().dev.post_recv(&self.inner.shared, wr).map_err(|source| Error::PostRecv { qpn: self.qpn(), source })
     }
 }
