@@ -140,10 +140,18 @@ pub fn parse_ip(bytes: &[u8]) -> Result<ParsedPacket<'_>> {
     let (ip, ip_header, udp_bytes) = match bytes[0] >> 4 {
         4 => {
             let p = ipv4::Packet::new_checked(bytes)?;
-            let r = Ipv4Repr::parse(&p)?;
-            if r.protocol != ipv4::PROTO_UDP {
-                return Err(Error::NotUdp(r.protocol));
+            // Other traffic is "not RoCE" whatever state its IP header is in: look at
+            // the protocol (and below, the port) before checksum and fragment checks.
+            if p.protocol() != ipv4::PROTO_UDP {
+                return Err(Error::NotUdp(p.protocol()));
             }
+            if p.frag_offset() == 0 {
+                let l4 = &bytes[p.header_len()..usize::from(p.total_len())];
+                if l4.len() >= 4 && crate::field::u16_at(l4, 2) != ROCEV2_UDP_PORT {
+                    return Err(Error::NotRoceV2Port(crate::field::u16_at(l4, 2)));
+                }
+            }
+            let r = Ipv4Repr::parse(&p)?;
             let (hl, total) = (p.header_len(), usize::from(p.total_len()));
             (IpRepr::V4(r), &bytes[..hl], &bytes[hl..total])
         }

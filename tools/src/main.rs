@@ -1,3 +1,40 @@
-fn main() {
-    println!("Hello, world!");
+//! `rnic`: the command-line tool of the rnic software RoCEv2 NIC.
+//!
+//! Each subcommand lives in its own module with an `Args` struct (clap derive) and a
+//! `run(&Args) -> ExitCode`; `main` only parses and dispatches.
+#![forbid(unsafe_code)]
+
+mod capture;
+mod decode;
+mod demo;
+mod pingpong;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// rnic: a pure-userspace RoCEv2 software RNIC.
+#[derive(Debug, Parser)]
+#[command(name = "rnic", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run two emulated devices in this process and move data with SEND, RDMA WRITE and READ.
+    Demo(demo::Args),
+    /// Decode the RoCEv2 packets in a pcap or pcapng capture and check their ICRC.
+    Decode(decode::Args),
+    /// Ping-pong SENDs over an RC QP, speaking ibv_rc_pingpong's out-of-band protocol.
+    Pingpong(pingpong::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match &cli.command {
+        Command::Demo(args) => demo::run(args),
+        Command::Decode(args) => decode::run(args),
+        Command::Pingpong(args) => pingpong::run(args),
+    }
 }
