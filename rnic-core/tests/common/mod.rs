@@ -11,6 +11,7 @@ use rnic_core::mem::MemBlock;
 use rnic_core::mr::{AccessFlags, MrKeys, Mtpt, PdId};
 use rnic_core::qp_state::{QpAttrMask, QpState, QpType};
 use rnic_core::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, WorkCompletion};
+use rnic_wire::roce::{RocePacket, RoceRepr};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -172,4 +173,41 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
             (x >> 24) as u8
         })
         .collect()
+}
+
+impl Pair {
+    /// Registers `len` bytes of node `n`'s block from `offset` as a region of `pd` at `iova`
+    /// with rights `access` (the node's whole-block region stays registered too).
+    pub fn register(&self, n: usize, pd: PdId, offset: usize, len: usize, iova: u64, access: AccessFlags) -> MrKeys {
+        let node = &self.nodes[n];
+        node.mtpt.register(pd, node.mem.clone(), offset, len, iova, access).unwrap()
+    }
+
+    /// Records every packet put on the fabric from now on.
+    pub fn trace(&mut self) {
+        self.fab.trace = Some(Vec::new());
+    }
+
+    /// Every packet recorded since [`trace`](Self::trace), parsed, with its sender.
+    pub fn traced(&self) -> Vec<(IpAddr, RoceRepr)> {
+        self.fab
+            .trace
+            .iter()
+            .flatten()
+            .map(|t| {
+                let pkt = RocePacket::new_checked(&t.pkt.data[..]).expect("the engine emitted a malformed packet");
+                (t.pkt.src, RoceRepr::parse(&pkt).expect("the engine emitted an unparsable packet"))
+            })
+            .collect()
+    }
+
+    /// A copy of node `n`'s whole memory block.
+    pub fn snapshot(&self, n: usize) -> Vec<u8> {
+        self.read(n, 0, MEM)
+    }
+}
+
+/// The first offset at which `a` and `b` differ (or where the shorter ends).
+pub fn first_diff(a: &[u8], b: &[u8]) -> Option<usize> {
+    a.iter().zip(b).position(|(x, y)| x != y).or((a.len() != b.len()).then(|| a.len().min(b.len())))
 }
