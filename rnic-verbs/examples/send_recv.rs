@@ -30,7 +30,7 @@ fn main() -> Result<()> {
     qp_b.post_recv(&RecvWr { wr_id: 100, sg_list: vec![buf_b.sge(0, 4096)] })?;
     let msg = b"hello from rnic0, by SEND";
     buf_a.write(0, msg)?;
-    qp_a.post_send(&SendWr::send(1, vec![buf_a.sge(0, msg.len() as u32)]))?;
+    qp_a.post_send(&SendWr::send(1, vec![buf_a.sge(0, u32::try_from(msg.len()).expect("short message"))]))?;
 
     let sent = cq_a.wait(1, Duration::from_secs(5))?;
     let got = cq_b.wait(1, Duration::from_secs(5))?;

@@ -28,7 +28,7 @@ fn main() -> Result<()> {
     let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
     local.write(0, &data)?;
     let write = SendOp::RdmaWrite { remote_addr: remote.addr + 100, rkey: remote.rkey };
-    qp_a.post_send(&SendWr::new(1, write, vec![local.sge(0, data.len() as u32)]))?;
+    qp_a.post_send(&SendWr::new(1, write, vec![local.sge(0, u32::try_from(data.len()).expect("short message"))]))?;
     println!("A completion: {}", cq_a.wait(1, Duration::from_secs(5))?[0]);
     let mut in_b = vec![0u8; data.len()];
     target.read(100, &mut in_b)?;
@@ -37,7 +37,7 @@ fn main() -> Result<()> {
 
     // READ it back into another part of A's buffer.
     let read = SendOp::RdmaRead { remote_addr: remote.addr + 100, rkey: remote.rkey };
-    qp_a.post_send(&SendWr::new(2, read, vec![local.sge(20_000, data.len() as u32)]))?;
+    qp_a.post_send(&SendWr::new(2, read, vec![local.sge(20_000, u32::try_from(data.len()).expect("short message"))]))?;
     println!("A completion: {}", cq_a.wait(1, Duration::from_secs(5))?[0]);
     let mut back = vec![0u8; data.len()];
     local.read(20_000, &mut back)?;
