@@ -12,6 +12,7 @@
 //! - [`device`]: the driver running an engine on a progress thread over UDP.
 //! - [`capture`]: pcap capture of every packet.
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 #[allow(unsafe_code)]
 pub mod mem;
