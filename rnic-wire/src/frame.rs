@@ -116,6 +116,14 @@ pub fn parse_ethernet(frame: &[u8]) -> Result<ParsedPacket<'_>> {
     let (eth, hl) = EthernetRepr::parse(frame)?;
     eth.check_ip()?;
     let ip_bytes = &frame[hl..];
+    // The EtherType and the version nibble must agree (found by fuzzing: an IPv4 packet
+    // under EtherType 0x86DD was accepted and re-emitted as a different frame).
+    let want = if eth.ethertype == ethernet::ETHERTYPE_IPV4 { 4 } else { 6 };
+    if let Some(&b) = ip_bytes.first() {
+        if b >> 4 != want {
+            return Err(Error::BadIpVersion(b >> 4));
+        }
+    }
     let mut p = parse_ip(ip_bytes)?;
     let ip_len = p.ip.buffer_len_of(ip_bytes);
     p.eth = Some(eth);
@@ -239,6 +247,16 @@ impl FrameRepr {
     /// Writes the whole frame (headers, payload, pad, ICRC, UDP checksum if asked,
     /// Ethernet padding) and returns its length.
     pub fn emit(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize> {
+        if let Some(v) = self.eth.vlan {
+            if v.pcp > 7 || v.vid > 0x0fff {
+                return Err(Error::FieldRange { field: "802.1Q PCP or VID" });
+            }
+        }
+        if let IpRepr::V6(r) = &self.ip {
+            if r.flow_label > 0x000f_ffff {
+                return Err(Error::FieldRange { field: "IPv6 flow label" });
+            }
+        }
         let len = self.buffer_len();
         crate::error::need("frame buffer", buf, len)?;
         let mut eth = self.eth;

@@ -236,6 +236,21 @@ impl RoceRepr {
         if !info.payload && self.payload_len > 0 {
             return Err(Error::UnexpectedPayload { opcode: op.0, len: self.payload_len });
         }
+        // Values their fields cannot carry are refused rather than silently masked, so
+        // that emit-then-parse is the identity for everything emit accepts.
+        if let Some(a) = self.ext.aeth {
+            if a.msn > 0x00FF_FFFF {
+                return Err(Error::FieldRange { field: "AETH MSN" });
+            }
+            if aeth::Syndrome::from_byte(a.syndrome.to_byte()) != a.syndrome {
+                return Err(Error::FieldRange { field: "AETH syndrome" });
+            }
+        }
+        if let Some(f) = self.ext.feth {
+            if f.placement_type > 0xf || f.selectivity > 3 {
+                return Err(Error::FieldRange { field: "FETH placement type or selectivity" });
+            }
+        }
         Ok(info)
     }
 
