@@ -473,45 +473,49 @@ fn rx_loop(
     counters: Arc<Counters>,
     capture: Option<Arc<Capture>>,
 ) {
+    const BATCH: usize = 64;
     let mut buf = vec![0u8; 65536];
-    let mut batch = Vec::with_capacity(64);
+    let mut batch = Vec::with_capacity(BATCH);
+    // Takes one datagram into the batch if its ICRC verifies.
+    let accept = |n: usize, from: SocketAddr, buf: &[u8], batch: &mut Vec<Datagram>| {
+        let data = &buf[..n];
+        let ctx = IcrcContext::new(from.ip(), local.ip(), from.port(), local.port());
+        if ctx.verify(data).is_err() {
+            // IBA C9-3: a bad ICRC is dropped silently (and counted here).
+            counters.icrc_err.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if let Some(c) = &capture {
+            c.record_rx(from.ip(), local.ip(), from.port(), local.port(), data);
+        }
+        batch.push(Datagram { src: from.ip(), data: data.to_vec() });
+    };
     while !stop.load(Ordering::Acquire) {
+        // Block (up to the read timeout) for the first datagram...
         match sock.recv_from(&mut buf) {
-            Ok((n, from)) => {
-                let data = &buf[..n];
-                let ctx = IcrcContext::new(from.ip(), local.ip(), from.port(), local.port());
-                if ctx.verify(data).is_err() {
-                    // IBA C9-3: a bad ICRC is dropped silently (and counted here).
-                    counters.icrc_err.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                if let Some(c) = &capture {
-                    c.record_rx(from.ip(), local.ip(), from.port(), local.port(), data);
-                }
-                batch.push(Datagram { src: from.ip(), data: data.to_vec() });
-                if (batch.len() >= 64 || !more_pending(&sock)) && cmds.send(Cmd::Rx(std::mem::take(&mut batch))).is_err() {
-                    return;
-                }
-            }
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                if !batch.is_empty() && cmds.send(Cmd::Rx(std::mem::take(&mut batch))).is_err() {
-                    return;
-                }
-            }
+            Ok((n, from)) => accept(n, from, &buf, &mut batch),
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => continue,
             Err(_) => {
                 counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+                continue;
             }
         }
+        // ...then take what is already queued without waiting: two mode switches per
+        // batch rather than per datagram.
+        if sock.set_nonblocking(true).is_ok() {
+            while batch.len() < BATCH {
+                match sock.recv_from(&mut buf) {
+                    Ok((n, from)) => accept(n, from, &buf, &mut batch),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            let _ = sock.set_nonblocking(false);
+        }
+        if !batch.is_empty() && cmds.send(Cmd::Rx(std::mem::take(&mut batch))).is_err() {
+            return;
+        }
     }
-}
-
-/// True if another datagram is already queued on the socket.
-fn more_pending(sock: &UdpSocket) -> bool {
-    let mut probe = [0u8; 1];
-    if sock.set_nonblocking(true).is_err() {
-        return false;
-    }
-    let r = sock.peek_from(&mut probe).is_ok();
-    let _ = sock.set_nonblocking(false);
-    r
 }

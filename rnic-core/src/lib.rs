@@ -14,6 +14,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod bits;
+
 #[allow(unsafe_code)]
 pub mod mem;
 pub mod mr;

@@ -15,7 +15,6 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::ops::{BitOr, BitOrAssign};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -74,46 +73,9 @@ impl AccessFlags {
         AccessFlags(bits & Self::all().0)
     }
 
-    /// Whether every right in `other` is in `self`.
-    pub const fn contains(self, other: AccessFlags) -> bool {
-        self.0 & other.0 == other.0
-    }
-
-    /// Whether `self` and `other` share a right.
-    pub const fn intersects(self, other: AccessFlags) -> bool {
-        self.0 & other.0 != 0
-    }
-
-    /// Rights in either.
-    #[must_use]
-    pub const fn union(self, other: AccessFlags) -> AccessFlags {
-        AccessFlags(self.0 | other.0)
-    }
-
-    /// Rights in `self` but not in `other`.
-    #[must_use]
-    pub const fn difference(self, other: AccessFlags) -> AccessFlags {
-        AccessFlags(self.0 & !other.0)
-    }
-
-    /// Whether no right is set.
-    pub const fn is_empty(self) -> bool {
-        self.0 == 0
-    }
 }
 
-impl BitOr for AccessFlags {
-    type Output = AccessFlags;
-    fn bitor(self, rhs: AccessFlags) -> AccessFlags {
-        self.union(rhs)
-    }
-}
-
-impl BitOrAssign for AccessFlags {
-    fn bitor_assign(&mut self, rhs: AccessFlags) {
-        *self = self.union(rhs);
-    }
-}
+crate::bits::bit_set_ops!(AccessFlags);
 
 /// `LOCAL_WRITE | REMOTE_READ`, or `(none)`.
 impl fmt::Display for AccessFlags {

@@ -8,7 +8,6 @@
 //! EINVAL here as on a kernel RNIC. Only the RC, UC and UD columns are kept.
 
 use std::fmt;
-use std::ops::{BitOr, BitOrAssign};
 
 /// State of a queue pair (`enum ibv_qp_state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -243,46 +242,9 @@ impl QpAttrMask {
         QpAttrMask(bits)
     }
 
-    /// Whether every attribute of `other` is in `self`.
-    pub const fn contains(self, other: QpAttrMask) -> bool {
-        self.0 & other.0 == other.0
-    }
-
-    /// Whether `self` and `other` share an attribute.
-    pub const fn intersects(self, other: QpAttrMask) -> bool {
-        self.0 & other.0 != 0
-    }
-
-    /// Attributes in either.
-    #[must_use]
-    pub const fn union(self, other: QpAttrMask) -> QpAttrMask {
-        QpAttrMask(self.0 | other.0)
-    }
-
-    /// Attributes in `self` but not in `other`.
-    #[must_use]
-    pub const fn difference(self, other: QpAttrMask) -> QpAttrMask {
-        QpAttrMask(self.0 & !other.0)
-    }
-
-    /// Whether no attribute is set.
-    pub const fn is_empty(self) -> bool {
-        self.0 == 0
-    }
 }
 
-impl BitOr for QpAttrMask {
-    type Output = QpAttrMask;
-    fn bitor(self, rhs: QpAttrMask) -> QpAttrMask {
-        self.union(rhs)
-    }
-}
-
-impl BitOrAssign for QpAttrMask {
-    fn bitor_assign(&mut self, rhs: QpAttrMask) {
-        *self = self.union(rhs);
-    }
-}
+crate::bits::bit_set_ops!(QpAttrMask);
 
 /// Names joined by `|` in bit order (`PATH_MTU|DEST_QPN`), unknown bits as hex, or `(none)`.
 impl fmt::Display for QpAttrMask {

@@ -262,6 +262,24 @@ pub struct WorkCompletion {
     pub invalidated_rkey: u32,
 }
 
+impl WorkCompletion {
+    /// A completion with no byte count, immediate, source QP or flags; set the fields
+    /// that apply with struct update syntax.
+    pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: u32) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status,
+            opcode,
+            byte_len: 0,
+            imm_data: 0,
+            qp_num,
+            src_qp: 0,
+            wc_flags: WcFlags::default(),
+            invalidated_rkey: 0,
+        }
+    }
+}
+
 impl fmt::Display for WorkCompletion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

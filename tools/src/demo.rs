@@ -125,8 +125,8 @@ impl Demo {
             "\n== path MTU {m}: rnic0 QP {:#x} (first PSN {:#08x}) <-> rnic1 QP {:#x} (first PSN {:#08x}) ==",
             ea.qpn, ea.psn, eb.qpn, eb.psn
         ));
-        for (i, len) in [1usize, m, 3 * m + 1, 65536].into_iter().enumerate() {
-            let seed = m as u32 * 10 + i as u32;
+        for (i, len) in (0u32..).zip([1usize, m, 3 * m + 1, 65536]) {
+            let seed = mtu.bytes() * 10 + i;
             self.send(&qa, &qb, m, len, seed)?;
             self.write_imm(&qa, &qb, m, len, seed + 1000)?;
             self.read(&qa, m, len, seed + 2000)?;

@@ -149,7 +149,7 @@ fn run_inner(a: &Args) -> Result<(), String> {
     );
     let client = a.server.is_some();
     // Fill the send half with a pattern the peer can check (-c).
-    let fill: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+    let fill: Vec<u8> = (0..=250u8).cycle().take(size).collect();
     mr.write(0, &fill).map_err(|e| e.to_string())?;
     let start = Instant::now();
     let (mut sent, mut rcvd) = (0u32, 0u32);

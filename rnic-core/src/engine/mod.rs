@@ -27,7 +27,7 @@ use crate::counters::Counters;
 use crate::cq::Cq;
 use crate::mr::Mtpt;
 use crate::qp_state::{self, PathMtu, QpAttrMask, QpAttrValues, QpState, QpType};
-use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::{WcOpcode, WcStatus, WorkCompletion};
 use qp::{Qp, QpAttr, QpCap, QpShared, RecvWqe, SendWqe};
 use rnic_wire::roce::{RocePacket, RoceRepr};
 use rnic_wire::{Psn, Qpn};
@@ -379,17 +379,7 @@ impl Engine {
             let shared = qp.shared.clone();
             let cq = qp.send_cq.clone();
             shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
-            let wc = WorkCompletion {
-                wr_id: wqe.wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: wqe.op.wc_opcode(),
-                byte_len: 0,
-                imm_data: 0,
-                qp_num: qpn.value(),
-                src_qp: 0,
-                wc_flags: WcFlags::default(),
-                invalidated_rkey: 0,
-            };
+            let wc = flush_wc(wqe.wr_id, wqe.op.wc_opcode(), qpn);
             self.push_wc(&cq, qpn, wc, false);
             return;
         }
@@ -573,15 +563,5 @@ impl Engine {
 }
 
 fn flush_wc(wr_id: u64, opcode: WcOpcode, qpn: Qpn) -> WorkCompletion {
-    WorkCompletion {
-        wr_id,
-        status: WcStatus::WrFlushErr,
-        opcode,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: qpn.value(),
-        src_qp: 0,
-        wc_flags: WcFlags::default(),
-        invalidated_rkey: 0,
-    }
+    WorkCompletion::new(wr_id, WcStatus::WrFlushErr, opcode, qpn.value())
 }

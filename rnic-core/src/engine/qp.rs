@@ -9,7 +9,7 @@ use crate::wr::{RecvWr, SendOp, SendWr};
 use rnic_wire::{Psn, Qpn};
 use std::collections::VecDeque;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// Queue sizes and limits of a QP (`ibv_qp_cap`).
@@ -109,35 +109,11 @@ pub struct QpShared {
     pub cap: QpCap,
     /// Generate a completion for every send WR.
     pub sq_sig_all: bool,
-    state: AtomicU8,
+    state: AtomicU32,
     /// Send WRs posted and not yet completed.
     pub sq_outstanding: AtomicU32,
     /// Receive WRs posted and not yet consumed.
     pub rq_outstanding: AtomicU32,
-}
-
-fn state_code(s: QpState) -> u8 {
-    match s {
-        QpState::Reset => 0,
-        QpState::Init => 1,
-        QpState::Rtr => 2,
-        QpState::Rts => 3,
-        QpState::Sqd => 4,
-        QpState::Sqe => 5,
-        QpState::Err => 6,
-    }
-}
-
-fn code_state(c: u8) -> QpState {
-    match c {
-        0 => QpState::Reset,
-        1 => QpState::Init,
-        2 => QpState::Rtr,
-        3 => QpState::Rts,
-        4 => QpState::Sqd,
-        5 => QpState::Sqe,
-        _ => QpState::Err,
-    }
 }
 
 impl QpShared {
@@ -148,7 +124,7 @@ impl QpShared {
             pd,
             cap,
             sq_sig_all,
-            state: AtomicU8::new(state_code(QpState::Reset)),
+            state: AtomicU32::new(QpState::Reset.to_ibv()),
             sq_outstanding: AtomicU32::new(0),
             rq_outstanding: AtomicU32::new(0),
         }
@@ -156,11 +132,11 @@ impl QpShared {
 
     /// The QP's current state (as last set by the engine).
     pub fn state(&self) -> QpState {
-        code_state(self.state.load(Ordering::Acquire))
+        QpState::from_ibv(self.state.load(Ordering::Acquire)).unwrap_or(QpState::Err)
     }
 
     pub(crate) fn set_state(&self, s: QpState) {
-        self.state.store(state_code(s), Ordering::Release);
+        self.state.store(s.to_ibv(), Ordering::Release);
     }
 }
 

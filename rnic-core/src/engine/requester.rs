@@ -5,7 +5,7 @@
 use super::qp::{InFlight, Qp, SendWqe};
 use super::{Engine, Time};
 use crate::qp_state::{local_ack_timeout_ns, rnr_timer_ns, QpState, RNR_RETRY_INFINITE};
-use crate::wr::{SendOp, WcFlags, WcStatus, WorkCompletion};
+use crate::wr::{SendOp, WcStatus, WorkCompletion};
 use rnic_wire::aeth::{AethRepr, NakCode, Syndrome, CREDITS_INVALID};
 use rnic_wire::bth::BthRepr;
 use rnic_wire::opcode::{Operation, Position};
@@ -333,15 +333,9 @@ fn retire(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
         qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
         if f.wqe.signaled {
             let wc = WorkCompletion {
-                wr_id: f.wqe.wr_id,
-                status: WcStatus::Success,
-                opcode: f.wqe.op.wc_opcode(),
                 byte_len: u32::try_from(f.wqe.len).unwrap_or(u32::MAX),
-                imm_data: 0,
-                qp_num: qpn.value(),
                 src_qp: qp.attr.dest_qpn,
-                wc_flags: WcFlags::default(),
-                invalidated_rkey: 0,
+                ..WorkCompletion::new(f.wqe.wr_id, WcStatus::Success, f.wqe.op.wc_opcode(), qpn.value())
             };
             let cq = qp.send_cq.clone();
             e.push_wc(&cq, qpn, wc, false);
@@ -360,15 +354,8 @@ fn fail_front(e: &mut Engine, qpn: rnic_wire::Qpn, status: WcStatus) {
     let first = qp.sq.pop_front().map(|f| {
         qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
         WorkCompletion {
-            wr_id: f.wqe.wr_id,
-            status,
-            opcode: f.wqe.op.wc_opcode(),
-            byte_len: 0,
-            imm_data: 0,
-            qp_num: qpn.value(),
             src_qp: qp.attr.dest_qpn,
-            wc_flags: WcFlags::default(),
-            invalidated_rkey: 0,
+            ..WorkCompletion::new(f.wqe.wr_id, status, f.wqe.op.wc_opcode(), qpn.value())
         }
     });
     e.enter_error(qpn, first);

@@ -201,15 +201,11 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
             let offset = offset + payload.len();
             if pos.ends() {
                 let wc = WorkCompletion {
-                    wr_id: rwqe.wr_id,
-                    status: WcStatus::Success,
-                    opcode: WcOpcode::Recv,
                     byte_len: u32::try_from(offset).unwrap_or(u32::MAX),
                     imm_data: repr.ext.imm_data.unwrap_or(0),
-                    qp_num: qp.qpn().value(),
                     src_qp: qp.attr.dest_qpn,
                     wc_flags: WcFlags { with_imm: repr.ext.imm_data.is_some(), ..WcFlags::default() },
-                    invalidated_rkey: 0,
+                    ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn().value())
                 };
                 qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
                 Ok(Done { wc: Some(wc), read: None })
@@ -254,15 +250,11 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
                     let rwqe = qp.rq.pop_front().expect("checked above");
                     qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
                     Some(WorkCompletion {
-                        wr_id: rwqe.wr_id,
-                        status: WcStatus::Success,
-                        opcode: WcOpcode::RecvRdmaWithImm,
                         byte_len: u32::try_from(dma_len).unwrap_or(u32::MAX),
                         imm_data: repr.ext.imm_data.unwrap_or(0),
-                        qp_num: qp.qpn().value(),
                         src_qp: qp.attr.dest_qpn,
                         wc_flags: WcFlags { with_imm: true, ..WcFlags::default() },
-                        invalidated_rkey: 0,
+                        ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, qp.qpn().value())
                     })
                 } else {
                     None
@@ -410,15 +402,8 @@ fn refuse(e: &mut Engine, qpn: Qpn, psn: Psn, refusal: Refusal) {
         rwqe.map(|r| {
             qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
             WorkCompletion {
-                wr_id: r.wr_id,
-                status: WcStatus::LocLenErr,
-                opcode: WcOpcode::Recv,
-                byte_len: 0,
-                imm_data: 0,
-                qp_num: qpn.value(),
                 src_qp: qp.attr.dest_qpn,
-                wc_flags: WcFlags::default(),
-                invalidated_rkey: 0,
+                ..WorkCompletion::new(r.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, qpn.value())
             }
         })
     } else {
