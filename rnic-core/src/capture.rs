@@ -90,15 +90,26 @@ impl Capture {
     /// Records a received packet, unless a device of this capture sent it (and so
     /// recorded it already).
     pub fn record_rx(&self, src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, roce: &[u8]) {
+        self.record_rx_ident(src, dst, src_port, dst_port, 0, roce);
+    }
+
+    /// [`Capture::record_rx`] for a packet whose IPv4 header carried ID `ident` (a UDP
+    /// GSO segment: the ICRC covers the ID, so the capture must show the one used).
+    pub fn record_rx_ident(&self, src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, ident: u16, roce: &[u8]) {
         if self.locals.lock().contains(&src) {
             return;
         }
-        self.record(src, dst, src_port, dst_port, roce);
+        self.record_ident(src, dst, src_port, dst_port, ident, roce);
     }
 
     /// Records one packet: `roce` is BTH..ICRC exactly as sent or received.
     pub fn record(&self, src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, roce: &[u8]) {
-        let frame = frame_for(src, dst, src_port, dst_port, roce);
+        self.record_ident(src, dst, src_port, dst_port, 0, roce);
+    }
+
+    /// Records one packet whose IPv4 header carries ID `ident` (ignored for IPv6).
+    pub fn record_ident(&self, src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, ident: u16, roce: &[u8]) {
+        let frame = frame_for_ident(src, dst, src_port, dst_port, ident, roce);
         let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
         let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
         let mut rec = [0u8; 16];
@@ -124,12 +135,18 @@ impl Drop for Capture {
 
 /// Wraps BTH..ICRC in Ethernet / IP / UDP headers.
 pub fn frame_for(src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, roce: &[u8]) -> Vec<u8> {
+    frame_for_ident(src, dst, src_port, dst_port, 0, roce)
+}
+
+/// [`frame_for`] with IPv4 ID `ident` (what the kernel writes into segment `ident` of a
+/// UDP GSO send).
+pub fn frame_for_ident(src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, ident: u16, roce: &[u8]) -> Vec<u8> {
     let ip = match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => IpRepr::V4(Ipv4Repr {
             src: s,
             dst: d,
             tos: 0,
-            ident: 0,
+            ident,
             df: true,
             ttl: 64,
             protocol: ipv4::PROTO_UDP,

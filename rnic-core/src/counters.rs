@@ -70,4 +70,12 @@ counters! {
     send_nak_err,
     /// Completion queue overflows (rnic).
     cq_overflow,
+    /// UDP GSO sends (each several packets in one system call) (rnic).
+    tx_gso_batches,
+    /// Receives that returned several GRO-coalesced datagrams (rnic).
+    rx_gro_batches,
+    /// Packets whose ICRC matched IPv4 ID = their index in a GRO batch, not 0 (rnic).
+    icrc_gso_index,
+    /// Packets whose ICRC matched another IPv4 ID below 64, not 0 (rnic).
+    icrc_gso_window,
 }

@@ -32,6 +32,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+const DEFAULT_SPIN_US: u64 = 50;
+
 /// How to open a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceConfig {
@@ -47,6 +49,15 @@ pub struct DeviceConfig {
     pub capture: Option<PathBuf>,
     /// Memory regions the device can hold.
     pub max_mr: u32,
+    /// How long the progress and receive threads keep polling after their last piece of
+    /// work before they block (spin-before-sleep: a blocked thread takes tens of
+    /// microseconds to wake on another CPU). `RNIC_SPIN_US` overrides the default 50 us;
+    /// zero never spins.
+    pub spin: Duration,
+    /// Send batches of equal-size packets with UDP GSO when the kernel offers it.
+    pub gso: bool,
+    /// Receive with UDP GRO (coalesced datagrams) when the kernel offers it.
+    pub gro: bool,
 }
 
 impl DeviceConfig {
@@ -59,6 +70,11 @@ impl DeviceConfig {
             pin_memory: true,
             capture: std::env::var_os("RNIC_PCAP").map(PathBuf::from),
             max_mr: 1 << 16,
+            spin: Duration::from_micros(
+                std::env::var("RNIC_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_SPIN_US),
+            ),
+            gso: true,
+            gro: true,
         }
     }
 }
@@ -131,13 +147,28 @@ enum Cmd {
     },
     PostSend(Qpn, SendWqe),
     PostRecv(Qpn, RecvWqe),
-    Rx(Vec<Datagram>),
+    Rx(Vec<RxBuf>),
     Shutdown,
 }
 
-struct Datagram {
+/// One receive buffer handed from the RX thread to the progress thread: one datagram,
+/// or several coalesced by GRO, of which `segs` (offset, length) passed the ICRC check.
+/// The buffer goes back to the RX thread for reuse.
+struct RxBuf {
     src: IpAddr,
     data: Vec<u8>,
+    segs: Vec<(usize, usize)>,
+}
+
+/// How the UDP transport moves packets, decided when the device opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransportInfo {
+    /// Sends batch equal-size packets into one UDP GSO (`UDP_SEGMENT`) send.
+    pub gso: bool,
+    /// Receives take GRO-coalesced datagrams (`UDP_GRO`).
+    pub gro: bool,
+    /// Spin-before-sleep time of the device threads.
+    pub spin: Duration,
 }
 
 /// An open emulated device. Cloning gives another handle to the same device; the
@@ -150,6 +181,7 @@ pub struct Device {
 struct Inner {
     config: DeviceConfig,
     local: SocketAddr,
+    transport: TransportInfo,
     mtpt: Arc<Mtpt>,
     counters: Arc<Counters>,
     cmd: Sender<Cmd>,
@@ -183,11 +215,19 @@ fn bind(config: &DeviceConfig) -> Result<UdpSocket, DeviceError> {
     Ok(u)
 }
 
+/// Detects UDP GSO and turns GRO on, as far as the configuration and the kernel allow.
+fn transport_info(config: &DeviceConfig, sock: &UdpSocket) -> TransportInfo {
+    let gso = config.gso && crate::sys::udp_segment_supported(sock);
+    let gro = config.gro && crate::sys::set_udp_gro(sock, true).is_ok();
+    TransportInfo { gso, gro, spin: config.spin }
+}
+
 impl Device {
     /// Opens a device: binds its UDP port and starts its progress and receive threads.
     pub fn open(config: DeviceConfig) -> Result<Device, DeviceError> {
         let sock = bind(&config)?;
         let local = sock.local_addr().map_err(|source| DeviceError::Io { name: config.name.clone(), source })?;
+        let transport = transport_info(&config, &sock);
         let capture = match &config.capture {
             Some(p) => Some(Capture::shared(p, local.ip()).map_err(|source| DeviceError::Capture {
                 name: config.name.clone(),
@@ -204,24 +244,33 @@ impl Device {
         let engine = Engine::new(EngineConfig::new(local.ip()), mtpt.clone(), counters.clone());
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
         let tx_sock = sock.try_clone().map_err(io_err)?;
+        // Receive buffers come back from the progress thread for reuse.
+        let (buf_tx, buf_rx) = crossbeam_channel::bounded(RX_POOL);
         let progress = {
-            let cap = capture.clone();
+            let tx = Tx { sock: tx_sock, local, gso: transport.gso, capture: capture.clone(), parts: Vec::new() };
             std::thread::Builder::new()
                 .name(format!("{}-progress", config.name))
-                .spawn(move || progress_loop(engine, cmd_rx, tx_sock, local, ev_tx, cap))
+                .spawn(move || progress_loop(engine, cmd_rx, tx, ev_tx, buf_tx, transport.spin))
                 .map_err(io_err)?
         };
         let rx = {
-            let (cmd, stop, counters, cap) = (cmd_tx.clone(), stop.clone(), counters.clone(), capture);
-            std::thread::Builder::new()
-                .name(format!("{}-rx", config.name))
-                .spawn(move || rx_loop(sock, local, cmd, stop, counters, cap))
-                .map_err(io_err)?
+            let rx = Rx {
+                sock,
+                local,
+                cmds: cmd_tx.clone(),
+                stop: stop.clone(),
+                counters: counters.clone(),
+                capture,
+                transport,
+                pool: buf_rx,
+            };
+            std::thread::Builder::new().name(format!("{}-rx", config.name)).spawn(move || rx.run()).map_err(io_err)?
         };
         Ok(Device {
             inner: Arc::new(Inner {
                 config,
                 local,
+                transport,
                 mtpt,
                 counters,
                 cmd: cmd_tx,
@@ -247,6 +296,11 @@ impl Device {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.inner.local
+    }
+
+    /// How the UDP transport moves packets (GSO, GRO, spinning).
+    pub fn transport(&self) -> TransportInfo {
+        self.inner.transport
     }
 
     /// The device's counters.
@@ -366,54 +420,85 @@ fn to_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// Receive buffers in circulation between the RX and progress threads.
+const RX_POOL: usize = 256;
+/// Messages taken per `recvmmsg`.
+const RX_BATCH: usize = 32;
+/// One receive buffer: room for the largest GRO batch (64 KiB of datagrams).
+const RX_BUF: usize = 65_536;
+/// Messages per `sendmmsg` (the kernel takes at most UIO_MAXIOV = 1024).
+const TX_MSGS: usize = 512;
+
 fn progress_loop(
     mut engine: Engine,
     cmds: Receiver<Cmd>,
-    sock: UdpSocket,
-    local: SocketAddr,
+    mut tx: Tx,
     events: Sender<AsyncEvent>,
-    capture: Option<Arc<Capture>>,
+    bufs: Sender<Vec<u8>>,
+    spin: Duration,
 ) {
     let start = Instant::now();
     let now = || to_ns(start.elapsed());
     let mut batch: Vec<TxPacket> = Vec::with_capacity(256);
+    let mut idle_since = Instant::now();
+    // The engine's next wake-up, as of the last piece of work (recomputed only then:
+    // `poll_timeout` looks at every QP).
+    let mut next_timer = engine.poll_timeout();
     loop {
-        let wait = engine.poll_timeout().map(|t| Duration::from_nanos(t.saturating_sub(now())));
-        let first = match wait {
-            Some(d) => match cmds.recv_timeout(d) {
-                Ok(c) => Some(c),
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
-            },
-            None => match cmds.recv() {
-                Ok(c) => Some(c),
-                Err(_) => return,
-            },
+        let first = match cmds.try_recv() {
+            Ok(c) => Some(c),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return,
+            Err(crossbeam_channel::TryRecvError::Empty) if idle_since.elapsed() < spin => {
+                // Spin before sleeping, yielding so that the other threads of a 2-CPU
+                // machine (the RX thread, the application) still run.
+                std::thread::yield_now();
+                None
+            }
+            Err(crossbeam_channel::TryRecvError::Empty) => {
+                match next_timer.map(|t| Duration::from_nanos(t.saturating_sub(now()))) {
+                    Some(d) => match cmds.recv_timeout(d) {
+                        Ok(c) => Some(c),
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+                        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+                    },
+                    None => match cmds.recv() {
+                        Ok(c) => Some(c),
+                        Err(_) => return,
+                    },
+                }
+            }
         };
         let mut shutdown = false;
+        let worked = first.is_some();
         if let Some(c) = first {
-            shutdown |= handle(&mut engine, now(), c);
+            shutdown |= handle(&mut engine, now(), c, &bufs);
             for _ in 0..256 {
                 match cmds.try_recv() {
-                    Ok(c) => shutdown |= handle(&mut engine, now(), c),
+                    Ok(c) => shutdown |= handle(&mut engine, now(), c, &bufs),
                     Err(_) => break,
                 }
             }
+            idle_since = Instant::now();
+            next_timer = engine.poll_timeout();
         }
         let t = now();
-        if engine.poll_timeout().is_some_and(|d| d <= t) {
+        let timed = next_timer.is_some_and(|d| d <= t);
+        if timed {
             engine.handle_timeout(t);
+            next_timer = engine.poll_timeout();
         }
-        engine.drain_transmits(&mut batch);
-        send_batch(&sock, local, &mut batch, engine.counters(), capture.as_deref());
-        for p in batch.drain(..) {
-            engine.recycle(p.data);
-        }
-        while let Some(ev) = engine.poll_event() {
-            let _ = events.send(ev);
+        if worked || timed {
+            engine.drain_transmits(&mut batch);
+            tx.send(&mut batch, engine.counters());
+            for p in batch.drain(..) {
+                engine.recycle(p.data);
+            }
+            while let Some(ev) = engine.poll_event() {
+                let _ = events.send(ev);
+            }
         }
         if shutdown {
-            if let Some(c) = &capture {
+            if let Some(c) = &tx.capture {
                 c.flush();
             }
             return;
@@ -421,7 +506,7 @@ fn progress_loop(
     }
 }
 
-fn handle(engine: &mut Engine, now: u64, cmd: Cmd) -> bool {
+fn handle(engine: &mut Engine, now: u64, cmd: Cmd, bufs: &Sender<Vec<u8>>) -> bool {
     match cmd {
         Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, reply } => {
             let _ = reply.send(engine.create_qp(qp_type, pd, cap, sq_sig_all, send_cq, recv_cq));
@@ -438,8 +523,14 @@ fn handle(engine: &mut Engine, now: u64, cmd: Cmd) -> bool {
         Cmd::PostSend(qpn, wqe) => engine.post_send(now, qpn, wqe),
         Cmd::PostRecv(qpn, wqe) => engine.post_recv(qpn, wqe),
         Cmd::Rx(batch) => {
-            for d in batch {
-                engine.handle_packet(now, d.src, &d.data);
+            for b in batch {
+                for &(off, len) in &b.segs {
+                    if let Some(pkt) = b.data.get(off..off + len) {
+                        engine.handle_packet(now, b.src, pkt);
+                    }
+                }
+                // Back to the RX thread; if its pool is full the buffer is freed.
+                let _ = bufs.try_send(b.data);
             }
         }
         Cmd::Shutdown => return true,
@@ -447,75 +538,200 @@ fn handle(engine: &mut Engine, now: u64, cmd: Cmd) -> bool {
     false
 }
 
-/// Sends a batch, filling each ICRC for the headers the kernel will write (unconnected
-/// socket, `IP_PMTUDISC_DO`: IPv4 ID 0, DF; the source port is the bound port).
-fn send_batch(sock: &UdpSocket, local: SocketAddr, batch: &mut [TxPacket], counters: &Counters, capture: Option<&Capture>) {
-    for p in batch.iter_mut() {
-        let ctx = IcrcContext::new(local.ip(), p.dst, local.port(), ROCEV2_UDP_PORT);
-        if ctx.fill(&mut p.data).is_err() {
-            counters.send_err.fetch_add(1, Ordering::Relaxed);
-            continue;
+/// The sending half of the UDP transport (owned by the progress thread).
+struct Tx {
+    sock: UdpSocket,
+    local: SocketAddr,
+    /// UDP GSO in use (turned off for good if the kernel refuses a GSO send).
+    gso: bool,
+    capture: Option<Arc<Capture>>,
+    /// (first, end) packet index of each message of the current send.
+    parts: Vec<(usize, usize)>,
+}
+
+fn gso_refused(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOPROTOOPT))
+}
+
+impl Tx {
+    /// Sends a batch with as few system calls as the kernel allows: runs of equal-size
+    /// packets to one destination become one UDP GSO message (segment *i* gets IPv4 ID
+    /// *i*, so its ICRC is filled for that ID), and all messages go in `sendmmsg` calls.
+    /// Without GSO every packet is its own message, ID 0 (unconnected socket,
+    /// `IP_PMTUDISC_DO`: see `shared/notes/icrc-over-udp-sockets.md`).
+    fn send(&mut self, batch: &mut [TxPacket], counters: &Counters) {
+        let mut start = 0;
+        while start < batch.len() {
+            start = self.send_from(batch, start, counters);
         }
-        if let Some(c) = capture {
-            c.record(local.ip(), p.dst, local.port(), ROCEV2_UDP_PORT, &p.data);
+    }
+
+    /// Sends `batch[start..]`; returns where to resume (the end, or the first packet of a
+    /// GSO message the kernel refused, to be sent again without GSO).
+    fn send_from(&mut self, batch: &mut [TxPacket], start: usize, counters: &Counters) -> usize {
+        let lens: Vec<usize> = batch.iter().map(|p| p.data.len()).collect();
+        self.parts.clear();
+        let mut i = start;
+        while i < batch.len() {
+            let end = if self.gso { crate::gso::run_end(&lens, i, |a, b| batch[a].dst == batch[b].dst) } else { i + 1 };
+            let run = end - i;
+            for (k, p) in batch[i..end].iter_mut().enumerate() {
+                let ident = if run > 1 { u16::try_from(k).unwrap_or(0) } else { 0 };
+                let ctx = IcrcContext {
+                    ipv4_ident: ident,
+                    ..IcrcContext::new(self.local.ip(), p.dst, self.local.port(), ROCEV2_UDP_PORT)
+                };
+                if ctx.fill(&mut p.data).is_err() {
+                    counters.send_err.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            self.parts.push((i, end));
+            i = end;
         }
-        if sock.send_to(&p.data, SocketAddr::new(p.dst, ROCEV2_UDP_PORT)).is_err() {
-            counters.send_err.fetch_add(1, Ordering::Relaxed);
+        let slices: Vec<io::IoSlice<'_>> = batch[start..].iter().map(|p| io::IoSlice::new(&p.data)).collect();
+        let msgs: Vec<crate::sys::OutMsg<'_>> = self
+            .parts
+            .iter()
+            .map(|&(a, e)| crate::sys::OutMsg {
+                dst: SocketAddr::new(batch[a].dst, ROCEV2_UDP_PORT),
+                parts: &slices[a - start..e - start],
+                segment: if e - a > 1 { u16::try_from(lens[a]).unwrap_or(0) } else { 0 },
+            })
+            .collect();
+        let mut m = 0;
+        while m < msgs.len() {
+            let chunk = &msgs[m..msgs.len().min(m + TX_MSGS)];
+            match crate::sys::send_msgs(&self.sock, chunk) {
+                Ok(k) if k > 0 => {
+                    for &(a, e) in &self.parts[m..m + k] {
+                        if e - a > 1 {
+                            counters.tx_gso_batches.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if let Some(c) = &self.capture {
+                            for (id, p) in batch[a..e].iter().enumerate() {
+                                let id = if e - a > 1 { u16::try_from(id).unwrap_or(0) } else { 0 };
+                                c.record_ident(self.local.ip(), p.dst, self.local.port(), ROCEV2_UDP_PORT, id, &p.data);
+                            }
+                        }
+                    }
+                    m += k;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if chunk[0].segment > 0 && gso_refused(&e) => {
+                    // The kernel (or the route's device) does not do GSO after all:
+                    // resend from this message one datagram at a time, ICRCs for ID 0.
+                    self.gso = false;
+                    return self.parts[m].0;
+                }
+                _ => {
+                    let (a, e) = self.parts[m];
+                    counters.send_err.fetch_add(u64::try_from(e - a).unwrap_or(u64::MAX), Ordering::Relaxed);
+                    m += 1;
+                }
+            }
         }
+        batch.len()
     }
 }
 
-fn rx_loop(
+/// The receiving half of the UDP transport (its own thread).
+struct Rx {
     sock: UdpSocket,
     local: SocketAddr,
     cmds: Sender<Cmd>,
     stop: Arc<AtomicBool>,
     counters: Arc<Counters>,
     capture: Option<Arc<Capture>>,
-) {
-    const BATCH: usize = 64;
-    let mut buf = vec![0u8; 65536];
-    let mut batch = Vec::with_capacity(BATCH);
-    // Takes one datagram into the batch if its ICRC verifies.
-    let accept = |n: usize, from: SocketAddr, buf: &[u8], batch: &mut Vec<Datagram>| {
-        let data = &buf[..n];
-        let ctx = IcrcContext::new(from.ip(), local.ip(), from.port(), local.port());
-        if ctx.verify(data).is_err() {
-            // IBA C9-3: a bad ICRC is dropped silently (and counted here).
-            counters.icrc_err.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        if let Some(c) = &capture {
-            c.record_rx(from.ip(), local.ip(), from.port(), local.port(), data);
-        }
-        batch.push(Datagram { src: from.ip(), data: data.to_vec() });
-    };
-    while !stop.load(Ordering::Acquire) {
-        // Block (up to the read timeout) for the first datagram...
-        match sock.recv_from(&mut buf) {
-            Ok((n, from)) => accept(n, from, &buf, &mut batch),
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => continue,
-            Err(_) => {
-                counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
-                continue;
+    transport: TransportInfo,
+    pool: Receiver<Vec<u8>>,
+}
+
+impl Rx {
+    /// Receives with `recvmmsg` (GRO batches included), checks every datagram's ICRC and
+    /// hands the good ones to the progress thread, one command per system call. Polls
+    /// without blocking for `spin` after the last datagram, then blocks (up to the
+    /// socket's read timeout, to notice `stop`).
+    fn run(self) {
+        let mut bufs: Vec<Vec<u8>> = (0..RX_BATCH).map(|_| vec![0u8; RX_BUF]).collect();
+        let mut meta = vec![crate::sys::RecvMeta::default(); RX_BATCH];
+        let mut scratch = crate::sys::RecvScratch::new(RX_BATCH);
+        let mut verifier = crate::gso::IdVerifier::new();
+        let mut idle_since = Instant::now();
+        while !self.stop.load(Ordering::Acquire) {
+            let spinning = idle_since.elapsed() < self.transport.spin;
+            let n = match crate::sys::recv_msgs(&self.sock, &mut scratch, &mut bufs, &mut meta, !spinning) {
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    if spinning {
+                        std::thread::yield_now();
+                    }
+                    continue;
+                }
+                Err(_) => {
+                    self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            };
+            idle_since = Instant::now();
+            let mut out = Vec::with_capacity(n);
+            for (i, m) in meta.iter().take(n).enumerate() {
+                if m.truncated || m.len == 0 {
+                    self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let segs = self.check(&mut verifier, &bufs[i][..m.len], m);
+                if segs.is_empty() {
+                    continue; // the buffer stays for the next receive
+                }
+                let fresh = self.pool.try_recv().unwrap_or_else(|_| vec![0u8; RX_BUF]);
+                let data = std::mem::replace(&mut bufs[i], fresh);
+                out.push(RxBuf { src: m.src.ip(), data, segs });
+            }
+            if !out.is_empty() && self.cmds.send(Cmd::Rx(out)).is_err() {
+                return;
             }
         }
-        // ...then take what is already queued without waiting: two mode switches per
-        // batch rather than per datagram.
-        if sock.set_nonblocking(true).is_ok() {
-            while batch.len() < BATCH {
-                match sock.recv_from(&mut buf) {
-                    Ok((n, from)) => accept(n, from, &buf, &mut batch),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(_) => {
-                        counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Splits a received buffer into its datagrams (GRO: `segment` bytes each, the last
+    /// shorter) and checks each one's ICRC; returns (offset, length) of the good ones.
+    fn check(&self, v: &mut crate::gso::IdVerifier, data: &[u8], m: &crate::sys::RecvMeta) -> Vec<(usize, usize)> {
+        let ctx = IcrcContext::new(m.src.ip(), self.local.ip(), m.src.port(), self.local.port());
+        let seg = if m.segment == 0 { data.len() } else { m.segment };
+        if m.segment > 0 {
+            self.counters.rx_gro_batches.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut good = Vec::with_capacity(data.len() / seg + 1);
+        for (index, off) in (0..data.len()).step_by(seg).enumerate() {
+            let end = (off + seg).min(data.len());
+            let pkt = &data[off..end];
+            match v.verify(ctx, pkt, index) {
+                Some(id) => {
+                    match id {
+                        crate::gso::IdMatch::Zero => {}
+                        crate::gso::IdMatch::Index(_) => {
+                            self.counters.icrc_gso_index.fetch_add(1, Ordering::Relaxed);
+                        }
+                        crate::gso::IdMatch::Window(_) => {
+                            self.counters.icrc_gso_window.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
+                    if let Some(c) = &self.capture {
+                        c.record_rx_ident(m.src.ip(), self.local.ip(), m.src.port(), self.local.port(), id.ident(), pkt);
+                    }
+                    good.push((off, end - off));
+                }
+                None => {
+                    // IBA C9-3: a bad ICRC is dropped silently (and counted here).
+                    self.counters.icrc_err.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            let _ = sock.set_nonblocking(false);
         }
-        if !batch.is_empty() && cmds.send(Cmd::Rx(std::mem::take(&mut batch))).is_err() {
-            return;
-        }
+        good
     }
 }

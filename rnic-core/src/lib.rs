@@ -10,6 +10,7 @@
 //! - [`engine`]: the sans-IO protocol engine (requester/completer and responder).
 //! - [`fabric`]: engines on virtual time with fault-injection rules, for tests.
 //! - [`device`]: the driver running an engine on a progress thread over UDP.
+//! - [`gso`]: UDP GSO/GRO batching and the ICRC check for GSO segments' IPv4 IDs.
 //! - [`capture`]: pcap capture of every packet.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -27,6 +28,7 @@ pub mod device;
 pub mod cq;
 pub mod engine;
 pub mod fabric;
+pub mod gso;
 pub mod wr;
 
 #[allow(unsafe_code)]

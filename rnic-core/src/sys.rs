@@ -1,6 +1,7 @@
-//! The one socket option neither std nor socket2 offers: `IP_MTU_DISCOVER`.
+//! The socket calls neither std nor socket2 offers: `IP_MTU_DISCOVER`, UDP GSO/GRO,
+//! `sendmmsg`/`recvmmsg` with control messages.
 //!
-//! This is the only `unsafe` in rnic-core outside [`crate::mem`]. It exists because
+//! This is the only `unsafe` in rnic-core outside [`crate::mem`]. `IP_MTU_DISCOVER` exists because
 //! the ICRC covers the IPv4 identification field, and only an unconnected socket set to
 //! `IP_PMTUDISC_DO` makes the kernel send ID 0 (with DF) on every datagram, which the
 //! receiving rnic can then assume (`shared/notes/icrc-over-udp-sockets.md`).
@@ -29,4 +30,231 @@ pub fn set_pmtudisc_do(sock: &impl AsRawFd) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// `SOL_UDP` option: the segment size of a UDP GSO send (linux/udp.h; glibc's libc lacks it).
+pub const UDP_SEGMENT: libc::c_int = 103;
+/// `SOL_UDP` option: deliver coalesced datagrams with their segment size (UDP GRO).
+pub const UDP_GRO: libc::c_int = 104;
+/// The largest UDP payload one IPv4 datagram (and so one GSO send) can carry.
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+/// The most segments one GSO send may be cut into (linux `UDP_MAX_SEGMENTS` is at least 64).
+pub const MAX_GSO_SEGMENTS: usize = 64;
+
+fn setsockopt_int(sock: &impl AsRawFd, level: libc::c_int, name: libc::c_int, val: libc::c_int) -> io::Result<()> {
+    let len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).unwrap_or(4);
+    // SAFETY: as in `set_pmtudisc_do`: a borrowed open fd, a pointer to a live stack int
+    // and its exact size; the kernel only reads it.
+    let rc = unsafe { libc::setsockopt(sock.as_raw_fd(), level, name, std::ptr::addr_of!(val).cast(), len) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Turns UDP GRO on: the kernel may hand several datagrams of one flow to a single
+/// receive, with their segment size in a `UDP_GRO` control message.
+pub fn set_udp_gro(sock: &impl AsRawFd, on: bool) -> io::Result<()> {
+    setsockopt_int(sock, libc::SOL_UDP, UDP_GRO, libc::c_int::from(on))
+}
+
+/// Whether this kernel accepts UDP GSO (`UDP_SEGMENT`) on the socket.
+pub fn udp_segment_supported(sock: &impl AsRawFd) -> bool {
+    let mut val: libc::c_int = 0;
+    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).unwrap_or(4);
+    // SAFETY: a borrowed open fd; `val` and `len` are live stack values the kernel writes
+    // at most `len` (= size of `val`) bytes into.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_UDP,
+            UDP_SEGMENT,
+            std::ptr::addr_of_mut!(val).cast(),
+            std::ptr::addr_of_mut!(len),
+        )
+    };
+    rc == 0
+}
+
+/// One message for [`send_msgs`]: the `parts` concatenated, sent to `dst`. With
+/// `segment > 0` the kernel cuts it into datagrams of `segment` bytes (UDP GSO), the last
+/// one possibly shorter; IPv4 segment *i* of one message then carries IP ID *i*.
+#[derive(Debug)]
+pub struct OutMsg<'a> {
+    /// Destination.
+    pub dst: std::net::SocketAddr,
+    /// The bytes, in order.
+    pub parts: &'a [io::IoSlice<'a>],
+    /// GSO segment size, or 0 for one plain datagram.
+    pub segment: u16,
+}
+
+// CMSG_SPACE(sizeof(int)) is 24 on 64-bit Linux; 4 words leave room on any ABI.
+type CmsgBuf = [u64; 4];
+
+/// Sends `msgs` with one `sendmmsg`; returns how many messages the kernel took (from the
+/// first; fewer than `msgs.len()` means the caller sends the rest again).
+pub fn send_msgs(sock: &impl AsRawFd, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
+    if msgs.is_empty() {
+        return Ok(0);
+    }
+    let addrs: Vec<socket2::SockAddr> = msgs.iter().map(|m| socket2::SockAddr::from(m.dst)).collect();
+    let mut ctrl: Vec<CmsgBuf> = vec![[0; 4]; msgs.len()];
+    let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(msgs.len());
+    for (i, m) in msgs.iter().enumerate() {
+        // SAFETY: msghdr/mmsghdr are plain C structs for which all-zero is a valid value.
+        let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        h.msg_hdr.msg_name = addrs[i].as_ptr().cast_mut().cast();
+        h.msg_hdr.msg_namelen = addrs[i].len();
+        // IoSlice is guaranteed ABI-compatible with `struct iovec` on Unix; the kernel
+        // only reads through it for a send.
+        h.msg_hdr.msg_iov = m.parts.as_ptr().cast_mut().cast();
+        h.msg_hdr.msg_iovlen = m.parts.len();
+        if m.segment > 0 {
+            let c = &mut ctrl[i];
+            h.msg_hdr.msg_control = c.as_mut_ptr().cast();
+            let two = libc::c_uint::try_from(std::mem::size_of::<u16>()).unwrap_or(2);
+            // SAFETY: CMSG_SPACE/CMSG_LEN are pure arithmetic.
+            h.msg_hdr.msg_controllen = unsafe { libc::CMSG_SPACE(two) } as usize;
+            // SAFETY: msg_control points at `c` (32 bytes, 8-aligned), which is at least
+            // CMSG_SPACE(2) bytes, so CMSG_FIRSTHDR returns a header inside it and
+            // CMSG_DATA a pointer with room for the u16, written unaligned.
+            unsafe {
+                let cm = libc::CMSG_FIRSTHDR(std::ptr::addr_of!(h.msg_hdr));
+                (*cm).cmsg_level = libc::SOL_UDP;
+                (*cm).cmsg_type = UDP_SEGMENT;
+                (*cm).cmsg_len = libc::CMSG_LEN(two) as usize;
+                std::ptr::write_unaligned(libc::CMSG_DATA(cm).cast::<u16>(), m.segment);
+            }
+        }
+        hdrs.push(h);
+    }
+    let n = libc::c_uint::try_from(hdrs.len()).unwrap_or(libc::c_uint::MAX);
+    // SAFETY: every header points at memory that lives until this call returns (`addrs`,
+    // the callers' IoSlices, `ctrl`), with the lengths set from those same objects; the
+    // kernel reads them and writes only `msg_len` in each header.
+    let rc = unsafe { libc::sendmmsg(sock.as_raw_fd(), hdrs.as_mut_ptr(), n, 0) };
+    usize::try_from(rc).map_err(|_| io::Error::last_os_error())
+}
+
+/// What one received message was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvMeta {
+    /// Bytes received into the buffer.
+    pub len: usize,
+    /// Sender.
+    pub src: std::net::SocketAddr,
+    /// With UDP GRO: the size of each coalesced datagram (the last may be shorter);
+    /// 0 when the buffer holds one datagram.
+    pub segment: usize,
+    /// The datagram did not fit the buffer (`MSG_TRUNC`).
+    pub truncated: bool,
+}
+
+impl Default for RecvMeta {
+    fn default() -> RecvMeta {
+        RecvMeta {
+            len: 0,
+            src: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+            segment: 0,
+            truncated: false,
+        }
+    }
+}
+
+// Room for a UDP_GRO int cmsg plus anything else the kernel might add.
+type RecvCmsgBuf = [u64; 8];
+
+/// The per-message structures `recvmmsg` needs, allocated once per receiving thread.
+pub struct RecvScratch {
+    iovs: Vec<libc::iovec>,
+    names: Vec<libc::sockaddr_storage>,
+    ctrl: Vec<RecvCmsgBuf>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+impl std::fmt::Debug for RecvScratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvScratch").field("messages", &self.hdrs.len()).finish()
+    }
+}
+
+impl RecvScratch {
+    /// Room for `n` messages per call.
+    pub fn new(n: usize) -> RecvScratch {
+        RecvScratch {
+            iovs: vec![libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; n],
+            // SAFETY: plain C structs for which all-zero is a valid value.
+            names: vec![unsafe { std::mem::zeroed() }; n],
+            ctrl: vec![[0; 8]; n],
+            // SAFETY: as above.
+            hdrs: vec![unsafe { std::mem::zeroed() }; n],
+        }
+    }
+}
+
+/// Receives up to `bufs.len()` messages with one `recvmmsg` into `bufs` (each filled from
+/// its start), describing each in `meta`. `wait`: block (up to the socket's read timeout)
+/// for the first message, then take what is queued; otherwise never block.
+pub fn recv_msgs(
+    sock: &impl AsRawFd,
+    scratch: &mut RecvScratch,
+    bufs: &mut [Vec<u8>],
+    meta: &mut [RecvMeta],
+    wait: bool,
+) -> io::Result<usize> {
+    let count = bufs.len().min(meta.len()).min(scratch.hdrs.len());
+    if count == 0 {
+        return Ok(0);
+    }
+    let RecvScratch { iovs, names, ctrl, hdrs } = scratch;
+    for i in 0..count {
+        iovs[i] = libc::iovec { iov_base: bufs[i].as_mut_ptr().cast(), iov_len: bufs[i].len() };
+        // SAFETY: all-zero is a valid mmsghdr.
+        let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        h.msg_hdr.msg_name = std::ptr::addr_of_mut!(names[i]).cast();
+        h.msg_hdr.msg_namelen =
+            libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_storage>()).unwrap_or(128);
+        h.msg_hdr.msg_iov = std::ptr::addr_of_mut!(iovs[i]);
+        h.msg_hdr.msg_iovlen = 1;
+        h.msg_hdr.msg_control = ctrl[i].as_mut_ptr().cast();
+        h.msg_hdr.msg_controllen = std::mem::size_of::<RecvCmsgBuf>();
+        hdrs[i] = h;
+    }
+    let flags = if wait { libc::MSG_WAITFORONE } else { libc::MSG_DONTWAIT };
+    let n = libc::c_uint::try_from(count).unwrap_or(libc::c_uint::MAX);
+    // SAFETY: each of the first `count` headers points at a live, exclusively borrowed
+    // buffer (`bufs[i]`, its length in the iovec), a sockaddr_storage and a control
+    // buffer of the sizes given, all owned by `scratch` or the caller for the whole call;
+    // the kernel writes at most those many bytes into each. A null timeout: the socket's
+    // SO_RCVTIMEO bounds the wait.
+    let rc = unsafe { libc::recvmmsg(sock.as_raw_fd(), hdrs.as_mut_ptr(), n, flags, std::ptr::null_mut()) };
+    let got = usize::try_from(rc).map_err(|_| io::Error::last_os_error())?;
+    for i in 0..got.min(count) {
+        let h = &hdrs[i];
+        // SAFETY: the kernel filled `names[i]` and set msg_namelen to its length.
+        let addr = unsafe { socket2::SockAddr::new(names[i], h.msg_hdr.msg_namelen) };
+        let mut segment = 0;
+        // SAFETY: the kernel wrote msg_controllen bytes of well-formed cmsgs into
+        // `ctrl[i]`; CMSG_FIRSTHDR/NXTHDR stay within msg_controllen and the int payload
+        // is read unaligned.
+        unsafe {
+            let mut cm = libc::CMSG_FIRSTHDR(std::ptr::addr_of!(h.msg_hdr));
+            while !cm.is_null() {
+                if (*cm).cmsg_level == libc::SOL_UDP && (*cm).cmsg_type == UDP_GRO {
+                    let v = std::ptr::read_unaligned(libc::CMSG_DATA(cm).cast::<libc::c_int>());
+                    segment = usize::try_from(v).unwrap_or(0);
+                }
+                cm = libc::CMSG_NXTHDR(std::ptr::addr_of!(h.msg_hdr), cm);
+            }
+        }
+        meta[i] = RecvMeta {
+            len: usize::try_from(h.msg_len).unwrap_or(0).min(bufs[i].len()),
+            src: addr.as_socket().unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
+            segment,
+            truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+        };
+    }
+    Ok(got)
 }

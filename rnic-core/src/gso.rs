@@ -1,0 +1,220 @@
+//! UDP GSO / GRO for the UDP transport: which packets can share one send, and how a
+//! receiver checks the ICRC of a datagram whose IPv4 ID it cannot see.
+//!
+//! The ICRC covers the IPv4 identification field (IBA A17.3.3: only TOS, TTL and the
+//! header checksum are masked). An unconnected socket with `IP_PMTUDISC_DO` sends ID 0,
+//! but one UDP GSO send is cut by the kernel into segments with IDs 0, 1, 2, ... (see
+//! `shared/notes/icrc-over-udp-sockets.md`). So the sender fills segment *i*'s ICRC with
+//! ID *i* ([`group`] says which packets go together), and the receiver, which gets no IP
+//! header from a UDP socket, accepts a packet whose ICRC matches ID 0, or the packet's
+//! index inside its GRO batch, or any ID below [`ID_WINDOW`] ([`IdVerifier`]).
+//!
+//! Strength: a packet is accepted if its ICRC equals one of `ID_WINDOW` (64) candidate
+//! values. A corrupted packet's ICRC is, for CRC-32, a uniformly random 32-bit value
+//! against them, so it passes with probability 64 * 2^-32 = 2^-26: the check keeps 26 of
+//! its 32 bits (6 bits lost) for datagrams that do not match ID 0 or their batch index,
+//! and 31 bits for those that match ID 0 or the index (two candidates).
+//! IPv6 has no ID, so IPv6 packets are checked with the full 32 bits.
+
+use rnic_wire::icrc::{self, IcrcContext};
+use std::net::IpAddr;
+
+/// IDs below this are tried: the most segments our sender puts in one GSO send.
+pub const ID_WINDOW: u16 = crate::sys::MAX_GSO_SEGMENTS as u16;
+
+/// Which IPv4 ID made a received packet's ICRC match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdMatch {
+    /// ID 0: a plain send (or the first segment of a GSO send).
+    Zero,
+    /// The packet's index inside the GRO batch it arrived in (segment *i* of one send).
+    Index(u16),
+    /// Another ID below [`ID_WINDOW`] (a GSO segment delivered without its batch, e.g.
+    /// when the receiving kernel split the batch or GRO is off).
+    Window(u16),
+}
+
+impl IdMatch {
+    /// The ID.
+    pub fn ident(self) -> u16 {
+        match self {
+            IdMatch::Zero => 0,
+            IdMatch::Index(i) | IdMatch::Window(i) => i,
+        }
+    }
+}
+
+/// Checks ICRCs with unknown small IPv4 IDs, computing the packet's CRC once.
+///
+/// The CRC is affine: for two messages of equal length, `crc(a) ^ crc(b)` depends only on
+/// `a ^ b`. Two pseudo-headers that differ only in the ID differ only in those 16 bits, so
+/// `icrc(id) = icrc(0) ^ g(id)` where `g` is linear in the bits of `id` and depends on
+/// nothing but the packet's length. `g` of each single bit is computed once per length
+/// (on a zero packet) and cached; every candidate ID is then a few XORs.
+#[derive(Debug, Default)]
+pub struct IdVerifier {
+    // Direct-mapped by length: (length, g(1 << k) for k in 0..16).
+    cache: Vec<(usize, [u32; 16])>,
+}
+
+const CACHE_SLOTS: usize = 64;
+
+impl IdVerifier {
+    /// A verifier with an empty cache.
+    pub fn new() -> IdVerifier {
+        IdVerifier { cache: vec![(0, [0; 16]); CACHE_SLOTS] }
+    }
+
+    /// Verifies `pkt` (BTH..ICRC) received from `ctx.src` by `ctx.dst`, the `index`-th
+    /// datagram of its GRO batch (0 if it came alone). `None`: no candidate ID matches.
+    pub fn verify(&mut self, ctx: IcrcContext, pkt: &[u8], index: usize) -> Option<IdMatch> {
+        let body = pkt.len().checked_sub(rnic_wire::ICRC_LEN)?;
+        let received = icrc::received(pkt)?;
+        let ctx0 = IcrcContext { ipv4_ident: 0, ..ctx };
+        let f0 = ctx0.compute(&pkt[..body]).ok()?;
+        if f0 == received {
+            return Some(IdMatch::Zero);
+        }
+        if !matches!((ctx.src, ctx.dst), (IpAddr::V4(_), IpAddr::V4(_))) {
+            return None; // IPv6: nothing to guess, the full 32-bit check failed.
+        }
+        let want = f0 ^ received;
+        let g = self.basis(ctx0, body);
+        let g_of = |id: u16| (0..16).filter(|k| id & (1 << k) != 0).fold(0u32, |acc, k| acc ^ g[k]);
+        if let Ok(i) = u16::try_from(index) {
+            if i != 0 && i < ID_WINDOW && g_of(i) == want {
+                return Some(IdMatch::Index(i));
+            }
+        }
+        (1..ID_WINDOW).find(|&id| g_of(id) == want).map(IdMatch::Window)
+    }
+
+    /// `g(1 << k)` for a packet body of `body` bytes (BTH..ICRC exclusive).
+    fn basis(&mut self, ctx0: IcrcContext, body: usize) -> [u32; 16] {
+        let slot = body % CACHE_SLOTS;
+        if self.cache[slot].0 == body && body != 0 {
+            return self.cache[slot].1;
+        }
+        let zero = vec![0u8; body];
+        let f0 = ctx0.compute(&zero).unwrap_or(0);
+        let mut g = [0u32; 16];
+        for (k, gk) in g.iter_mut().enumerate() {
+            let c = IcrcContext { ipv4_ident: 1 << k, ..ctx0 };
+            *gk = c.compute(&zero).unwrap_or(0) ^ f0;
+        }
+        self.cache[slot] = (body, g);
+        g
+    }
+}
+
+/// Splits `lens` (packet lengths, in send order) into runs that one GSO send can carry:
+/// consecutive packets to the same destination (`same_dst(i, j)`) with the same length,
+/// optionally ending with one shorter packet, at most [`crate::sys::MAX_GSO_SEGMENTS`]
+/// and [`crate::sys::MAX_UDP_PAYLOAD`] bytes. Returns the end index of the run that
+/// starts at `start`.
+pub fn run_end(lens: &[usize], start: usize, same_dst: impl Fn(usize, usize) -> bool) -> usize {
+    let Some(&size) = lens.get(start) else { return start };
+    if size == 0 {
+        return start + 1;
+    }
+    let max = crate::sys::MAX_GSO_SEGMENTS.min(crate::sys::MAX_UDP_PAYLOAD / size).max(1);
+    let mut end = start + 1;
+    while end < lens.len() && end - start < max && same_dst(start, end) {
+        let l = lens[end];
+        if l == size {
+            end += 1;
+        } else {
+            // A shorter last segment ends the run, unless it starts a run of its own
+            // (a WRITE's first packet carries a RETH and is longer than the middles).
+            let starts_run = lens.get(end + 1) == Some(&l) && same_dst(end, end + 1);
+            if l < size && l > 0 && !starts_run {
+                end += 1;
+            }
+            break;
+        }
+    }
+    end
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> IcrcContext {
+        IcrcContext::new("127.0.21.1".parse().unwrap(), "127.0.21.2".parse().unwrap(), 4791, 4791)
+    }
+
+    fn packet(len: usize, ident: u16, seed: u8) -> Vec<u8> {
+        let mut p: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+        p[0] = 0x0a; // RC RDMA WRITE ONLY
+        IcrcContext { ipv4_ident: ident, ..ctx() }.fill(&mut p).unwrap();
+        p
+    }
+
+    #[test]
+    fn id_zero_index_and_window_are_recognised() {
+        let mut v = IdVerifier::new();
+        assert_eq!(v.verify(ctx(), &packet(4124, 0, 1), 0), Some(IdMatch::Zero));
+        assert_eq!(v.verify(ctx(), &packet(4124, 5, 1), 5), Some(IdMatch::Index(5)));
+        assert_eq!(v.verify(ctx(), &packet(4124, 5, 2), 0), Some(IdMatch::Window(5)));
+        assert_eq!(v.verify(ctx(), &packet(64, 63, 3), 2), Some(IdMatch::Window(63)));
+        // An ID outside the window is not accepted.
+        assert_eq!(v.verify(ctx(), &packet(64, 64, 3), 0), None);
+        assert_eq!(v.verify(ctx(), &packet(64, 0x1234, 3), 0), None);
+    }
+
+    #[test]
+    fn corruption_is_still_caught_with_ids() {
+        let mut v = IdVerifier::new();
+        for ident in [0u16, 1, 7, 40] {
+            let good = packet(1500, ident, 9);
+            assert!(v.verify(ctx(), &good, usize::from(ident)).is_some());
+            for pos in [0usize, 12, 700, 1495] {
+                for bit in 0..8 {
+                    let mut bad = good.clone();
+                    bad[pos] ^= 1 << bit;
+                    if pos == 4 {
+                        continue; // masked byte
+                    }
+                    assert_eq!(v.verify(ctx(), &bad, usize::from(ident)), None, "id {ident} pos {pos} bit {bit}");
+                }
+            }
+        }
+        // Addresses are covered too.
+        let good = packet(200, 3, 1);
+        let other = IcrcContext::new("127.0.21.9".parse().unwrap(), "127.0.21.2".parse().unwrap(), 4791, 4791);
+        assert_eq!(v.verify(other, &good, 3), None);
+    }
+
+    #[test]
+    fn ipv6_has_no_ids_to_guess() {
+        let c6 = IcrcContext::new("::1".parse().unwrap(), "::1".parse().unwrap(), 4791, 4791);
+        let mut p = vec![0u8; 64];
+        p[0] = 0x0a;
+        c6.fill(&mut p).unwrap();
+        let mut v = IdVerifier::new();
+        assert_eq!(v.verify(c6, &p, 0), Some(IdMatch::Zero));
+        p[20] ^= 1;
+        assert_eq!(v.verify(c6, &p, 1), None);
+    }
+
+    #[test]
+    fn runs_follow_the_gso_rules() {
+        let all = |_: usize, _: usize| true;
+        // First packet of a WRITE carries a RETH (longer): alone; then equal middles and a short last.
+        let lens = [4128, 4112, 4112, 4112, 100, 4112];
+        assert_eq!(run_end(&lens, 0, all), 1);
+        assert_eq!(run_end(&lens, 1, all), 5);
+        assert_eq!(run_end(&lens, 5, all), 6);
+        // A shorter packet that does not start a run is a short last segment.
+        assert_eq!(run_end(&[4128, 4112, 100], 0, all), 2);
+        // A longer packet after a run starts a new one.
+        assert_eq!(run_end(&[100, 100, 200], 0, all), 2);
+        // Different destinations split runs.
+        assert_eq!(run_end(&[100, 100, 100], 0, |_, j| j < 2), 2);
+        // At most 64 segments, and at most 65507 bytes.
+        assert_eq!(run_end(&[40; 100], 0, all), 64);
+        assert_eq!(run_end(&[4112; 100], 0, all), 15);
+        assert_eq!(run_end(&[], 0, all), 0);
+    }
+}
