@@ -7,6 +7,7 @@
 mod capture;
 mod decode;
 mod demo;
+mod perf;
 mod pingpong;
 
 use clap::{Parser, Subcommand};
@@ -28,6 +29,8 @@ enum Command {
     Decode(decode::Args),
     /// Ping-pong SENDs over an RC QP, speaking ibv_rc_pingpong's out-of-band protocol.
     Pingpong(pingpong::Args),
+    /// perftest-style benchmarks (write_bw, send_lat, ...) with a same-run UDP baseline.
+    Perf(perf::Args),
 }
 
 fn main() -> ExitCode {
@@ -36,5 +39,6 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Decode(args) => decode::run(args),
         Command::Pingpong(args) => pingpong::run(args),
+        Command::Perf(args) => perf::run(args),
     }
 }

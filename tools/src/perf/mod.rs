@@ -1,0 +1,903 @@
+//! `rnic perf`: perftest's benchmarks (`ib_write_bw`, `ib_send_lat`, ...) over rnic, each
+//! reported next to a plain-UDP baseline of the same wire size measured in the same run.
+//!
+//! ```text
+//! rnic perf write_bw -s 65536 -m 4096           both sides in this process (127.0.0.1, 127.0.0.2)
+//! rnic perf write_bw --server [--ip A]          one side; the other runs:
+//! rnic perf write_bw HOST [--ip B] -s 65536     the client, which chooses the parameters
+//! ```
+//! Each size runs: the UDP baseline, then the RDMA test, then a data check on both sides.
+//! Out of band, the sides talk JSON lines over TCP (`ctrl`), not perftest's format.
+
+mod ctrl;
+mod rdma;
+mod udp;
+
+use ctrl::{Ctrl, Msg, Params};
+use serde_json::json;
+use std::io::IsTerminal;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Arguments of `rnic perf` (perftest's letters and meanings).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// The test: send_bw, send_lat, write_bw, write_lat, read_bw, read_lat, atomic_bw,
+    /// atomic_lat, or the plain-UDP baselines udp_bw, udp_lat.
+    pub test: String,
+    /// Server to connect to (client mode). Without it and without --server, both sides
+    /// run in this process (--loopback).
+    pub host: Option<String>,
+    /// Wait for a client (server mode).
+    #[arg(long, conflicts_with = "host")]
+    pub server: bool,
+    /// Both sides in this process, on --ip and --peer-ip (the default without HOST).
+    #[arg(long, conflicts_with_all = ["host", "server"])]
+    pub loopback: bool,
+    /// Message size in bytes (default 65536 for bandwidth, 2 for latency tests).
+    #[arg(short = 's', long = "size")]
+    pub size: Option<u64>,
+    /// Run every size from 2 to 2^23 bytes, doubling.
+    #[arg(short = 'a', long = "all", conflicts_with = "size")]
+    pub all: bool,
+    /// Iterations (per QP); default 5000 for bandwidth, 1000 for latency tests.
+    #[arg(short = 'n', long = "iters")]
+    pub iters: Option<u64>,
+    /// Run for this many seconds instead of -n iterations.
+    #[arg(short = 'D', long = "duration")]
+    pub duration: Option<f64>,
+    /// Number of QPs.
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    pub qps: u32,
+    /// Send queue depth (default 128 for bandwidth, 1 for latency tests).
+    #[arg(short = 't', long = "tx-depth")]
+    pub tx_depth: Option<u32>,
+    /// Receive queue depth (SEND tests).
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
+    pub rx_depth: u32,
+    /// Send messages of at most this many bytes inline (copied at post time).
+    #[arg(short = 'I', long = "inline-size", default_value_t = 0)]
+    pub inline: u32,
+    /// Path MTU in bytes: 256, 512, 1024, 2048, 4096.
+    #[arg(short = 'm', long = "mtu", default_value_t = 4096)]
+    pub mtu: u32,
+    /// Connection type: RC, UC or UD.
+    #[arg(short = 'c', long = "connection", default_value = "RC")]
+    pub connection: String,
+    /// Completion moderation: signal one work request in this many (bandwidth tests).
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
+    pub cq_mod: u32,
+    /// Sleep on completion events instead of busy polling.
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
+    /// Bidirectional: both sides send (bandwidth tests).
+    #[arg(short = 'b', long = "bidirectional")]
+    pub bidirectional: bool,
+    /// TCP port of the out-of-band exchange.
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    pub port: u16,
+    /// This side's device address (default 127.0.0.1; a client of another process:
+    /// 127.0.0.2).
+    #[arg(long)]
+    pub ip: Option<IpAddr>,
+    /// The second device's address with --loopback.
+    #[arg(long, default_value = "127.0.0.2")]
+    pub peer_ip: IpAddr,
+    /// Print one JSON object (an array with -a) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What a test does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestKind {
+    /// SEND / RECV.
+    Send,
+    /// RDMA WRITE.
+    Write,
+    /// RDMA READ.
+    Read,
+    /// Atomics.
+    Atomic,
+    /// Plain UDP (the baseline alone).
+    Udp,
+}
+
+/// A test: kind and measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Test {
+    /// Operation.
+    pub kind: TestKind,
+    /// Latency (else bandwidth).
+    pub lat: bool,
+}
+
+impl Test {
+    /// Parses `write_bw` and friends.
+    pub fn parse(s: &str) -> Option<Test> {
+        let (op, m) = s.rsplit_once('_')?;
+        let kind = match op {
+            "send" => TestKind::Send,
+            "write" => TestKind::Write,
+            "read" => TestKind::Read,
+            "atomic" => TestKind::Atomic,
+            "udp" => TestKind::Udp,
+            _ => return None,
+        };
+        let lat = match m {
+            "bw" => false,
+            "lat" => true,
+            _ => return None,
+        };
+        Some(Test { kind, lat })
+    }
+
+    fn title(self) -> String {
+        let op = match self.kind {
+            TestKind::Send => "Send",
+            TestKind::Write => "RDMA_Write",
+            TestKind::Read => "RDMA_Read",
+            TestKind::Atomic => "Atomic",
+            TestKind::Udp => "UDP",
+        };
+        format!("{op} {} Test", if self.lat { "Latency" } else { "BW" })
+    }
+
+    /// Bytes on the wire (BTH..ICRC, UDP payload) of each packet of one `size`-byte
+    /// message at path MTU `mtu`, in the data direction.
+    pub fn wire_packets(self, size: u64, mtu: u64) -> Vec<u64> {
+        const BTH: u64 = 12;
+        const RETH: u64 = 16;
+        const AETH: u64 = 4;
+        const ICRC: u64 = 4;
+        let n = size.div_ceil(mtu).max(1);
+        (0..n)
+            .map(|i| {
+                let chunk = if i + 1 == n { size - mtu * (n - 1) } else { mtu };
+                let ext = match self.kind {
+                    TestKind::Write if i == 0 => RETH,
+                    // READ responses: AETH on the first and the last (and only).
+                    TestKind::Read if i == 0 || i + 1 == n => AETH,
+                    _ => 0,
+                };
+                BTH + ext + chunk.div_ceil(4) * 4 + ICRC
+            })
+            .collect()
+    }
+}
+
+/// Every size `-a` runs: 2 to 2^23, doubling.
+pub fn all_sizes() -> Vec<u64> {
+    (1..=23).map(|k| 1u64 << k).collect()
+}
+
+impl Args {
+    /// The parameters both sides use, or why these options cannot run.
+    pub fn params(&self) -> Result<(Test, Params), String> {
+        let test = Test::parse(&self.test).ok_or_else(|| {
+            format!(
+                "unknown test {:?}: use send_bw, send_lat, write_bw, write_lat, read_bw, read_lat, atomic_bw, atomic_lat, udp_bw or udp_lat",
+                self.test
+            )
+        })?;
+        let conn = self.connection.to_ascii_uppercase();
+        match conn.as_str() {
+            "RC" => {}
+            "UC" | "UD" => return Err(format!("-c {conn}: not supported yet in this build (RC only)")),
+            other => return Err(format!("-c {other}: not a connection type (RC, UC or UD)")),
+        }
+        if test.kind == TestKind::Atomic {
+            return Err(format!("{}: atomics are not supported yet in this build", self.test));
+        }
+        if self.events {
+            return Err("-e: completion events are not supported yet in this build (busy polling only)".into());
+        }
+        if rnic_verbs::PathMtu::from_bytes(self.mtu).is_none() {
+            return Err(format!("-m {}: not 256, 512, 1024, 2048 or 4096", self.mtu));
+        }
+        let sizes = if self.all { all_sizes() } else { vec![self.size.unwrap_or(if test.lat { 2 } else { 65536 })] };
+        if let Some(&s) = sizes.iter().find(|&&s| s == 0 || s > 1 << 30) {
+            return Err(format!("-s {s}: must be 1 to 2^30 bytes"));
+        }
+        if test.lat && self.qps != 1 {
+            return Err("-q: latency tests use one QP".into());
+        }
+        if test.lat && self.bidirectional {
+            return Err("-b: latency tests are ping-pong, already both ways".into());
+        }
+        if self.qps == 0 || self.qps > 16384 {
+            return Err(format!("-q {}: must be 1 to 16384", self.qps));
+        }
+        let tx_depth = self.tx_depth.unwrap_or(if test.lat { 1 } else { 128 });
+        if tx_depth == 0 || tx_depth > 16384 {
+            return Err(format!("-t {tx_depth}: must be 1 to 16384"));
+        }
+        if self.rx_depth == 0 || self.rx_depth > 16384 {
+            return Err(format!("-r {}: must be 1 to 16384", self.rx_depth));
+        }
+        if self.inline > 1024 {
+            return Err(format!("-I {}: the device inlines at most 1024 bytes", self.inline));
+        }
+        if let Some(d) = self.duration {
+            if !(d > 0.0 && d <= 3600.0) {
+                return Err(format!("-D {d}: must be more than 0 and at most 3600 seconds"));
+            }
+        }
+        let iters = self.iters.unwrap_or(if test.lat { 1000 } else { 5000 });
+        if iters == 0 {
+            return Err("-n 0: at least one iteration".into());
+        }
+        // perftest: CQ moderation cannot exceed the send queue depth (nothing would be
+        // signaled while the queue is full).
+        let cq_mod = if test.lat { 1 } else { self.cq_mod.clamp(1, tx_depth) };
+        Ok((
+            test,
+            Params {
+                test: self.test.clone(),
+                sizes,
+                iters,
+                duration: self.duration,
+                qps: self.qps,
+                tx_depth,
+                rx_depth: self.rx_depth,
+                inline: self.inline,
+                mtu: self.mtu,
+                cq_mod,
+                bidirectional: self.bidirectional,
+            },
+        ))
+    }
+}
+
+/// A bar on stderr while stdout is a terminal, for runs longer than a second or so.
+#[derive(Debug)]
+pub struct Progress {
+    on: bool,
+    start: Instant,
+    last: Instant,
+    duration: Option<Duration>,
+    total: u64,
+}
+
+impl Progress {
+    fn new(want: bool, duration: Option<Duration>, total: u64) -> Progress {
+        let on = want && std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
+        let now = Instant::now();
+        Progress { on, start: now, last: now, duration, total }
+    }
+
+    fn tick(&mut self, done: u64) {
+        // Only after a second (short runs stay quiet), at most 10 times a second.
+        if !self.on || self.last.elapsed() < Duration::from_millis(100) || self.start.elapsed() < Duration::from_secs(1)
+        {
+            return;
+        }
+        self.last = Instant::now();
+        let frac = match self.duration {
+            Some(d) => self.start.elapsed().as_secs_f64() / d.as_secs_f64(),
+            None => done as f64 / self.total.max(1) as f64,
+        }
+        .clamp(0.0, 1.0);
+        let w = 40;
+        let fill = (frac * w as f64) as usize;
+        eprint!("\r [{}{}] {:3.0}%", "#".repeat(fill), ".".repeat(w - fill), frac * 100.0);
+    }
+
+    fn finish(&self) {
+        if self.on && self.start.elapsed() >= Duration::from_secs(1) {
+            eprint!("\r{}\r", " ".repeat(50));
+        }
+    }
+}
+
+/// The result of one size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// Test name.
+    pub test: String,
+    /// Message size.
+    pub bytes: u64,
+    /// Work requests (bandwidth: all QPs) or round trips (latency).
+    pub iterations: u64,
+    /// The figures.
+    pub figures: Figures,
+    /// The UDP baseline in the same unit (MB/s, or typical usec), when one ran.
+    pub baseline: Option<f64>,
+    /// How the baseline moved its datagrams.
+    pub baseline_method: String,
+    /// The baseline's message rate (bandwidth tests), Mpps.
+    pub baseline_msg_rate_mpps: Option<f64>,
+    /// Figure / baseline (bandwidth: higher is better; latency: lower is better).
+    pub ratio: Option<f64>,
+    /// Whether every byte checked out.
+    pub verified: bool,
+    /// Why not.
+    pub error: Option<String>,
+}
+
+/// Bandwidth or latency figures.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Figures {
+    /// MB/s (2^20 bytes, as perftest) and Mpps.
+    Bw {
+        /// Best window.
+        peak_mbps: f64,
+        /// Whole run.
+        avg_mbps: f64,
+        /// Messages per second / 1e6.
+        msg_rate_mpps: f64,
+    },
+    /// Microseconds.
+    Lat(LatStats),
+}
+
+/// Latency statistics in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LatStats {
+    /// Minimum.
+    pub min: f64,
+    /// Median (perftest's "typical").
+    pub typical: f64,
+    /// Mean.
+    pub avg: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Maximum.
+    pub max: f64,
+}
+
+impl LatStats {
+    /// From samples, each scaled by `scale` (0.5 for a half round trip).
+    pub fn from(samples: &[Duration], scale: f64) -> LatStats {
+        let mut us: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e6 * scale).collect();
+        if us.is_empty() {
+            return LatStats::default();
+        }
+        us.sort_by(f64::total_cmp);
+        let at = |q: f64| us[((us.len() as f64 * q).ceil() as usize).clamp(1, us.len()) - 1];
+        LatStats {
+            min: us[0],
+            typical: us[us.len() / 2],
+            avg: us.iter().sum::<f64>() / us.len() as f64,
+            p99: at(0.99),
+            p999: at(0.999),
+            max: us[us.len() - 1],
+        }
+    }
+}
+
+const MB: f64 = 1_048_576.0;
+
+impl Report {
+    /// The `--json` object.
+    pub fn json(&self) -> serde_json::Value {
+        let mut v = json!({
+            "test": self.test,
+            "bytes": self.bytes,
+            "iterations": self.iterations,
+            "baseline": self.baseline,
+            "baseline_method": self.baseline_method,
+            "ratio": self.ratio,
+            "verified": self.verified,
+        });
+        let o = v.as_object_mut().expect("an object");
+        match &self.figures {
+            Figures::Bw { peak_mbps, avg_mbps, msg_rate_mpps } => {
+                o.insert("bw_peak_mbps".into(), json!(peak_mbps));
+                o.insert("bw_avg_mbps".into(), json!(avg_mbps));
+                o.insert("msg_rate_mpps".into(), json!(msg_rate_mpps));
+                o.insert("baseline_msg_rate_mpps".into(), json!(self.baseline_msg_rate_mpps));
+            }
+            Figures::Lat(l) => {
+                o.insert("lat_min_us".into(), json!(l.min));
+                o.insert("lat_typical_us".into(), json!(l.typical));
+                o.insert("lat_avg_us".into(), json!(l.avg));
+                o.insert("lat_p99_us".into(), json!(l.p99));
+                o.insert("lat_p999_us".into(), json!(l.p999));
+                o.insert("lat_max_us".into(), json!(l.max));
+            }
+        }
+        if let Some(e) = &self.error {
+            o.insert("error".into(), json!(e));
+        }
+        v
+    }
+}
+
+const LINE: &str = "---------------------------------------------------------------------------------------";
+
+fn header(test: Test, p: &Params, device: &str, transport: Option<rnic_core::device::TransportInfo>) -> String {
+    let mut s = format!("{LINE}\n                    {}\n", test.title());
+    s += &format!(" Number of qps   : {:<10} Device         : {device}\n", p.qps);
+    s += " Connection type : RC         Using SRQ      : OFF\n";
+    s += &format!(" TX depth        : {:<10} RX depth       : {}\n", p.tx_depth, p.rx_depth);
+    s += &format!(" CQ Moderation   : {:<10} Mtu            : {}[B]\n", p.cq_mod, p.mtu);
+    s += &format!(" Max inline data : {}[B]{:<5} Link type      : Ethernet (RoCEv2 over UDP)\n", p.inline, "");
+    s += &format!(
+        " Bidirectional   : {:<10} Polling        : busy (yielding)\n",
+        if p.bidirectional { "ON" } else { "OFF" }
+    );
+    if let Some(t) = transport {
+        s += &format!(
+            " Transport       : UDP GSO {}, GRO {}, spin {} us\n",
+            if t.gso { "on" } else { "off" },
+            if t.gro { "on" } else { "off" },
+            t.spin.as_micros()
+        );
+    }
+    s += LINE;
+    s
+}
+
+fn table_head(lat: bool) -> &'static str {
+    if lat {
+        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    99% percentile[usec]   99.9% percentile[usec]"
+    } else {
+        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+    }
+}
+
+fn table_row(r: &Report) -> String {
+    let mut s = match &r.figures {
+        Figures::Bw { peak_mbps, avg_mbps, msg_rate_mpps } => format!(
+            " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
+            r.bytes, r.iterations, peak_mbps, avg_mbps, msg_rate_mpps
+        ),
+        Figures::Lat(l) => format!(
+            " {:<6} {:<11} {:<14.2} {:<14.2} {:<16.2} {:<14.2} {:<22.2} {:.2}",
+            r.bytes, r.iterations, l.min, l.max, l.typical, l.avg, l.p99, l.p999
+        ),
+    };
+    if let (Some(b), Some(ratio)) = (r.baseline, r.ratio) {
+        let unit = if matches!(r.figures, Figures::Lat(_)) { "usec typical" } else { "MB/sec" };
+        s += &format!("\n   udp baseline: {b:.2} {unit} ({}); ratio {ratio:.3}", r.baseline_method);
+        if let Some(m) = r.baseline_msg_rate_mpps {
+            s += &format!(", baseline {m:.6} Mpps");
+        }
+    }
+    if !r.verified {
+        s += &format!("\n   NOT VERIFIED: {}", r.error.as_deref().unwrap_or("unknown"));
+    }
+    s
+}
+
+/// Runs `rnic perf`.
+pub fn run(a: &Args) -> ExitCode {
+    let (test, params) = match a.params() {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("rnic perf: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let progress = !a.json;
+    let result = if a.server {
+        let ip = a.ip.unwrap_or(IpAddr::from([127, 0, 0, 1]));
+        serve(ip, a.port).map(|()| Vec::new())
+    } else if let Some(host) = &a.host {
+        let ip = a.ip.unwrap_or(IpAddr::from([127, 0, 0, 2]));
+        connect(host, a.port).and_then(|c| client(c, ip, test, &params, progress, a.json))
+    } else {
+        let (ip, peer) = (a.ip.unwrap_or(IpAddr::from([127, 0, 0, 1])), a.peer_ip);
+        let (c, s) = Ctrl::pair();
+        let server = std::thread::spawn(move || server_side(s, peer));
+        let r = client(c, ip, test, &params, progress, a.json);
+        match server.join() {
+            Ok(Ok(())) => r,
+            Ok(Err(e)) => r.and(Err(e)),
+            Err(_) => Err("the server side panicked".into()),
+        }
+    };
+    match result {
+        Ok(reports) => {
+            if a.json && !a.server {
+                let v: Vec<_> = reports.iter().map(Report::json).collect();
+                let out = if a.all { json!(v) } else { v.into_iter().next().unwrap_or(json!(null)) };
+                println!("{out}");
+            }
+            if let Some(bad) = reports.iter().find(|r| !r.verified) {
+                eprintln!(
+                    "rnic perf: {} bytes: data did not verify: {}",
+                    bad.bytes,
+                    bad.error.as_deref().unwrap_or("unknown")
+                );
+                return ExitCode::from(1);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rnic perf: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn connect(host: &str, port: u16) -> Result<Ctrl, String> {
+    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+        .map_err(|e| format!("{host}: {e}"))?
+        .collect();
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut last = None;
+        for a in &addrs {
+            match TcpStream::connect_timeout(a, Duration::from_secs(2)) {
+                Ok(s) => return Ctrl::tcp(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        if Instant::now() > until {
+            return Err(format!("cannot reach the server at {host}:{port}: {}", last.map_or("no address".into(), |e| e.to_string())));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn serve(ip: IpAddr, port: u16) -> Result<(), String> {
+    let l = TcpListener::bind((ip, port)).map_err(|e| format!("cannot listen on {ip}:{port}: {e}"))?;
+    eprintln!("rnic perf: waiting for a client on {ip}:{port}");
+    let (s, from) = l.accept().map_err(|e| e.to_string())?;
+    eprintln!("rnic perf: client {from}");
+    server_side(Ctrl::tcp(s)?, ip)
+}
+
+/// Number of datagrams the bandwidth baseline sends: as many as the test moves, at
+/// least 20000 (so it lasts long enough to measure), at most 2 GiB.
+fn baseline_count(p: &Params, test: Test, size: u64) -> (u64, u64) {
+    let pk = test.wire_packets(size, u64::from(p.mtu));
+    let avg = pk.iter().sum::<u64>() / pk.len() as u64;
+    let n = (p.iters * u64::from(p.qps) * pk.len() as u64).max(20_000).min((2u64 << 30) / avg.max(1));
+    (n, avg)
+}
+
+/// Bytes of each latency datagram: the mean of the request and response packets.
+fn lat_wire(test: Test, size: u64, mtu: u64) -> u64 {
+    match test.kind {
+        TestKind::Read => (32 + Test { kind: TestKind::Read, lat: true }.wire_packets(size, mtu)[0]) / 2,
+        _ => test.wire_packets(size, mtu)[0],
+    }
+}
+
+/// The bandwidth data flows from the client, except for READ.
+fn client_sources(test: Test) -> bool {
+    test.kind != TestKind::Read
+}
+
+/// Baseline, source side.
+fn udp_source(ctrl: &mut Ctrl, local: IpAddr, peer: IpAddr, n: u64, size: u64) -> Result<(u64, f64, bool), String> {
+    let port = ctrl.expect("udp_ready", |m| if let Msg::UdpReady { port } = m { Some(port) } else { None })?;
+    let sock = udp::bind(local).map_err(|e| format!("UDP baseline: bind {local}: {e}"))?;
+    let gso = udp::source(&sock, SocketAddr::new(peer, port), size as usize, n).map_err(|e| format!("UDP baseline: {e}"))?;
+    let (d, secs) =
+        ctrl.expect("udp_done", |m| if let Msg::UdpDone { datagrams, secs } = m { Some((datagrams, secs)) } else { None })?;
+    Ok((d, secs, gso))
+}
+
+/// Baseline, receiving side: returns (datagrams timed, seconds, gro).
+fn udp_sink(ctrl: &mut Ctrl, local: IpAddr, n: u64) -> Result<(u64, f64, bool), String> {
+    let sock = udp::bind(local).map_err(|e| format!("UDP baseline: bind {local}: {e}"))?;
+    let port = sock.local_addr().map_err(|e| e.to_string())?.port();
+    ctrl.send(&Msg::UdpReady { port })?;
+    let (r, gro) = udp::sink(&sock, n, Duration::from_millis(300)).map_err(|e| format!("UDP baseline: {e}"))?;
+    ctrl.send(&Msg::UdpDone { datagrams: r.timed, secs: r.secs })?;
+    Ok((r.timed, r.secs, gro))
+}
+
+struct Baseline {
+    value: f64,
+    lat: Option<LatStats>,
+    msg_rate: Option<f64>,
+    method: String,
+}
+
+fn client_baseline(ctrl: &mut Ctrl, ip: IpAddr, peer: IpAddr, test: Test, p: &Params, size: u64) -> Result<Baseline, String> {
+    let mtu = u64::from(p.mtu);
+    if test.lat {
+        let port = ctrl.expect("udp_ready", |m| if let Msg::UdpReady { port } = m { Some(port) } else { None })?;
+        let sock = udp::bind(ip).map_err(|e| format!("UDP baseline: bind {ip}: {e}"))?;
+        let rtts = udp::ping(&sock, SocketAddr::new(peer, port), lat_wire(test, size, mtu) as usize, p.iters.max(1000), None)
+            .map_err(|e| format!("UDP baseline: {e}"))?;
+        let scale = if test.kind == TestKind::Read { 1.0 } else { 0.5 };
+        let l = LatStats::from(&rtts, scale);
+        return Ok(Baseline { value: l.typical, lat: Some(l), msg_rate: None, method: udp::LAT_METHOD.into() });
+    }
+    let (n, dgram) = baseline_count(p, test, size);
+    let pkts = test.wire_packets(size, mtu).len() as f64;
+    let (timed, secs, flag) =
+        if client_sources(test) { udp_source(ctrl, ip, peer, n, dgram)? } else { udp_sink(ctrl, ip, n)? };
+    // The other side's method flag is not exchanged; report what this side saw.
+    let (gso, gro) = if client_sources(test) { (flag, true) } else { (true, flag) };
+    if secs <= 0.0 || timed == 0 {
+        return Err("UDP baseline: too few datagrams arrived to measure".into());
+    }
+    let msgs = timed as f64 / pkts / secs;
+    Ok(Baseline {
+        value: msgs * size as f64 / MB,
+        lat: None,
+        msg_rate: Some(msgs / 1e6),
+        method: udp::bw_method(gso, gro),
+    })
+}
+
+fn server_baseline(ctrl: &mut Ctrl, ip: IpAddr, peer: IpAddr, test: Test, p: &Params, size: u64) -> Result<(), String> {
+    if test.lat {
+        let sock = udp::bind(ip).map_err(|e| format!("UDP baseline: bind {ip}: {e}"))?;
+        let port = sock.local_addr().map_err(|e| e.to_string())?.port();
+        ctrl.send(&Msg::UdpReady { port })?;
+        udp::pong(&sock, Duration::from_secs(600)).map_err(|e| format!("UDP baseline: {e}"))?;
+        return Ok(());
+    }
+    let (n, dgram) = baseline_count(p, test, size);
+    if client_sources(test) {
+        udp_sink(ctrl, ip, n)?;
+    } else {
+        udp_source(ctrl, ip, peer, n, dgram)?;
+    }
+    Ok(())
+}
+
+fn client(
+    mut ctrl: Ctrl,
+    ip: IpAddr,
+    test: Test,
+    p: &Params,
+    progress: bool,
+    quiet: bool,
+) -> Result<Vec<Report>, String> {
+    let r = client_inner(&mut ctrl, ip, test, p, progress, quiet);
+    if let Err(e) = &r {
+        let _ = ctrl.send(&Msg::Error { why: e.clone() });
+    }
+    r
+}
+
+fn client_inner(ctrl: &mut Ctrl, ip: IpAddr, test: Test, p: &Params, progress: bool, quiet: bool) -> Result<Vec<Report>, String> {
+    ctrl.send(&Msg::Hello { params: p.clone() })?;
+    let mut side = if test.kind == TestKind::Udp { None } else { Some(rdma::Side::open("rnic0", ip, p)?) };
+    let peer_ip = if let Some(s) = &mut side {
+        ctrl.send(&Msg::Setup { qps: s.endpoints(), mr: s.remote_mr() })?;
+        let (eps, mr) = ctrl.expect("setup", |m| if let Msg::Setup { qps, mr } = m { Some((qps, mr)) } else { None })?;
+        s.connect(&eps, mr)?;
+        s.peer_ip(&eps).ok_or("the server sent no QP")?
+    } else {
+        ctrl.expect("setup", |m| if let Msg::Setup { qps, .. } = m { qps.first().map(|e| e.gid.to_ip()) } else { None })?
+    };
+    if !quiet {
+        let t = side.as_ref().map(|s| s.ctx.device().transport());
+        println!("{}", header(test, p, side.as_ref().map_or("udp", |s| s.ctx.name()), t));
+        println!("{}", table_head(test.lat));
+    }
+    let mut reports = Vec::new();
+    for &size in &p.sizes {
+        let base = client_baseline(ctrl, ip, peer_ip, test, p, size)?;
+        let r = match &side {
+            None => udp_report(test, p, size, &base),
+            Some(s) => client_size(ctrl, s, test, p, size, base, progress)?,
+        };
+        if !quiet {
+            println!("{}", table_row(&r));
+        }
+        reports.push(r);
+    }
+    if !quiet {
+        println!("{LINE}");
+    }
+    Ok(reports)
+}
+
+fn udp_report(test: Test, p: &Params, size: u64, base: &Baseline) -> Report {
+    let figures = if test.lat {
+        Figures::Lat(base.lat.unwrap_or_default())
+    } else {
+        Figures::Bw { peak_mbps: base.value, avg_mbps: base.value, msg_rate_mpps: base.msg_rate.unwrap_or(0.0) }
+    };
+    Report {
+        test: p.test.clone(),
+        bytes: size,
+        iterations: p.iters,
+        figures,
+        baseline: None,
+        baseline_method: base.method.clone(),
+        baseline_msg_rate_mpps: None,
+        ratio: None,
+        verified: true,
+        error: None,
+    }
+}
+
+fn client_size(
+    ctrl: &mut Ctrl,
+    side: &rdma::Side,
+    test: Test,
+    p: &Params,
+    size: u64,
+    base: Baseline,
+    progress: bool,
+) -> Result<Report, String> {
+    let sz = size as usize;
+    side.prepare(test.kind, sz)?;
+    ctrl.send(&Msg::Ready)?;
+    ctrl.expect("ready", |m| matches!(m, Msg::Ready).then_some(()))?;
+    let target = Arc::new(AtomicU64::new(u64::MAX));
+    let abort = AtomicBool::new(false);
+    let (figures, iterations, own_check) = if test.lat {
+        let (rtts, last) = rdma::latency(side, p, test.kind, sz, true, &target, progress)?;
+        ctrl.send(&Msg::Finished { count: rtts.len() as u64, secs: 0.0 })?;
+        // perftest reports half the round trip for SEND and WRITE, the whole one for READ.
+        let scale = if test.kind == TestKind::Read { 1.0 } else { 0.5 };
+        let own = match (test.kind, last) {
+            (TestKind::Read, _) => side.verify(test.kind, sz, None),
+            (_, Some(last)) => side.verify(test.kind, sz, Some(last)),
+            (_, None) => Err("no round trip completed".into()),
+        };
+        (Figures::Lat(LatStats::from(&rtts, scale)), rtts.len() as u64, own)
+    } else {
+        let (run, own) = std::thread::scope(|sc| -> Result<(rdma::BwRun, Result<(), String>), String> {
+            // -b: this side is also a target.
+            let tgt = (p.bidirectional && test.kind == TestKind::Send)
+                .then(|| sc.spawn(|| rdma::target_send(side, sz, &target, &abort)));
+            let run = rdma::initiator_bw(side, p, test.kind, sz, progress);
+            if run.is_err() {
+                abort.store(true, Ordering::Release);
+            }
+            let run = run?;
+            ctrl.send(&Msg::Finished { count: run.count, secs: run.secs })?;
+            let mut own = Ok(());
+            let mut total = run.clone();
+            if p.bidirectional {
+                let (count, secs) = ctrl
+                    .expect("finished", |m| if let Msg::Finished { count, secs } = m { Some((count, secs)) } else { None })?;
+                target.store(count, Ordering::Release);
+                own = match tgt.map(|h| h.join()) {
+                    Some(Ok(Ok(last))) => {
+                        let pat = rdma::pattern(sz);
+                        side.verify(test.kind, sz, last.map(|o| (o, pat[sz - 1])))
+                    }
+                    Some(Ok(Err(e))) => Err(e),
+                    Some(Err(_)) => Err("the receiving thread panicked".into()),
+                    None => side.verify(test.kind, sz, None),
+                };
+                // Both directions: bytes add up over the longer of the two runs.
+                total.count += count;
+                total.secs = total.secs.max(secs);
+                total.peak_wr_per_sec += run.peak_wr_per_sec * count as f64 / run.count.max(1) as f64;
+            }
+            Ok((total, own))
+        })?;
+        let avg = run.count as f64 * size as f64 / run.secs / MB;
+        let figures = Figures::Bw {
+            peak_mbps: (run.peak_wr_per_sec * size as f64 / MB).max(avg),
+            avg_mbps: avg,
+            msg_rate_mpps: run.count as f64 / run.secs / 1e6,
+        };
+        (figures, run.count, own)
+    };
+    let (ok, why) = ctrl.expect("verified", |m| if let Msg::Verified { ok, why } = m { Some((ok, why)) } else { None })?;
+    let error = match (own_check, ok) {
+        (Err(e), _) => Some(format!("this side: {e}")),
+        (Ok(()), false) => Some(format!("the other side: {why}")),
+        _ => None,
+    };
+    let value = match &figures {
+        Figures::Bw { avg_mbps, .. } => *avg_mbps,
+        Figures::Lat(l) => l.typical,
+    };
+    Ok(Report {
+        test: p.test.clone(),
+        bytes: size,
+        iterations,
+        figures,
+        baseline: Some(base.value),
+        baseline_method: base.method,
+        baseline_msg_rate_mpps: base.msg_rate,
+        ratio: (base.value > 0.0).then(|| value / base.value),
+        verified: error.is_none(),
+        error,
+    })
+}
+
+fn server_side(mut ctrl: Ctrl, ip: IpAddr) -> Result<(), String> {
+    let r = server_inner(&mut ctrl, ip);
+    if let Err(e) = &r {
+        let _ = ctrl.send(&Msg::Error { why: e.clone() });
+    }
+    r
+}
+
+fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
+    let p = ctrl.expect("hello", |m| if let Msg::Hello { params } = m { Some(params) } else { None })?;
+    let test = Test::parse(&p.test).ok_or_else(|| format!("unknown test {}", p.test))?;
+    let mut side = if test.kind == TestKind::Udp { None } else { Some(rdma::Side::open("rnic1", ip, &p)?) };
+    let peer_ip = match &mut side {
+        Some(s) => {
+            let (eps, mr) = ctrl.expect("setup", |m| if let Msg::Setup { qps, mr } = m { Some((qps, mr)) } else { None })?;
+            ctrl.send(&Msg::Setup { qps: s.endpoints(), mr: s.remote_mr() })?;
+            s.connect(&eps, mr)?;
+            s.peer_ip(&eps).ok_or("the client sent no QP")?
+        }
+        None => {
+            let gid = rnic_verbs::Gid::from_ip(ip);
+            ctrl.send(&Msg::Setup {
+                qps: vec![rnic_verbs::Endpoint { qpn: 0, gid, psn: 0 }],
+                mr: rnic_verbs::RemoteMr { addr: 0, rkey: 0, len: 0 },
+            })?;
+            IpAddr::from([0, 0, 0, 0]) // the UDP tests never send from the server's side first
+        }
+    };
+    let mut failed = None;
+    for &size in &p.sizes {
+        server_baseline(ctrl, ip, peer_ip, test, &p, size)?;
+        let Some(s) = &side else { continue };
+        let sz = size as usize;
+        s.prepare(test.kind, sz)?;
+        ctrl.send(&Msg::Ready)?;
+        ctrl.expect("ready", |m| matches!(m, Msg::Ready).then_some(()))?;
+        let target = AtomicU64::new(u64::MAX);
+        let abort = AtomicBool::new(false);
+        let check = std::thread::scope(|sc| -> Result<Result<(), String>, String> {
+            let worker = sc.spawn(|| -> Result<Option<(usize, u8)>, String> {
+                if test.lat {
+                    rdma::latency(s, &p, test.kind, sz, false, &target, false).map(|(_, last)| last)
+                } else if test.kind == TestKind::Send {
+                    let pat = rdma::pattern(sz);
+                    rdma::target_send(s, sz, &target, &abort).map(|o| o.map(|o| (o, pat[sz - 1])))
+                } else {
+                    Ok(None)
+                }
+            });
+            if p.bidirectional {
+                let run = rdma::initiator_bw(s, &p, test.kind, sz, false);
+                let run = match run {
+                    Ok(r) => r,
+                    Err(e) => {
+                        abort.store(true, Ordering::Release);
+                        return Err(e);
+                    }
+                };
+                ctrl.send(&Msg::Finished { count: run.count, secs: run.secs })?;
+            }
+            let count = ctrl.expect("finished", |m| if let Msg::Finished { count, .. } = m { Some(count) } else { None });
+            let count = match count {
+                Ok(c) => c,
+                Err(e) => {
+                    abort.store(true, Ordering::Release);
+                    target.store(0, Ordering::Release);
+                    return Err(e);
+                }
+            };
+            target.store(count, Ordering::Release);
+            let last = worker.join().map_err(|_| "the server's worker panicked".to_string())?;
+            Ok(last.and_then(|last| match (test.lat, test.kind) {
+                (_, TestKind::Read) => {
+                    if test.lat || !p.bidirectional {
+                        Ok(()) // nothing arrived at this side
+                    } else {
+                        s.verify(test.kind, sz, None)
+                    }
+                }
+                (false, TestKind::Write) => s.verify(test.kind, sz, None),
+                (true, _) if count == 0 => Ok(()),
+                _ => s.verify(test.kind, sz, last),
+            }))
+        })?;
+        let (ok, why) = match &check {
+            Ok(()) => (true, String::new()),
+            Err(e) => (false, e.clone()),
+        };
+        if !ok {
+            failed = Some(why.clone());
+        }
+        ctrl.send(&Msg::Verified { ok, why })?;
+    }
+    match failed {
+        Some(e) => Err(format!("data did not verify: {e}")),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,517 @@
+//! The RDMA side of `rnic perf`: one side's device, QPs and buffer, and the loops that
+//! post work and measure (the initiator), answer (the ponger of latency tests) or receive
+//! (the SEND target). The same code runs in one process (`--loopback`) and in two.
+//!
+//! Buffer layout of each side's one memory region:
+//! ```text
+//! [0, nbuf * max_size)             target area: the peer WRITEs / SENDs land here, READs read from here
+//! [nbuf * max_size, + max_size)    local area: WRITE / SEND source, READ destination
+//! ```
+
+use super::ctrl::Params;
+use super::{Progress, Test, TestKind};
+use rnic_core::device::DeviceConfig;
+use rnic_verbs::{
+    AccessFlags, CompletionQueue, Context, Endpoint, MemoryRegion, PathMtu, PreparedQp, QpCap, QueuePair, RecvWr,
+    RemoteMr, SendOp, SendWr, WcStatus, WorkCompletion,
+};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Receive buffers of the SEND target share at most this much memory.
+const RECV_MEMORY: usize = 64 << 20;
+/// A side gives up when nothing moves for this long.
+const STALL: Duration = Duration::from_secs(30);
+
+/// A deterministic byte pattern for messages of `len` bytes (its seed is the size, so a
+/// stale message of another size does not pass).
+pub fn pattern(len: usize) -> Vec<u8> {
+    let mut x = (len as u32).wrapping_mul(2_654_435_761) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x.to_le_bytes()[1]
+        })
+        .collect()
+}
+
+/// One side of the test.
+#[derive(Debug)]
+pub struct Side {
+    /// The device.
+    pub ctx: Context,
+    scq: CompletionQueue,
+    rcq: CompletionQueue,
+    mr: MemoryRegion,
+    prepared: Vec<PreparedQp>,
+    qps: Vec<QueuePair>,
+    remote: Option<RemoteMr>,
+    max_size: usize,
+    nbuf: usize,
+    slots: usize,
+}
+
+impl Side {
+    /// Opens device `name` at `ip` and creates the QPs and buffer `params` ask for.
+    pub fn open(name: &str, ip: IpAddr, params: &Params) -> Result<Side, String> {
+        let mut cfg = DeviceConfig::new(name, ip);
+        // Benchmarks register up to 2 x 64 MiB + 8 MiB; pinning that would need a large
+        // RLIMIT_MEMLOCK and changes nothing per packet.
+        cfg.pin_memory = false;
+        let ctx = Context::open_with(cfg).map_err(|e| e.to_string())?;
+        let pd = ctx.alloc_pd();
+        let q = params.qps as usize;
+        let max_size = params.sizes.iter().copied().max().unwrap_or(1).max(1) as usize;
+        let test = Test::parse(&params.test).ok_or_else(|| format!("unknown test {}", params.test))?;
+        let (nbuf, slots) = if test.kind == TestKind::Send {
+            let nbuf = (RECV_MEMORY / max_size).clamp(1, q * params.rx_depth as usize);
+            (nbuf, (params.rx_depth as usize).min(nbuf.div_ceil(q).max(1)).max(1))
+        } else {
+            (1, 0)
+        };
+        let depth = (q * (params.tx_depth as usize + slots) + 64).min(1 << 20);
+        let scq = ctx.create_cq(depth).map_err(|e| e.to_string())?;
+        let rcq = ctx.create_cq(depth).map_err(|e| e.to_string())?;
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        let mr = pd.allocate_mr(nbuf * max_size + max_size, access).map_err(|e| e.to_string())?;
+        let mtu = PathMtu::from_bytes(params.mtu).ok_or_else(|| format!("-m {}: not a path MTU", params.mtu))?;
+        let cap = QpCap {
+            max_send_wr: params.tx_depth,
+            max_recv_wr: params.rx_depth.max(1),
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: params.inline,
+        };
+        let mut prepared = Vec::with_capacity(q);
+        for _ in 0..q {
+            let b = pd
+                .qp_builder(&scq, &rcq)
+                .cap(cap)
+                .mtu(mtu)
+                .access(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ)
+                .max_rd_atomic(16)
+                .max_dest_rd_atomic(16);
+            prepared.push(b.build().map_err(|e| e.to_string())?);
+        }
+        Ok(Side { ctx, scq, rcq, mr, prepared, qps: Vec::new(), remote: None, max_size, nbuf, slots })
+    }
+
+    /// The endpoints to send to the peer.
+    pub fn endpoints(&self) -> Vec<Endpoint> {
+        self.prepared.iter().map(PreparedQp::endpoint).collect()
+    }
+
+    /// What the peer may RDMA into: the target area.
+    pub fn remote_mr(&self) -> RemoteMr {
+        let mut r = self.mr.remote();
+        r.len = (self.nbuf * self.max_size) as u64;
+        r
+    }
+
+    /// Connects QP *i* to the peer's QP *i*, and pre-posts the receives of a SEND test.
+    pub fn connect(&mut self, peer: &[Endpoint], mr: RemoteMr) -> Result<(), String> {
+        if peer.len() != self.prepared.len() {
+            return Err(format!("the peer has {} QPs, this side {}", peer.len(), self.prepared.len()));
+        }
+        for (p, ep) in self.prepared.drain(..).zip(peer) {
+            self.qps.push(p.connect(ep).map_err(|e| e.to_string())?);
+        }
+        self.remote = Some(mr);
+        for (qi, qp) in self.qps.iter().enumerate() {
+            for s in 0..self.slots {
+                post_recv(qp, &self.mr, self.slot_offset(qi, s), self.max_size, ((qi as u64) << 32) | s as u64)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The peer's IP address.
+    pub fn peer_ip(&self, peer: &[Endpoint]) -> Option<IpAddr> {
+        peer.first().map(|e| e.gid.to_ip())
+    }
+
+    fn slot_offset(&self, qp: usize, slot: usize) -> usize {
+        ((qp * self.slots + slot) % self.nbuf) * self.max_size
+    }
+
+    fn local_offset(&self) -> usize {
+        self.nbuf * self.max_size
+    }
+
+    /// Fills the buffers for a run of `size`-byte messages: the source with the pattern
+    /// and the destination with zeros, so that only a transfer can make it verify.
+    pub fn prepare(&self, kind: TestKind, size: usize) -> Result<(), String> {
+        let pat = pattern(size);
+        let zero = vec![0u8; size];
+        let w = |off: usize, b: &[u8]| self.mr.write(off, b).map_err(|e| e.to_string());
+        if kind == TestKind::Read {
+            w(0, &pat)?;
+            w(self.local_offset(), &zero)?;
+        } else {
+            w(self.local_offset(), &pat)?;
+            for b in 0..self.nbuf {
+                w(b * self.max_size, &zero)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the data this side received in a run of `size`-byte messages (`last`: the
+    /// receive slot of the last SEND, the tag of the last latency message).
+    pub fn verify(&self, kind: TestKind, size: usize, last: Option<(usize, u8)>) -> Result<(), String> {
+        let pat = pattern(size);
+        let (off, what) = match (kind, last) {
+            (TestKind::Read, _) => (self.local_offset(), "READ destination"),
+            (TestKind::Send, Some((slot, _))) => (slot, "last received SEND"),
+            (TestKind::Send, None) => return Err("no SEND was received".into()),
+            _ => (0, "WRITE target"),
+        };
+        let mut got = vec![0u8; size];
+        self.mr.read(off, &mut got).map_err(|e| e.to_string())?;
+        let mut want = pat;
+        if let Some((_, tag)) = last {
+            if let Some(b) = want.last_mut() {
+                *b = tag; // latency tests carry the iteration's tag in the last byte
+            }
+        }
+        match got.iter().zip(&want).position(|(a, b)| a != b) {
+            None => Ok(()),
+            Some(i) => Err(format!("{what}: byte {i} of {size} is {:#04x}, expected {:#04x}", got[i], want[i])),
+        }
+    }
+
+    fn wr(&self, kind: TestKind, size: usize, wr_id: u64, signaled: bool, inline: bool) -> SendWr {
+        let r = self.remote.unwrap_or(RemoteMr { addr: 0, rkey: 0, len: 0 });
+        let sge = self.mr.sge(self.local_offset(), size as u32);
+        let op = match kind {
+            TestKind::Write => SendOp::RdmaWrite { remote_addr: r.addr, rkey: r.rkey },
+            TestKind::Read => SendOp::RdmaRead { remote_addr: r.addr, rkey: r.rkey },
+            _ => SendOp::Send,
+        };
+        let mut wr = SendWr::new(wr_id, op, vec![sge]);
+        wr.flags.signaled = signaled;
+        wr.flags.inline = inline && kind != TestKind::Read;
+        wr
+    }
+}
+
+fn post_recv(qp: &QueuePair, mr: &MemoryRegion, off: usize, len: usize, wr_id: u64) -> Result<(), String> {
+    qp.post_recv(&RecvWr { wr_id, sg_list: vec![mr.sge(off, len as u32)] }).map_err(|e| e.to_string())
+}
+
+fn check_wc(wc: &WorkCompletion) -> Result<(), String> {
+    if wc.status == WcStatus::Success {
+        Ok(())
+    } else {
+        Err(format!("work completion {} on QP {:#x} (wr_id {:#x})", wc.status, wc.qp_num, wc.wr_id))
+    }
+}
+
+/// What an initiator measured.
+#[derive(Debug, Clone, Default)]
+pub struct BwRun {
+    /// Work requests completed.
+    pub count: u64,
+    /// First post to last completion.
+    pub secs: f64,
+    /// Best rate over a window of a sixteenth of the run, in work requests per second.
+    pub peak_wr_per_sec: f64,
+}
+
+/// Bandwidth initiator: keeps `tx_depth` work requests in flight on every QP, signals
+/// every `cq_mod`-th, until `iters` per QP (or `duration`) are done.
+pub fn initiator_bw(side: &Side, p: &Params, kind: TestKind, size: usize, progress: bool) -> Result<BwRun, String> {
+    let nq = side.qps.len();
+    let duration = p.duration.map(Duration::from_secs_f64);
+    let total = p.iters * nq as u64;
+    let (tx_depth, cq_mod) = (u64::from(p.tx_depth), u64::from(p.cq_mod.max(1)));
+    let inline = size <= p.inline as usize;
+    #[derive(Clone, Copy, Default)]
+    struct St {
+        posted: u64,
+        outstanding: u64,
+        since_sig: u64,
+    }
+    let mut st = vec![St::default(); nq];
+    let mut wcs = vec![WorkCompletion::new(0, WcStatus::Success, rnic_verbs::WcOpcode::Send, 0); 256];
+    let mut samples: Vec<(f64, u64)> = Vec::with_capacity(4096);
+    let mut done = 0u64;
+    let mut bar = Progress::new(progress, duration, total);
+    let start = Instant::now();
+    let mut last_move = start;
+    let mut stopping = false;
+    loop {
+        if let Some(d) = duration {
+            stopping |= start.elapsed() >= d;
+        }
+        for (qi, s) in st.iter_mut().enumerate() {
+            let more = |s: &St| if duration.is_some() { !stopping } else { s.posted < p.iters };
+            while s.outstanding < tx_depth && more(s) {
+                let last = duration.is_none() && s.posted + 1 == p.iters;
+                let sig = s.since_sig + 1 >= cq_mod || last;
+                let wr_id = ((qi as u64) << 32) | (s.since_sig + 1);
+                side.qps[qi].post_send(&side.wr(kind, size, wr_id, sig, inline)).map_err(|e| e.to_string())?;
+                s.posted += 1;
+                s.outstanding += 1;
+                s.since_sig = if sig { 0 } else { s.since_sig + 1 };
+            }
+            if stopping && s.since_sig > 0 && s.outstanding < tx_depth {
+                // Time is up: one last signaled request retires the unsignaled tail.
+                let wr_id = ((qi as u64) << 32) | (s.since_sig + 1);
+                side.qps[qi].post_send(&side.wr(kind, size, wr_id, true, inline)).map_err(|e| e.to_string())?;
+                s.posted += 1;
+                s.outstanding += 1;
+                s.since_sig = 0;
+            }
+        }
+        let n = side.scq.poll(&mut wcs);
+        if n > 0 {
+            for wc in &wcs[..n] {
+                check_wc(wc)?;
+                let qi = (wc.wr_id >> 32) as usize;
+                let k = wc.wr_id & 0xffff_ffff;
+                if let Some(s) = st.get_mut(qi) {
+                    s.outstanding = s.outstanding.saturating_sub(k);
+                }
+                done += k;
+            }
+            last_move = Instant::now();
+            samples.push((start.elapsed().as_secs_f64(), done));
+            bar.tick(done);
+        } else {
+            if last_move.elapsed() > STALL {
+                return Err(format!("no completion for {} s ({done} of {total} done)", STALL.as_secs()));
+            }
+            // Busy polling, but yielding: on a 2-CPU machine the device's threads need
+            // the CPU this loop would otherwise hold.
+            std::thread::yield_now();
+        }
+        let finished = match duration {
+            None => done >= total,
+            Some(_) => stopping && st.iter().all(|s| s.outstanding == 0),
+        };
+        if finished {
+            break;
+        }
+    }
+    bar.finish();
+    let secs = start.elapsed().as_secs_f64();
+    Ok(BwRun { count: done, secs, peak_wr_per_sec: peak(&samples, done) })
+}
+
+/// The best rate over any window of at least a sixteenth of the completions.
+fn peak(samples: &[(f64, u64)], total: u64) -> f64 {
+    let w = (total / 16).max(1);
+    let mut best: f64 = 0.0;
+    let mut i = 0;
+    for j in 0..samples.len() {
+        while i + 1 < j && samples[j].1 - samples[i + 1].1 >= w {
+            i += 1;
+        }
+        let (dc, dt) = (samples[j].1.saturating_sub(samples[i].1), samples[j].0 - samples[i].0);
+        if dc >= w && dt > 0.0 {
+            best = best.max(dc as f64 / dt);
+        }
+    }
+    if best == 0.0 {
+        if let Some(&(t, c)) = samples.last() {
+            if t > 0.0 {
+                best = c as f64 / t;
+            }
+        }
+    }
+    best
+}
+
+/// SEND target: counts and checks every received message (length, and the first and last
+/// 8 bytes against the pattern), re-posting each receive at once, until `target` messages
+/// arrived. Returns the slot offset of the last one, for the full check.
+pub fn target_send(side: &Side, size: usize, target: &AtomicU64, abort: &AtomicBool) -> Result<Option<usize>, String> {
+    let pat = pattern(size);
+    let edge = size.min(8);
+    let mut wcs = vec![WorkCompletion::new(0, WcStatus::Success, rnic_verbs::WcOpcode::Recv, 0); 256];
+    let mut got = 0u64;
+    let mut last = None;
+    let mut last_move = Instant::now();
+    let mut head = vec![0u8; edge];
+    let mut tail = vec![0u8; edge];
+    while got < target.load(Ordering::Acquire) {
+        if abort.load(Ordering::Acquire) {
+            return Err("aborted".into());
+        }
+        let n = side.rcq.poll(&mut wcs);
+        if n == 0 {
+            if last_move.elapsed() > STALL {
+                return Err(format!("no SEND arrived for {} s ({got} received)", STALL.as_secs()));
+            }
+            std::thread::yield_now();
+            continue;
+        }
+        last_move = Instant::now();
+        for wc in &wcs[..n] {
+            check_wc(wc)?;
+            if wc.byte_len as usize != size {
+                return Err(format!("a SEND of {} bytes arrived, expected {size}", wc.byte_len));
+            }
+            let qi = (wc.wr_id >> 32) as usize;
+            let off = side.slot_offset(qi, (wc.wr_id & 0xffff_ffff) as usize);
+            side.mr.read(off, &mut head).map_err(|e| e.to_string())?;
+            side.mr.read(off + size - edge, &mut tail).map_err(|e| e.to_string())?;
+            if head[..] != pat[..edge] || tail[..] != pat[size - edge..] {
+                return Err(format!("SEND {got}: its first/last bytes differ from what was sent"));
+            }
+            last = Some(off);
+            got += 1;
+            let qp = side.qps.get(qi).ok_or("completion for an unknown QP")?;
+            post_recv(qp, &side.mr, off, side.max_size, wc.wr_id)?;
+        }
+    }
+    Ok(last)
+}
+
+fn tag(i: u64) -> u8 {
+    (i % 255) as u8 + 1
+}
+
+/// Latency: the pinging side (`pinger`) measures round trips; the other answers every
+/// message, until `target` (set when the pinger says how many it sent) is reached.
+/// WRITE: the receiver spins on the last byte of its target area; SEND: on its receive
+/// CQ; READ: only the pinger works. Returns the round trips (pinger) and the last tag.
+pub fn latency(
+    side: &Side,
+    p: &Params,
+    kind: TestKind,
+    size: usize,
+    pinger: bool,
+    target: &AtomicU64,
+    progress: bool,
+) -> Result<(Vec<Duration>, Option<(usize, u8)>), String> {
+    let qp = side.qps.first().ok_or("no QP")?;
+    let duration = p.duration.map(Duration::from_secs_f64);
+    let inline = size <= p.inline as usize;
+    let mut rtts = Vec::with_capacity(usize::try_from(p.iters.min(1 << 24)).unwrap_or(0));
+    let mut wcs = vec![WorkCompletion::new(0, WcStatus::Success, rnic_verbs::WcOpcode::Send, 0); 64];
+    let mut outstanding = 0u64;
+    let mut last = None;
+    let mut bar = Progress::new(progress && pinger, duration, p.iters);
+    let start = Instant::now();
+    let local = side.local_offset();
+    let mut byte = [0u8; 1];
+    // Retires send completions; waits for one when the send queue is full.
+    let mut reap = |outstanding: &mut u64, must: bool| -> Result<(), String> {
+        loop {
+            let n = side.scq.poll(&mut wcs);
+            for wc in &wcs[..n] {
+                check_wc(wc)?;
+            }
+            *outstanding -= (n as u64).min(*outstanding);
+            if !must || *outstanding < u64::from(p.tx_depth) {
+                return Ok(());
+            }
+            std::thread::yield_now();
+        }
+    };
+    let mut i = 0u64;
+    loop {
+        if pinger {
+            match duration {
+                Some(d) if start.elapsed() >= d => break,
+                None if i >= p.iters => break,
+                _ => {}
+            }
+        } else if i >= target.load(Ordering::Acquire) {
+            break;
+        }
+        let t = tag(i);
+        let t0 = Instant::now();
+        let send = |outstanding: &mut u64| -> Result<(), String> {
+            if kind != TestKind::Read {
+                side.mr.write(local + size - 1, &[t]).map_err(|e| e.to_string())?;
+            }
+            qp.post_send(&side.wr(kind, size, i, true, inline)).map_err(|e| e.to_string())?;
+            *outstanding += 1;
+            Ok(())
+        };
+        // Waits for the peer's message `t` (or, for READ, this side's completion).
+        let wait = |outstanding: &mut u64, byte: &mut [u8; 1], last: &mut Option<(usize, u8)>| -> Result<bool, String> {
+            let mut polls = 0u64;
+            loop {
+                match kind {
+                    TestKind::Write => {
+                        side.mr.read(size - 1, byte).map_err(|e| e.to_string())?;
+                        if byte[0] == t {
+                            *last = Some((0, t));
+                            return Ok(true);
+                        }
+                    }
+                    TestKind::Send => {
+                        if let Some(wc) = side.rcq.poll_one() {
+                            check_wc(&wc)?;
+                            if wc.byte_len as usize != size {
+                                return Err(format!("a SEND of {} bytes arrived, expected {size}", wc.byte_len));
+                            }
+                            let off = side.slot_offset(0, (wc.wr_id & 0xffff_ffff) as usize);
+                            side.mr.read(off + size - 1, byte).map_err(|e| e.to_string())?;
+                            if byte[0] != t {
+                                return Err(format!("message {i}: tag {:#04x}, expected {t:#04x}", byte[0]));
+                            }
+                            *last = Some((off, t));
+                            post_recv(qp, &side.mr, off, side.max_size, wc.wr_id)?;
+                            return Ok(true);
+                        }
+                    }
+                    _ => {
+                        if let Some(wc) = side.scq.poll_one() {
+                            check_wc(&wc)?;
+                            *outstanding -= 1;
+                            return Ok(true);
+                        }
+                    }
+                }
+                polls += 1;
+                if polls % 64 == 0 {
+                    if !pinger && i >= target.load(Ordering::Acquire) {
+                        return Ok(false);
+                    }
+                    if t0.elapsed() > STALL {
+                        return Err(format!("no answer to message {i} for {} s", STALL.as_secs()));
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        };
+        if pinger {
+            reap(&mut outstanding, true)?;
+            send(&mut outstanding)?;
+            wait(&mut outstanding, &mut byte, &mut last)?;
+            rtts.push(t0.elapsed());
+            bar.tick(i + 1);
+        } else if kind != TestKind::Read {
+            if !wait(&mut outstanding, &mut byte, &mut last)? {
+                break;
+            }
+            reap(&mut outstanding, true)?;
+            send(&mut outstanding)?;
+        } else {
+            // READ latency: the responder's CPU does nothing; wait for the count.
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        reap(&mut outstanding, false)?;
+        i += 1;
+    }
+    // Let the last completions arrive so that nothing is in flight at the next size.
+    let until = Instant::now() + Duration::from_secs(5);
+    while outstanding > 0 && Instant::now() < until {
+        reap(&mut outstanding, false)?;
+        std::thread::yield_now();
+    }
+    bar.finish();
+    if kind == TestKind::Read {
+        last = None;
+    }
+    Ok((rtts, last))
+}

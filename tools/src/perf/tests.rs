@@ -1,0 +1,173 @@
+//! Option parsing (golden clap parses), the wire sizes the baseline copies, the JSON shape.
+
+use super::*;
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: Args,
+}
+
+fn parse(line: &str) -> Result<Args, String> {
+    Cli::try_parse_from(std::iter::once("perf").chain(line.split_whitespace()))
+        .map(|c| c.args)
+        .map_err(|e| e.to_string())
+}
+
+fn params(line: &str) -> Result<(Test, Params), String> {
+    parse(line)?.params()
+}
+
+#[test]
+fn perftest_letters_mean_what_perftest_means() {
+    let a = parse("write_bw -s 65536 -m 4096 -n 50 -q 4 -t 64 -r 256 -I 128 -Q 10 -p 20000 --json").unwrap();
+    assert_eq!(a.test, "write_bw");
+    assert_eq!((a.size, a.mtu, a.iters, a.qps), (Some(65536), 4096, Some(50), 4));
+    assert_eq!((a.tx_depth, a.rx_depth, a.inline, a.cq_mod, a.port), (Some(64), 256, 128, 10, 20000));
+    assert!(a.json && !a.server && !a.bidirectional && !a.events && a.host.is_none());
+    let (t, p) = a.params().unwrap();
+    assert_eq!(t, Test { kind: TestKind::Write, lat: false });
+    assert_eq!(
+        p,
+        Params {
+            test: "write_bw".into(),
+            sizes: vec![65536],
+            iters: 50,
+            duration: None,
+            qps: 4,
+            tx_depth: 64,
+            rx_depth: 256,
+            inline: 128,
+            mtu: 4096,
+            cq_mod: 10,
+            bidirectional: false,
+        }
+    );
+}
+
+#[test]
+fn defaults_follow_perftest() {
+    let (t, p) = params("send_lat").unwrap();
+    assert!(t.lat);
+    assert_eq!((p.sizes.clone(), p.iters, p.tx_depth, p.cq_mod, p.qps), (vec![2], 1000, 1, 1, 1));
+    let (_, p) = params("read_bw").unwrap();
+    assert_eq!((p.sizes.clone(), p.iters, p.tx_depth, p.cq_mod, p.mtu), (vec![65536], 5000, 128, 100, 4096));
+    let (_, p) = params("write_bw -a -D 2.5 -b").unwrap();
+    assert_eq!(p.sizes.len(), 23);
+    assert_eq!((p.sizes[0], p.sizes[22]), (2, 1 << 23));
+    assert_eq!(p.duration, Some(2.5));
+    assert!(p.bidirectional);
+    // CQ moderation is clamped to the send queue depth, as perftest does.
+    assert_eq!(params("write_bw -t 16 -Q 100").unwrap().1.cq_mod, 16);
+}
+
+#[test]
+fn modes_host_server_loopback() {
+    let a = parse("write_bw 10.0.0.1 --ip 10.0.0.2").unwrap();
+    assert_eq!(a.host.as_deref(), Some("10.0.0.1"));
+    assert_eq!(a.ip, Some("10.0.0.2".parse().unwrap()));
+    assert!(parse("write_bw --server --ip 127.0.0.1").unwrap().server);
+    assert!(parse("write_bw 127.0.0.1 --server").is_err());
+    assert!(parse("write_bw --loopback --server").is_err());
+    assert!(parse("write_bw -a -s 64").is_err());
+    let l = parse("write_bw --loopback --ip 127.0.31.1 --peer-ip 127.0.31.2").unwrap();
+    assert!(l.loopback && l.host.is_none());
+}
+
+#[test]
+fn what_this_build_cannot_do_is_refused_by_name() {
+    for (line, says) in [
+        ("write_bw -c UD", "-c UD: not supported yet in this build"),
+        ("send_bw -c uc", "-c UC: not supported yet in this build"),
+        ("write_bw -c XY", "not a connection type"),
+        ("atomic_bw", "atomics are not supported yet in this build"),
+        ("atomic_lat", "atomics are not supported yet in this build"),
+        ("send_lat -e", "-e: completion events are not supported yet in this build"),
+        ("write_bw -m 1500", "-m 1500: not 256"),
+        ("write_lat -q 2", "latency tests use one QP"),
+        ("write_lat -b", "-b: latency tests"),
+        ("write_bw -I 4096", "inlines at most 1024"),
+        ("write_bw -n 0", "-n 0"),
+        ("write_bw -s 0", "-s 0"),
+        ("flush_bw", "unknown test"),
+        ("write_xx", "unknown test"),
+    ] {
+        let e = params(line).unwrap_err();
+        assert!(e.contains(says), "{line}: {e}");
+    }
+}
+
+#[test]
+fn wire_sizes_are_roce_packets() {
+    let w = Test::parse("write_bw").unwrap();
+    let p = w.wire_packets(65536, 4096);
+    assert_eq!(p.len(), 16);
+    assert_eq!(p[0], 12 + 16 + 4096 + 4); // BTH + RETH + payload + ICRC
+    assert!(p[1..].iter().all(|&x| x == 12 + 4096 + 4));
+    assert_eq!(w.wire_packets(8, 4096), vec![12 + 16 + 8 + 4]);
+    let r = Test::parse("read_bw").unwrap().wire_packets(10000, 4096);
+    assert_eq!(r, vec![12 + 4 + 4096 + 4, 12 + 4096 + 4, 12 + 4 + 1808 + 4]);
+    // Payload padded to 4 bytes (PadCnt).
+    assert_eq!(Test::parse("send_bw").unwrap().wire_packets(2, 1024), vec![12 + 4 + 4]);
+}
+
+#[test]
+fn json_has_exactly_the_issue_fields() {
+    let bw = Report {
+        test: "write_bw".into(),
+        bytes: 65536,
+        iterations: 5000,
+        figures: Figures::Bw { peak_mbps: 3000.0, avg_mbps: 2500.0, msg_rate_mpps: 0.04 },
+        baseline: Some(5000.0),
+        baseline_method: "m".into(),
+        baseline_msg_rate_mpps: Some(0.08),
+        ratio: Some(0.5),
+        verified: true,
+        error: None,
+    };
+    let v = bw.json();
+    let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "baseline",
+            "baseline_method",
+            "baseline_msg_rate_mpps",
+            "bw_avg_mbps",
+            "bw_peak_mbps",
+            "bytes",
+            "iterations",
+            "msg_rate_mpps",
+            "ratio",
+            "test",
+            "verified"
+        ]
+    );
+    assert_eq!(v["ratio"], 0.5);
+    let lat = Report {
+        figures: Figures::Lat(LatStats { min: 1.0, typical: 2.0, avg: 2.5, p99: 4.0, p999: 5.0, max: 9.0 }),
+        verified: false,
+        error: Some("byte 3".into()),
+        ..bw
+    };
+    let v = lat.json();
+    for k in ["lat_min_us", "lat_typical_us", "lat_avg_us", "lat_p99_us", "lat_p999_us", "lat_max_us", "error"] {
+        assert!(v.get(k).is_some(), "{k} missing: {v}");
+    }
+    assert!(v.get("bw_avg_mbps").is_none());
+    assert_eq!(v["verified"], false);
+}
+
+#[test]
+fn latency_statistics() {
+    let s: Vec<Duration> = (1..=1000).map(Duration::from_micros).collect();
+    let l = LatStats::from(&s, 0.5);
+    let near = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    assert!(near(l.min, 0.5) && near(l.max, 500.0), "{l:?}");
+    assert!(near(l.typical, 250.5), "{l:?}");
+    assert!(near(l.p99, 495.0) && near(l.p999, 499.5), "{l:?}");
+    assert!(near(l.avg, 250.25), "{l:?}");
+    assert_eq!(LatStats::from(&[], 1.0), LatStats::default());
+}
