@@ -258,3 +258,29 @@ pub fn recv_msgs(
     }
     Ok(got)
 }
+
+/// Waits until `sock` has something to read or `timeout` passes (`None`: no limit).
+/// Returns whether it is readable.
+pub fn wait_readable(sock: &impl AsRawFd, timeout: Option<std::time::Duration>) -> io::Result<bool> {
+    let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::try_from(d.subsec_nanos()).unwrap_or(0),
+    });
+    let tsp = ts.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
+    // SAFETY: `pfd` is one live pollfd (count 1); `tsp` is null or points at a live
+    // timespec; a null signal mask leaves the mask unchanged.
+    let rc = unsafe { libc::ppoll(std::ptr::addr_of_mut!(pfd), 1, tsp, std::ptr::null()) };
+    match rc {
+        n if n > 0 => Ok(true),
+        0 => Ok(false),
+        _ => {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            }
+        }
+    }
+}

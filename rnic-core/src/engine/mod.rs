@@ -143,7 +143,9 @@ impl Outbox {
     ) {
         let len = repr.buffer_len();
         let mut buf = self.pool.pop().unwrap_or_default();
-        buf.clear();
+        // `emit_with` writes every byte (headers, payload through `fill`, pad and ICRC),
+        // so a recycled buffer is not zeroed first: only its length is set.
+        buf.truncate(len);
         buf.resize(len, 0);
         match repr.emit_with(&mut buf, fill) {
             Ok(_) => {

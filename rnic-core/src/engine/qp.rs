@@ -229,8 +229,11 @@ impl WqeData {
                         continue;
                     }
                     let n = (s.len() - off).min(dst.len() - done);
-                    // Bounds were checked when the WR was posted; the slice re-checks.
-                    let _ = s.read(off, &mut dst[done..done + n]);
+                    // Bounds were checked when the WR was posted; the slice re-checks. On
+                    // failure send zeros, never a recycled buffer's old bytes.
+                    if s.read(off, &mut dst[done..done + n]).is_err() {
+                        dst[done..done + n].fill(0);
+                    }
                     done += n;
                     off = 0;
                 }

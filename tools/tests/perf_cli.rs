@@ -1,0 +1,108 @@
+//! `rnic perf` run as a user would: the JSON shape, verified data and exit codes. Never
+//! speed (the numbers depend on the machine): only that the figures exist and are sane.
+
+use std::process::{Command, Output};
+
+fn rnic() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rnic"))
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "rnic perf failed ({:?}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+fn positive(v: &serde_json::Value, k: &str) -> f64 {
+    let x = v[k].as_f64().unwrap_or_else(|| panic!("{k} missing or not a number: {v}"));
+    assert!(x > 0.0 && x.is_finite(), "{k} = {x}: {v}");
+    x
+}
+
+/// The loopback write_bw of the README: both sides in one process, data verified, the
+/// UDP baseline measured and the ratio given.
+#[test]
+fn loopback_write_bw_json_is_verified_and_complete() {
+    let out = rnic()
+        .args(["perf", "write_bw", "-n", "50", "--json", "--ip", "127.0.32.1", "--peer-ip", "127.0.32.2"])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(v["test"], "write_bw");
+    assert_eq!(v["bytes"], 65536);
+    assert_eq!(v["iterations"], 50);
+    assert_eq!(v["verified"], true);
+    for k in ["bw_peak_mbps", "bw_avg_mbps", "msg_rate_mpps", "baseline", "ratio"] {
+        positive(&v, k);
+    }
+    let ratio = v["ratio"].as_f64().unwrap();
+    let (avg, base) = (v["bw_avg_mbps"].as_f64().unwrap(), v["baseline"].as_f64().unwrap());
+    assert!((ratio - avg / base).abs() < 1e-9 * ratio.max(1.0));
+    assert!(v["baseline_method"].as_str().unwrap().contains("send"), "{v}");
+}
+
+/// SEND latency and READ bandwidth at a small MTU, several packets per message.
+#[test]
+fn loopback_send_lat_and_read_bw_verify() {
+    let out = rnic()
+        .args(["perf", "send_lat", "-s", "3000", "-m", "1024", "-n", "20", "--json"])
+        .args(["--ip", "127.0.32.5", "--peer-ip", "127.0.32.6"])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!((v["test"].as_str(), v["verified"].as_bool()), (Some("send_lat"), Some(true)));
+    for k in ["lat_min_us", "lat_typical_us", "lat_avg_us", "lat_p99_us", "lat_p999_us", "lat_max_us", "baseline"] {
+        positive(&v, k);
+    }
+    assert!(v["lat_min_us"].as_f64() <= v["lat_max_us"].as_f64());
+    let out = rnic()
+        .args(["perf", "read_bw", "-s", "10000", "-m", "1024", "-n", "30", "-q", "2", "--json"])
+        .args(["--ip", "127.0.32.5", "--peer-ip", "127.0.32.6"])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!((v["verified"].as_bool(), v["iterations"].as_u64()), (Some(true), Some(60)));
+}
+
+/// Server and client as two processes, the client choosing the parameters.
+#[test]
+fn two_processes_send_bw() {
+    let port = (19000 + std::process::id() % 1000).to_string();
+    let mut server = rnic()
+        .args(["perf", "send_bw", "--server", "--ip", "127.0.32.9", "-p", &port])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = rnic()
+        .args(["perf", "send_bw", "127.0.32.9", "--ip", "127.0.32.10", "-p", &port])
+        .args(["-s", "64", "-n", "200", "-t", "32", "-Q", "8", "--json"])
+        .output()
+        .unwrap();
+    let status = server.wait().unwrap();
+    let v = json(&out);
+    assert_eq!((v["bytes"].as_u64(), v["iterations"].as_u64(), v["verified"].as_bool()), (Some(64), Some(200), Some(true)));
+    positive(&v, "baseline_msg_rate_mpps");
+    assert!(status.success(), "server exited {status:?}");
+}
+
+/// What this build does not have is refused with a reason and exit code 2.
+#[test]
+fn unsupported_options_exit_2_with_the_reason() {
+    for (args, says) in [
+        (&["perf", "write_bw", "-c", "UD"][..], "not supported yet in this build"),
+        (&["perf", "atomic_bw"][..], "atomics are not supported yet"),
+        (&["perf", "send_lat", "-e"][..], "completion events are not supported yet"),
+        (&["perf", "nope_bw"][..], "unknown test"),
+    ] {
+        let out = rnic().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
