@@ -41,6 +41,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const DEFAULT_SPIN_US: u64 = 50;
+/// Socket buffer size asked for when the process may exceed the sysctl limits.
+const SOCKET_BUFFER: usize = 64 << 20;
 
 /// How to open a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,6 +208,9 @@ fn bind(config: &DeviceConfig) -> Result<UdpSocket, DeviceError> {
     let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).map_err(err)?;
     s.set_recv_buffer_size(8 << 20).map_err(err)?;
     s.set_send_buffer_size(8 << 20).map_err(err)?;
+    // UDP has no flow control: a receive buffer that holds a burst of many QPs' windows
+    // saves retransmissions. Above rmem_max only with CAP_NET_ADMIN; else 8 MiB stays.
+    let _ = crate::sys::force_buffers(&s, SOCKET_BUFFER);
     if config.ip.is_ipv4() {
         // IPv4 ID 0 and DF on every datagram, so the ICRC is computable at both ends.
         crate::sys::set_pmtudisc_do(&s).map_err(err)?;

@@ -53,6 +53,14 @@ fn setsockopt_int(sock: &impl AsRawFd, level: libc::c_int, name: libc::c_int, va
     }
 }
 
+/// Raises the socket's receive and send buffers to `bytes` beyond `net.core.rmem_max` /
+/// `wmem_max` (`SO_RCVBUFFORCE`/`SO_SNDBUFFORCE`; needs CAP_NET_ADMIN, else fails).
+pub fn force_buffers(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    setsockopt_int(sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, v)?;
+    setsockopt_int(sock, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, v)
+}
+
 /// Turns UDP GRO on: the kernel may hand several datagrams of one flow to a single
 /// receive, with their segment size in a `UDP_GRO` control message.
 pub fn set_udp_gro(sock: &impl AsRawFd, on: bool) -> io::Result<()> {

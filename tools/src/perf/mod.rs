@@ -52,7 +52,8 @@ pub struct Args {
     /// Number of QPs.
     #[arg(short = 'q', long = "qp", default_value_t = 1)]
     pub qps: u32,
-    /// Send queue depth (default 128 for bandwidth, 1 for latency tests).
+    /// Send queue depth per QP (default: 1 for latency tests; for bandwidth 128 in total,
+    /// that is 128 / -q per QP, at least 1).
     #[arg(short = 't', long = "tx-depth")]
     pub tx_depth: Option<u32>,
     /// Receive queue depth (SEND tests).
@@ -211,7 +212,10 @@ impl Args {
         if self.qps == 0 || self.qps > 16384 {
             return Err(format!("-q {}: must be 1 to 16384", self.qps));
         }
-        let tx_depth = self.tx_depth.unwrap_or(if test.lat { 1 } else { 128 });
+        // perftest's default send queue is 128 per QP. Here the default keeps 128 in
+        // flight in total (at least 1 per QP): a software NIC on shared CPUs has no wire to
+        // pace it, and 1024 QPs x 128 x 64 KiB would only measure loss and retransmission.
+        let tx_depth = self.tx_depth.unwrap_or(if test.lat { 1 } else { (128 / self.qps.max(1)).max(1) });
         if tx_depth == 0 || tx_depth > 16384 {
             return Err(format!("-t {tx_depth}: must be 1 to 16384"));
         }

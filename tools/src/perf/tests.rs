@@ -60,6 +60,10 @@ fn defaults_follow_perftest() {
     assert!(p.bidirectional);
     // CQ moderation is clamped to the send queue depth, as perftest does.
     assert_eq!(params("write_bw -t 16 -Q 100").unwrap().1.cq_mod, 16);
+    // With many QPs the default queue is shared: 128 in total, at least 1 per QP.
+    assert_eq!(params("write_bw -q 4").unwrap().1.tx_depth, 32);
+    assert_eq!(params("write_bw -q 1024").unwrap().1.tx_depth, 1);
+    assert_eq!(params("write_bw -q 1024 -t 8").unwrap().1.tx_depth, 8);
 }
 
 #[test]
