@@ -129,9 +129,23 @@ pub struct Engine {
 pub(crate) struct Outbox {
     tx: VecDeque<TxPacket>,
     pool: Vec<Vec<u8>>,
+    small: Vec<Vec<u8>>,
 }
 
+/// Packets up to this size (ACKs, READ requests, small messages) use the small pool.
+const SMALL_BUF: usize = 512;
+/// Buffers kept per pool.
+const POOL_MAX: usize = 1024;
+
 impl Outbox {
+    /// Keeps a sent packet's buffer for reuse.
+    fn put(&mut self, buf: Vec<u8>) {
+        let pool = if buf.capacity() <= SMALL_BUF { &mut self.small } else { &mut self.pool };
+        if pool.len() < POOL_MAX {
+            pool.push(buf);
+        }
+    }
+
     /// Builds one packet: the payload is written in place by `fill`.
     pub(crate) fn emit(
         &mut self,
@@ -142,7 +156,10 @@ impl Outbox {
         fill: impl FnOnce(&mut [u8]),
     ) {
         let len = repr.buffer_len();
-        let mut buf = self.pool.pop().unwrap_or_default();
+        // Small (ACK-sized) and large buffers are pooled apart, so that a data packet
+        // reuses a buffer that is already long enough and nothing is zero-filled.
+        let pool = if len <= SMALL_BUF { &mut self.small } else { &mut self.pool };
+        let mut buf = pool.pop().unwrap_or_default();
         // `emit_with` writes every byte (headers, payload through `fill`, pad and ICRC),
         // so a recycled buffer is not zeroed first: only its length is set.
         buf.truncate(len);
@@ -155,7 +172,7 @@ impl Outbox {
             Err(_) => {
                 // A repr inconsistent with its opcode is an engine bug; count, don't send.
                 counters.send_err.fetch_add(1, Ordering::Relaxed);
-                self.pool.push(buf);
+                self.put(buf);
             }
         }
     }
@@ -485,9 +502,7 @@ impl Engine {
 
     /// Returns a transmitted packet's buffer for reuse.
     pub fn recycle(&mut self, buf: Vec<u8>) {
-        if self.out.pool.len() < 1024 {
-            self.out.pool.push(buf);
-        }
+        self.out.put(buf);
     }
 
     /// The next asynchronous event.

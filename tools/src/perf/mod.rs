@@ -680,7 +680,7 @@ fn client_inner(ctrl: &mut Ctrl, ip: IpAddr, test: Test, p: &Params, progress: b
         let base = client_baseline(ctrl, ip, peer_ip, test, p, size)?;
         let r = match &side {
             None => udp_report(test, p, size, &base),
-            Some(s) => client_size(ctrl, s, test, p, size, base, progress)?,
+            Some(s) => client_size(ctrl, s, test, p, size, base, progress).map_err(|e| with_counters(e, s))?,
         };
         if !quiet {
             println!("{}", table_row(&r));
@@ -691,6 +691,13 @@ fn client_inner(ctrl: &mut Ctrl, ip: IpAddr, test: Test, p: &Params, progress: b
         println!("{LINE}");
     }
     Ok(reports)
+}
+
+/// An error, followed by the device's non-zero counters (what went wrong on the wire).
+fn with_counters(e: String, side: &rdma::Side) -> String {
+    let c: Vec<String> =
+        side.ctx.counters().into_iter().filter(|&(_, v)| v > 0).map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{e}\n  {} counters: {}", side.ctx.name(), c.join(" "))
 }
 
 fn udp_report(test: Test, p: &Params, size: u64, base: &Baseline) -> Report {
