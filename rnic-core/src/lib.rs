@@ -9,6 +9,7 @@
 //!   rxe-named counters.
 //! - [`engine`]: the sans-IO protocol engine (requester/completer and responder).
 //! - [`fabric`]: engines on virtual time with fault-injection rules, for tests.
+//! - [`faults`]: the fault-injection rules themselves (also applied by the UDP transport).
 //! - [`device`]: the driver running an engine on a progress thread over UDP.
 //! - [`capture`]: pcap capture of every packet.
 #![deny(unsafe_code)]
@@ -23,10 +24,11 @@ pub mod qp_state;
 
 pub mod capture;
 pub mod counters;
-pub mod device;
 pub mod cq;
+pub mod device;
 pub mod engine;
 pub mod fabric;
+pub mod faults;
 pub mod wr;
 
 #[allow(unsafe_code)]
