@@ -138,7 +138,11 @@ impl Fabric {
     fn collect(&mut self) {
         for i in 0..self.engines.len() {
             let src = self.engines[i].config().local_ip;
-            self.engines[i].drain_transmits(&mut self.scratch);
+            // Paced output (READ responses) comes a burst per drain: on virtual time all
+            // of it leaves now.
+            while self.engines[i].has_pending_transmit() {
+                self.engines[i].drain_transmits(&mut self.scratch);
+            }
             let batch: Vec<TxPacket> = self.scratch.drain(..).collect();
             for tx in batch {
                 let mut data = tx.data;

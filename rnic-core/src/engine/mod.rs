@@ -29,9 +29,11 @@ use crate::mr::Mtpt;
 use crate::qp_state::{self, PathMtu, QpAttrMask, QpAttrValues, QpState, QpType};
 use crate::wr::{WcOpcode, WcStatus, WorkCompletion};
 use qp::{Qp, QpAttr, QpCap, QpShared, RecvWqe, SendWqe};
+use rnic_wire::aeth::AethRepr;
 use rnic_wire::roce::{RocePacket, RoceRepr};
 use rnic_wire::{Psn, Qpn};
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -122,7 +124,19 @@ pub struct Engine {
     free_slots: VecDeque<usize>,
     pub(crate) out: Outbox,
     events: VecDeque<AsyncEvent>,
+    /// Armed timers, earliest first: (deadline, QPN). An entry is live only while it is
+    /// the QP's `timer_key`; others are skipped lazily, so arming is O(log n) and finding
+    /// the next wake-up is O(1) however many QPs there are.
+    timers: BinaryHeap<Reverse<(Time, u32)>>,
+    /// QPs holding a coalesced ACK, to be sent at the next drain.
+    acks: Vec<Qpn>,
+    /// QPs with READ responses still to send, served round-robin a burst at a time.
+    reads: VecDeque<Qpn>,
 }
+
+/// READ response packets generated per drain of the engine's output (all QPs together):
+/// a peer's large READ costs at most this many buffered packets at a time.
+pub const READ_BURST: usize = 64;
 
 /// Packets and buffers on their way out; separate from the QPs so both can be borrowed.
 #[derive(Debug, Default)]
@@ -170,6 +184,9 @@ impl Engine {
             free_slots: VecDeque::new(),
             out: Outbox::default(),
             events: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            acks: Vec::new(),
+            reads: VecDeque::new(),
         }
     }
 
@@ -367,6 +384,7 @@ impl Engine {
         if next == QpState::Rts {
             // Work posted in SQD (or before a re-arm) can go now.
             self.progress(now, qpn);
+            self.note_timers(qpn);
         }
         Ok(())
     }
@@ -396,6 +414,7 @@ impl Engine {
         }
         requester::queue(qp, wqe);
         self.progress(now, qpn);
+        self.note_timers(qpn);
     }
 
     /// Queues a validated receive WQE.
@@ -454,35 +473,128 @@ impl Engine {
         } else {
             requester::handle_response(self, now, qpn, &repr, pkt.payload());
         }
+        self.note_timers(qpn);
     }
 
-    /// The earliest time at which `handle_timeout` has work to do.
+    /// Puts the QP's earliest deadline in the timer heap if it is earlier than the one
+    /// already there (a later deadline is found when the earlier entry fires).
+    fn note_timers(&mut self, qpn: Qpn) {
+        let Some(qp) = self.qp_mut(qpn) else { return };
+        let Some(want) = [qp.rto_deadline, qp.rnr_deadline].into_iter().flatten().min() else { return };
+        if qp.timer_key.is_none_or(|k| want < k) {
+            qp.timer_key = Some(want);
+            self.timers.push(Reverse((want, qpn.value())));
+        }
+    }
+
+    /// The earliest time at which `handle_timeout` may have work to do (it can be early:
+    /// a timer pushed back by an ACK is found later when the old deadline passes).
+    /// `Some(0)` means output is waiting to be generated (paced READ responses): drain
+    /// the transmits again without sleeping.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.qps.iter().flatten().flat_map(|q| [q.rto_deadline, q.rnr_deadline]).flatten().min()
+        if self.has_pending_transmit() {
+            return Some(0);
+        }
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// True when `drain_transmits` has (or will generate) packets.
+    pub fn has_pending_transmit(&self) -> bool {
+        !self.out.tx.is_empty() || !self.acks.is_empty() || !self.reads.is_empty()
     }
 
     /// Runs every timer that is due at `now`.
     pub fn handle_timeout(&mut self, now: Time) {
-        let due: Vec<Qpn> = self
-            .qps
-            .iter()
-            .flatten()
-            .filter(|q| q.rto_deadline.is_some_and(|t| t <= now) || q.rnr_deadline.is_some_and(|t| t <= now))
-            .map(Qp::qpn)
-            .collect();
-        for qpn in due {
-            requester::on_timer(self, now, qpn);
+        while let Some(&Reverse((t, q))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let qpn = Qpn::new(q);
+            let Some(qp) = self.qp_mut(qpn) else { continue };
+            if qp.timer_key != Some(t) {
+                continue; // Superseded by an earlier entry, or the QP was re-created.
+            }
+            qp.timer_key = None;
+            let due = qp.rto_deadline.is_some_and(|d| d <= now) || qp.rnr_deadline.is_some_and(|d| d <= now);
+            if due {
+                requester::on_timer(self, now, qpn);
+            }
+            self.note_timers(qpn);
         }
     }
 
     /// The next packet to transmit.
     pub fn poll_transmit(&mut self) -> Option<TxPacket> {
+        if self.out.tx.is_empty() {
+            self.generate();
+        }
         self.out.tx.pop_front()
     }
 
-    /// Moves every queued packet into `out`.
+    /// Moves the queued packets into `out`, after sending the coalesced ACKs and the next
+    /// burst of READ responses. Call again while [`has_pending_transmit`](Self::has_pending_transmit)
+    /// says so: a large READ comes out [`READ_BURST`] packets per call.
     pub fn drain_transmits(&mut self, out: &mut Vec<TxPacket>) {
+        self.generate();
         out.extend(self.out.tx.drain(..));
+    }
+
+    /// Sends the held ACKs and the next burst of READ responses.
+    fn generate(&mut self) {
+        for qpn in std::mem::take(&mut self.acks) {
+            // An ACK must not overtake READ responses for earlier PSNs: it waits for them.
+            if self.qp_mut(qpn).is_some_and(|q| q.reads_queued) {
+                self.acks.push(qpn);
+            } else {
+                responder::flush_ack(self, qpn);
+            }
+        }
+        let mut budget = READ_BURST;
+        while budget > 0 {
+            let Some(qpn) = self.reads.pop_front() else { break };
+            let (sent, more) = responder::pump_reads(self, qpn, budget);
+            budget = budget.saturating_sub(sent);
+            if more {
+                self.reads.push_back(qpn);
+            } else if let Some(qp) = self.qp_mut(qpn) {
+                qp.reads_queued = false;
+                let halted = qp.halted;
+                responder::flush_ack(self, qpn);
+                if halted {
+                    self.enter_error(qpn, None);
+                }
+            }
+        }
+    }
+
+    /// Holds an acknowledgement (ACK, sequence NAK or RNR NAK) for the QP until the next
+    /// drain. A newer one replaces it: each acknowledges everything before its PSN, so
+    /// only the newest needs to go (IBA 9.7.5.1.1 allows coalescing).
+    pub(crate) fn defer_ack(&mut self, qpn: Qpn, psn: Psn, aeth: AethRepr) {
+        let counters = self.counters.clone();
+        let Some(qp) = self.qp_mut(qpn) else { return };
+        match qp.pending_ack {
+            None => {
+                qp.pending_ack = Some((psn, aeth));
+                self.acks.push(qpn);
+            }
+            Some((held, _)) => {
+                counters.ack_deferred.fetch_add(1, Ordering::Relaxed);
+                if held.distance(psn) >= 0 {
+                    qp.pending_ack = Some((psn, aeth));
+                }
+            }
+        }
+    }
+
+    /// Puts the QP in the list of QPs with READ responses to send.
+    pub(crate) fn queue_reads(&mut self, qpn: Qpn) {
+        let Some(qp) = self.qp_mut(qpn) else { return };
+        if !qp.reads_queued {
+            qp.reads_queued = true;
+            self.reads.push_back(qpn);
+        }
     }
 
     /// Returns a transmitted packet's buffer for reuse.

@@ -454,6 +454,9 @@ pub(crate) struct ReadResource {
     pub(crate) va: u64,
     pub(crate) rkey: u32,
     pub(crate) len: usize,
+    /// The next response packet to send (`npkts` once all are out): responses are paced
+    /// out a burst at a time, not queued all at once.
+    pub(crate) next: u32,
 }
 
 /// The engine's QP context.
@@ -481,6 +484,8 @@ pub(crate) struct Qp {
     pub(crate) rnr_left: u8,
     pub(crate) rto_deadline: Option<u64>,
     pub(crate) rnr_deadline: Option<u64>,
+    /// The deadline this QP has in the engine's timer heap, if any.
+    pub(crate) timer_key: Option<u64>,
     pub(crate) pkts_since_ackreq: u32,
     pub(crate) reads_outstanding: u32,
     // Responder.
@@ -490,6 +495,15 @@ pub(crate) struct Qp {
     pub(crate) cur: Option<InProgress>,
     pub(crate) nak_seq_sent: bool,
     pub(crate) reads: VecDeque<ReadResource>,
+    /// An acknowledgement the responder owes but holds back so that several can be
+    /// coalesced into one; sent when the engine's output is drained.
+    pub(crate) pending_ack: Option<(Psn, rnic_wire::aeth::AethRepr)>,
+    /// Whether this QP is in the engine's list of QPs with READ responses to send.
+    pub(crate) reads_queued: bool,
+    /// The responder refused a request while READ responses were still going out: it
+    /// takes no more requests, and the QP enters the error state once they are sent and
+    /// the NAK after them (rxe finishes a READ reply before it looks at the next packet).
+    pub(crate) halted: bool,
 }
 
 impl Qp {
@@ -512,6 +526,7 @@ impl Qp {
             rnr_left: 7,
             rto_deadline: None,
             rnr_deadline: None,
+            timer_key: None,
             pkts_since_ackreq: 0,
             reads_outstanding: 0,
             rq: VecDeque::new(),
@@ -520,6 +535,9 @@ impl Qp {
             cur: None,
             nak_seq_sent: false,
             reads: VecDeque::new(),
+            pending_ack: None,
+            reads_queued: false,
+            halted: false,
         }
     }
 

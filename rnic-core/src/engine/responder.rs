@@ -60,7 +60,14 @@ fn response_bth(opcode: Opcode, qp: &Qp, psn: Psn) -> BthRepr {
     }
 }
 
+/// Sends a NAK now, after the acknowledgement the QP may hold (so the peer sees them in
+/// PSN order).
 fn send_ack(e: &mut Engine, qpn: Qpn, psn: Psn, aeth: AethRepr) {
+    flush_ack(e, qpn);
+    emit_ack(e, qpn, psn, aeth);
+}
+
+fn emit_ack(e: &mut Engine, qpn: Qpn, psn: Psn, aeth: AethRepr) {
     let counters = e.counters.clone();
     let Some(qp) = e.qp_mut(qpn) else { return };
     let Some(dst) = qp.attr.remote_ip else { return };
@@ -73,6 +80,18 @@ fn send_ack(e: &mut Engine, qpn: Qpn, psn: Psn, aeth: AethRepr) {
     e.out.emit(&counters, dst, sport, &repr, |_| {});
 }
 
+/// Sends the ACK the QP holds, if any. IBA 9.7.5.1.1 lets a responder coalesce: one ACK
+/// for PSN n acknowledges every request up to n, so a burst of AckReq packets handled
+/// together is answered once, for the newest.
+pub(crate) fn flush_ack(e: &mut Engine, qpn: Qpn) {
+    let Some(qp) = e.qp_mut(qpn) else { return };
+    let Some((psn, aeth)) = qp.pending_ack.take() else { return };
+    if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Err) {
+        return;
+    }
+    emit_ack(e, qpn, psn, aeth);
+}
+
 /// Handles a request packet for `qpn`.
 pub(crate) fn handle_request(e: &mut Engine, now: Time, qpn: Qpn, repr: &RoceRepr, payload: &[u8]) {
     let counters = e.counters.clone();
@@ -80,6 +99,10 @@ pub(crate) fn handle_request(e: &mut Engine, now: Time, qpn: Qpn, repr: &RoceRep
     // IBA 10.3.1: a QP receives in RTR, RTS and SQD.
     if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
         counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    if qp.halted {
+        // A refusal is waiting for READ responses to drain; later requests are void.
         return;
     }
     let info = repr.bth.opcode.info().expect("checked packet");
@@ -93,7 +116,7 @@ pub(crate) fn handle_request(e: &mut Engine, now: Time, qpn: Qpn, repr: &RoceRep
             qp.nak_seq_sent = true;
             let (epsn, msn) = (qp.epsn, qp.msn);
             // IBA C9-?: the NAK carries the expected PSN.
-            send_ack(e, qpn, epsn, AethRepr { syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn });
+            e.defer_ack(qpn, epsn, AethRepr { syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn });
         }
         return;
     }
@@ -277,8 +300,14 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
                 e_check(qp, reth.rkey, reth.va, len, AccessFlags::REMOTE_READ)
                     .map_err(|a| Refusal::RemoteAccess(Some(a)))?;
             }
-            let res =
-                ReadResource { psn: repr.bth.psn, npkts: packets_for(len, mtu), va: reth.va, rkey: reth.rkey, len };
+            let res = ReadResource {
+                psn: repr.bth.psn,
+                npkts: packets_for(len, mtu),
+                va: reth.va,
+                rkey: reth.rkey,
+                len,
+                next: 0,
+            };
             Ok(Done { wc: None, read: Some(res) })
         }
         _ => Err(Refusal::InvalidRequest),
@@ -297,8 +326,8 @@ fn finish(e: &mut Engine, qpn: Qpn, repr: &RoceRepr, info: &rnic_wire::OpcodeInf
     if let Some(res) = done.read {
         qp.epsn = psn.add(res.npkts);
         qp.msn = (qp.msn + 1) & 0x00FF_FFFF;
-        qp.reads.push_back(res.clone());
-        send_read_responses(e, qpn, &res, 0);
+        qp.reads.push_back(res);
+        e.queue_reads(qpn);
         return;
     }
     qp.epsn = psn.next();
@@ -314,54 +343,78 @@ fn finish(e: &mut Engine, qpn: Qpn, repr: &RoceRepr, info: &rnic_wire::OpcodeInf
         e.push_wc(&cq, qpn, wc, repr.bth.se);
     }
     if repr.bth.ack_req {
-        send_ack(e, qpn, psn, ack_aeth(msn));
+        e.defer_ack(qpn, psn, ack_aeth(msn));
     }
 }
 
-/// Sends the responses of a READ from response packet `from` on.
-fn send_read_responses(e: &mut Engine, qpn: Qpn, res: &ReadResource, from: u32) {
+/// Sends up to `budget` READ response packets of the QP, oldest READ first (IBA 9.7.5.1:
+/// responses go in request order). Returns the packets sent and whether more remain.
+pub(crate) fn pump_reads(e: &mut Engine, qpn: Qpn, budget: usize) -> (usize, bool) {
     let counters = e.counters.clone();
-    let Some((qp, out)) = e.qp_and_out(qpn) else { return };
-    let Some(dst) = qp.attr.remote_ip else { return };
-    let mtu = qp.mtu;
-    let slice = if res.len > 0 {
-        match qp.mtpt.check_remote(res.rkey, qp.shared.pd, res.va, res.len, AccessFlags::REMOTE_READ) {
-            Ok(s) => Some(s),
-            Err(_) => return,
-        }
-    } else {
-        None
-    };
-    let msn = qp.msn;
-    let sport = qp.src_port;
-    for k in from..res.npkts {
-        let pos = match (k == 0, k + 1 == res.npkts) {
-            (true, true) => Position::Only,
-            (true, false) => Position::First,
-            (false, true) => Position::Last,
-            (false, false) => Position::Middle,
-        };
-        let opcode = match pos {
-            Position::Only => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-            Position::First => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-            Position::Middle => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-            Position::Last => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-        };
-        let offset = (k as usize) * mtu;
-        let plen = mtu.min(res.len - offset.min(res.len));
-        let aeth = (pos != Position::Middle).then(|| ack_aeth(msn));
-        let repr = RoceRepr {
-            bth: response_bth(opcode, qp, res.psn.add(k)),
-            ext: ExtHeaders { aeth, ..ExtHeaders::default() },
-            payload_len: plen,
-        };
-        let s = slice.as_ref();
-        out.emit(&counters, dst, sport, &repr, |p| {
-            if let Some(s) = s {
-                let _ = s.read(offset, p);
-            }
-        });
+    let Some((qp, out)) = e.qp_and_out(qpn) else { return (0, false) };
+    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+        return (0, false);
     }
+    let Some(dst) = qp.attr.remote_ip else { return (0, false) };
+    let (mtu, msn, sport, dest_qp) = (qp.mtu, qp.msn, qp.src_port, qp.dest_qpn());
+    let mut sent = 0;
+    while sent < budget {
+        let Some(res) = qp.reads.iter_mut().find(|r| r.next < r.npkts) else { break };
+        let slice = if res.len > 0 {
+            match qp.mtpt.check_remote(res.rkey, qp.shared.pd, res.va, res.len, AccessFlags::REMOTE_READ) {
+                Ok(s) => Some(s),
+                Err(_) => {
+                    // The region went away since the READ was accepted (deregistered or
+                    // invalidated): nothing more can be sent for it.
+                    res.next = res.npkts;
+                    continue;
+                }
+            }
+        } else {
+            None
+        };
+        while sent < budget && res.next < res.npkts {
+            let k = res.next;
+            let pos = match (k == 0, k + 1 == res.npkts) {
+                (true, true) => Position::Only,
+                (true, false) => Position::First,
+                (false, true) => Position::Last,
+                (false, false) => Position::Middle,
+            };
+            let opcode = match pos {
+                Position::Only => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                Position::First => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                Position::Middle => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                Position::Last => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+            };
+            let offset = (k as usize) * mtu;
+            let plen = mtu.min(res.len - offset.min(res.len));
+            // IBA 9.7.5.1.2: FIRST, LAST and ONLY carry an AETH, MIDDLE none.
+            let aeth = (pos != Position::Middle).then(|| ack_aeth(msn));
+            let bth = BthRepr {
+                opcode,
+                se: false,
+                migreq: false,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qp,
+                ack_req: false,
+                psn: res.psn.add(k),
+            };
+            let repr = RoceRepr { bth, ext: ExtHeaders { aeth, ..ExtHeaders::default() }, payload_len: plen };
+            let s = slice.as_ref();
+            out.emit(&counters, dst, sport, &repr, |p| {
+                if let Some(s) = s {
+                    let _ = s.read(offset, p);
+                }
+            });
+            res.next += 1;
+            sent += 1;
+        }
+    }
+    let more = qp.reads.iter().any(|r| r.next < r.npkts);
+    (sent, more)
 }
 
 /// A duplicate request (IBA 9.7.5.1.5): SEND and WRITE are acknowledged again and not
@@ -371,19 +424,22 @@ fn duplicate(e: &mut Engine, _now: Time, qpn: Qpn, repr: &RoceRepr) {
     let info = repr.bth.opcode.info().expect("checked packet");
     if info.operation == Operation::RdmaReadRequest {
         let psn = repr.bth.psn;
-        let found = qp.reads.iter().find(|r| {
+        let found = qp.reads.iter_mut().find(|r| {
             let d = r.psn.distance(psn);
             d >= 0 && (d as u64) < u64::from(r.npkts)
         });
-        if let Some(r) = found.cloned() {
-            let from = u32::try_from(r.psn.distance(psn)).unwrap_or(0);
-            send_read_responses(e, qpn, &r, from);
+        if let Some(r) = found {
+            // Answer again from the requested packet on (the requester asks from its
+            // first missing response), replacing whatever of it was still to go.
+            r.next = u32::try_from(r.psn.distance(psn)).unwrap_or(0);
+            e.queue_reads(qpn);
         }
         return;
     }
-    // rxe: acknowledge the most recent PSN received, whatever the duplicate's AckReq.
+    // rxe: acknowledge the most recent PSN received, whatever the duplicate's AckReq; a
+    // burst of duplicates (a go-back-N retransmission) is answered by one coalesced ACK.
     let (last, msn) = (qp.epsn.sub(1), qp.msn);
-    send_ack(e, qpn, last, ack_aeth(msn));
+    e.defer_ack(qpn, last, ack_aeth(msn));
 }
 
 /// Sends the NAK for a refusal; every refusal but RNR puts the QP in the error state
@@ -414,7 +470,21 @@ fn refuse(e: &mut Engine, qpn: Qpn, psn: Psn, refusal: Refusal) {
     } else {
         counters.send_nak_err.fetch_add(1, Ordering::Relaxed);
     }
-    send_ack(e, qpn, psn, AethRepr { syndrome, msn });
+    let reads_going = qp.reads_queued;
+    if refusal == Refusal::Rnr {
+        // The QP stays usable: the RNR NAK queues behind READ responses like an ACK.
+        e.defer_ack(qpn, psn, AethRepr { syndrome, msn });
+    } else if reads_going {
+        // Earlier READ responses are still going out: the NAK follows them, and the QP
+        // enters the error state then (see `Engine::generate`).
+        if let Some(qp) = e.qp_mut(qpn) {
+            qp.halted = true;
+            qp.pending_ack = None;
+        }
+        e.defer_ack(qpn, psn, AethRepr { syndrome, msn });
+    } else {
+        send_ack(e, qpn, psn, AethRepr { syndrome, msn });
+    }
     if refusal != Refusal::Rnr {
         if let Some(wc) = len_err_wc {
             let cq = e.qp_mut(qpn).map(|q| q.recv_cq.clone());
@@ -422,6 +492,8 @@ fn refuse(e: &mut Engine, qpn: Qpn, psn: Psn, refusal: Refusal) {
                 e.push_wc(&cq, qpn, wc, false);
             }
         }
-        e.enter_error(qpn, None);
+        if !reads_going {
+            e.enter_error(qpn, None);
+        }
     }
 }
