@@ -623,6 +623,77 @@ impl Faults {
     }
 }
 
+/// A [`Faults`] chain shared between a device's transport and the application, which
+/// may read its statistics and log while the device runs.
+#[derive(Clone)]
+pub struct FaultHandle(std::sync::Arc<parking_lot::Mutex<Faults>>);
+
+impl FaultHandle {
+    /// Wraps a chain.
+    pub fn new(faults: Faults) -> FaultHandle {
+        FaultHandle(std::sync::Arc::new(parking_lot::Mutex::new(faults)))
+    }
+
+    /// Locks the chain.
+    pub fn lock(&self) -> parking_lot::MutexGuard<'_, Faults> {
+        self.0.lock()
+    }
+}
+
+impl std::fmt::Debug for FaultHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("FaultHandle").field(&*self.0.lock()).finish()
+    }
+}
+
+impl PartialEq for FaultHandle {
+    fn eq(&self, other: &FaultHandle) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+impl Eq for FaultHandle {}
+
+/// Default longest hold of a reordered packet on real time (1 ms).
+pub const DEFAULT_MAX_HOLD_NS: Time = 1_000_000;
+
+impl Faults {
+    /// Parses the `RNIC_FAULTS` form: comma-separated `loss=P`, `dup=P`, `reorder=P`,
+    /// `corrupt=P` (probabilities from 0 to 1), `seed=N` and `hold_us=N` (the longest a
+    /// reordered packet is held), e.g. `loss=0.05,reorder=0.01,seed=7`.
+    pub fn from_spec(spec: &str) -> Result<Faults, String> {
+        let (mut loss, mut dup, mut reorder, mut corrupt, mut seed) = (0.0, 0.0, 0.0, 0.0, 0u64);
+        let mut hold = DEFAULT_MAX_HOLD_NS;
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part.split_once('=').ok_or_else(|| format!("fault spec item `{part}` is not key=value"))?;
+            let prob = |v: &str| -> Result<f64, String> {
+                let p: f64 = v.trim().parse().map_err(|_| format!("`{k}={v}`: not a number"))?;
+                if (0.0..=1.0).contains(&p) {
+                    Ok(p)
+                } else {
+                    Err(format!("`{k}={v}`: a probability must be between 0 and 1"))
+                }
+            };
+            match k.trim() {
+                "loss" | "drop" => loss = prob(v)?,
+                "dup" | "duplicate" => dup = prob(v)?,
+                "reorder" => reorder = prob(v)?,
+                "corrupt" => corrupt = prob(v)?,
+                "seed" => seed = v.trim().parse().map_err(|_| format!("`seed={v}`: not an unsigned integer"))?,
+                "hold_us" => {
+                    let us: u64 = v.trim().parse().map_err(|_| format!("`hold_us={v}`: not an unsigned integer"))?;
+                    hold = us.saturating_mul(1_000);
+                }
+                other => {
+                    return Err(format!(
+                        "unknown fault spec key `{other}` (known: loss, dup, reorder, corrupt, seed, hold_us)"
+                    ))
+                }
+            }
+        }
+        Ok(Faults::random(seed, loss, dup, reorder, corrupt, hold))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -732,6 +803,17 @@ mod tests {
         }
         assert_eq!(changed, 500);
         assert_eq!(f.stats().corrupted, 500);
+    }
+
+    #[test]
+    fn spec_parses_and_names_what_is_wrong() {
+        let f = Faults::from_spec("loss=0.1, dup=0.05,seed=9,hold_us=20").unwrap();
+        assert_eq!((f.rules.len(), f.seed_value()), (2, 9));
+        assert!(Faults::from_spec("").unwrap().is_empty());
+        assert!(Faults::from_spec("loss=2").unwrap_err().contains("between 0 and 1"));
+        assert!(Faults::from_spec("los=0.1").unwrap_err().contains("unknown fault spec key `los`"));
+        assert!(Faults::from_spec("loss").unwrap_err().contains("key=value"));
+        assert!(Faults::from_spec("seed=-1").unwrap_err().contains("seed"));
     }
 
     #[test]
