@@ -129,6 +129,16 @@ impl Fabric {
         &mut self.faults
     }
 
+    /// Puts a hand-made packet (BTH..ICRC, the ICRC bytes filled here) on the wire as if
+    /// `pkt.src` had sent it, past the fault rules: how tests play a hostile or buggy peer.
+    pub fn inject(&mut self, mut pkt: Wire) {
+        let ctx = IcrcContext::new(pkt.src, pkt.dst, pkt.src_port, rnic_wire::ROCEV2_UDP_PORT);
+        if ctx.fill(&mut pkt.data).is_ok() {
+            let at = self.now + self.latency;
+            self.put(at, pkt);
+        }
+    }
+
     /// Packets on the wire.
     pub fn in_flight(&self) -> usize {
         self.wire.len()

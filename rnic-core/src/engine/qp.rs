@@ -482,6 +482,9 @@ pub(crate) struct Qp {
     pub(crate) sent_end: Psn,
     pub(crate) retry_left: u8,
     pub(crate) rnr_left: u8,
+    /// A retransmission is under way: further NAKs or gaps start no other until
+    /// progress is made or the timer fires (rxe `comp.started_retry`).
+    pub(crate) started_retry: bool,
     pub(crate) rto_deadline: Option<u64>,
     pub(crate) rnr_deadline: Option<u64>,
     /// The deadline this QP has in the engine's timer heap, if any.
@@ -524,6 +527,7 @@ impl Qp {
             sent_end: Psn::new(0),
             retry_left: 7,
             rnr_left: 7,
+            started_retry: false,
             rto_deadline: None,
             rnr_deadline: None,
             timer_key: None,

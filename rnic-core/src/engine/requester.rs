@@ -256,18 +256,10 @@ fn ack(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, psn: Psn, aeth: AethRepr)
         }
         Syndrome::Nak(NakCode::PsnSequenceError) => {
             counters.rcvd_seq_err.fetch_add(1, Ordering::Relaxed);
+            // The NAK implicitly acknowledges everything before its PSN (IBA 9.7.5.1.3),
+            // then go back N from that PSN.
             acknowledge_through(e, now, qpn, psn.sub(1));
-            let Some(qp) = e.qp_mut(qpn) else { return };
-            // rxe counts sequence-error retries against retry_cnt (COMPST_ERROR_RETRY).
-            if qp.retry_left == 0 {
-                counters.retry_exceeded_err.fetch_add(1, Ordering::Relaxed);
-                fail_front(e, qpn, WcStatus::RetryExcErr);
-                return;
-            }
-            qp.retry_left -= 1;
-            counters.completer_retry_err.fetch_add(1, Ordering::Relaxed);
-            rewind(qp, psn);
-            transmit(e, now, qpn);
+            start_retry(e, now, qpn, Some(psn), false);
         }
         Syndrome::Nak(code) => {
             counters.rcvd_nak_err.fetch_add(1, Ordering::Relaxed);
@@ -293,20 +285,23 @@ fn acknowledge_through(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, psn: Psn)
     // Only move forward, and never beyond what was sent.
     if qp.una.distance(new_una) > 0 && new_una.distance(qp.sent_end) >= 0 {
         qp.una = new_una;
+        // Forward progress: the retry counters start over (rxe reset_retry_counters).
+        qp.started_retry = false;
         qp.retry_left = qp.attr.retry_cnt;
         if qp.attr.rnr_retry != RNR_RETRY_INFINITE {
             qp.rnr_left = qp.attr.rnr_retry;
         }
     }
     // An ACK beyond an unfinished READ means its responses were lost: ask again from
-    // the first missing response (IBA 9.7.5.1.5).
-    if let Some(f) = qp.sq.front() {
-        if f.is_read() && f.read_got < f.npkts && f.sent > 0 && qp.una.distance(f.last_psn()) < 0 {
-            let missing = f.first_psn.add(f.read_got);
-            rewind(qp, missing);
-        }
-    }
+    // the first missing response (IBA 9.7.5.1.5; rxe check_psn returns ERROR_RETRY).
+    let missing = qp.sq.front().and_then(|f| {
+        (f.is_read() && f.read_got < f.npkts && f.sent > 0 && qp.una.distance(f.last_psn()) < 0)
+            .then(|| f.first_psn.add(f.read_got))
+    });
     retire(e, now, qpn);
+    if let Some(psn) = missing {
+        start_retry(e, now, qpn, Some(psn), false);
+    }
 }
 
 /// Completes WQEs from the front of the send queue while they are finished.
@@ -396,8 +391,12 @@ fn read_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, repr: &RoceRepr
     let f = &mut qp.sq[idx];
     let expected = f.first_psn.add(f.read_got);
     if psn != expected {
-        // A response out of order: a packet in between was lost. Wait for the timer or a
-        // later ACK to re-request from `expected` (IBA 9.7.5.1.5).
+        // A response beyond the expected one: the responses in between were lost. Ask
+        // again from `expected` at once (IBA 9.7.5.1.5; rxe check_psn: ERROR_RETRY), once
+        // per gap; an older one is a duplicate and is dropped.
+        if expected.distance(psn) > 0 {
+            start_retry(e, now, qpn, Some(expected), false);
+        }
         return;
     }
     let pos = repr.bth.opcode.info().map(|i| i.position);
@@ -424,7 +423,6 @@ fn read_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, repr: &RoceRepr
 
 /// A timer fired: retransmit (local ACK timeout) or resume after an RNR wait.
 pub(crate) fn on_timer(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
-    let counters = e.counters.clone();
     let Some(qp) = e.qp_mut(qpn) else { return };
     if qp.rnr_deadline.is_some_and(|t| t <= now) {
         qp.rnr_deadline = None;
@@ -436,20 +434,38 @@ pub(crate) fn on_timer(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
         if qp.una == qp.sent_end {
             return;
         }
-        if qp.retry_left == 0 {
-            counters.retry_exceeded_err.fetch_add(1, Ordering::Relaxed);
-            fail_front(e, qpn, WcStatus::RetryExcErr);
-            return;
-        }
-        qp.retry_left -= 1;
-        counters.completer_retry_err.fetch_add(1, Ordering::Relaxed);
-        let una = qp.una;
-        rewind(qp, una);
-        transmit(e, now, qpn);
-        if let Some(qp) = e.qp_mut(qpn) {
-            if qp.rto_deadline.is_none() {
-                arm_rto(qp, now);
-            }
+        start_retry(e, now, qpn, None, true);
+    }
+}
+
+/// Starts a retransmission from `from` (the oldest unacknowledged PSN if `None`),
+/// counted against retry_cnt; when none is left the front WQE fails with RETRY_EXC_ERR
+/// and the QP enters the error state (IBA 9.7.6.1.3, C9-141). As rxe (`started_retry`),
+/// a NAK or a gap seen while a retry is already under way starts no second one: only
+/// forward progress (which resets the counters) or a timeout does.
+fn start_retry(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, from: Option<Psn>, timeout: bool) {
+    let counters = e.counters.clone();
+    let Some(qp) = e.qp_mut(qpn) else { return };
+    if qp.una == qp.sent_end && qp.sq.front().is_none_or(|f| f.sent == 0) {
+        return; // Nothing outstanding.
+    }
+    if qp.started_retry && !timeout {
+        return;
+    }
+    if qp.retry_left == 0 {
+        counters.retry_exceeded_err.fetch_add(1, Ordering::Relaxed);
+        fail_front(e, qpn, WcStatus::RetryExcErr);
+        return;
+    }
+    qp.retry_left -= 1;
+    qp.started_retry = true;
+    counters.completer_retry_err.fetch_add(1, Ordering::Relaxed);
+    let at = from.unwrap_or(qp.una);
+    rewind(qp, at);
+    transmit(e, now, qpn);
+    if let Some(qp) = e.qp_mut(qpn) {
+        if qp.rto_deadline.is_none() {
+            arm_rto(qp, now);
         }
     }
 }

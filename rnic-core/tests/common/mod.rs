@@ -2,6 +2,8 @@
 //! protection domain, one region of memory, one CQ pair and one connected RC QP.
 #![allow(dead_code, clippy::cast_possible_truncation)]
 
+pub mod net;
+
 use rnic_core::counters::Counters;
 use rnic_core::cq::Cq;
 use rnic_core::engine::qp::{self, QpAttr, QpCap, QpShared};
