@@ -219,7 +219,8 @@ fn atomic_result_buffer_must_be_8_bytes_and_writable() {
     let err = p.post_send(A, wr).unwrap_err();
     assert_eq!(err.to_string(), "ATOMIC_FETCH_AND_ADD: the result SGEs must add up to exactly 8 bytes");
     let ro = p.register(A, PdId(1), R, 8, 0x7000_0000, AccessFlags::empty());
-    let wr = SendWr::compare_swap(2, rnic_core::wr::Sge { addr: 0x7000_0000, length: 8, lkey: ro.lkey }, va, rkey, 0, 1);
+    let wr =
+        SendWr::compare_swap(2, rnic_core::wr::Sge { addr: 0x7000_0000, length: 8, lkey: ro.lkey }, va, rkey, 0, 1);
     assert!(p.post_send(A, wr).unwrap_err().to_string().contains("needs LOCAL_WRITE"));
 }
 

@@ -224,7 +224,8 @@ impl Pair {
         for (n, srq) in [(A, None), (B, srq_b)] {
             let node = &self.nodes[n];
             let (pd, scq, rcq) = (node.pd, node.scq.clone(), node.rcq.clone());
-            let qp = self.fab.engine(n).create_qp_with_srq(QpType::Rc, pd, QpCap::default(), false, scq, rcq, srq).unwrap();
+            let qp =
+                self.fab.engine(n).create_qp_with_srq(QpType::Rc, pd, QpCap::default(), false, scq, rcq, srq).unwrap();
             qps.push(qp);
         }
         let (qa, qb) = (qps[0].clone(), qps[1].clone());
