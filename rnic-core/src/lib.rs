@@ -10,6 +10,7 @@
 //! - [`srq`]: shared receive queues.
 //! - [`engine`]: the sans-IO protocol engine (requester/completer and responder).
 //! - [`fabric`]: engines on virtual time with fault-injection rules, for tests.
+//! - [`faults`]: the fault-injection rules themselves (also applied by the UDP transport).
 //! - [`device`]: the driver running an engine on a progress thread over UDP.
 //! - [`capture`]: pcap capture of every packet.
 #![deny(unsafe_code)]
@@ -28,6 +29,7 @@ pub mod cq;
 pub mod device;
 pub mod engine;
 pub mod fabric;
+pub mod faults;
 pub mod srq;
 pub mod wr;
 
