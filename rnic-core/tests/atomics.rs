@@ -1,6 +1,7 @@
 //! Atomics (COMPARE & SWAP, FETCH & ADD), ATOMIC WRITE and FLUSH over the virtual-time
 //! fabric: results against a model, atomicity across QPs, the responder's checks, and a
 //! duplicate atomic that must not execute twice.
+#![allow(clippy::cast_possible_truncation)]
 mod common;
 
 use common::*;

@@ -1,5 +1,6 @@
 //! SEND with Invalidate, LOCAL_INV, shared receive queues and their limit event, and CQ
 //! notification (next / solicited only) over the virtual-time fabric.
+#![allow(clippy::cast_possible_truncation)]
 mod common;
 
 use common::*;
