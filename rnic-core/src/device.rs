@@ -20,6 +20,7 @@ use crate::faults::{FaultHandle, Faults, Wire};
 use crate::mem::{MemBlock, MemError};
 use crate::mr::{AccessFlags, MrError, MrKeys, Mtpt, PdId};
 use crate::qp_state::QpType;
+use crate::srq::Srq;
 use crate::wr::{RecvWr, SendWr};
 use crossbeam_channel::{Receiver, Sender};
 use rnic_wire::icrc::IcrcContext;
@@ -128,6 +129,7 @@ enum Cmd {
         sq_sig_all: bool,
         send_cq: Arc<Cq>,
         recv_cq: Arc<Cq>,
+        srq: Option<Arc<Srq>>,
         reply: Sender<Result<Arc<QpShared>, EngineError>>,
     },
     ModifyQp {
@@ -170,6 +172,7 @@ struct Inner {
     events: Receiver<AsyncEvent>,
     next_pd: AtomicU32,
     next_cq: AtomicU32,
+    next_srq: AtomicU32,
     stop: Arc<AtomicBool>,
     threads: parking_lot::Mutex<Vec<JoinHandle<()>>>,
 }
@@ -223,6 +226,8 @@ impl Device {
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let (ev_tx, ev_rx) = crossbeam_channel::unbounded();
         let stop = Arc::new(AtomicBool::new(false));
+        // The one port is up as soon as the socket is bound (IBV_EVENT_PORT_ACTIVE).
+        let _ = ev_tx.send(AsyncEvent::PortActive { port: 1 });
         let engine = Engine::new(EngineConfig::new(local.ip()), mtpt.clone(), counters.clone());
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
         let tx_sock = sock.try_clone().map_err(io_err)?;
@@ -251,6 +256,7 @@ impl Device {
                 events: ev_rx,
                 next_pd: AtomicU32::new(1),
                 next_cq: AtomicU32::new(1),
+                next_srq: AtomicU32::new(1),
                 stop,
                 threads: parking_lot::Mutex::new(vec![progress, rx]),
             }),
@@ -335,7 +341,33 @@ impl Device {
         send_cq: Arc<Cq>,
         recv_cq: Arc<Cq>,
     ) -> Result<Result<Arc<QpShared>, EngineError>, DeviceError> {
-        self.call(|reply| Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, reply })
+        self.create_qp_with_srq(qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, None)
+    }
+
+    /// Creates a QP in the RESET state that takes its receive WQEs from `srq`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_qp_with_srq(
+        &self,
+        qp_type: QpType,
+        pd: PdId,
+        cap: QpCap,
+        sq_sig_all: bool,
+        send_cq: Arc<Cq>,
+        recv_cq: Arc<Cq>,
+        srq: Option<Arc<Srq>>,
+    ) -> Result<Result<Arc<QpShared>, EngineError>, DeviceError> {
+        self.call(|reply| Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq, reply })
+    }
+
+    /// Creates a shared receive queue of `max_wr` WQEs of up to `max_sge` SGEs in `pd`.
+    pub fn create_srq(&self, pd: PdId, max_wr: u32, max_sge: u32) -> Arc<Srq> {
+        Arc::new(Srq::new(self.inner.next_srq.fetch_add(1, Ordering::Relaxed), pd, max_wr, max_sge))
+    }
+
+    /// Posts a receive WQE to a shared receive queue (validated on the calling thread,
+    /// queued lock-free; no command to the progress thread).
+    pub fn post_srq_recv(&self, srq: &Srq, wr: &RecvWr) -> Result<(), PostError> {
+        srq.post_recv(&self.inner.mtpt, wr)
     }
 
     /// Modifies a QP (checked against IBA's table by the engine).
@@ -550,8 +582,8 @@ fn progress_loop(
 
 fn handle(engine: &mut Engine, now: u64, cmd: Cmd) -> bool {
     match cmd {
-        Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, reply } => {
-            let _ = reply.send(engine.create_qp(qp_type, pd, cap, sq_sig_all, send_cq, recv_cq));
+        Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq, reply } => {
+            let _ = reply.send(engine.create_qp_with_srq(qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq));
         }
         Cmd::ModifyQp { qpn, attr, reply } => {
             let _ = reply.send(engine.modify_qp(now, qpn, &attr));

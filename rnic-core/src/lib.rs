@@ -7,6 +7,7 @@
 //! - [`qp_state`]: the QP state machine, the modify-QP attribute table and value checks.
 //! - [`wr`], [`cq`], [`counters`]: work requests and completions, completion queues,
 //!   rxe-named counters.
+//! - [`srq`]: shared receive queues.
 //! - [`engine`]: the sans-IO protocol engine (requester/completer and responder).
 //! - [`fabric`]: engines on virtual time with fault-injection rules, for tests.
 //! - [`faults`]: the fault-injection rules themselves (also applied by the UDP transport).
@@ -29,6 +30,7 @@ pub mod device;
 pub mod engine;
 pub mod fabric;
 pub mod faults;
+pub mod srq;
 pub mod wr;
 
 #[allow(unsafe_code)]

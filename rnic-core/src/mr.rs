@@ -35,12 +35,19 @@ impl AccessFlags {
     pub const REMOTE_READ: AccessFlags = AccessFlags(4);
     /// Peers may run atomics on the region. `IBV_ACCESS_REMOTE_ATOMIC`.
     pub const REMOTE_ATOMIC: AccessFlags = AccessFlags(8);
+    /// Peers may FLUSH the region for global visibility. `IBV_ACCESS_FLUSH_GLOBAL`.
+    pub const FLUSH_GLOBAL: AccessFlags = AccessFlags(1 << 8);
+    /// Peers may FLUSH the region to persistence. `IBV_ACCESS_FLUSH_PERSISTENT`. Our memory
+    /// is not persistent, so registration refuses it (as rxe does for non-pmem pages).
+    pub const FLUSH_PERSISTENT: AccessFlags = AccessFlags(1 << 9);
 
-    const NAMES: [(AccessFlags, &'static str); 4] = [
+    const NAMES: [(AccessFlags, &'static str); 6] = [
         (Self::LOCAL_WRITE, "LOCAL_WRITE"),
         (Self::REMOTE_WRITE, "REMOTE_WRITE"),
         (Self::REMOTE_READ, "REMOTE_READ"),
         (Self::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+        (Self::FLUSH_GLOBAL, "FLUSH_GLOBAL"),
+        (Self::FLUSH_PERSISTENT, "FLUSH_PERSISTENT"),
     ];
 
     /// No rights: the region can only be read locally.
@@ -48,20 +55,24 @@ impl AccessFlags {
         AccessFlags(0)
     }
 
-    /// Every right this NIC knows.
+    /// Every right a region of this NIC can be registered with (all the flags above but
+    /// FLUSH_PERSISTENT, which needs persistent memory).
     pub const fn all() -> AccessFlags {
-        AccessFlags(0xf)
+        AccessFlags(0x10f)
     }
+
+    /// Every flag this NIC knows (`all()` plus FLUSH_PERSISTENT).
+    const KNOWN: u32 = 0x30f;
 
     /// The raw `ibv_access_flags` bits.
     pub const fn bits(self) -> u32 {
         self.0
     }
 
-    /// Converts raw bits; `None` if any bit is not one of the four rights above (for example
+    /// Converts raw bits; `None` if any bit is not one of the rights above (for example
     /// `IBV_ACCESS_MW_BIND` or `IBV_ACCESS_ZERO_BASED`, which this NIC does not implement).
     pub const fn from_bits(bits: u32) -> Option<AccessFlags> {
-        if bits & !Self::all().0 == 0 {
+        if bits & !Self::KNOWN == 0 {
             Some(AccessFlags(bits))
         } else {
             None
@@ -70,7 +81,7 @@ impl AccessFlags {
 
     /// Converts raw bits, dropping unknown ones.
     pub const fn from_bits_truncate(bits: u32) -> AccessFlags {
-        AccessFlags(bits & Self::all().0)
+        AccessFlags(bits & Self::KNOWN)
     }
 }
 
@@ -163,6 +174,13 @@ pub enum MrError {
         iova: u64,
         /// Region length.
         len: usize,
+    },
+    /// FLUSH_PERSISTENT was asked for memory that is not persistent (rxe refuses it for
+    /// pages that are not pmem; all of rnic's memory is volatile).
+    #[error("access {access} asks for FLUSH_PERSISTENT, but this device has no persistent memory")]
+    NotPersistent {
+        /// The requested rights.
+        access: AccessFlags,
     },
     /// Every slot is in use.
     #[error("the memory region table is full ({capacity} regions)")]
@@ -348,6 +366,9 @@ impl Mtpt {
         {
             return Err(MrError::RemoteWriteWithoutLocalWrite { access });
         }
+        if access.contains(AccessFlags::FLUSH_PERSISTENT) {
+            return Err(MrError::NotPersistent { access });
+        }
         match offset_in_block.checked_add(len) {
             Some(end) if end <= block.len() => {}
             _ => return Err(MrError::OutOfBlock { offset: offset_in_block, len, block_len: block.len() }),
@@ -406,6 +427,41 @@ impl Mtpt {
             Entry::Free => Entry::Free, // slot_mut never returns a free slot
         };
         Ok(())
+    }
+
+    /// Invalidates the region named by `key` on behalf of a QP of protection domain `pd`
+    /// (LOCAL_INV, SEND with Invalidate). IBA 10.6.7 (invalidation of a memory region):
+    /// the region must belong to the QP's PD. Fails with [`AccessError::BadKey`] if the
+    /// key names no region, [`AccessError::PdMismatch`] for another PD.
+    pub fn invalidate_for(&self, key: u32, pd: PdId) -> Result<(), AccessError> {
+        let mut table = self.table.write();
+        let slot = table.slot_mut(key).ok_or(AccessError::BadKey { key })?;
+        let region_pd = match &slot.entry {
+            Entry::Valid(r) | Entry::Invalid(r) => r.pd,
+            Entry::Free => return Err(AccessError::BadKey { key }),
+        };
+        if region_pd != pd {
+            return Err(AccessError::PdMismatch { key, pd, mr_pd: region_pd });
+        }
+        slot.entry = match std::mem::replace(&mut slot.entry, Entry::Free) {
+            Entry::Valid(region) | Entry::Invalid(region) => Entry::Invalid(region),
+            Entry::Free => Entry::Free,
+        };
+        Ok(())
+    }
+
+    /// Checks a remote access to a whole region (FLUSH with selectivity "memory region":
+    /// rxe skips the range check) and returns all its bytes.
+    pub fn check_remote_whole(&self, rkey: u32, pd: PdId, need: AccessFlags) -> Result<MrSlice, AccessError> {
+        let iova = {
+            let table = self.table.read();
+            match table.slot(rkey).map(|s| &s.entry) {
+                Some(Entry::Valid(region)) => (region.iova, region.len),
+                Some(Entry::Invalid(_)) => return Err(AccessError::Invalidated { key: rkey }),
+                Some(Entry::Free) | None => return Err(AccessError::BadKey { key: rkey }),
+            }
+        };
+        self.check(rkey, pd, iova.0, iova.1, need)
     }
 
     /// State of the region `key` names; [`MrState::Free`] if it names none.
@@ -602,10 +658,13 @@ mod tests {
     #[test]
     fn access_flags_values_and_names() {
         assert_eq!([LW.bits(), RW.bits(), RR.bits(), RA.bits()], [1, 2, 4, 8]);
-        assert_eq!(AccessFlags::all(), LW | RW | RR | RA);
+        assert_eq!(AccessFlags::all(), LW | RW | RR | RA | AccessFlags::FLUSH_GLOBAL);
         assert_eq!(format!("{:?}", LW | RR), "AccessFlags(LOCAL_WRITE | REMOTE_READ)");
         assert_eq!(AccessFlags::empty().to_string(), "(none)");
-        assert_eq!(AccessFlags::all().to_string(), "LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC");
+        assert_eq!(
+            AccessFlags::all().to_string(),
+            "LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC | FLUSH_GLOBAL"
+        );
         assert!((LW | RR).contains(RR));
         assert!((LW | RR).contains(AccessFlags::empty()));
         assert!(!(LW | RR).contains(RR | RW));
@@ -614,7 +673,8 @@ mod tests {
         let mut f = LW;
         f |= RA;
         assert_eq!(f.bits(), 9);
-        assert_eq!(AccessFlags::from_bits(0xf), Some(AccessFlags::all()));
+        assert_eq!(AccessFlags::from_bits(0x10f), Some(AccessFlags::all()));
+        assert_eq!(AccessFlags::from_bits(0x200), Some(AccessFlags::FLUSH_PERSISTENT));
         assert_eq!(AccessFlags::from_bits(0x10), None); // IBV_ACCESS_MW_BIND
         assert_eq!(AccessFlags::from_bits_truncate(0x15), LW | RR);
     }

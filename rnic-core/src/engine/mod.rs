@@ -20,6 +20,7 @@
 //! checks in [`responder`], the modify-QP table in [`crate::qp_state`].
 
 pub mod qp;
+mod rd_atomic;
 mod requester;
 mod responder;
 
@@ -90,6 +91,17 @@ pub enum AsyncEvent {
     CqError {
         /// The CQ.
         cq: u32,
+    },
+    /// An armed SRQ limit was crossed: fewer receive WQEs than the limit remain
+    /// (`IBV_EVENT_SRQ_LIMIT_REACHED`); the limit is now disarmed.
+    SrqLimitReached {
+        /// The SRQ.
+        srq: u32,
+    },
+    /// The port became active (`IBV_EVENT_PORT_ACTIVE`; raised once when a device opens).
+    PortActive {
+        /// The port (always 1).
+        port: u8,
     },
 }
 
@@ -229,6 +241,31 @@ impl Engine {
         send_cq: Arc<Cq>,
         recv_cq: Arc<Cq>,
     ) -> Result<Arc<QpShared>, EngineError> {
+        self.create_qp_with_srq(qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, None)
+    }
+
+    /// Creates a QP in the RESET state whose responder takes its receive WQEs from
+    /// `srq` (which must belong to the same protection domain).
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_qp_with_srq(
+        &mut self,
+        qp_type: QpType,
+        pd: crate::mr::PdId,
+        cap: QpCap,
+        sq_sig_all: bool,
+        send_cq: Arc<Cq>,
+        recv_cq: Arc<Cq>,
+        srq: Option<Arc<crate::srq::Srq>>,
+    ) -> Result<Arc<QpShared>, EngineError> {
+        if let Some(s) = &srq {
+            if s.pd() != pd {
+                return Err(EngineError::BadAttr(format!(
+                    "SRQ {} belongs to protection domain {}, the QP to {pd}",
+                    s.id(),
+                    s.pd()
+                )));
+            }
+        }
         let live = self.qps.len() - self.free_slots.len();
         if u32::try_from(live).unwrap_or(u32::MAX) >= self.config.max_qp {
             return Err(EngineError::TooManyQps(self.config.max_qp));
@@ -241,7 +278,7 @@ impl Engine {
             }
         };
         let qpn = Qpn::new(FIRST_QPN + u32::try_from(slot).map_err(|_| EngineError::TooManyQps(self.config.max_qp))?);
-        let shared = Arc::new(QpShared::new(qpn, qp_type, pd, cap, sq_sig_all));
+        let shared = Arc::new(QpShared::new(qpn, qp_type, pd, cap, sq_sig_all, srq));
         self.qps[slot] = Some(Qp::new(shared.clone(), self.mtpt.clone(), send_cq, recv_cq));
         Ok(shared)
     }
@@ -412,9 +449,25 @@ impl Engine {
             self.push_wc(&cq, qpn, wc, false);
             return;
         }
+        if let crate::wr::SendOp::LocalInv { rkey } = wqe.op {
+            self.local_invalidate(now, qpn, wqe, rkey);
+            return;
+        }
         requester::queue(qp, wqe);
         self.progress(now, qpn);
         self.note_timers(qpn);
+    }
+
+    /// LOCAL_INV (IBA 10.6.7, rxe `rxe_do_local_ops`): a local operation executed when the
+    /// engine takes it (after every earlier WQE of the queue was handed to the engine) and
+    /// completed in order with the rest of the send queue. A key naming no region, or a
+    /// region of another PD, fails it with LOC_QP_OP_ERR and the QP enters the error state
+    /// (rxe's status for a failed local operation).
+    fn local_invalidate(&mut self, now: Time, qpn: Qpn, wqe: SendWqe, rkey: u32) {
+        let Some(qp) = self.qp_mut(qpn) else { return };
+        let status = qp.mtpt.invalidate_for(rkey, qp.shared.pd).err().map(|_| WcStatus::LocQpOpErr);
+        requester::queue_local(qp, wqe, status);
+        requester::retire_done(self, now, qpn);
     }
 
     /// Queues a validated receive WQE.
@@ -470,6 +523,7 @@ impl Engine {
         }
         if info.request {
             responder::handle_request(self, now, qpn, &repr, pkt.payload());
+            self.raise_srq_events(qpn);
         } else {
             requester::handle_response(self, now, qpn, &repr, pkt.payload());
         }
@@ -607,6 +661,16 @@ impl Engine {
     /// The next asynchronous event.
     pub fn poll_event(&mut self) -> Option<AsyncEvent> {
         self.events.pop_front()
+    }
+
+    /// Queues the SRQ-limit event the responder of `qpn` noted, if any.
+    fn raise_srq_events(&mut self, qpn: Qpn) {
+        let Some(qp) = self.qp_mut(qpn) else { return };
+        if std::mem::take(&mut qp.srq_limit_hit) {
+            if let Some(srq) = qp.shared.srq.as_ref().map(|s| s.id()) {
+                self.events.push_back(AsyncEvent::SrqLimitReached { srq });
+            }
+        }
     }
 
     /// Sends what the QP's window allows.

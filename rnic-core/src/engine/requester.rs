@@ -7,10 +7,12 @@ use super::{Engine, Time};
 use crate::qp_state::{local_ack_timeout_ns, rnr_timer_ns, QpState, RNR_RETRY_INFINITE};
 use crate::wr::{SendOp, WcStatus, WorkCompletion};
 use rnic_wire::aeth::{AethRepr, NakCode, Syndrome, CREDITS_INVALID};
+use rnic_wire::atomic::AtomicEthRepr;
 use rnic_wire::bth::BthRepr;
 use rnic_wire::opcode::{Operation, Position};
 use rnic_wire::reth::RethRepr;
 use rnic_wire::roce::{ExtHeaders, RoceRepr};
+use rnic_wire::small::FethRepr;
 use rnic_wire::{Opcode, Psn};
 use std::sync::atomic::Ordering;
 
@@ -22,10 +24,22 @@ pub(crate) fn packets_for(len: usize, mtu: usize) -> u32 {
 /// Appends a WQE to the send queue and assigns its PSNs (IBA 9.7.1: consecutive PSNs per
 /// packet; a READ request reserves one PSN per response packet).
 pub(crate) fn queue(qp: &mut Qp, wqe: SendWqe) {
-    let npkts = packets_for(wqe.len, qp.mtu);
+    // Atomics, ATOMIC WRITE and FLUSH are one request and one response (IBA 9.4.5, oA19).
+    let npkts = if wqe.op.is_rd_atomic() && !matches!(wqe.op, SendOp::RdmaRead { .. }) {
+        1
+    } else {
+        packets_for(wqe.len, qp.mtu)
+    };
     let first_psn = qp.next_psn;
     qp.next_psn = first_psn.add(npkts);
-    qp.sq.push_back(InFlight { wqe, first_psn, npkts, sent: 0, read_got: 0 });
+    qp.sq.push_back(InFlight { wqe, first_psn, npkts, sent: 0, read_got: 0, local_err: None });
+}
+
+/// Appends a local operation (no packets, no PSN) that the engine already executed, with
+/// the status it failed with, if it failed.
+pub(crate) fn queue_local(qp: &mut Qp, wqe: SendWqe, local_err: Option<WcStatus>) {
+    let first_psn = qp.next_psn;
+    qp.sq.push_back(InFlight { wqe, first_psn, npkts: 0, sent: 0, read_got: 0, local_err });
 }
 
 fn opcode_for(op: &SendOp, pos: Position) -> Opcode {
@@ -43,8 +57,51 @@ fn opcode_for(op: &SendOp, pos: Position) -> Opcode {
         (SendOp::RdmaWrite { .. }, Only) => Opcode::RC_RDMA_WRITE_ONLY,
         (SendOp::RdmaWriteWithImm { .. }, Last) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
         (SendOp::RdmaWriteWithImm { .. }, Only) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (SendOp::SendWithInv { .. }, First) => Opcode::RC_SEND_FIRST,
+        (SendOp::SendWithInv { .. }, Middle) => Opcode::RC_SEND_MIDDLE,
+        (SendOp::SendWithInv { .. }, Last) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+        (SendOp::SendWithInv { .. }, Only) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+        // One-packet requests are built by `rd_atomic_request`; local operations send nothing.
         (SendOp::RdmaRead { .. }, _) => Opcode::RC_RDMA_READ_REQUEST,
+        (SendOp::AtomicCmpSwap { .. }, _) => Opcode::RC_COMPARE_SWAP,
+        (SendOp::AtomicFetchAdd { .. }, _) => Opcode::RC_FETCH_ADD,
+        (SendOp::AtomicWrite { .. }, _) => Opcode::RC_ATOMIC_WRITE,
+        (SendOp::Flush { .. }, _) => Opcode::RC_FLUSH,
+        (SendOp::LocalInv { .. }, _) => Opcode::RC_SEND_ONLY,
     }
+}
+
+/// The request packet of a READ (asking for the responses from `got` on), an atomic, an
+/// ATOMIC WRITE or a FLUSH.
+fn rd_atomic_request(f: &InFlight, mtu: usize, dest_qpn: u32, psn: Psn) -> RoceRepr {
+    let mut ext = ExtHeaders::default();
+    let mut payload_len = 0;
+    match f.wqe.op {
+        SendOp::AtomicCmpSwap { remote_addr, rkey, compare, swap } => {
+            ext.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: swap, compare });
+        }
+        SendOp::AtomicFetchAdd { remote_addr, rkey, add } => {
+            ext.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: add, compare: 0 });
+        }
+        SendOp::AtomicWrite { remote_addr, rkey, .. } => {
+            ext.reth = Some(RethRepr { va: remote_addr, rkey, dma_len: 8 });
+            payload_len = 8;
+        }
+        SendOp::Flush { remote_addr, rkey, len, placement, whole_region } => {
+            ext.feth = Some(FethRepr { placement_type: placement, selectivity: u8::from(whole_region) });
+            ext.reth = Some(RethRepr { va: remote_addr, rkey, dma_len: len });
+        }
+        SendOp::RdmaRead { remote_addr, rkey } => {
+            let done = (f.read_got as usize).saturating_mul(mtu).min(f.wqe.len);
+            ext.reth = Some(RethRepr {
+                va: remote_addr.wrapping_add(done as u64),
+                rkey,
+                dma_len: u32::try_from(f.wqe.len - done).unwrap_or(u32::MAX),
+            });
+        }
+        _ => {}
+    }
+    RoceRepr { bth: bth(opcode_for(&f.wqe.op, Position::Only), dest_qpn, psn, true, false), ext, payload_len }
 }
 
 fn position(k: u32, n: u32) -> Position {
@@ -88,21 +145,14 @@ pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
             if qp.una.distance(psn) >= i32::try_from(window).unwrap_or(i32::MAX) {
                 break;
             }
-            let SendOp::RdmaRead { remote_addr, rkey } = f.wqe.op else { unreachable!() };
-            let done = (got as usize).saturating_mul(mtu).min(f.wqe.len);
-            let repr = RoceRepr {
-                bth: bth(Opcode::RC_RDMA_READ_REQUEST, qp.attr.dest_qpn, psn, true, false),
-                ext: ExtHeaders {
-                    reth: Some(RethRepr {
-                        va: remote_addr.wrapping_add(done as u64),
-                        rkey,
-                        dma_len: u32::try_from(f.wqe.len - done).unwrap_or(u32::MAX),
-                    }),
-                    ..ExtHeaders::default()
-                },
-                payload_len: 0,
-            };
-            out.emit(&counters, dst, qp.src_port, &repr, |_| {});
+            let repr = rd_atomic_request(f, mtu, qp.attr.dest_qpn, psn);
+            let data = &f.wqe.data;
+            let with_payload = repr.payload_len > 0;
+            out.emit(&counters, dst, qp.src_port, &repr, |p| {
+                if with_payload {
+                    data.gather(0, p);
+                }
+            });
             if f.sent == 0 {
                 qp.reads_outstanding += 1;
             }
@@ -149,11 +199,17 @@ pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
                     ext.imm_data = Some(imm);
                 }
             }
+            if let SendOp::SendWithInv { invalidate_rkey } = f.wqe.op {
+                if pos.ends() {
+                    ext.ieth = Some(invalidate_rkey);
+                }
+            }
             let se = f.wqe.solicited && pos.ends() && opcode.info().is_some_and(|i| i.se_allowed);
             let repr = RoceRepr { bth: bth(opcode, qp.attr.dest_qpn, psn, ack_req, se), ext, payload_len: plen };
             let data = &f.wqe.data;
             out.emit(&counters, dst, qp.src_port, &repr, |p| data.gather(offset, p));
-            if pos.ends() && matches!(f.wqe.op, SendOp::Send | SendOp::SendWithImm { .. }) {
+            if pos.ends() && matches!(f.wqe.op, SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. })
+            {
                 counters.rdma_sends.fetch_add(1, Ordering::Relaxed);
             }
             f.sent += 1;
@@ -224,8 +280,8 @@ pub(crate) fn handle_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, re
             let Some(aeth) = repr.ext.aeth else { return };
             ack(e, now, qpn, psn, aeth);
         }
+        Operation::AtomicAcknowledge => atomic_response(e, now, qpn, repr),
         _ => {
-            // ATOMIC ACKNOWLEDGE arrives with the atomics issue; until then it is unexpected.
             counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -304,12 +360,30 @@ fn acknowledge_through(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, psn: Psn)
     }
 }
 
+/// Completes what is finished at the front of the send queue (after a local operation
+/// was queued).
+pub(crate) fn retire_done(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
+    retire(e, now, qpn);
+}
+
 /// Completes WQEs from the front of the send queue while they are finished.
 fn retire(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
     loop {
         let Some(qp) = e.qp_mut(qpn) else { return };
         let Some(f) = qp.sq.front() else { break };
-        let done = if f.is_read() { f.read_got == f.npkts } else { qp.una.distance(f.last_psn()) < 0 };
+        if let Some(status) = f.local_err {
+            // A failed local operation reached the front: it completes in error and the
+            // QP enters the error state (rxe: LOC_QP_OP_ERR for a failed LOCAL_INV).
+            fail_front(e, qpn, status);
+            return;
+        }
+        let done = if f.npkts == 0 {
+            true
+        } else if f.is_read() {
+            f.read_got == f.npkts
+        } else {
+            qp.una.distance(f.last_psn()) < 0
+        };
         if !done {
             break;
         }
@@ -320,8 +394,9 @@ fn retire(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
         }
         qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
         if f.wqe.signaled {
+            let byte_len = if f.wqe.op.is_atomic() { 8 } else { f.wqe.len };
             let wc = WorkCompletion {
-                byte_len: u32::try_from(f.wqe.len).unwrap_or(u32::MAX),
+                byte_len: u32::try_from(byte_len).unwrap_or(u32::MAX),
                 src_qp: qp.attr.dest_qpn,
                 ..WorkCompletion::new(f.wqe.wr_id, WcStatus::Success, f.wqe.op.wc_opcode(), qpn.value())
             };
@@ -400,9 +475,14 @@ fn read_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, repr: &RoceRepr
         return;
     }
     let pos = repr.bth.opcode.info().map(|i| i.position);
+    if f.wqe.op.is_atomic() {
+        // IBA 9.9.2.3: an atomic is answered by an ATOMIC ACKNOWLEDGE only.
+        fail_front(e, qpn, WcStatus::BadRespErr);
+        return;
+    }
     let k = f.read_got;
     let offset = (k as usize) * mtu;
-    let want = mtu.min(f.wqe.len.saturating_sub(offset));
+    let want = mtu.min(f.response_len().saturating_sub(offset));
     let pos_ok = matches!(
         (pos, k == 0, k + 1 == f.npkts),
         (Some(Position::Only), true, true)
@@ -410,7 +490,7 @@ fn read_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, repr: &RoceRepr
             | (Some(Position::Middle), false, false)
             | (Some(Position::Last), false, true)
     );
-    if !pos_ok || payload.len() != want || !f.wqe.data.scatter(offset, payload) {
+    if !pos_ok || payload.len() != want || (want > 0 && !f.wqe.data.scatter(offset, payload)) {
         // IBA 9.9.2.3: an unexpected response is a fatal BAD_RESP_ERR.
         let _ = f;
         fail_front(e, qpn, WcStatus::BadRespErr);
@@ -418,6 +498,42 @@ fn read_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, repr: &RoceRepr
     }
     f.read_got += 1;
     // A read response implicitly acknowledges every earlier PSN (IBA 9.7.5.1.2).
+    acknowledge_through(e, now, qpn, psn);
+}
+
+/// An ATOMIC ACKNOWLEDGE: the original value goes into the atomic's result buffer and,
+/// like a READ response, it implicitly acknowledges every earlier PSN (IBA 9.7.5.1.2).
+fn atomic_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, repr: &RoceRepr) {
+    let counters = e.counters.clone();
+    let psn = repr.bth.psn;
+    let (Some(aeth), Some(orig)) = (repr.ext.aeth, repr.ext.atomic_ack_eth) else {
+        counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    if !matches!(aeth.syndrome, Syndrome::Ack { .. }) {
+        // Not an acknowledgement after all: handle the syndrome as an ACK packet's.
+        ack(e, now, qpn, psn, aeth);
+        return;
+    }
+    let Some(qp) = e.qp_mut(qpn) else { return };
+    let Some(idx) = qp.sq.iter().position(|f| f.is_read() && f.contains(psn)) else {
+        counters.ghost_acks.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let f = &mut qp.sq[idx];
+    if !f.wqe.op.is_atomic() {
+        // IBA 9.9.2.3: an ATOMIC ACKNOWLEDGE for a READ / ATOMIC WRITE / FLUSH is unexpected.
+        fail_front(e, qpn, WcStatus::BadRespErr);
+        return;
+    }
+    if f.read_got == 0 {
+        // Host byte order: the value the target's CPU saw (verbs hands back a uint64_t).
+        if !f.wqe.data.scatter(0, &orig.orig_remote_data.to_ne_bytes()) {
+            fail_front(e, qpn, WcStatus::LocLenErr);
+            return;
+        }
+        f.read_got = 1;
+    }
     acknowledge_through(e, now, qpn, psn);
 }
 

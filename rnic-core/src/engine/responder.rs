@@ -6,7 +6,8 @@
 //!     -> length -> R_Key / PD / bounds / access -> execute -> complete -> acknowledge
 //! ```
 
-use super::qp::{InProgress, Qp, ReadResource};
+use super::qp::{InProgress, Qp, ReadResource, ResourceKind};
+use super::rd_atomic;
 use super::requester::{ack_aeth, packets_for};
 use super::{Engine, Time};
 use crate::mr::{AccessError, AccessFlags};
@@ -21,7 +22,7 @@ use std::sync::atomic::Ordering;
 
 /// Why the responder refused a request: the one place where check failures become NAKs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Refusal {
+pub(super) enum Refusal {
     /// Opcode out of sequence, unsupported, or a length error (NAK invalid request).
     InvalidRequest,
     /// The receive buffers are too small for the SEND: the receive WQE completes with
@@ -33,12 +34,18 @@ enum Refusal {
     RemoteOperational,
     /// No receive WQE: RNR NAK; the QP stays usable.
     Rnr,
+    /// The R_Key of a SEND with Invalidate names no region of the QP's PD: the receive
+    /// WQE completes with REM_INV_REQ_ERR (rxe `RESPST_ERR_INVALIDATE_RKEY`, class J) and
+    /// the requester gets NAK invalid request.
+    InvalidateRkey,
 }
 
 impl Refusal {
     fn syndrome(self, min_rnr_timer: u8) -> Syndrome {
         match self {
-            Refusal::InvalidRequest | Refusal::LengthError => Syndrome::Nak(NakCode::InvalidRequest),
+            Refusal::InvalidRequest | Refusal::LengthError | Refusal::InvalidateRkey => {
+                Syndrome::Nak(NakCode::InvalidRequest)
+            }
             Refusal::RemoteAccess(_) => Syndrome::Nak(NakCode::RemoteAccessError),
             Refusal::RemoteOperational => Syndrome::Nak(NakCode::RemoteOperationalError),
             Refusal::Rnr => Syndrome::RnrNak { timer: min_rnr_timer },
@@ -46,7 +53,7 @@ impl Refusal {
     }
 }
 
-fn response_bth(opcode: Opcode, qp: &Qp, psn: Psn) -> BthRepr {
+pub(super) fn response_bth(opcode: Opcode, qp: &Qp, psn: Psn) -> BthRepr {
     BthRepr {
         opcode,
         se: false,
@@ -126,10 +133,26 @@ pub(crate) fn handle_request(e: &mut Engine, now: Time, qpn: Qpn, repr: &RoceRep
         return;
     }
     qp.nak_seq_sent = false;
+    take_srq_wqe(qp, info);
 
     match check_and_execute(qp, repr, payload) {
         Ok(done) => finish(e, qpn, repr, info, done),
         Err(refusal) => refuse(e, qpn, psn, refusal),
+    }
+}
+
+/// A QP with a shared receive queue takes a WQE from it when a message that needs one
+/// starts and the QP holds none (rxe `get_srq_wqe`); the WQE is then the QP's, counted in
+/// its receive queue. Crossing the armed SRQ limit is noted for the engine's event.
+fn take_srq_wqe(qp: &mut Qp, info: &rnic_wire::OpcodeInfo) {
+    let Some(srq) = &qp.shared.srq else { return };
+    if !info.consumes_rwqe || !qp.rq.is_empty() || matches!(qp.cur, Some(InProgress::Send { .. })) {
+        return;
+    }
+    if let Some((wqe, limit_hit)) = srq.take() {
+        qp.shared.rq_outstanding.fetch_add(1, Ordering::AcqRel);
+        qp.rq.push_back(wqe);
+        qp.srq_limit_hit |= limit_hit;
     }
 }
 
@@ -167,6 +190,11 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
         Operation::Send => {}
         Operation::RdmaWrite if access.contains(AccessFlags::REMOTE_WRITE) => {}
         Operation::RdmaReadRequest if access.contains(AccessFlags::REMOTE_READ) => {}
+        Operation::CompareSwap | Operation::FetchAdd if access.contains(AccessFlags::REMOTE_ATOMIC) => {}
+        // rxe: ATOMIC WRITE needs remote write; FLUSH the flush rights of its placement.
+        Operation::AtomicWrite if access.contains(AccessFlags::REMOTE_WRITE) => {}
+        Operation::Flush
+            if repr.ext.feth.is_some_and(|f| access.contains(rd_atomic::flush_access(f.placement_type))) => {}
         _ => return Err(Refusal::InvalidRequest),
     }
 
@@ -177,7 +205,15 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
     if info.consumes_rwqe && op == Operation::RdmaWrite && qp.rq.is_empty() {
         return Err(Refusal::Rnr);
     }
-    if op == Operation::RdmaReadRequest && qp.reads.len() >= usize::from(qp.attr.max_dest_rd_atomic.max(1)) {
+    let rd_atomic = matches!(
+        op,
+        Operation::RdmaReadRequest
+            | Operation::CompareSwap
+            | Operation::FetchAdd
+            | Operation::AtomicWrite
+            | Operation::Flush
+    );
+    if rd_atomic && qp.reads.len() >= usize::from(qp.attr.max_dest_rd_atomic.max(1)) {
         // More outstanding READs than negotiated: drop the oldest saved resource (it can
         // no longer be answered as a duplicate), as rxe reuses its resource ring.
         qp.reads.pop_front();
@@ -223,11 +259,24 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
             }
             let offset = offset + payload.len();
             if pos.ends() {
+                if let Some(rkey) = repr.ext.ieth {
+                    // IBA 10.6.7 / rxe `invalidate_rkey`: after the data is placed, the
+                    // region named by the IETH becomes invalid.
+                    if qp.mtpt.invalidate_for(rkey, qp.shared.pd).is_err() {
+                        qp.cur = Some(InProgress::Send { rwqe, offset });
+                        return Err(Refusal::InvalidateRkey);
+                    }
+                }
                 let wc = WorkCompletion {
                     byte_len: u32::try_from(offset).unwrap_or(u32::MAX),
                     imm_data: repr.ext.imm_data.unwrap_or(0),
                     src_qp: qp.attr.dest_qpn,
-                    wc_flags: WcFlags { with_imm: repr.ext.imm_data.is_some(), ..WcFlags::default() },
+                    wc_flags: WcFlags {
+                        with_imm: repr.ext.imm_data.is_some(),
+                        with_inv: repr.ext.ieth.is_some(),
+                        ..WcFlags::default()
+                    },
+                    invalidated_rkey: repr.ext.ieth.unwrap_or(0),
                     ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn().value())
                 };
                 qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
@@ -307,9 +356,17 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
                 rkey: reth.rkey,
                 len,
                 next: 0,
+                kind: ResourceKind::Read,
             };
             Ok(Done { wc: None, read: Some(res) })
         }
+        Operation::CompareSwap | Operation::FetchAdd => {
+            Ok(Done { wc: None, read: Some(rd_atomic::execute_atomic(qp, repr, op)?) })
+        }
+        Operation::AtomicWrite => {
+            Ok(Done { wc: None, read: Some(rd_atomic::execute_atomic_write(qp, repr, payload)?) })
+        }
+        Operation::Flush => Ok(Done { wc: None, read: Some(rd_atomic::execute_flush(qp, repr)?) }),
         _ => Err(Refusal::InvalidRequest),
     }
 }
@@ -326,6 +383,8 @@ fn finish(e: &mut Engine, qpn: Qpn, repr: &RoceRepr, info: &rnic_wire::OpcodeInf
     if let Some(res) = done.read {
         qp.epsn = psn.add(res.npkts);
         qp.msn = (qp.msn + 1) & 0x00FF_FFFF;
+        // Every reply (READ responses, atomic acknowledgement) goes out through the
+        // paced queue, so none overtakes an earlier one.
         qp.reads.push_back(res);
         e.queue_reads(qpn);
         return;
@@ -360,6 +419,14 @@ pub(crate) fn pump_reads(e: &mut Engine, qpn: Qpn, budget: usize) -> (usize, boo
     let mut sent = 0;
     while sent < budget {
         let Some(res) = qp.reads.iter_mut().find(|r| r.next < r.npkts) else { break };
+        if res.kind != ResourceKind::Read {
+            // One packet: the atomic acknowledgement or the zero-length response.
+            let repr = rd_atomic::reply_repr(res, dest_qp, msn);
+            out.emit(&counters, dst, sport, &repr, |_| {});
+            res.next = res.npkts;
+            sent += 1;
+            continue;
+        }
         let slice = if res.len > 0 {
             match qp.mtpt.check_remote(res.rkey, qp.shared.pd, res.va, res.len, AccessFlags::REMOTE_READ) {
                 Ok(s) => Some(s),
@@ -428,10 +495,28 @@ fn duplicate(e: &mut Engine, _now: Time, qpn: Qpn, repr: &RoceRepr) {
             let d = r.psn.distance(psn);
             d >= 0 && (d as u64) < u64::from(r.npkts)
         });
-        if let Some(r) = found {
+        if let Some(r) = found.filter(|r| r.kind == ResourceKind::Read) {
             // Answer again from the requested packet on (the requester asks from its
             // first missing response), replacing whatever of it was still to go.
             r.next = u32::try_from(r.psn.distance(psn)).unwrap_or(0);
+            e.queue_reads(qpn);
+        }
+        return;
+    }
+    if matches!(
+        info.operation,
+        Operation::CompareSwap | Operation::FetchAdd | Operation::AtomicWrite | Operation::Flush
+    ) {
+        // IBA 9.7.5.1.5: a duplicate atomic gets the saved result and is never executed
+        // again; a duplicate ATOMIC WRITE / FLUSH is acknowledged again (rxe replays the
+        // resource). No resource left (evicted): class D, dropped silently (rxe).
+        let psn = repr.bth.psn;
+        let atomic = matches!(info.operation, Operation::CompareSwap | Operation::FetchAdd);
+        let found = qp.reads.iter_mut().find(|r| {
+            r.psn == psn && matches!(r.kind, ResourceKind::Atomic { .. }) == atomic && r.kind != ResourceKind::Read
+        });
+        if let Some(r) = found {
+            r.next = 0;
             e.queue_reads(qpn);
         }
         return;
@@ -449,8 +534,10 @@ fn refuse(e: &mut Engine, qpn: Qpn, psn: Psn, refusal: Refusal) {
     let Some(qp) = e.qp_mut(qpn) else { return };
     let syndrome = refusal.syndrome(qp.attr.min_rnr_timer);
     let msn = qp.msn;
-    let len_err_wc = if refusal == Refusal::LengthError {
-        // The SEND in progress (or the one about to start) completes with LOC_LEN_ERR.
+    let len_err_wc = if matches!(refusal, Refusal::LengthError | Refusal::InvalidateRkey) {
+        let status = if refusal == Refusal::LengthError { WcStatus::LocLenErr } else { WcStatus::RemInvReqErr };
+        // The SEND in progress (or the one about to start) completes with LOC_LEN_ERR
+        // (or REM_INV_REQ_ERR for a bad IETH).
         let rwqe = match qp.cur.take() {
             Some(InProgress::Send { rwqe, .. }) => Some(rwqe),
             _ => qp.rq.pop_front(),
@@ -459,7 +546,7 @@ fn refuse(e: &mut Engine, qpn: Qpn, psn: Psn, refusal: Refusal) {
             qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
             WorkCompletion {
                 src_qp: qp.attr.dest_qpn,
-                ..WorkCompletion::new(r.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, qpn.value())
+                ..WorkCompletion::new(r.wr_id, status, WcOpcode::Recv, qpn.value())
             }
         })
     } else {
