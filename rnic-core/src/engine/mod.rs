@@ -633,9 +633,13 @@ impl Engine {
                 qp.pending_ack = Some((psn, aeth));
                 self.acks.push(qpn);
             }
-            Some((held, _)) => {
+            Some((held, held_aeth)) => {
                 counters.ack_deferred.fetch_add(1, Ordering::Relaxed);
-                if held.distance(psn) >= 0 {
+                // The newer PSN wins; at the same PSN a NAK is never replaced (an RNR NAK
+                // must reach the requester as such).
+                let d = held.distance(psn);
+                let held_is_ack = matches!(held_aeth.syndrome, rnic_wire::aeth::Syndrome::Ack { .. });
+                if d > 0 || (d == 0 && held_is_ack) {
                     qp.pending_ack = Some((psn, aeth));
                 }
             }

@@ -559,7 +559,11 @@ fn refuse(e: &mut Engine, qpn: Qpn, psn: Psn, refusal: Refusal) {
     }
     let reads_going = qp.reads_queued;
     if refusal == Refusal::Rnr {
-        // The QP stays usable: the RNR NAK queues behind READ responses like an ACK.
+        // The QP stays usable: the RNR NAK queues behind READ responses like an ACK. It
+        // also stands for the one NAK of this gap: the packets behind the refused one
+        // are now out of sequence, and the RNR NAK already sends the requester back to
+        // its PSN, so they draw no sequence NAK (which would cost a transport retry).
+        qp.nak_seq_sent = true;
         e.defer_ack(qpn, psn, AethRepr { syndrome, msn });
     } else if reads_going {
         // Earlier READ responses are still going out: the NAK follows them, and the QP

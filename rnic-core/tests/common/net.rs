@@ -335,8 +335,14 @@ impl Net for UdpNet {
         self.devs[n].post_recv(&self.ends[n].qp, &wr).unwrap();
     }
     fn wait(&mut self, n: usize, q: Q, count: usize, max_ns: u64) -> Vec<WorkCompletion> {
-        // Real time runs slower than the fabric's: allow generously more, never less.
-        let deadline = Instant::now() + Duration::from_nanos(max_ns.saturating_mul(20)).max(Duration::from_secs(5));
+        // Real time runs slower than the fabric's: allow generously more, never less
+        // (0 means: only what is already there).
+        let allow = if max_ns == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_nanos(max_ns.saturating_mul(20)).max(Duration::from_secs(5))
+        };
+        let deadline = Instant::now() + allow;
         while self.ends[n].take(q).len() < count && Instant::now() < deadline {
             std::thread::sleep(Duration::from_micros(200));
         }
