@@ -156,7 +156,8 @@ story!(duplicated_request, Setup::default(), 11, 12, |net: &mut dyn Net| {
     net.post_recv(B, RecvWr { wr_id: 11, sg_list: vec![net.sge(B, 64, 64)] });
     net.post_send(A, wr(1, SendOp::Send, vec![net.sge(A, 0, 4)]));
     assert_eq!(statuses(&net.wait(A, Q::Send, 1, 100 * MS)), [(1, WcStatus::Success)]);
-    net.idle(2 * MS);
+    assert!(net.until_counter(B, "duplicate_request", 1, 10 * MS), "the copy arrived");
+    net.idle(MS);
     assert_eq!(statuses(&net.wait(B, Q::Recv, 2, 0)), [(10, WcStatus::Success)]);
     count(net, B, "duplicate_request", 1);
     count(net, A, "completer_retry_err", 0);
@@ -189,7 +190,7 @@ story!(rnr_then_recovery, Setup { min_rnr_timer: 14, ..Setup::default() }, 17, 1
     // The requester waits that long and tries again; by then a buffer is posted.
     net.write(A, 0, b"patience");
     net.post_send(A, wr(1, SendOp::Send, vec![net.sge(A, 0, 8)]));
-    net.idle(MS / 2);
+    assert!(net.until_counter(B, "send_rnr_err", 1, 10 * MS), "the responder refused with RNR");
     assert!(net.wait(A, Q::Send, 1, 0).is_empty(), "no completion while the responder has no buffer");
     net.post_recv(B, RecvWr { wr_id: 10, sg_list: vec![net.sge(B, 0, 64)] });
     assert_eq!(statuses(&net.wait(A, Q::Send, 1, 100 * MS)), [(1, WcStatus::Success)]);
@@ -254,7 +255,7 @@ story!(ghost_ack, Setup::default(), 23, 24, |net: &mut dyn Net| {
     let mut pkt = vec![0; ghost.buffer_len()];
     ghost.emit(&mut pkt, &[]).unwrap();
     net.inject(B, pkt);
-    net.idle(2 * MS);
+    assert!(net.until_counter(A, "ghost_acks", 1, 10 * MS), "the ghost ACK was seen and counted");
     count(net, A, "ghost_acks", 1);
     assert_eq!(net.wait(A, Q::Send, 1, 0).len(), 0);
     write_and_check(net, FIVE, 8);
@@ -289,3 +290,122 @@ story!(timeout_zero_never_retransmits, Setup { timeout: 0, ..Setup::default() },
     count(net, A, "completer_retry_err", 0);
     count(net, A, "sent_pkts", 5);
 });
+
+// ---------------------------------------------------------------------------------------
+// Protocol details that only the fabric can observe exactly.
+
+/// Every packet node `from` put on the fabric since tracing started, parsed.
+fn sent_by(net: &FabricNet, from: usize) -> Vec<rnic_wire::roce::RoceRepr> {
+    let ip = net.ip(from);
+    net.fab
+        .trace
+        .iter()
+        .flatten()
+        .filter(|t| t.pkt.src == ip)
+        .map(|t| {
+            let p = rnic_wire::roce::RocePacket::new_checked(&t.pkt.data[..]).unwrap();
+            rnic_wire::roce::RoceRepr::parse(&p).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn acks_are_coalesced_and_carry_msn_and_invalid_credits() {
+    // Eight SENDs arrive together; each asks for an ACK (AckReq on ONLY). The responder
+    // answers once, for the newest PSN: MSN 8 (messages completed), credit field 31
+    // ("invalid", as rxe sends it). All eight complete at the requester.
+    let mut net = FabricNet::new(Setup::default(), 1);
+    net.fab.trace = Some(Vec::new());
+    for i in 0..8 {
+        net.post_recv(B, RecvWr { wr_id: 100 + i, sg_list: vec![net.sge(B, i * 64, 64)] });
+    }
+    for i in 0..8 {
+        net.post_send(A, wr(i, SendOp::Send, vec![net.sge(A, 0, 16)]));
+    }
+    assert_eq!(net.wait(A, Q::Send, 8, 100 * MS).len(), 8);
+    let reqs = sent_by(&net, A);
+    assert_eq!(reqs.len(), 8);
+    assert!(reqs.iter().all(|r| r.bth.ack_req), "AckReq on every ONLY packet");
+    let acks = sent_by(&net, B);
+    assert_eq!(acks.len(), 1, "one coalesced ACK: {acks:?}");
+    assert_eq!(acks[0].bth.psn, reqs[7].bth.psn);
+    assert_eq!(
+        acks[0].ext.aeth.map(|a| (a.syndrome, a.msn)),
+        Some((Syndrome::Ack { credits: rnic_wire::aeth::CREDITS_INVALID }, 8))
+    );
+    count(&net, B, "ack_deferred", 7);
+}
+
+#[test]
+fn ack_req_every_64_packets_and_the_window_holds_128() {
+    // A 300-packet WRITE at MTU 256 with every response lost: the requester sends exactly
+    // the window (128 unacknowledged packets) and stops; AckReq is set on every 64th.
+    let mut net = FabricNet::new(Setup { mtu_code: 1, ..Setup::default() }, 1);
+    net.fab.trace = Some(Vec::new());
+    net.add_rule(B, Fault::drop());
+    let len = 300 * 256;
+    net.post_send(
+        A,
+        wr(1, SendOp::RdmaWrite { remote_addr: net.iova(B), rkey: net.keys(B).rkey }, vec![net.sge(A, 0, len)]),
+    );
+    net.idle(MS / 2); // less than the 1 ms timeout: no retransmission yet
+    let reqs = sent_by(&net, A);
+    assert_eq!(reqs.len(), 128);
+    let with_ack_req: Vec<usize> = reqs.iter().enumerate().filter(|(_, r)| r.bth.ack_req).map(|(i, _)| i + 1).collect();
+    assert_eq!(with_ack_req, [64, 128]);
+    // Once responses flow again the rest follows: 300 packets in all, the last with AckReq.
+    let mut net = FabricNet::new(Setup { mtu_code: 1, ..Setup::default() }, 1);
+    net.fab.trace = Some(Vec::new());
+    net.post_send(
+        A,
+        wr(1, SendOp::RdmaWrite { remote_addr: net.iova(B), rkey: net.keys(B).rkey }, vec![net.sge(A, 0, len)]),
+    );
+    assert_eq!(statuses(&net.wait(A, Q::Send, 1, 100 * MS)), [(1, WcStatus::Success)]);
+    let reqs = sent_by(&net, A);
+    assert_eq!(reqs.len(), 300);
+    assert!(reqs[299].bth.ack_req);
+}
+
+#[test]
+fn max_rd_atomic_limits_outstanding_reads() {
+    // max_rd_atomic 2 and no response ever: of six READs only two requests go out.
+    let mut net = FabricNet::new(Setup { max_rd_atomic: 2, ..Setup::default() }, 1);
+    net.fab.trace = Some(Vec::new());
+    net.add_rule(B, Fault::drop());
+    for i in 0..6 {
+        net.post_send(
+            A,
+            wr(i, SendOp::RdmaRead { remote_addr: net.iova(B), rkey: net.keys(B).rkey }, vec![net.sge(A, 0, 8)]),
+        );
+    }
+    net.idle(MS / 2);
+    assert_eq!(sent_by(&net, A).len(), 2);
+}
+
+#[test]
+fn read_responses_are_paced_a_burst_per_drain() {
+    // A 1 MiB READ at MTU 1024 is 1024 response packets. The responder holds at most
+    // READ_BURST of them at a time: a peer cannot make it buffer the whole read.
+    let mut net = FabricNet::new(Setup::default(), 1);
+    let (va, rkey) = (net.iova(B), net.keys(B).rkey);
+    net.post_send(A, wr(1, SendOp::RdmaRead { remote_addr: va, rkey }, vec![net.sge(A, 0, 1 << 20)]));
+    let mut out = Vec::new();
+    net.fab.engine(A).drain_transmits(&mut out);
+    assert_eq!(out.len(), 1, "one READ request");
+    let src = net.ip(A);
+    net.fab.engine(B).handle_packet(0, src, &out[0].data);
+    let mut total = 0;
+    let mut psns = Vec::new();
+    while net.fab.engine(B).has_pending_transmit() {
+        let mut burst = Vec::new();
+        net.fab.engine(B).drain_transmits(&mut burst);
+        assert!(burst.len() <= rnic_core::engine::READ_BURST, "a drain produced {} packets", burst.len());
+        total += burst.len();
+        for p in &burst {
+            psns.push(rnic_wire::roce::RocePacket::new_checked(&p.data[..]).unwrap().bth().psn());
+        }
+    }
+    assert_eq!(total, 1024);
+    let first = psns[0];
+    assert!(psns.iter().enumerate().all(|(i, p)| *p == first.add(i as u32)), "responses in PSN order");
+}

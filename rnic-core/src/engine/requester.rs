@@ -129,6 +129,11 @@ pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
         let idx = qp.next_send;
         let max_rd = u32::from(qp.attr.max_rd_atomic.max(1));
         let f = &qp.sq[idx];
+        if f.is_read() && f.read_got == f.npkts {
+            // Answered already (it waits to retire in order): nothing to send.
+            qp.next_send += 1;
+            continue;
+        }
         if f.is_read() {
             // IBA C9-? / o9-?: at most max_rd_atomic READs outstanding.
             if f.sent == 0 && qp.reads_outstanding >= max_rd {
@@ -337,7 +342,19 @@ fn ack(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, psn: Psn, aeth: AethRepr)
 /// Everything up to and including `psn` is acknowledged: retire the WQEs it covers.
 fn acknowledge_through(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, psn: Psn) {
     let Some(qp) = e.qp_mut(qpn) else { return };
-    let new_una = psn.next();
+    let mut new_una = psn.next();
+    // A READ or atomic is finished only by its responses, never by a later ACK: the
+    // acknowledged point stops at its first missing response. An acknowledgement beyond
+    // it means those responses were lost: ask again from there (IBA 9.7.5.1.5; rxe
+    // check_psn returns ERROR_RETRY and does not move past the READ).
+    let gap = qp.sq.iter().find(|f| f.is_read() && f.read_got < f.npkts).map(|f| f.first_psn.add(f.read_got));
+    let mut missing = None;
+    if let Some(g) = gap {
+        if g.distance(new_una) > 0 {
+            new_una = g;
+            missing = Some(g);
+        }
+    }
     // Only move forward, and never beyond what was sent.
     if qp.una.distance(new_una) > 0 && new_una.distance(qp.sent_end) >= 0 {
         qp.una = new_una;
@@ -348,12 +365,6 @@ fn acknowledge_through(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, psn: Psn)
             qp.rnr_left = qp.attr.rnr_retry;
         }
     }
-    // An ACK beyond an unfinished READ means its responses were lost: ask again from
-    // the first missing response (IBA 9.7.5.1.5; rxe check_psn returns ERROR_RETRY).
-    let missing = qp.sq.front().and_then(|f| {
-        (f.is_read() && f.read_got < f.npkts && f.sent > 0 && qp.una.distance(f.last_psn()) < 0)
-            .then(|| f.first_psn.add(f.read_got))
-    });
     retire(e, now, qpn);
     if let Some(psn) = missing {
         start_retry(e, now, qpn, Some(psn), false);
@@ -391,6 +402,11 @@ fn retire(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
         qp.next_send = qp.next_send.saturating_sub(1);
         if f.is_read() {
             qp.reads_outstanding = qp.reads_outstanding.saturating_sub(1);
+            // Its last response acknowledges it through its last PSN.
+            let end = f.last_psn().next();
+            if qp.una.distance(end) > 0 {
+                qp.una = end;
+            }
         }
         qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
         if f.wqe.signaled {
@@ -428,6 +444,13 @@ fn fail_front(e: &mut Engine, qpn: rnic_wire::Qpn, status: WcStatus) {
 pub(crate) fn rewind(qp: &mut Qp, psn: Psn) {
     let mut found = None;
     for (i, f) in qp.sq.iter_mut().enumerate() {
+        if f.is_read() && f.read_got == f.npkts {
+            // Every response is in: nothing to ask again (it retires in order).
+            if found.is_none() && f.contains(psn) {
+                found = Some(i + 1);
+            }
+            continue;
+        }
         if found.is_some() {
             if f.is_read() && f.sent > 0 {
                 qp.reads_outstanding = qp.reads_outstanding.saturating_sub(1);
@@ -562,7 +585,7 @@ pub(crate) fn on_timer(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
 fn start_retry(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, from: Option<Psn>, timeout: bool) {
     let counters = e.counters.clone();
     let Some(qp) = e.qp_mut(qpn) else { return };
-    if qp.una == qp.sent_end && qp.sq.front().is_none_or(|f| f.sent == 0) {
+    if qp.sq.is_empty() || (qp.una == qp.sent_end && qp.sq.front().is_some_and(|f| f.sent == 0)) {
         return; // Nothing outstanding.
     }
     if qp.started_retry && !timeout {

@@ -74,6 +74,8 @@ pub trait Net {
     fn wait(&mut self, n: usize, q: Q, count: usize, max_ns: u64) -> Vec<WorkCompletion>;
     /// Lets `ns` of time pass.
     fn idle(&mut self, ns: u64);
+    /// Runs until node `n`'s counter `name` reaches `at_least` (or `max_ns` pass).
+    fn until_counter(&mut self, n: usize, name: &str, at_least: u64, max_ns: u64) -> bool;
     fn read(&self, n: usize, off: usize, len: usize) -> Vec<u8>;
     fn write(&self, n: usize, off: usize, data: &[u8]);
     fn counter(&self, n: usize, name: &str) -> u64;
@@ -232,6 +234,11 @@ impl Net for FabricNet {
         let t = self.fab.now() + ns;
         self.fab.run_until(t);
     }
+    fn until_counter(&mut self, n: usize, name: &str, at_least: u64, max_ns: u64) -> bool {
+        let deadline = self.fab.now() + max_ns;
+        let c = self.ends[n].counters.clone();
+        self.fab.run_while(|_| c.get(name).unwrap_or(0) >= at_least, deadline)
+    }
     fn read(&self, n: usize, off: usize, len: usize) -> Vec<u8> {
         let mut v = vec![0; len];
         self.ends[n].mem.read(off, &mut v).unwrap();
@@ -350,6 +357,16 @@ impl Net for UdpNet {
     }
     fn idle(&mut self, ns: u64) {
         std::thread::sleep(Duration::from_nanos(ns));
+    }
+    fn until_counter(&mut self, n: usize, name: &str, at_least: u64, max_ns: u64) -> bool {
+        let deadline = Instant::now() + Duration::from_nanos(max_ns.saturating_mul(20)).max(Duration::from_secs(5));
+        while self.counter(n, name) < at_least {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        true
     }
     fn read(&self, n: usize, off: usize, len: usize) -> Vec<u8> {
         let mut v = vec![0; len];
