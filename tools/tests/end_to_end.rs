@@ -99,3 +99,33 @@ fn unknown_device_is_named() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("no device named \"mlx5_0\""), "{e}");
 }
+
+/// `rnic demo` under faults: every transfer still verifies, and the narration shows what
+/// the network did and how RC recovered. Total loss instead ends it with the reason and a
+/// non-zero exit.
+#[test]
+fn demo_recovers_from_faults_and_fails_loudly_when_it_cannot() {
+    let out = rnic()
+        .args(["demo", "--ip", "127.0.10.5", "--peer-ip", "127.0.10.6"])
+        .args(["--loss", "0.05", "--dup", "0.02", "--reorder", "0.02", "--corrupt", "0.01", "--seed", "7"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "demo failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("36 of 36 transfers verified byte for byte"), "{stdout}");
+    for what in ["fault  rnic0: drop", "recover rnic0", "retransmission(s) (go-back-N)", "faults applied:"] {
+        assert!(stdout.contains(what), "no `{what}` in:\n{stdout}");
+    }
+
+    let out = rnic()
+        .args(["demo", "--ip", "127.0.10.7", "--peer-ip", "127.0.10.8", "--mtus", "1024", "--loss", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("RETRY_EXC_ERR") || stderr.contains("retry"), "{stderr}");
+
+    let bad = rnic().args(["demo", "--loss", "1.5"]).output().unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a probability"));
+}
