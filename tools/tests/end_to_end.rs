@@ -128,4 +128,17 @@ fn demo_recovers_from_faults_and_fails_loudly_when_it_cannot() {
     let bad = rnic().args(["demo", "--loss", "1.5"]).output().unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not a probability"));
+
+    // RNIC_FAULTS puts any program on a bad network without a code change.
+    let out = rnic()
+        .env("RNIC_FAULTS", "loss=0.1,seed=3")
+        .args(["demo", "--ip", "127.0.10.9", "--peer-ip", "127.0.10.10", "--mtus", "1024"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("12 of 12 transfers verified") && stdout.contains("completer_retry_err"), "{stdout}");
+    let out = rnic().env("RNIC_FAULTS", "lose=0.1").args(["demo", "--ip", "127.0.10.11"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("RNIC_FAULTS: unknown fault spec key `lose`"), "{stderr}");
 }
