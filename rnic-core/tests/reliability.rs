@@ -186,7 +186,7 @@ story!(corrupted_packet, Setup::default(), 15, 16, |net: &mut dyn Net| {
 });
 
 story!(rnr_then_recovery, Setup { min_rnr_timer: 14, ..Setup::default() }, 17, 18, |net: &mut dyn Net| {
-    // No receive WQE: the responder answers RNR NAK with its min_rnr_timer (14: 0.96 ms).
+    // No receive WQE: the responder answers RNR NAK with its min_rnr_timer (14: 1.28 ms).
     // The requester waits that long and tries again; by then a buffer is posted.
     net.write(A, 0, b"patience");
     net.post_send(A, wr(1, SendOp::Send, vec![net.sge(A, 0, 8)]));
@@ -408,4 +408,27 @@ fn read_responses_are_paced_a_burst_per_drain() {
     assert_eq!(total, 1024);
     let first = psns[0];
     assert!(psns.iter().enumerate().all(|(i, p)| *p == first.add(i as u32)), "responses in PSN order");
+}
+
+#[test]
+fn the_requester_waits_the_rnr_timer_the_responder_names() {
+    // min_rnr_timer 14 is 1.28 ms in IBA's RNR timer table (Table 45): the retried SEND
+    // leaves exactly that long after the RNR NAK arrives (2 us fabric latency).
+    let mut net = FabricNet::new(Setup { min_rnr_timer: 14, rnr_retry: 1, ..Setup::default() }, 1);
+    net.fab.trace = Some(Vec::new());
+    net.post_send(A, wr(1, SendOp::Send, vec![net.sge(A, 0, 8)]));
+    let wcs = net.wait(A, Q::Send, 1, 100 * MS);
+    assert_eq!(statuses(&wcs), [(1, WcStatus::RnrRetryExcErr)]);
+    let times: Vec<(u64, bool)> = net
+        .fab
+        .trace
+        .iter()
+        .flatten()
+        .map(|t| (t.at, t.pkt.src == net.ip(A)))
+        .collect();
+    // SEND, RNR NAK, SEND again, RNR NAK: then rnr_retry (1) is spent.
+    assert_eq!(times.iter().map(|t| t.1).collect::<Vec<_>>(), [true, false, true, false]);
+    let nak_arrives = times[1].0 + 2_000;
+    assert_eq!(times[2].0 - nak_arrives, rnic_core::qp_state::rnr_timer_ns(14));
+    assert_eq!(rnic_core::qp_state::rnr_timer_ns(14), 1_280_000);
 }
