@@ -419,13 +419,7 @@ fn the_requester_waits_the_rnr_timer_the_responder_names() {
     net.post_send(A, wr(1, SendOp::Send, vec![net.sge(A, 0, 8)]));
     let wcs = net.wait(A, Q::Send, 1, 100 * MS);
     assert_eq!(statuses(&wcs), [(1, WcStatus::RnrRetryExcErr)]);
-    let times: Vec<(u64, bool)> = net
-        .fab
-        .trace
-        .iter()
-        .flatten()
-        .map(|t| (t.at, t.pkt.src == net.ip(A)))
-        .collect();
+    let times: Vec<(u64, bool)> = net.fab.trace.iter().flatten().map(|t| (t.at, t.pkt.src == net.ip(A))).collect();
     // SEND, RNR NAK, SEND again, RNR NAK: then rnr_retry (1) is spent.
     assert_eq!(times.iter().map(|t| t.1).collect::<Vec<_>>(), [true, false, true, false]);
     let nak_arrives = times[1].0 + 2_000;

@@ -2,6 +2,7 @@
 //! protection domain, one region of memory, one CQ pair and one connected RC QP.
 #![allow(dead_code, clippy::cast_possible_truncation)]
 
+pub mod hostile;
 pub mod net;
 
 use rnic_core::counters::Counters;
