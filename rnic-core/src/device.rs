@@ -23,10 +23,12 @@ use crate::capture::Capture;
 use crate::counters::Counters;
 use crate::cq::Cq;
 use crate::engine::qp::{self, PostError, QpAttr, QpCap, QpShared, RecvWqe, SendWqe};
-use crate::engine::{AsyncEvent, Engine, EngineConfig, EngineError, TxPacket};
+use crate::engine::{AsyncEvent, Engine, EngineConfig, EngineError, Time, TxPacket};
+use crate::faults::{FaultHandle, Faults, Wire};
 use crate::mem::{MemBlock, MemError};
 use crate::mr::{AccessFlags, MrError, MrKeys, Mtpt, PdId};
 use crate::qp_state::QpType;
+use crate::srq::Srq;
 use crate::wr::{RecvWr, SendWr};
 use crossbeam_channel::{Receiver, Sender};
 use rnic_wire::icrc::IcrcContext;
@@ -68,6 +70,10 @@ pub struct DeviceConfig {
     pub gso: bool,
     /// Receive with UDP GRO (coalesced datagrams) when the kernel offers it.
     pub gro: bool,
+    /// Fault injection on every packet this device sends (real time). When `None`, the
+    /// `RNIC_FAULTS` environment variable is read at open (`loss=0.05,seed=7`, see
+    /// [`Faults::from_spec`]). With faults, packets are sent one by one (no GSO).
+    pub faults: Option<FaultHandle>,
 }
 
 impl DeviceConfig {
@@ -85,6 +91,7 @@ impl DeviceConfig {
             ),
             gso: true,
             gro: true,
+            faults: None,
         }
     }
 }
@@ -127,6 +134,14 @@ pub enum DeviceError {
     /// Memory could not be mapped or pinned.
     #[error(transparent)]
     Mem(#[from] MemError),
+    /// `RNIC_FAULTS` does not parse.
+    #[error("device {name}: RNIC_FAULTS: {reason}")]
+    Faults {
+        /// Device name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The progress thread has stopped.
     #[error("device {0}: the progress thread has stopped")]
     Stopped(String),
@@ -140,6 +155,7 @@ enum Cmd {
         sq_sig_all: bool,
         send_cq: Arc<Cq>,
         recv_cq: Arc<Cq>,
+        srq: Option<Arc<Srq>>,
         reply: Sender<Result<Arc<QpShared>, EngineError>>,
     },
     ModifyQp {
@@ -188,6 +204,7 @@ struct Inner {
     events: Receiver<AsyncEvent>,
     next_pd: AtomicU32,
     next_cq: AtomicU32,
+    next_srq: AtomicU32,
     /// The progress thread is (about to be) asleep in `ppoll`: wake it with a datagram.
     sleeping: Arc<AtomicBool>,
     /// A handle on the device's socket, for wake-up datagrams to itself.
@@ -230,7 +247,15 @@ fn transport_info(config: &DeviceConfig, sock: &UdpSocket) -> TransportInfo {
 
 impl Device {
     /// Opens a device: binds its UDP port and starts its progress and receive threads.
-    pub fn open(config: DeviceConfig) -> Result<Device, DeviceError> {
+    pub fn open(mut config: DeviceConfig) -> Result<Device, DeviceError> {
+        if config.faults.is_none() {
+            if let Some(spec) = std::env::var_os("RNIC_FAULTS") {
+                let spec = spec.to_string_lossy();
+                let f = Faults::from_spec(&spec)
+                    .map_err(|reason| DeviceError::Faults { name: config.name.clone(), reason })?;
+                config.faults = (!f.is_empty()).then(|| FaultHandle::new(f));
+            }
+        }
         let sock = bind(&config)?;
         let local = sock.local_addr().map_err(|source| DeviceError::Io { name: config.name.clone(), source })?;
         let transport = transport_info(&config, &sock);
@@ -247,12 +272,23 @@ impl Device {
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let (ev_tx, ev_rx) = crossbeam_channel::unbounded();
         let sleeping = Arc::new(AtomicBool::new(false));
+        // The one port is up as soon as the socket is bound (IBV_EVENT_PORT_ACTIVE).
+        let _ = ev_tx.send(AsyncEvent::PortActive { port: 1 });
         let engine = Engine::new(EngineConfig::new(local.ip()), mtpt.clone(), counters.clone());
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
         let tx_sock = sock.try_clone().map_err(io_err)?;
         let waker = sock.try_clone().map_err(io_err)?;
         let progress = {
-            let tx = Tx { sock: tx_sock, local, gso: transport.gso, capture: capture.clone(), parts: Vec::new() };
+            let tx = Tx {
+                sock: tx_sock,
+                local,
+                gso: transport.gso,
+                capture: capture.clone(),
+                parts: Vec::new(),
+                faults: config.faults.clone(),
+                delayed: std::collections::BinaryHeap::new(),
+                seq: 0,
+            };
             let (sleeping, counters) = (sleeping.clone(), counters.clone());
             std::thread::Builder::new()
                 .name(format!("{}-progress", config.name))
@@ -274,6 +310,7 @@ impl Device {
                 events: ev_rx,
                 next_pd: AtomicU32::new(1),
                 next_cq: AtomicU32::new(1),
+                next_srq: AtomicU32::new(1),
                 sleeping,
                 waker,
                 threads: parking_lot::Mutex::new(vec![progress]),
@@ -294,6 +331,11 @@ impl Device {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.inner.local
+    }
+
+    /// The fault-injection chain applied to this device's packets, if any.
+    pub fn faults(&self) -> Option<&FaultHandle> {
+        self.inner.config.faults.as_ref()
     }
 
     /// How the UDP transport moves packets (GSO, GRO, spinning).
@@ -359,7 +401,33 @@ impl Device {
         send_cq: Arc<Cq>,
         recv_cq: Arc<Cq>,
     ) -> Result<Result<Arc<QpShared>, EngineError>, DeviceError> {
-        self.call(|reply| Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, reply })
+        self.create_qp_with_srq(qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, None)
+    }
+
+    /// Creates a QP in the RESET state that takes its receive WQEs from `srq`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_qp_with_srq(
+        &self,
+        qp_type: QpType,
+        pd: PdId,
+        cap: QpCap,
+        sq_sig_all: bool,
+        send_cq: Arc<Cq>,
+        recv_cq: Arc<Cq>,
+        srq: Option<Arc<Srq>>,
+    ) -> Result<Result<Arc<QpShared>, EngineError>, DeviceError> {
+        self.call(|reply| Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq, reply })
+    }
+
+    /// Creates a shared receive queue of `max_wr` WQEs of up to `max_sge` SGEs in `pd`.
+    pub fn create_srq(&self, pd: PdId, max_wr: u32, max_sge: u32) -> Arc<Srq> {
+        Arc::new(Srq::new(self.inner.next_srq.fetch_add(1, Ordering::Relaxed), pd, max_wr, max_sge))
+    }
+
+    /// Posts a receive WQE to a shared receive queue (validated on the calling thread,
+    /// queued lock-free; no command to the progress thread).
+    pub fn post_srq_recv(&self, srq: &Srq, wr: &RecvWr) -> Result<(), PostError> {
+        srq.post_recv(&self.inner.mtpt, wr)
     }
 
     /// Modifies a QP (checked against IBA's table by the engine).
@@ -441,6 +509,29 @@ const TX_MSGS: usize = 512;
 /// Commands taken per round, so that received packets are not starved.
 const CMD_BATCH: usize = 256;
 
+/// Packets the fault chain delays, in send order.
+struct Delayed {
+    at: Time,
+    seq: u64,
+    pkt: Wire,
+}
+impl PartialEq for Delayed {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Delayed {}
+impl PartialOrd for Delayed {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Delayed {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (o.at, o.seq).cmp(&(self.at, self.seq)) // min-heap
+    }
+}
+
 fn progress_loop(
     mut engine: Engine,
     cmds: Receiver<Cmd>,
@@ -454,9 +545,9 @@ fn progress_loop(
     let now = || to_ns(start.elapsed());
     let mut batch: Vec<TxPacket> = Vec::with_capacity(256);
     let mut idle_since = Instant::now();
-    // The engine's next wake-up, as of the last piece of work (recomputed only then:
-    // `poll_timeout` looks at every QP).
-    let mut next_timer = engine.poll_timeout();
+    // The next wake-up (engine timers, packets the fault chain delays), as of the last
+    // piece of work: nothing else changes it.
+    let mut next_timer = [engine.poll_timeout(), tx.next_due()].into_iter().flatten().min();
     loop {
         let mut worked = false;
         let mut shutdown = false;
@@ -471,25 +562,24 @@ fn progress_loop(
             }
         }
         worked |= rx.receive(&mut engine, now()) > 0;
-        if worked {
-            next_timer = engine.poll_timeout();
-        }
         let t = now();
         let timed = next_timer.is_some_and(|d| d <= t);
-        if timed {
+        if timed && engine.poll_timeout().is_some_and(|d| d <= t) {
             engine.handle_timeout(t);
-            next_timer = engine.poll_timeout();
         }
         if worked || timed {
             engine.drain_transmits(&mut batch);
-            tx.send(&mut batch, engine.counters());
+            let counters = engine.counters().clone();
+            tx.send(t, &mut batch, &counters);
             for p in batch.drain(..) {
                 engine.recycle(p.data);
             }
+            tx.release(t, &counters);
             while let Some(ev) = engine.poll_event() {
                 let _ = events.send(ev);
             }
             idle_since = Instant::now();
+            next_timer = [engine.poll_timeout(), tx.next_due()].into_iter().flatten().min();
         }
         if shutdown {
             if let Some(c) = &tx.capture {
@@ -518,8 +608,8 @@ fn progress_loop(
 
 fn handle(engine: &mut Engine, now: u64, cmd: Cmd) -> bool {
     match cmd {
-        Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, reply } => {
-            let _ = reply.send(engine.create_qp(qp_type, pd, cap, sq_sig_all, send_cq, recv_cq));
+        Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq, reply } => {
+            let _ = reply.send(engine.create_qp_with_srq(qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq));
         }
         Cmd::ModifyQp { qpn, attr, reply } => {
             let _ = reply.send(engine.modify_qp(now, qpn, &attr));
@@ -546,6 +636,10 @@ struct Tx {
     capture: Option<Arc<Capture>>,
     /// (first, end) packet index of each message of the current send.
     parts: Vec<(usize, usize)>,
+    /// Fault injection: with a chain, every packet goes through it alone (no GSO).
+    faults: Option<FaultHandle>,
+    delayed: std::collections::BinaryHeap<Delayed>,
+    seq: u64,
 }
 
 fn gso_refused(e: &io::Error) -> bool {
@@ -558,10 +652,73 @@ impl Tx {
     /// *i*, so its ICRC is filled for that ID), and all messages go in `sendmmsg` calls.
     /// Without GSO every packet is its own message, ID 0 (unconnected socket,
     /// `IP_PMTUDISC_DO`: see `shared/notes/icrc-over-udp-sockets.md`).
-    fn send(&mut self, batch: &mut [TxPacket], counters: &Counters) {
+    fn send(&mut self, now: Time, batch: &mut [TxPacket], counters: &Counters) {
+        if self.faults.is_some() {
+            self.send_through_faults(now, batch, counters);
+            return;
+        }
         let mut start = 0;
         while start < batch.len() {
             start = self.send_from(batch, start, counters);
+        }
+    }
+
+    /// When a delayed or held packet is next due.
+    fn next_due(&self) -> Option<Time> {
+        let held = self.faults.as_ref().and_then(|f| f.lock().next_release());
+        [self.delayed.peek().map(|d| d.at), held].into_iter().flatten().min()
+    }
+
+    /// Sends what the fault chain delayed or held and is due at `now`.
+    fn release(&mut self, now: Time, counters: &Counters) {
+        let mut due = Vec::new();
+        while self.delayed.peek().is_some_and(|d| d.at <= now) {
+            due.push(self.delayed.pop().expect("peeked").pkt);
+        }
+        if let Some(f) = &self.faults {
+            f.lock().release_due(now, |w| due.push(w));
+        }
+        for w in due {
+            self.put(&w.data, w.dst, counters);
+        }
+    }
+
+    fn put(&self, data: &[u8], dst: IpAddr, counters: &Counters) {
+        if let Some(c) = &self.capture {
+            c.record(self.local.ip(), dst, self.local.port(), ROCEV2_UDP_PORT, data);
+        }
+        if self.sock.send_to(data, SocketAddr::new(dst, ROCEV2_UDP_PORT)).is_err() {
+            counters.send_err.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The fault-injection path: each packet's ICRC for ID 0, then the fault chain
+    /// (after the ICRC, so that a corrupted packet fails its check at the receiver),
+    /// then one `send_to` per packet, or later if the chain delays it.
+    fn send_through_faults(&mut self, now: Time, batch: &mut [TxPacket], counters: &Counters) {
+        for p in batch.iter_mut() {
+            let ctx = IcrcContext::new(self.local.ip(), p.dst, self.local.port(), ROCEV2_UDP_PORT);
+            if ctx.fill(&mut p.data).is_err() {
+                counters.send_err.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let Some(faults) = self.faults.clone() else {
+                self.put(&p.data, p.dst, counters);
+                continue;
+            };
+            let w = Wire { src: self.local.ip(), dst: p.dst, src_port: self.local.port(), data: p.data.clone() };
+            let mut later = Vec::new();
+            faults.lock().apply(now, w, |extra, w| {
+                if extra == 0 {
+                    self.put(&w.data, w.dst, counters);
+                } else {
+                    later.push((now.saturating_add(extra), w));
+                }
+            });
+            for (at, pkt) in later {
+                self.seq += 1;
+                self.delayed.push(Delayed { at, seq: self.seq, pkt });
+            }
         }
     }
 
