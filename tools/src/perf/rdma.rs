@@ -268,6 +268,13 @@ pub fn initiator_bw(side: &Side, p: &Params, kind: TestKind, size: usize, progre
     let mut last_move = start;
     let mut idle = Idle::new();
     let mut stopping = false;
+    // One work request, re-used: only its id and signaled flag change per post.
+    let mut wr = side.wr(kind, size, 0, false, inline);
+    let mut post = |qi: usize, wr_id: u64, sig: bool| {
+        wr.wr_id = wr_id;
+        wr.flags.signaled = sig;
+        side.qps[qi].post_send(&wr).map_err(|e| e.to_string())
+    };
     loop {
         if let Some(d) = duration {
             stopping |= start.elapsed() >= d;
@@ -278,7 +285,7 @@ pub fn initiator_bw(side: &Side, p: &Params, kind: TestKind, size: usize, progre
                 let last = duration.is_none() && s.posted + 1 == p.iters;
                 let sig = s.since_sig + 1 >= cq_mod || last;
                 let wr_id = ((qi as u64) << 32) | (s.since_sig + 1);
-                side.qps[qi].post_send(&side.wr(kind, size, wr_id, sig, inline)).map_err(|e| e.to_string())?;
+                post(qi, wr_id, sig)?;
                 s.posted += 1;
                 s.outstanding += 1;
                 s.since_sig = if sig { 0 } else { s.since_sig + 1 };
@@ -286,7 +293,7 @@ pub fn initiator_bw(side: &Side, p: &Params, kind: TestKind, size: usize, progre
             if stopping && s.since_sig > 0 && s.outstanding < tx_depth {
                 // Time is up: one last signaled request retires the unsignaled tail.
                 let wr_id = ((qi as u64) << 32) | (s.since_sig + 1);
-                side.qps[qi].post_send(&side.wr(kind, size, wr_id, true, inline)).map_err(|e| e.to_string())?;
+                post(qi, wr_id, true)?;
                 s.posted += 1;
                 s.outstanding += 1;
                 s.since_sig = 0;
