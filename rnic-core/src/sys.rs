@@ -156,12 +156,7 @@ pub struct RecvMeta {
 
 impl Default for RecvMeta {
     fn default() -> RecvMeta {
-        RecvMeta {
-            len: 0,
-            src: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
-            segment: 0,
-            truncated: false,
-        }
+        RecvMeta { len: 0, src: std::net::SocketAddr::from(([0, 0, 0, 0], 0)), segment: 0, truncated: false }
     }
 }
 
@@ -216,8 +211,7 @@ pub fn recv_msgs(
         // SAFETY: all-zero is a valid mmsghdr.
         let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
         h.msg_hdr.msg_name = std::ptr::addr_of_mut!(names[i]).cast();
-        h.msg_hdr.msg_namelen =
-            libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_storage>()).unwrap_or(128);
+        h.msg_hdr.msg_namelen = libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_storage>()).unwrap_or(128);
         h.msg_hdr.msg_iov = std::ptr::addr_of_mut!(iovs[i]);
         h.msg_hdr.msg_iovlen = 1;
         h.msg_hdr.msg_control = ctrl[i].as_mut_ptr().cast();
@@ -267,7 +261,7 @@ pub fn wait_readable(sock: &impl AsRawFd, timeout: Option<std::time::Duration>) 
     let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: libc::c_long::try_from(d.subsec_nanos()).unwrap_or(0),
+        tv_nsec: libc::c_long::from(d.subsec_nanos()),
     });
     let tsp = ts.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
     // SAFETY: `pfd` is one live pollfd (count 1); `tsp` is null or points at a live

@@ -86,7 +86,10 @@ fn two_processes_send_bw() {
         .unwrap();
     let status = server.wait().unwrap();
     let v = json(&out);
-    assert_eq!((v["bytes"].as_u64(), v["iterations"].as_u64(), v["verified"].as_bool()), (Some(64), Some(200), Some(true)));
+    assert_eq!(
+        (v["bytes"].as_u64(), v["iterations"].as_u64(), v["verified"].as_bool()),
+        (Some(64), Some(200), Some(true))
+    );
     positive(&v, "baseline_msg_rate_mpps");
     assert!(status.success(), "server exited {status:?}");
 }

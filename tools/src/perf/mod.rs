@@ -286,7 +286,9 @@ impl Progress {
         }
         .clamp(0.0, 1.0);
         let w = 40;
-        let fill = (frac * w as f64) as usize;
+        // Display only: frac is in [0, 1].
+        #[allow(clippy::cast_possible_truncation)]
+        let fill = ((frac * w as f64) as usize).min(w);
         eprint!("\r [{}{}] {:3.0}%", "#".repeat(fill), ".".repeat(w - fill), frac * 100.0);
     }
 
@@ -363,6 +365,8 @@ impl LatStats {
             return LatStats::default();
         }
         us.sort_by(f64::total_cmp);
+        // The rank of quantile q, clamped into the samples.
+        #[allow(clippy::cast_possible_truncation)]
         let at = |q: f64| us[((us.len() as f64 * q).ceil() as usize).clamp(1, us.len()) - 1];
         LatStats {
             min: us[0],
@@ -459,10 +463,9 @@ fn table_head(lat: bool) -> &'static str {
 
 fn table_row(r: &Report) -> String {
     let mut s = match &r.figures {
-        Figures::Bw { peak_mbps, avg_mbps, msg_rate_mpps } => format!(
-            " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
-            r.bytes, r.iterations, peak_mbps, avg_mbps, msg_rate_mpps
-        ),
+        Figures::Bw { peak_mbps, avg_mbps, msg_rate_mpps } => {
+            format!(" {:<10} {:<14} {:<18.2} {:<20.2} {:.6}", r.bytes, r.iterations, peak_mbps, avg_mbps, msg_rate_mpps)
+        }
         Figures::Lat(l) => format!(
             " {:<6} {:<11} {:<14.2} {:<14.2} {:<16.2} {:<14.2} {:<22.2} {:.2}",
             r.bytes, r.iterations, l.min, l.max, l.typical, l.avg, l.p99, l.p999
@@ -533,9 +536,8 @@ pub fn run(a: &Args) -> ExitCode {
 }
 
 fn connect(host: &str, port: u16) -> Result<Ctrl, String> {
-    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
-        .map_err(|e| format!("{host}: {e}"))?
-        .collect();
+    let addrs: Vec<SocketAddr> =
+        std::net::ToSocketAddrs::to_socket_addrs(&(host, port)).map_err(|e| format!("{host}: {e}"))?.collect();
     let until = Instant::now() + Duration::from_secs(10);
     loop {
         let mut last = None;
@@ -546,7 +548,10 @@ fn connect(host: &str, port: u16) -> Result<Ctrl, String> {
             }
         }
         if Instant::now() > until {
-            return Err(format!("cannot reach the server at {host}:{port}: {}", last.map_or("no address".into(), |e| e.to_string())));
+            return Err(format!(
+                "cannot reach the server at {host}:{port}: {}",
+                last.map_or("no address".into(), |e| e.to_string())
+            ));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -586,9 +591,13 @@ fn client_sources(test: Test) -> bool {
 fn udp_source(ctrl: &mut Ctrl, local: IpAddr, peer: IpAddr, n: u64, size: u64) -> Result<(u64, f64, bool), String> {
     let port = ctrl.expect("udp_ready", |m| if let Msg::UdpReady { port } = m { Some(port) } else { None })?;
     let sock = udp::bind(local).map_err(|e| format!("UDP baseline: bind {local}: {e}"))?;
-    let gso = udp::source(&sock, SocketAddr::new(peer, port), size as usize, n).map_err(|e| format!("UDP baseline: {e}"))?;
+    let size = usize::try_from(size).map_err(|_| "UDP baseline: size too large".to_string())?;
+    let gso = udp::source(&sock, SocketAddr::new(peer, port), size, n).map_err(|e| format!("UDP baseline: {e}"))?;
     let (d, secs) =
-        ctrl.expect("udp_done", |m| if let Msg::UdpDone { datagrams, secs } = m { Some((datagrams, secs)) } else { None })?;
+        ctrl.expect(
+            "udp_done",
+            |m| if let Msg::UdpDone { datagrams, secs } = m { Some((datagrams, secs)) } else { None },
+        )?;
     Ok((d, secs, gso))
 }
 
@@ -618,12 +627,21 @@ struct Baseline {
     method: String,
 }
 
-fn client_baseline(ctrl: &mut Ctrl, ip: IpAddr, peer: IpAddr, test: Test, p: &Params, size: u64) -> Result<Baseline, String> {
+fn client_baseline(
+    ctrl: &mut Ctrl,
+    ip: IpAddr,
+    peer: IpAddr,
+    test: Test,
+    p: &Params,
+    size: u64,
+) -> Result<Baseline, String> {
     let mtu = u64::from(p.mtu);
     if test.lat {
         let port = ctrl.expect("udp_ready", |m| if let Msg::UdpReady { port } = m { Some(port) } else { None })?;
         let sock = udp::bind(ip).map_err(|e| format!("UDP baseline: bind {ip}: {e}"))?;
-        let rtts = udp::ping(&sock, SocketAddr::new(peer, port), lat_wire(test, size, mtu) as usize, p.iters.max(1000), None)
+        let wire =
+            usize::try_from(lat_wire(test, size, mtu)).map_err(|_| "UDP baseline: size too large".to_string())?;
+        let rtts = udp::ping(&sock, SocketAddr::new(peer, port), wire, p.iters.max(1000), None)
             .map_err(|e| format!("UDP baseline: {e}"))?;
         let scale = if test.kind == TestKind::Read { 1.0 } else { 0.5 };
         let l = LatStats::from(&rtts, scale);
@@ -679,16 +697,27 @@ fn client(
     r
 }
 
-fn client_inner(ctrl: &mut Ctrl, ip: IpAddr, test: Test, p: &Params, progress: bool, quiet: bool) -> Result<Vec<Report>, String> {
+fn client_inner(
+    ctrl: &mut Ctrl,
+    ip: IpAddr,
+    test: Test,
+    p: &Params,
+    progress: bool,
+    quiet: bool,
+) -> Result<Vec<Report>, String> {
     ctrl.send(&Msg::Hello { params: p.clone() })?;
     let mut side = if test.kind == TestKind::Udp { None } else { Some(rdma::Side::open("rnic0", ip, p)?) };
     let peer_ip = if let Some(s) = &mut side {
         ctrl.send(&Msg::Setup { qps: s.endpoints(), mr: s.remote_mr() })?;
-        let (eps, mr) = ctrl.expect("setup", |m| if let Msg::Setup { qps, mr } = m { Some((qps, mr)) } else { None })?;
+        let (eps, mr) =
+            ctrl.expect("setup", |m| if let Msg::Setup { qps, mr } = m { Some((qps, mr)) } else { None })?;
         s.connect(&eps, mr)?;
         s.peer_ip(&eps).ok_or("the server sent no QP")?
     } else {
-        ctrl.expect("setup", |m| if let Msg::Setup { qps, .. } = m { qps.first().map(|e| e.gid.to_ip()) } else { None })?
+        ctrl.expect(
+            "setup",
+            |m| if let Msg::Setup { qps, .. } = m { qps.first().map(|e| e.gid.to_ip()) } else { None },
+        )?
     };
     if !quiet {
         let t = side.as_ref().map(|s| s.ctx.device().transport());
@@ -755,7 +784,7 @@ fn client_size(
     size: u64,
     progress: bool,
 ) -> Result<Report, String> {
-    let sz = size as usize;
+    let sz = usize::try_from(size).map_err(|_| format!("-s {size}: too large"))?;
     side.prepare(test.kind, sz)?;
     ctrl.send(&Msg::Ready)?;
     ctrl.expect("ready", |m| matches!(m, Msg::Ready).then_some(()))?;
@@ -786,8 +815,13 @@ fn client_size(
             let mut own = Ok(());
             let mut total = run.clone();
             if p.bidirectional {
-                let (count, secs) = ctrl
-                    .expect("finished", |m| if let Msg::Finished { count, secs } = m { Some((count, secs)) } else { None })?;
+                let (count, secs) = ctrl.expect("finished", |m| {
+                    if let Msg::Finished { count, secs } = m {
+                        Some((count, secs))
+                    } else {
+                        None
+                    }
+                })?;
                 target.store(count, Ordering::Release);
                 own = match tgt.map(|h| h.join()) {
                     Some(Ok(Ok(last))) => {
@@ -813,7 +847,8 @@ fn client_size(
         };
         (figures, run.count, own)
     };
-    let (ok, why) = ctrl.expect("verified", |m| if let Msg::Verified { ok, why } = m { Some((ok, why)) } else { None })?;
+    let (ok, why) =
+        ctrl.expect("verified", |m| if let Msg::Verified { ok, why } = m { Some((ok, why)) } else { None })?;
     let error = match (own_check, ok) {
         (Err(e), _) => Some(format!("this side: {e}")),
         (Ok(()), false) => Some(format!("the other side: {why}")),
@@ -847,7 +882,8 @@ fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
     let mut side = if test.kind == TestKind::Udp { None } else { Some(rdma::Side::open("rnic1", ip, &p)?) };
     let peer_ip = match &mut side {
         Some(s) => {
-            let (eps, mr) = ctrl.expect("setup", |m| if let Msg::Setup { qps, mr } = m { Some((qps, mr)) } else { None })?;
+            let (eps, mr) =
+                ctrl.expect("setup", |m| if let Msg::Setup { qps, mr } = m { Some((qps, mr)) } else { None })?;
             ctrl.send(&Msg::Setup { qps: s.endpoints(), mr: s.remote_mr() })?;
             s.connect(&eps, mr)?;
             s.peer_ip(&eps).ok_or("the client sent no QP")?
@@ -865,7 +901,7 @@ fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
     for &size in &p.sizes {
         server_baseline(ctrl, ip, peer_ip, test, &p, size)?;
         let Some(s) = &side else { continue };
-        let sz = size as usize;
+        let sz = usize::try_from(size).map_err(|_| format!("-s {size}: too large"))?;
         s.prepare(test.kind, sz)?;
         ctrl.send(&Msg::Ready)?;
         ctrl.expect("ready", |m| matches!(m, Msg::Ready).then_some(()))?;
@@ -893,7 +929,8 @@ fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
                 };
                 ctrl.send(&Msg::Finished { count: run.count, secs: run.secs })?;
             }
-            let count = ctrl.expect("finished", |m| if let Msg::Finished { count, .. } = m { Some(count) } else { None });
+            let count =
+                ctrl.expect("finished", |m| if let Msg::Finished { count, .. } = m { Some(count) } else { None });
             let count = match count {
                 Ok(c) => c,
                 Err(e) => {

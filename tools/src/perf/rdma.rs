@@ -27,7 +27,7 @@ const STALL: Duration = Duration::from_secs(30);
 /// A deterministic byte pattern for messages of `len` bytes (its seed is the size, so a
 /// stale message of another size does not pass).
 pub fn pattern(len: usize) -> Vec<u8> {
-    let mut x = (len as u32).wrapping_mul(2_654_435_761) | 1;
+    let mut x = u32::try_from(len & 0xffff_ffff).unwrap_or(0).wrapping_mul(2_654_435_761) | 1;
     (0..len)
         .map(|_| {
             x ^= x << 13;
@@ -64,7 +64,8 @@ impl Side {
         let ctx = Context::open_with(cfg).map_err(|e| e.to_string())?;
         let pd = ctx.alloc_pd();
         let q = params.qps as usize;
-        let max_size = params.sizes.iter().copied().max().unwrap_or(1).max(1) as usize;
+        let max_size = usize::try_from(params.sizes.iter().copied().max().unwrap_or(1).max(1))
+            .map_err(|_| "message size too large".to_string())?;
         let test = Test::parse(&params.test).ok_or_else(|| format!("unknown test {}", params.test))?;
         let (nbuf, slots) = if test.kind == TestKind::Send {
             let nbuf = (RECV_MEMORY / max_size).clamp(1, q * params.rx_depth as usize);
@@ -185,7 +186,8 @@ impl Side {
 
     fn wr(&self, kind: TestKind, size: usize, wr_id: u64, signaled: bool, inline: bool) -> SendWr {
         let r = self.remote.unwrap_or(RemoteMr { addr: 0, rkey: 0, len: 0 });
-        let sge = self.mr.sge(self.local_offset(), size as u32);
+        // Sizes are checked to be at most 2^30 when the options are parsed.
+        let sge = self.mr.sge(self.local_offset(), u32::try_from(size).unwrap_or(u32::MAX));
         let op = match kind {
             TestKind::Write => SendOp::RdmaWrite { remote_addr: r.addr, rkey: r.rkey },
             TestKind::Read => SendOp::RdmaRead { remote_addr: r.addr, rkey: r.rkey },
@@ -199,7 +201,8 @@ impl Side {
 }
 
 fn post_recv(qp: &QueuePair, mr: &MemoryRegion, off: usize, len: usize, wr_id: u64) -> Result<(), String> {
-    qp.post_recv(&RecvWr { wr_id, sg_list: vec![mr.sge(off, len as u32)] }).map_err(|e| e.to_string())
+    let len = u32::try_from(len).map_err(|_| format!("receive buffer of {len} bytes too large"))?;
+    qp.post_recv(&RecvWr { wr_id, sg_list: vec![mr.sge(off, len)] }).map_err(|e| e.to_string())
 }
 
 fn check_wc(wc: &WorkCompletion) -> Result<(), String> {
@@ -409,6 +412,10 @@ fn tag(i: u64) -> u8 {
     (i % 255) as u8 + 1
 }
 
+/// What a latency loop returns: the round trips (pinger) and the last message received
+/// (its offset and tag), for the data check.
+pub type LatRun = (Vec<Duration>, Option<(usize, u8)>);
+
 /// Latency: the pinging side (`pinger`) measures round trips; the other answers every
 /// message, until `target` (set when the pinger says how many it sent) is reached.
 /// WRITE: the receiver spins on the last byte of its target area; SEND: on its receive
@@ -421,7 +428,7 @@ pub fn latency(
     pinger: bool,
     target: &AtomicU64,
     progress: bool,
-) -> Result<(Vec<Duration>, Option<(usize, u8)>), String> {
+) -> Result<LatRun, String> {
     let qp = side.qps.first().ok_or("no QP")?;
     let duration = p.duration.map(Duration::from_secs_f64);
     let inline = size <= p.inline as usize;
@@ -469,53 +476,54 @@ pub fn latency(
             Ok(())
         };
         // Waits for the peer's message `t` (or, for READ, this side's completion).
-        let wait = |outstanding: &mut u64, byte: &mut [u8; 1], last: &mut Option<(usize, u8)>| -> Result<bool, String> {
-            let mut polls = 0u64;
-            loop {
-                match kind {
-                    TestKind::Write => {
-                        side.mr.read(size - 1, byte).map_err(|e| e.to_string())?;
-                        if byte[0] == t {
-                            *last = Some((0, t));
-                            return Ok(true);
+        let wait =
+            |outstanding: &mut u64, byte: &mut [u8; 1], last: &mut Option<(usize, u8)>| -> Result<bool, String> {
+                let mut polls = 0u64;
+                loop {
+                    match kind {
+                        TestKind::Write => {
+                            side.mr.read(size - 1, byte).map_err(|e| e.to_string())?;
+                            if byte[0] == t {
+                                *last = Some((0, t));
+                                return Ok(true);
+                            }
+                        }
+                        TestKind::Send => {
+                            if let Some(wc) = side.rcq.poll_one() {
+                                check_wc(&wc)?;
+                                if wc.byte_len as usize != size {
+                                    return Err(format!("a SEND of {} bytes arrived, expected {size}", wc.byte_len));
+                                }
+                                let off = side.slot_offset(0, (wc.wr_id & 0xffff_ffff) as usize);
+                                side.mr.read(off + size - 1, byte).map_err(|e| e.to_string())?;
+                                if byte[0] != t {
+                                    return Err(format!("message {i}: tag {:#04x}, expected {t:#04x}", byte[0]));
+                                }
+                                *last = Some((off, t));
+                                post_recv(qp, &side.mr, off, side.max_size, wc.wr_id)?;
+                                return Ok(true);
+                            }
+                        }
+                        _ => {
+                            if let Some(wc) = side.scq.poll_one() {
+                                check_wc(&wc)?;
+                                *outstanding -= 1;
+                                return Ok(true);
+                            }
                         }
                     }
-                    TestKind::Send => {
-                        if let Some(wc) = side.rcq.poll_one() {
-                            check_wc(&wc)?;
-                            if wc.byte_len as usize != size {
-                                return Err(format!("a SEND of {} bytes arrived, expected {size}", wc.byte_len));
-                            }
-                            let off = side.slot_offset(0, (wc.wr_id & 0xffff_ffff) as usize);
-                            side.mr.read(off + size - 1, byte).map_err(|e| e.to_string())?;
-                            if byte[0] != t {
-                                return Err(format!("message {i}: tag {:#04x}, expected {t:#04x}", byte[0]));
-                            }
-                            *last = Some((off, t));
-                            post_recv(qp, &side.mr, off, side.max_size, wc.wr_id)?;
-                            return Ok(true);
+                    polls += 1;
+                    if polls % 64 == 0 {
+                        if !pinger && i >= target.load(Ordering::Acquire) {
+                            return Ok(false);
                         }
-                    }
-                    _ => {
-                        if let Some(wc) = side.scq.poll_one() {
-                            check_wc(&wc)?;
-                            *outstanding -= 1;
-                            return Ok(true);
+                        if t0.elapsed() > STALL {
+                            return Err(format!("no answer to message {i} for {} s", STALL.as_secs()));
                         }
+                        std::thread::yield_now();
                     }
                 }
-                polls += 1;
-                if polls % 64 == 0 {
-                    if !pinger && i >= target.load(Ordering::Acquire) {
-                        return Ok(false);
-                    }
-                    if t0.elapsed() > STALL {
-                        return Err(format!("no answer to message {i} for {} s", STALL.as_secs()));
-                    }
-                    std::thread::yield_now();
-                }
-            }
-        };
+            };
         if pinger {
             reap(&mut outstanding, true)?;
             send(&mut outstanding)?;

@@ -91,7 +91,7 @@ pub fn source(sock: &UdpSocket, dst: SocketAddr, size: usize, count: u64) -> io:
     let size = size.clamp(1, sys::MAX_UDP_PAYLOAD);
     let gso = sys::udp_segment_supported(sock);
     let per_msg = if gso { sys::MAX_GSO_SEGMENTS.min(sys::MAX_UDP_PAYLOAD / size).max(1) } else { 1 };
-    let buf: Vec<u8> = (0..size * per_msg).map(|i| (i % 251) as u8).collect();
+    let buf: Vec<u8> = (0..size * per_msg).map(|i| u8::try_from(i % 251).unwrap_or(0)).collect();
     const MSGS: usize = 16;
     let mut left = count;
     while left > 0 {
@@ -100,7 +100,7 @@ pub fn source(sock: &UdpSocket, dst: SocketAddr, size: usize, count: u64) -> io:
         let mut segs = Vec::with_capacity(MSGS);
         let mut planned = 0u64;
         while slices.len() < MSGS && planned < left {
-            let k = (left - planned).min(per_msg as u64) as usize;
+            let k = usize::try_from((left - planned).min(per_msg as u64)).unwrap_or(per_msg);
             slices.push([IoSlice::new(&buf[..k * size])]);
             segs.push(k);
             planned += k as u64;
@@ -160,7 +160,13 @@ fn send_spin(sock: &UdpSocket, data: &[u8], to: SocketAddr) -> io::Result<()> {
 
 /// The measuring side of the latency baseline: `iters` round trips of `size`-byte
 /// datagrams (or as many as fit in `duration`), busy polling; returns each round trip.
-pub fn ping(sock: &UdpSocket, dst: SocketAddr, size: usize, iters: u64, duration: Option<Duration>) -> io::Result<Vec<Duration>> {
+pub fn ping(
+    sock: &UdpSocket,
+    dst: SocketAddr,
+    size: usize,
+    iters: u64,
+    duration: Option<Duration>,
+) -> io::Result<Vec<Duration>> {
     sock.set_nonblocking(true)?;
     let size = size.clamp(2, sys::MAX_UDP_PAYLOAD);
     let mut out = vec![0u8; size];
@@ -174,7 +180,7 @@ pub fn ping(sock: &UdpSocket, dst: SocketAddr, size: usize, iters: u64, duration
             None if i >= iters => break,
             _ => {}
         }
-        out[0] = i as u8;
+        out[0] = i.to_le_bytes()[0];
         let t = Instant::now();
         send_spin(sock, &out, dst)?;
         loop {
