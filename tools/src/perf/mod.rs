@@ -478,6 +478,9 @@ fn table_row(r: &Report) -> String {
             s += &format!(", baseline {m:.6} Mpps");
         }
     }
+    if r.baseline.is_none() && !r.baseline_method.is_empty() {
+        s += &format!("\n   method: {}", r.baseline_method);
+    }
     if !r.verified {
         s += &format!("\n   NOT VERIFIED: {}", r.error.as_deref().unwrap_or("unknown"));
     }
@@ -611,6 +614,33 @@ fn udp_sink(ctrl: &mut Ctrl, local: IpAddr, n: u64) -> Result<(u64, f64, bool), 
     Ok((r.timed, r.secs, gro))
 }
 
+/// Baseline with -b: both sides send and receive at once. Returns (datagrams both sides
+/// timed, the longer of the two intervals, gso, gro).
+fn udp_both(ctrl: &mut Ctrl, local: IpAddr, peer: IpAddr, n: u64, size: u64) -> Result<(u64, f64, bool), String> {
+    let sink = udp::bind(local).map_err(|e| format!("UDP baseline: bind {local}: {e}"))?;
+    let src = udp::bind(local).map_err(|e| format!("UDP baseline: bind {local}: {e}"))?;
+    ctrl.send(&Msg::UdpReady { port: sink.local_addr().map_err(|e| e.to_string())?.port() })?;
+    let port = ctrl.expect("udp_ready", |m| if let Msg::UdpReady { port } = m { Some(port) } else { None })?;
+    let size = usize::try_from(size).map_err(|_| "UDP baseline: size too large".to_string())?;
+    let (mine, gso) = std::thread::scope(|sc| {
+        let h = sc.spawn(|| udp::sink(&sink, n, Duration::from_millis(300)));
+        let gso = udp::source(&src, SocketAddr::new(peer, port), size, n);
+        (h.join(), gso)
+    });
+    let (r, _gro) = match mine {
+        Ok(r) => r.map_err(|e| format!("UDP baseline: {e}"))?,
+        Err(_) => return Err("UDP baseline: the receiving thread panicked".into()),
+    };
+    let gso = gso.map_err(|e| format!("UDP baseline: {e}"))?;
+    ctrl.send(&Msg::UdpDone { datagrams: r.timed, secs: r.secs })?;
+    let (d, secs) =
+        ctrl.expect(
+            "udp_done",
+            |m| if let Msg::UdpDone { datagrams, secs } = m { Some((datagrams, secs)) } else { None },
+        )?;
+    Ok((r.timed + d, r.secs.max(secs), gso))
+}
+
 /// The better of two baseline measurements: more bandwidth, or less latency.
 fn best(a: Baseline, b: Baseline, lat: bool) -> Baseline {
     if (b.value > a.value) != lat {
@@ -649,8 +679,13 @@ fn client_baseline(
     }
     let (n, dgram) = baseline_count(p, test, size);
     let pkts = test.wire_packets(size, mtu).len() as f64;
-    let (timed, secs, flag) =
-        if client_sources(test) { udp_source(ctrl, ip, peer, n, dgram)? } else { udp_sink(ctrl, ip, n)? };
+    let (timed, secs, flag) = if p.bidirectional {
+        udp_both(ctrl, ip, peer, n, dgram)?
+    } else if client_sources(test) {
+        udp_source(ctrl, ip, peer, n, dgram)?
+    } else {
+        udp_sink(ctrl, ip, n)?
+    };
     // The other side's method flag is not exchanged; report what this side saw.
     let (gso, gro) = if client_sources(test) { (flag, true) } else { (true, flag) };
     if secs <= 0.0 || timed == 0 {
@@ -674,7 +709,9 @@ fn server_baseline(ctrl: &mut Ctrl, ip: IpAddr, peer: IpAddr, test: Test, p: &Pa
         return Ok(());
     }
     let (n, dgram) = baseline_count(p, test, size);
-    if client_sources(test) {
+    if p.bidirectional {
+        udp_both(ctrl, ip, peer, n, dgram)?;
+    } else if client_sources(test) {
         udp_sink(ctrl, ip, n)?;
     } else {
         udp_source(ctrl, ip, peer, n, dgram)?;
@@ -714,6 +751,7 @@ fn client_inner(
         s.connect(&eps, mr)?;
         s.peer_ip(&eps).ok_or("the server sent no QP")?
     } else {
+        ctrl.send(&address_only(ip))?;
         ctrl.expect(
             "setup",
             |m| if let Msg::Setup { qps, .. } = m { qps.first().map(|e| e.gid.to_ip()) } else { None },
@@ -747,6 +785,14 @@ fn client_inner(
         println!("{LINE}");
     }
     Ok(reports)
+}
+
+/// A `Setup` that only tells this side's address (the UDP tests have no QP).
+fn address_only(ip: IpAddr) -> Msg {
+    Msg::Setup {
+        qps: vec![rnic_verbs::Endpoint { qpn: 0, gid: rnic_verbs::Gid::from_ip(ip), psn: 0 }],
+        mr: rnic_verbs::RemoteMr { addr: 0, rkey: 0, len: 0 },
+    }
 }
 
 /// An error, followed by the device's non-zero counters (what went wrong on the wire).
@@ -889,12 +935,16 @@ fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
             s.peer_ip(&eps).ok_or("the client sent no QP")?
         }
         None => {
-            let gid = rnic_verbs::Gid::from_ip(ip);
-            ctrl.send(&Msg::Setup {
-                qps: vec![rnic_verbs::Endpoint { qpn: 0, gid, psn: 0 }],
-                mr: rnic_verbs::RemoteMr { addr: 0, rkey: 0, len: 0 },
+            // The UDP tests: only the addresses are exchanged.
+            let peer = ctrl.expect("setup", |m| {
+                if let Msg::Setup { qps, .. } = m {
+                    qps.first().map(|e| e.gid.to_ip())
+                } else {
+                    None
+                }
             })?;
-            IpAddr::from([0, 0, 0, 0]) // the UDP tests never send from the server's side first
+            ctrl.send(&address_only(ip))?;
+            peer
         }
     };
     let mut failed = None;
