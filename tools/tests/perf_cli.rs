@@ -72,7 +72,7 @@ fn loopback_send_lat_and_read_bw_verify() {
 /// Server and client as two processes, the client choosing the parameters.
 #[test]
 fn two_processes_send_bw() {
-    let port = (19000 + std::process::id() % 1000).to_string();
+    let port = (20000 + std::process::id() % 1000).to_string();
     let mut server = rnic()
         .args(["perf", "send_bw", "--server", "--ip", "127.0.32.9", "-p", &port])
         .stdout(std::process::Stdio::null())

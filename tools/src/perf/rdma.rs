@@ -559,3 +559,64 @@ pub fn latency(
     }
     Ok((rtts, last))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(test: &str) -> Params {
+        Params {
+            test: test.into(),
+            sizes: vec![64],
+            iters: 1,
+            duration: None,
+            qps: 1,
+            tx_depth: 4,
+            rx_depth: 4,
+            inline: 0,
+            mtu: 1024,
+            cq_mod: 1,
+            bidirectional: false,
+        }
+    }
+
+    /// The data check fails on zeros and on one flipped bit, and passes on the pattern.
+    #[test]
+    fn verification_names_the_first_wrong_byte() {
+        let s = Side::open("rnic9", "127.0.32.20".parse().unwrap(), &params("write_bw")).unwrap();
+        s.prepare(TestKind::Write, 64).unwrap();
+        let e = s.verify(TestKind::Write, 64, None).unwrap_err();
+        assert!(e.contains("WRITE target: byte 0 of 64"), "{e}");
+        let mut pat = pattern(64);
+        s.mr.write(0, &pat).unwrap();
+        s.verify(TestKind::Write, 64, None).unwrap();
+        pat[40] ^= 1;
+        s.mr.write(0, &pat).unwrap();
+        assert!(s.verify(TestKind::Write, 64, None).unwrap_err().contains("byte 40 of 64"));
+        // Latency messages carry their tag in the last byte.
+        pat[40] ^= 1;
+        pat[63] = 7;
+        s.mr.write(0, &pat).unwrap();
+        s.verify(TestKind::Write, 64, Some((0, 7))).unwrap();
+        assert!(s.verify(TestKind::Write, 64, Some((0, 8))).is_err());
+        // READ: the local area must hold the peer's pattern.
+        s.prepare(TestKind::Read, 64).unwrap();
+        assert!(s.verify(TestKind::Read, 64, None).unwrap_err().contains("READ destination"));
+        // SEND: nothing received is a failure, not a pass.
+        assert!(s.verify(TestKind::Send, 64, None).is_err());
+        // Patterns of different sizes differ, so a stale message of another size fails.
+        assert_ne!(pattern(64)[..32], pattern(32)[..]);
+    }
+
+    #[test]
+    fn peak_is_the_best_window() {
+        // 1000 completions over 1 s at a steady rate, except 100 of them in 10 ms.
+        let mut s: Vec<(f64, u64)> = (0..=900u32).map(|i| (f64::from(i) / 900.0 * 0.99, u64::from(i))).collect();
+        s.push((1.0, 1000));
+        let p = peak(&s, 1000);
+        assert!(p > 5000.0, "{p}");
+        let steady: Vec<(f64, u64)> = (1..=100u32).map(|i| (f64::from(i) / 100.0, u64::from(i) * 10)).collect();
+        let p = peak(&steady, 1000);
+        assert!((p - 1000.0).abs() < 1.0, "{p}");
+    }
+}
