@@ -13,11 +13,16 @@
 //! through each CQ's lock-free queue, counters are atomics.
 //!
 //! The progress thread polls both its command channel and its socket without blocking;
-//! after `spin` without work it sleeps in `ppoll` on the socket until a datagram, a
-//! timer, or a poster's wake-up (an empty datagram the posting thread sends to the
-//! device's own address when it finds the thread asleep). One thread per device, not
-//! two: on a 2-CPU machine every extra runnable thread costs a context switch per
-//! hand-off.
+//! after `spin` without work it sleeps in `ppoll` on the socket and an eventfd until a
+//! datagram, a timer, or a poster's wake-up (the posting thread bumps the eventfd when it
+//! finds the thread asleep). One thread per device, not two: on a 2-CPU machine every
+//! extra runnable thread costs a context switch per hand-off.
+//!
+//! The engine and both halves of the transport live in one [`Core`] behind a mutex that
+//! the progress thread takes for each round. A busy-polling application may run a round
+//! itself with [`Device::progress`] (uncontended `try_lock`, never blocks); while it does,
+//! the progress thread stays away, so the packet, the engine and the poll meet on one
+//! thread with no hand-off (what a latency benchmark needs on 2 CPUs).
 
 use crate::capture::Capture;
 use crate::counters::Counters;
@@ -207,8 +212,10 @@ struct Inner {
     next_srq: AtomicU32,
     /// The progress thread is (about to be) asleep in `ppoll`: wake it with a datagram.
     sleeping: Arc<AtomicBool>,
-    /// A handle on the device's socket, for wake-up datagrams to itself.
-    waker: UdpSocket,
+    /// Wakes the progress thread from its `ppoll` (which also watches the socket).
+    waker: Arc<crate::sys::EventFd>,
+    /// The engine and the transport; the progress thread locks it for each round.
+    core: Arc<parking_lot::Mutex<Core>>,
     threads: parking_lot::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -277,8 +284,9 @@ impl Device {
         let engine = Engine::new(EngineConfig::new(local.ip()), mtpt.clone(), counters.clone());
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
         let tx_sock = sock.try_clone().map_err(io_err)?;
-        let waker = sock.try_clone().map_err(io_err)?;
-        let progress = {
+        let waker = Arc::new(crate::sys::EventFd::new().map_err(io_err)?);
+        let poll_sock = sock.try_clone().map_err(io_err)?;
+        let core = {
             let tx = Tx {
                 sock: tx_sock,
                 local,
@@ -289,14 +297,26 @@ impl Device {
                 delayed: std::collections::BinaryHeap::new(),
                 seq: 0,
             };
-            let (sleeping, counters) = (sleeping.clone(), counters.clone());
+            let next_timer = [engine.poll_timeout(), tx.next_due()].into_iter().flatten().min();
+            Arc::new(parking_lot::Mutex::new(Core {
+                engine,
+                cmds: cmd_rx.clone(),
+                tx,
+                rx: Rx::new(sock, local, counters.clone(), capture),
+                events: ev_tx,
+                batch: Vec::with_capacity(256),
+                start: Instant::now(),
+                next_timer,
+                last_work: Instant::now(),
+                shutdown: false,
+                last_inline: None,
+            }))
+        };
+        let progress = {
+            let (core, sleeping, waker) = (core.clone(), sleeping.clone(), waker.clone());
             std::thread::Builder::new()
                 .name(format!("{}-progress", config.name))
-                .spawn(move || {
-                    // Built here: its recvmmsg scratch holds raw pointers (not Send).
-                    let rx = Rx::new(sock, local, counters, capture);
-                    progress_loop(engine, cmd_rx, tx, rx, ev_tx, sleeping, transport.spin)
-                })
+                .spawn(move || progress_loop(core, cmd_rx, poll_sock, waker, sleeping, transport.spin))
                 .map_err(io_err)?
         };
         Ok(Device {
@@ -313,6 +333,7 @@ impl Device {
                 next_srq: AtomicU32::new(1),
                 sleeping,
                 waker,
+                core,
                 threads: parking_lot::Mutex::new(vec![progress]),
             }),
         })
@@ -336,6 +357,20 @@ impl Device {
     /// The fault-injection chain applied to this device's packets, if any.
     pub fn faults(&self) -> Option<&FaultHandle> {
         self.inner.config.faults.as_ref()
+    }
+
+    /// Runs one round of the device's work (commands, received packets, timers, sends)
+    /// on the calling thread, if the progress thread is not running one: busy-polling
+    /// applications call it to take the hand-offs to the progress thread out of their
+    /// latency. Returns whether there was work. Never blocks.
+    pub fn progress(&self) -> bool {
+        match self.inner.core.try_lock() {
+            Some(mut c) => {
+                c.last_inline = Some(Instant::now());
+                c.round() == Round::Worked
+            }
+            None => false,
+        }
     }
 
     /// How the UDP transport moves packets (GSO, GRO, spinning).
@@ -480,8 +515,10 @@ impl Inner {
         // it sees this command, or this load sees it asleep (Dekker).
         std::sync::atomic::fence(Ordering::SeqCst);
         if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
-            // An empty datagram to ourselves ends its ppoll; only the first poster sends one.
-            let _ = self.waker.send_to(&[], self.local);
+            // Only the first poster to find it asleep wakes it. An eventfd rather than a
+            // datagram: an application's `progress()` round could receive a datagram
+            // before the sleeping thread sees it, and the wake-up would be lost.
+            self.waker.notify();
         }
         Ok(())
     }
@@ -532,65 +569,125 @@ impl Ord for Delayed {
     }
 }
 
-fn progress_loop(
-    mut engine: Engine,
+/// Everything a round of progress touches: the engine and both halves of the transport.
+/// The progress thread locks it for each round; an application thread may run a round
+/// itself ([`Device::progress`]) while the lock is free.
+struct Core {
+    engine: Engine,
     cmds: Receiver<Cmd>,
-    mut tx: Tx,
-    mut rx: Rx,
+    tx: Tx,
+    rx: Rx,
     events: Sender<AsyncEvent>,
-    sleeping: Arc<AtomicBool>,
-    spin: Duration,
-) {
-    let start = Instant::now();
-    let now = || to_ns(start.elapsed());
-    let mut batch: Vec<TxPacket> = Vec::with_capacity(256);
-    let mut idle_since = Instant::now();
-    // The next wake-up (engine timers, packets the fault chain delays), as of the last
-    // piece of work: nothing else changes it.
-    let mut next_timer = [engine.poll_timeout(), tx.next_due()].into_iter().flatten().min();
-    loop {
+    batch: Vec<TxPacket>,
+    start: Instant,
+    /// The next wake-up (engine timers, packets the fault chain delays), as of the last
+    /// piece of work: nothing else changes it.
+    next_timer: Option<Time>,
+    /// When a round last found work (whichever thread ran it).
+    last_work: Instant,
+    /// `Cmd::Shutdown` was handled (possibly by an application thread's round).
+    shutdown: bool,
+    /// When an application thread last ran a round ([`Device::progress`]).
+    last_inline: Option<Instant>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    Worked,
+    Idle,
+    Stop,
+}
+
+impl Core {
+    fn now(&self) -> Time {
+        to_ns(self.start.elapsed())
+    }
+
+    /// Takes the queued commands, what the socket holds, the due timers; sends the result.
+    fn round(&mut self) -> Round {
+        if self.shutdown {
+            return Round::Stop;
+        }
         let mut worked = false;
-        let mut shutdown = false;
         for _ in 0..CMD_BATCH {
-            match cmds.try_recv() {
+            match self.cmds.try_recv() {
                 Ok(c) => {
-                    shutdown |= handle(&mut engine, now(), c);
+                    let now = self.now();
+                    self.shutdown |= handle(&mut self.engine, now, c);
                     worked = true;
                 }
                 Err(crossbeam_channel::TryRecvError::Empty) => break,
-                Err(crossbeam_channel::TryRecvError::Disconnected) => return,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    self.shutdown = true;
+                    break;
+                }
             }
         }
-        worked |= rx.receive(&mut engine, now()) > 0;
-        let t = now();
-        let timed = next_timer.is_some_and(|d| d <= t);
-        if timed && engine.poll_timeout().is_some_and(|d| d <= t) {
-            engine.handle_timeout(t);
+        let now = self.now();
+        worked |= self.rx.receive(&mut self.engine, now) > 0;
+        let t = self.now();
+        let timed = self.next_timer.is_some_and(|d| d <= t);
+        if timed && self.engine.poll_timeout().is_some_and(|d| d <= t) {
+            self.engine.handle_timeout(t);
         }
         if worked || timed {
-            engine.drain_transmits(&mut batch);
-            let counters = engine.counters().clone();
-            tx.send(t, &mut batch, &counters);
-            for p in batch.drain(..) {
-                engine.recycle(p.data);
+            self.engine.drain_transmits(&mut self.batch);
+            let counters = self.engine.counters().clone();
+            self.tx.send(t, &mut self.batch, &counters);
+            for p in self.batch.drain(..) {
+                self.engine.recycle(p.data);
             }
-            tx.release(t, &counters);
-            while let Some(ev) = engine.poll_event() {
-                let _ = events.send(ev);
+            self.tx.release(t, &counters);
+            while let Some(ev) = self.engine.poll_event() {
+                let _ = self.events.send(ev);
             }
-            idle_since = Instant::now();
-            next_timer = [engine.poll_timeout(), tx.next_due()].into_iter().flatten().min();
+            self.last_work = Instant::now();
+            self.next_timer = [self.engine.poll_timeout(), self.tx.next_due()].into_iter().flatten().min();
         }
-        if shutdown {
-            if let Some(c) = &tx.capture {
+        if self.shutdown {
+            if let Some(c) = &self.tx.capture {
                 c.flush();
             }
-            return;
+            return Round::Stop;
         }
         if worked || timed {
-            continue;
+            Round::Worked
+        } else {
+            Round::Idle
         }
-        if idle_since.elapsed() < spin {
+    }
+}
+
+fn progress_loop(
+    core: Arc<parking_lot::Mutex<Core>>,
+    cmds: Receiver<Cmd>,
+    sock: UdpSocket,
+    waker: Arc<crate::sys::EventFd>,
+    sleeping: Arc<AtomicBool>,
+    spin: Duration,
+) {
+    use std::os::fd::AsFd;
+    loop {
+        let (round, last_work, wait) = {
+            let mut c = core.lock();
+            if c.last_inline.is_some_and(|t| t.elapsed() < spin) && !c.shutdown {
+                // An application thread is driving the device (busy polling through
+                // `Device::progress`): stay out of its way for a while rather than
+                // compete with it for the lock and a CPU.
+                drop(c);
+                std::thread::sleep(spin);
+                continue;
+            }
+            let r = c.round();
+            let now = c.now();
+            (r, c.last_work, c.next_timer.map(|t| Duration::from_nanos(t.saturating_sub(now))))
+        };
+        match round {
+            Round::Stop => return,
+            Round::Worked => continue,
+            Round::Idle => {}
+        }
+        if last_work.elapsed() < spin {
             // Spin before sleeping, yielding so that the other threads of a 2-CPU
             // machine (the peer device, the application) still run.
             std::thread::yield_now();
@@ -599,10 +696,10 @@ fn progress_loop(
         sleeping.store(true, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
         if cmds.is_empty() {
-            let wait = next_timer.map(|t| Duration::from_nanos(t.saturating_sub(now())));
-            let _ = crate::sys::wait_readable(&rx.sock, wait);
+            let _ = crate::sys::wait_readable(&[sock.as_fd(), waker.as_fd()], wait);
         }
         sleeping.store(false, Ordering::SeqCst);
+        waker.clear();
     }
 }
 
@@ -830,9 +927,6 @@ impl Rx {
         };
         for i in 0..n {
             let m = self.meta[i];
-            if m.len == 0 && m.src == self.local {
-                continue; // a poster's wake-up
-            }
             if m.truncated || m.len == 0 {
                 self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
                 continue;

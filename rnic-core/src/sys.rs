@@ -7,7 +7,7 @@
 //! receiving rnic can then assume (`shared/notes/icrc-over-udp-sockets.md`).
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 
 /// Sets `IP_MTU_DISCOVER = IP_PMTUDISC_DO` on an IPv4 UDP socket.
 pub fn set_pmtudisc_do(sock: &impl AsRawFd) -> io::Result<()> {
@@ -177,6 +177,12 @@ impl std::fmt::Debug for RecvScratch {
     }
 }
 
+// SAFETY: the raw pointers inside are written at the start of every `recv_msgs` call
+// (pointing into this scratch's own vectors and the call's buffers) and read only by the
+// kernel during that call, which borrows the scratch exclusively; between calls they are
+// dead values never dereferenced. Moving the scratch to another thread is therefore sound.
+unsafe impl Send for RecvScratch {}
+
 impl RecvScratch {
     /// Room for `n` messages per call.
     pub fn new(n: usize) -> RecvScratch {
@@ -255,18 +261,20 @@ pub fn recv_msgs(
     Ok(got)
 }
 
-/// Waits until `sock` has something to read or `timeout` passes (`None`: no limit).
-/// Returns whether it is readable.
-pub fn wait_readable(sock: &impl AsRawFd, timeout: Option<std::time::Duration>) -> io::Result<bool> {
-    let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+/// Waits until one of `fds` has something to read or `timeout` passes (`None`: no
+/// limit). Returns whether one is readable.
+pub fn wait_readable(fds: &[std::os::fd::BorrowedFd<'_>], timeout: Option<std::time::Duration>) -> io::Result<bool> {
+    let mut pfds: Vec<libc::pollfd> =
+        fds.iter().map(|f| libc::pollfd { fd: f.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
         tv_nsec: libc::c_long::from(d.subsec_nanos()),
     });
     let tsp = ts.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
-    // SAFETY: `pfd` is one live pollfd (count 1); `tsp` is null or points at a live
-    // timespec; a null signal mask leaves the mask unchanged.
-    let rc = unsafe { libc::ppoll(std::ptr::addr_of_mut!(pfd), 1, tsp, std::ptr::null()) };
+    let n = libc::nfds_t::try_from(pfds.len()).unwrap_or(0);
+    // SAFETY: `pfds` holds `n` live pollfds (the fds are borrowed, so open); `tsp` is null
+    // or points at a live timespec; a null signal mask leaves the mask unchanged.
+    let rc = unsafe { libc::ppoll(pfds.as_mut_ptr(), n, tsp, std::ptr::null()) };
     match rc {
         n if n > 0 => Ok(true),
         0 => Ok(false),
@@ -278,5 +286,65 @@ pub fn wait_readable(sock: &impl AsRawFd, timeout: Option<std::time::Duration>) 
                 Err(e)
             }
         }
+    }
+}
+
+/// A Linux eventfd: a counter another thread bumps to wake a thread waiting in
+/// [`wait_readable`].
+#[derive(Debug)]
+pub struct EventFd(std::os::fd::OwnedFd);
+
+impl EventFd {
+    /// A non-blocking eventfd at zero.
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: eventfd takes no pointers; on success it returns a new fd we own.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a freshly created descriptor nothing else owns.
+        Ok(EventFd(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Makes it readable (wakes a waiter).
+    pub fn notify(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes the 8 bytes of a live u64 to our open fd. Failure (counter
+        // saturated) leaves it readable, which is all a notification needs.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), std::ptr::addr_of!(one).cast(), 8) };
+    }
+
+    /// Resets it to zero (not readable).
+    pub fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a live u64 from our open non-blocking fd.
+        let _ = unsafe { libc::read(self.0.as_raw_fd(), std::ptr::addr_of_mut!(v).cast(), 8) };
+    }
+}
+
+impl std::os::fd::AsFd for EventFd {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// Restricts the calling thread to CPU `cpu` (`sched_setaffinity`), as `taskset` does for
+/// a benchmark: two busy-polling threads of a ping-pong must not share one CPU.
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "CPU number beyond CPU_SETSIZE"));
+    }
+    // SAFETY: cpu_set_t is a plain bit array for which all-zero is valid; CPU_SET writes
+    // bit `cpu`, checked above to be inside the set; sched_setaffinity reads `size_of`
+    // bytes of the set for thread 0 (the caller).
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), std::ptr::addr_of!(set))
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }

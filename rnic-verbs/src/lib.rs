@@ -478,6 +478,14 @@ impl Context {
         Ok(CompletionQueue { ctx: self.clone(), cq: self.dev.create_cq(depth) })
     }
 
+    /// Runs one round of the device's work (received packets, posted work, timers, sends)
+    /// on the calling thread, unless the device's progress thread is running one. For
+    /// busy-polling loops that want no thread hand-off between a packet and their poll
+    /// (as `rnic perf`'s latency tests do). Returns whether there was work; never blocks.
+    pub fn progress(&self) -> bool {
+        self.dev.progress()
+    }
+
     /// The underlying device (for tools).
     pub fn device(&self) -> &Device {
         &self.dev

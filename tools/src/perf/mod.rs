@@ -487,6 +487,17 @@ fn table_row(r: &Report) -> String {
     s
 }
 
+/// Latency tests with both ends in this process pin the pinging thread to CPU 0 and the
+/// answering one to CPU 1 (UDP baseline and RDMA alike).
+static PIN: AtomicBool = AtomicBool::new(false);
+
+fn pin(cpu: usize) {
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    if PIN.load(Ordering::Relaxed) && cpus >= 2 {
+        let _ = rnic_core::sys::pin_current_thread(cpu % cpus);
+    }
+}
+
 /// Runs `rnic perf`.
 pub fn run(a: &Args) -> ExitCode {
     let (test, params) = match a.params() {
@@ -506,6 +517,9 @@ pub fn run(a: &Args) -> ExitCode {
     } else {
         let (ip, peer) = (a.ip.unwrap_or(IpAddr::from([127, 0, 0, 1])), a.peer_ip);
         let (c, s) = Ctrl::pair();
+        // Both ends of a ping-pong in one process: keep their two busy-polling threads on
+        // two CPUs, as the UDP baseline's are (the scheduler may otherwise stack them).
+        PIN.store(test.lat, Ordering::Relaxed);
         let server = std::thread::spawn(move || server_side(s, peer));
         let r = client(c, ip, test, &params, progress, a.json);
         match server.join() {
@@ -671,6 +685,7 @@ fn client_baseline(
         let sock = udp::bind(ip).map_err(|e| format!("UDP baseline: bind {ip}: {e}"))?;
         let wire =
             usize::try_from(lat_wire(test, size, mtu)).map_err(|_| "UDP baseline: size too large".to_string())?;
+        pin(0);
         let rtts = udp::ping(&sock, SocketAddr::new(peer, port), wire, p.iters.max(1000), None)
             .map_err(|e| format!("UDP baseline: {e}"))?;
         let scale = if test.kind == TestKind::Read { 1.0 } else { 0.5 };
@@ -705,6 +720,7 @@ fn server_baseline(ctrl: &mut Ctrl, ip: IpAddr, peer: IpAddr, test: Test, p: &Pa
         let sock = udp::bind(ip).map_err(|e| format!("UDP baseline: bind {ip}: {e}"))?;
         let port = sock.local_addr().map_err(|e| e.to_string())?.port();
         ctrl.send(&Msg::UdpReady { port })?;
+        pin(1);
         udp::pong(&sock, Duration::from_secs(600)).map_err(|e| format!("UDP baseline: {e}"))?;
         return Ok(());
     }
@@ -837,6 +853,7 @@ fn client_size(
     let target = Arc::new(AtomicU64::new(u64::MAX));
     let abort = AtomicBool::new(false);
     let (figures, iterations, own_check) = if test.lat {
+        pin(0);
         let (rtts, last) = rdma::latency(side, p, test.kind, sz, true, &target, progress)?;
         ctrl.send(&Msg::Finished { count: rtts.len() as u64, secs: 0.0 })?;
         // perftest reports half the round trip for SEND and WRITE, the whole one for READ.
@@ -960,6 +977,7 @@ fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
         let check = std::thread::scope(|sc| -> Result<Result<(), String>, String> {
             let worker = sc.spawn(|| -> Result<Option<(usize, u8)>, String> {
                 if test.lat {
+                    pin(1);
                     rdma::latency(s, &p, test.kind, sz, false, &target, false).map(|(_, last)| last)
                 } else if test.kind == TestKind::Send {
                     let pat = rdma::pattern(sz);

@@ -451,7 +451,9 @@ pub fn latency(
             if !must || *outstanding < u64::from(p.tx_depth) {
                 return Ok(());
             }
-            std::thread::yield_now();
+            if !side.ctx.progress() {
+                std::thread::yield_now();
+            }
         }
     };
     let mut i = 0u64;
@@ -473,6 +475,7 @@ pub fn latency(
             }
             qp.post_send(&side.wr(kind, size, i, true, inline)).map_err(|e| e.to_string())?;
             *outstanding += 1;
+            side.ctx.progress();
             Ok(())
         };
         // Waits for the peer's message `t` (or, for READ, this side's completion).
@@ -480,6 +483,9 @@ pub fn latency(
             |outstanding: &mut u64, byte: &mut [u8; 1], last: &mut Option<(usize, u8)>| -> Result<bool, String> {
                 let mut polls = 0u64;
                 loop {
+                    // Drive the device from this thread when its progress thread is not
+                    // running a round: no hand-off between the packet and this poll.
+                    side.ctx.progress();
                     match kind {
                         TestKind::Write => {
                             side.mr.read(size - 1, byte).map_err(|e| e.to_string())?;
@@ -513,6 +519,9 @@ pub fn latency(
                         }
                     }
                     polls += 1;
+                    // Busy polling, yielding every 64 polls (each runs a device round, a
+                    // system call): often enough for a thread sharing this CPU, not so
+                    // often that other processes' time slices come between two polls.
                     if polls % 64 == 0 {
                         if !pinger && i >= target.load(Ordering::Acquire) {
                             return Ok(false);
