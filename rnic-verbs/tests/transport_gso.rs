@@ -119,3 +119,53 @@ fn hand_built_packets_with_nonzero_ids() {
     wait_for("icrc_err", 2);
     assert_eq!((c(&b, "icrc_gso_window"), c(&b, "unknown_qp_pkts")), (1, 2));
 }
+
+/// An application that drives the device itself (`Context::progress`) while the progress
+/// thread sleeps at once (spin 0): SENDs go through, and control calls made afterwards
+/// (which need the progress thread) still get their answer: no wake-up is lost to a
+/// round run on the application's thread.
+#[test]
+fn application_driven_progress_loses_no_wakeup() {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mk = |name: &str, ip: &str| {
+            let mut cfg = DeviceConfig::new(name, ip.parse().unwrap());
+            cfg.spin = Duration::ZERO;
+            cfg.pin_memory = false;
+            Context::open_with(cfg).unwrap()
+        };
+        let (a, b) = (mk("rnic0", "127.0.33.11"), mk("rnic1", "127.0.33.12"));
+        let (pa, pb) = (a.alloc_pd(), b.alloc_pd());
+        let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+        let (ma, mb) = (
+            pa.allocate_mr(64, AccessFlags::LOCAL_WRITE).unwrap(),
+            pb.allocate_mr(64, AccessFlags::LOCAL_WRITE).unwrap(),
+        );
+        let qa = pa.qp_builder(&ca, &ca).build().unwrap();
+        let qb = pb.qp_builder(&cb, &cb).build().unwrap();
+        let (ea, eb) = (qa.endpoint(), qb.endpoint());
+        let (qa, qb) = (qa.connect(&eb).unwrap(), qb.connect(&ea).unwrap());
+        for i in 0..200u64 {
+            ma.write(0, &i.to_le_bytes()).unwrap();
+            qb.post_recv(&RecvWr { wr_id: i, sg_list: vec![mb.sge(0, 8)] }).unwrap();
+            qa.post_send(&SendWr::send(i, vec![ma.sge(0, 8)])).unwrap();
+            let until = std::time::Instant::now() + T;
+            let (mut sent, mut got) = (false, false);
+            while !(sent && got) {
+                assert!(std::time::Instant::now() < until, "iteration {i} stuck");
+                a.progress();
+                b.progress();
+                sent |= ca.poll_one().is_some_and(|w| w.status == WcStatus::Success);
+                got |= cb.poll_one().is_some_and(|w| w.status == WcStatus::Success && w.wr_id == i);
+            }
+            let mut v = [0u8; 8];
+            mb.read(0, &mut v).unwrap();
+            assert_eq!(u64::from_le_bytes(v), i);
+        }
+        // Control calls need the (sleeping) progress thread.
+        assert_eq!(qa.query().unwrap().state, QpState::Rts);
+        drop((qa, qb));
+        done_tx.send(()).unwrap();
+    });
+    done_rx.recv_timeout(Duration::from_secs(60)).expect("a control call never got its answer");
+}
