@@ -96,9 +96,21 @@ impl Capture {
         self.record(src, dst, src_port, dst_port, roce);
     }
 
+    /// Records a received IPv4 packet with the IP ID it was accepted with (see
+    /// [`crate::rx_icrc`]), so the ICRC in the file checks out for peers such as rxe.
+    pub fn record_rx_ipv4_id(&self, src: IpAddr, dst: IpAddr, ports: (u16, u16), ident: u16, roce: &[u8]) {
+        if self.locals.lock().contains(&src) {
+            return;
+        }
+        self.write_frame(&frame_with_ipv4_id(src, dst, ports.0, ports.1, ident, roce));
+    }
+
     /// Records one packet: `roce` is BTH..ICRC exactly as sent or received.
     pub fn record(&self, src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, roce: &[u8]) {
-        let frame = frame_for(src, dst, src_port, dst_port, roce);
+        self.write_frame(&frame_for(src, dst, src_port, dst_port, roce));
+    }
+
+    fn write_frame(&self, frame: &[u8]) {
         let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
         let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
         let mut rec = [0u8; 16];
@@ -107,7 +119,7 @@ impl Capture {
         rec[8..12].copy_from_slice(&len.to_le_bytes());
         rec[12..16].copy_from_slice(&len.to_le_bytes());
         let mut w = self.w.lock();
-        let _ = w.write_all(&rec).and_then(|()| w.write_all(&frame));
+        let _ = w.write_all(&rec).and_then(|()| w.write_all(frame));
     }
 
     /// Flushes buffered packets to the file.
@@ -124,16 +136,15 @@ impl Drop for Capture {
 
 /// Wraps BTH..ICRC in Ethernet / IP / UDP headers.
 pub fn frame_for(src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, roce: &[u8]) -> Vec<u8> {
+    frame_with_ipv4_id(src, dst, src_port, dst_port, 0, roce)
+}
+
+/// [`frame_for`] with this IPv4 ID (ignored for IPv6).
+pub fn frame_with_ipv4_id(src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, ident: u16, roce: &[u8]) -> Vec<u8> {
     let ip = match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => IpRepr::V4(Ipv4Repr {
-            src: s,
-            dst: d,
-            tos: 0,
-            ident: 0,
-            df: true,
-            ttl: 64,
-            protocol: ipv4::PROTO_UDP,
-        }),
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            IpRepr::V4(Ipv4Repr { src: s, dst: d, tos: 0, ident, df: true, ttl: 64, protocol: ipv4::PROTO_UDP })
+        }
         (s, d) => {
             let to6 = |a: IpAddr| match a {
                 IpAddr::V4(a) => a.to_ipv6_mapped(),

@@ -21,7 +21,7 @@ use crate::mr::{AccessFlags, MrError, MrKeys, Mtpt, PdId};
 use crate::qp_state::QpType;
 use crate::wr::{RecvWr, SendWr};
 use crossbeam_channel::{Receiver, Sender};
-use rnic_wire::icrc::IcrcContext;
+use rnic_wire::icrc::{IcrcContext, Ipv4IdPolicy};
 use rnic_wire::{Qpn, ROCEV2_UDP_PORT};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
@@ -47,6 +47,9 @@ pub struct DeviceConfig {
     pub capture: Option<PathBuf>,
     /// Memory regions the device can hold.
     pub max_mr: u32,
+    /// What the receive side assumes about IPv4 IDs it cannot see (`RNIC_IPV4_ID`;
+    /// default: ID 0, else solve and count; see [`crate::rx_icrc`]).
+    pub ipv4_id: Ipv4IdPolicy,
 }
 
 impl DeviceConfig {
@@ -59,6 +62,7 @@ impl DeviceConfig {
             pin_memory: true,
             capture: std::env::var_os("RNIC_PCAP").map(PathBuf::from),
             max_mr: 1 << 16,
+            ipv4_id: crate::rx_icrc::policy_from_env().ok().flatten().unwrap_or_default(),
         }
     }
 }
@@ -104,6 +108,14 @@ pub enum DeviceError {
     /// The progress thread has stopped.
     #[error("device {0}: the progress thread has stopped")]
     Stopped(String),
+    /// The configuration (or an environment variable feeding it) is invalid.
+    #[error("device {name}: {why}")]
+    Config {
+        /// Device name.
+        name: String,
+        /// What is wrong.
+        why: String,
+    },
 }
 
 enum Cmd {
@@ -186,6 +198,7 @@ fn bind(config: &DeviceConfig) -> Result<UdpSocket, DeviceError> {
 impl Device {
     /// Opens a device: binds its UDP port and starts its progress and receive threads.
     pub fn open(config: DeviceConfig) -> Result<Device, DeviceError> {
+        crate::rx_icrc::policy_from_env().map_err(|why| DeviceError::Config { name: config.name.clone(), why })?;
         let sock = bind(&config)?;
         let local = sock.local_addr().map_err(|source| DeviceError::Io { name: config.name.clone(), source })?;
         let capture = match &config.capture {
@@ -213,9 +226,10 @@ impl Device {
         };
         let rx = {
             let (cmd, stop, counters, cap) = (cmd_tx.clone(), stop.clone(), counters.clone(), capture);
+            let ipv4_id = config.ipv4_id;
             std::thread::Builder::new()
                 .name(format!("{}-rx", config.name))
-                .spawn(move || rx_loop(sock, local, cmd, stop, counters, cap))
+                .spawn(move || rx_loop(sock, local, cmd, stop, counters, cap, ipv4_id))
                 .map_err(io_err)?
         };
         Ok(Device {
@@ -449,7 +463,13 @@ fn handle(engine: &mut Engine, now: u64, cmd: Cmd) -> bool {
 
 /// Sends a batch, filling each ICRC for the headers the kernel will write (unconnected
 /// socket, `IP_PMTUDISC_DO`: IPv4 ID 0, DF; the source port is the bound port).
-fn send_batch(sock: &UdpSocket, local: SocketAddr, batch: &mut [TxPacket], counters: &Counters, capture: Option<&Capture>) {
+fn send_batch(
+    sock: &UdpSocket,
+    local: SocketAddr,
+    batch: &mut [TxPacket],
+    counters: &Counters,
+    capture: Option<&Capture>,
+) {
     for p in batch.iter_mut() {
         let ctx = IcrcContext::new(local.ip(), p.dst, local.port(), ROCEV2_UDP_PORT);
         if ctx.fill(&mut p.data).is_err() {
@@ -472,6 +492,7 @@ fn rx_loop(
     stop: Arc<AtomicBool>,
     counters: Arc<Counters>,
     capture: Option<Arc<Capture>>,
+    ipv4_id: Ipv4IdPolicy,
 ) {
     const BATCH: usize = 64;
     let mut buf = vec![0u8; 65536];
@@ -480,13 +501,9 @@ fn rx_loop(
     let accept = |n: usize, from: SocketAddr, buf: &[u8], batch: &mut Vec<Datagram>| {
         let data = &buf[..n];
         let ctx = IcrcContext::new(from.ip(), local.ip(), from.port(), local.port());
-        if ctx.verify(data).is_err() {
-            // IBA C9-3: a bad ICRC is dropped silently (and counted here).
-            counters.icrc_err.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
+        let Some(ident) = crate::rx_icrc::check(&ctx, data, ipv4_id, &counters) else { return };
         if let Some(c) = &capture {
-            c.record_rx(from.ip(), local.ip(), from.port(), local.port(), data);
+            c.record_rx_ipv4_id(from.ip(), local.ip(), (from.port(), local.port()), ident, data);
         }
         batch.push(Datagram { src: from.ip(), data: data.to_vec() });
     };

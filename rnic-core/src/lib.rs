@@ -23,10 +23,11 @@ pub mod qp_state;
 
 pub mod capture;
 pub mod counters;
-pub mod device;
 pub mod cq;
+pub mod device;
 pub mod engine;
 pub mod fabric;
+pub mod rx_icrc;
 pub mod wr;
 
 #[allow(unsafe_code)]
