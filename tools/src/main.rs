@@ -7,6 +7,7 @@
 mod capture;
 mod decode;
 mod demo;
+mod devinfo;
 mod pingpong;
 
 use clap::{Parser, Subcommand};
@@ -28,6 +29,8 @@ enum Command {
     Decode(decode::Args),
     /// Ping-pong SENDs over an RC QP, speaking ibv_rc_pingpong's out-of-band protocol.
     Pingpong(pingpong::Args),
+    /// Show the emulated devices as ibv_devinfo does: attributes, port, GIDs, limits, counters.
+    Devinfo(devinfo::Args),
 }
 
 fn main() -> ExitCode {
@@ -36,5 +39,6 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Decode(args) => decode::run(args),
         Command::Pingpong(args) => pingpong::run(args),
+        Command::Devinfo(args) => devinfo::run(args),
     }
 }

@@ -73,6 +73,9 @@ pub struct Args {
     /// Local address of the device (instead of looking the name up in RNIC_DEVICES).
     #[arg(long)]
     pub ip: Option<IpAddr>,
+    /// At the end, print the device's non-zero counters (rxe's hw_counters names).
+    #[arg(long)]
+    pub counters: bool,
 }
 
 /// Parses a number as C's `strtoul(s, NULL, 0)` reads it (`0x` hex, leading `0` octal,
@@ -233,6 +236,16 @@ fn run_inner(a: &Args) -> Result<(), String> {
         None => Context::open(&a.dev),
     }
     .map_err(|e| e.to_string())?;
+    let result = run_on(a, &ctx, mtu, size);
+    if a.counters {
+        let c: Vec<String> =
+            ctx.counters().into_iter().filter(|(_, v)| *v != 0).map(|(n, v)| format!("{n}={v}")).collect();
+        println!("counters: {}", c.join(" "));
+    }
+    result
+}
+
+fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), String> {
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(a.rx_depth as usize + 1).map_err(|e| e.to_string())?;
     let mr = pd.allocate_mr(size.max(1), AccessFlags::LOCAL_WRITE).map_err(|e| e.to_string())?;
