@@ -13,7 +13,7 @@
 # Slow (guest boot ~20-60 s, then a few seconds per case), needs root (netns, tap, qemu), so
 # it is not part of `cargo test`. Usage, from the repository root:
 #     sudo scripts/rxe-interop.sh [OUTDIR]          (default: target/rxe-interop)
-# Env: ITERS (default 200), RNIC (binary; default: build target/release/rnic),
+# Env: ITERS (default 1000, as rc_pingpong), RNIC (binary; default: build target/release/rnic),
 #      RXELAB (default ../shared/rxe-lab), VECTORS (default ../shared/vectors),
 #      KEEP_GUEST=1 leaves the guest running and prints how to reuse it (REUSE_RUN=dir).
 set -uo pipefail
@@ -21,7 +21,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 LABDIR=$(realpath "${RXELAB:-$ROOT/../shared/rxe-lab}")
 VECTORS=$(realpath "${VECTORS:-$ROOT/../shared/vectors}")
 OUT=$(realpath -m "${1:-$ROOT/target/rxe-interop}")
-ITERS=${ITERS:-200}
+ITERS=${ITERS:-1000}
 MTU=1024
 HOST_IP=10.77.0.1
 GUEST_IP=10.77.0.11
