@@ -79,7 +79,8 @@ impl Cq {
             return Err(CqOverflow { cq: self.id });
         }
         let arm = self.armed.load(Ordering::Acquire);
-        if arm == ARM_NEXT || (arm == ARM_SOLICITED && (solicited || wc.status != crate::wr::WcStatus::Success)) {
+        if arm == ARM_NEXT || (arm == ARM_SOLICITED && (solicited || wc.status != crate::wr::WcStatus::Success))
+        {
             // IBA 11.4.2.2: the notification fires once per request.
             if self.armed.compare_exchange(arm, ARM_NONE, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 if let Some(tx) = self.notify.lock().as_ref() {

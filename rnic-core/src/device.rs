@@ -463,13 +463,7 @@ fn handle(engine: &mut Engine, now: u64, cmd: Cmd) -> bool {
 
 /// Sends a batch, filling each ICRC for the headers the kernel will write (unconnected
 /// socket, `IP_PMTUDISC_DO`: IPv4 ID 0, DF; the source port is the bound port).
-fn send_batch(
-    sock: &UdpSocket,
-    local: SocketAddr,
-    batch: &mut [TxPacket],
-    counters: &Counters,
-    capture: Option<&Capture>,
-) {
+fn send_batch(sock: &UdpSocket, local: SocketAddr, batch: &mut [TxPacket], counters: &Counters, capture: Option<&Capture>) {
     for p in batch.iter_mut() {
         let ctx = IcrcContext::new(local.ip(), p.dst, local.port(), ROCEV2_UDP_PORT);
         if ctx.fill(&mut p.data).is_err() {

@@ -23,8 +23,8 @@ pub mod qp_state;
 
 pub mod capture;
 pub mod counters;
-pub mod cq;
 pub mod device;
+pub mod cq;
 pub mod engine;
 pub mod fabric;
 pub mod rx_icrc;

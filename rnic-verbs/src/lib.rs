@@ -47,7 +47,9 @@ pub use rnic_core::engine::qp::{QpAttr, QpCap};
 pub use rnic_core::engine::AsyncEvent;
 pub use rnic_core::mr::AccessFlags;
 pub use rnic_core::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
-pub use rnic_core::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+pub use rnic_core::wr::{
+    RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+};
 
 /// Every way a verbs call can fail. Each variant names the operation; a failed work
 /// completion is not an error but data in [`WorkCompletion::status`].
@@ -441,8 +443,7 @@ impl ProtectionDomain {
     fn register_block(&self, block: Arc<MemBlock>, access: AccessFlags) -> Result<MemoryRegion> {
         let len = block.len();
         let iova = block.addr();
-        let keys =
-            self.inner.ctx.dev.reg_mr(self.inner.id, block.clone(), 0, len, iova, access).map_err(Error::RegMr)?;
+        let keys = self.inner.ctx.dev.reg_mr(self.inner.id, block.clone(), 0, len, iova, access).map_err(Error::RegMr)?;
         Ok(MemoryRegion { inner: Arc::new(MrInner { pd: self.clone(), block, keys, iova, len }) })
     }
 
@@ -685,21 +686,11 @@ impl QpBuilder {
             return Err(Error::InvalidArgument { op: "create QP", why: format!("more than {MAX_SGE} SGEs") });
         }
         if c.max_inline_data > MAX_INLINE {
-            return Err(Error::InvalidArgument {
-                op: "create QP",
-                why: format!("inline data above {MAX_INLINE} bytes"),
-            });
+            return Err(Error::InvalidArgument { op: "create QP", why: format!("inline data above {MAX_INLINE} bytes") });
         }
         let shared = ctx
             .dev
-            .create_qp(
-                self.qp_type,
-                self.pd.inner.id,
-                c,
-                self.sq_sig_all,
-                self.send_cq.cq.clone(),
-                self.recv_cq.cq.clone(),
-            )
+            .create_qp(self.qp_type, self.pd.inner.id, c, self.sq_sig_all, self.send_cq.cq.clone(), self.recv_cq.cq.clone())
             .map_err(Error::DeviceStopped)?
             .map_err(Error::CreateQp)?;
         let qp = QueuePair {
@@ -880,17 +871,11 @@ impl QueuePair {
 
     /// Posts a send work request (`ibv_post_send`).
     pub fn post_send(&self, wr: &SendWr) -> Result<()> {
-        self.context()
-            .dev
-            .post_send(&self.inner.shared, wr)
-            .map_err(|source| Error::PostSend { qpn: self.qpn(), source })
+        self.context().dev.post_send(&self.inner.shared, wr).map_err(|source| Error::PostSend { qpn: self.qpn(), source })
     }
 
     /// Posts a receive work request (`ibv_post_recv`).
     pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
-        self.context()
-            .dev
-            .post_recv(&self.inner.shared, wr)
-            .map_err(|source| Error::PostRecv { qpn: self.qpn(), source })
+        self.context().dev.post_recv(&self.inner.shared, wr).map_err(|source| Error::PostRecv { qpn: self.qpn(), source })
     }
 }

@@ -19,8 +19,7 @@ fn end(name: &str, ip: &str, len: usize) -> End {
     let ctx = Context::open_at(name, ip.parse().unwrap()).unwrap();
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(64).unwrap();
-    let mr =
-        pd.allocate_mr(len, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ).unwrap();
+    let mr = pd.allocate_mr(len, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ).unwrap();
     End { ctx, pd, cq, mr }
 }
 

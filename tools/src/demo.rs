@@ -143,28 +143,13 @@ impl Demo {
         qa.post_send(&SendWr::send(1, vec![self.a.mr.sge(0, len32(len))])).map_err(|e| e.to_string())?;
         let (wa, wb) = (self.wc(&self.a.cq)?, self.wc(&self.b.cq)?);
         let (da, db) = (Self::sent(&self.a) - sa, Self::sent(&self.b) - sb);
-        self.say(format!(
-            "  SEND {len} B: rnic1's application posted a receive buffer; rnic0 sent {da} packet(s) [{}]",
-            shape("SEND", packets(len, mtu), "")
-        ));
+        self.say(format!("  SEND {len} B: rnic1's application posted a receive buffer; rnic0 sent {da} packet(s) [{}]", shape("SEND", packets(len, mtu), "")));
         self.say(format!("    rnic1's NIC placed the bytes and answered with {db} ACK(s)"));
-        self.say(format!(
-            "    rnic1's CPU sees: {} {} ({} bytes)    rnic0's CPU sees: {} {}",
-            wb.opcode.name(),
-            wb.status,
-            wb.byte_len,
-            wa.opcode.name(),
-            wa.status
-        ));
+        self.say(format!("    rnic1's CPU sees: {} {} ({} bytes)    rnic0's CPU sees: {} {}", wb.opcode.name(), wb.status, wb.byte_len, wa.opcode.name(), wa.status));
         let mut got = vec![0u8; len];
         self.b.mr.read(0, &mut got).map_err(|e| e.to_string())?;
-        let good = wa.status == WcStatus::Success
-            && wb.status == WcStatus::Success
-            && wb.byte_len as usize == len
-            && got == data;
-        self.check(format!("SEND {len} B at MTU {mtu}"), good, || {
-            format!("completions {wa} / {wb}, bytes equal: {}", got == data)
-        });
+        let good = wa.status == WcStatus::Success && wb.status == WcStatus::Success && wb.byte_len as usize == len && got == data;
+        self.check(format!("SEND {len} B at MTU {mtu}"), good, || format!("completions {wa} / {wb}, bytes equal: {}", got == data));
         Ok(())
     }
 
@@ -185,23 +170,12 @@ impl Demo {
             r.rkey,
             shape("RDMA_WRITE", packets(len, mtu), "_WITH_IMMEDIATE")
         ));
-        self.say(format!(
-            "    rnic1's NIC wrote its memory and sent {db} ACK(s); the immediate consumed one receive WQE"
-        ));
-        self.say(format!(
-            "    rnic1's CPU sees: {} imm={:#x} ({} bytes)    rnic0's CPU sees: {} {}",
-            wb.opcode.name(),
-            wb.imm_data,
-            wb.byte_len,
-            wa.opcode.name(),
-            wa.status
-        ));
+        self.say(format!("    rnic1's NIC wrote its memory and sent {db} ACK(s); the immediate consumed one receive WQE"));
+        self.say(format!("    rnic1's CPU sees: {} imm={:#x} ({} bytes)    rnic0's CPU sees: {} {}", wb.opcode.name(), wb.imm_data, wb.byte_len, wa.opcode.name(), wa.status));
         let mut got = vec![0u8; len];
         self.b.mr.read(4096, &mut got).map_err(|e| e.to_string())?;
         let good = wa.status == WcStatus::Success && wb.imm_data == imm && wb.wc_flags.with_imm && got == data;
-        self.check(format!("RDMA_WRITE_WITH_IMM {len} B at MTU {mtu}"), good, || {
-            format!("completions {wa} / {wb}, bytes equal: {}", got == data)
-        });
+        self.check(format!("RDMA_WRITE_WITH_IMM {len} B at MTU {mtu}"), good, || format!("completions {wa} / {wb}, bytes equal: {}", got == data));
         Ok(())
     }
 
@@ -216,19 +190,11 @@ impl Demo {
         let wa = self.wc(&self.a.cq)?;
         let (da, db) = (Self::sent(&self.a) - sa, Self::sent(&self.b) - sb);
         self.say(format!("  RDMA_READ {len} B from rnic1 at {:#x}: rnic0 sent {da} READ request; rnic1's NIC answered with {db} packet(s) [{}]", r.addr + 8192, shape("RDMA_READ_RESPONSE", packets(len, mtu), "")));
-        self.say(format!(
-            "    rnic1's CPU sees: nothing (one-sided; its CQ holds {})    rnic0's CPU sees: {} {} ({} bytes)",
-            self.b.cq.len(),
-            wa.opcode.name(),
-            wa.status,
-            wa.byte_len
-        ));
+        self.say(format!("    rnic1's CPU sees: nothing (one-sided; its CQ holds {})    rnic0's CPU sees: {} {} ({} bytes)", self.b.cq.len(), wa.opcode.name(), wa.status, wa.byte_len));
         let mut got = vec![0u8; len];
         self.a.mr.read(BUF / 2, &mut got).map_err(|e| e.to_string())?;
         let good = wa.status == WcStatus::Success && self.b.cq.is_empty() && got == data;
-        self.check(format!("RDMA_READ {len} B at MTU {mtu}"), good, || {
-            format!("completion {wa}, bytes equal: {}", got == data)
-        });
+        self.check(format!("RDMA_READ {len} B at MTU {mtu}"), good, || format!("completion {wa}, bytes equal: {}", got == data));
         Ok(())
     }
 }
@@ -255,21 +221,13 @@ pub fn run(args: &Args) -> ExitCode {
 fn run_inner(args: &Args) -> Result<ExitCode, String> {
     let mut mtus = Vec::new();
     for m in &args.mtus {
-        mtus.push(
-            PathMtu::from_bytes(*m).ok_or_else(|| format!("--mtus: {m} is not one of 256, 512, 1024, 2048, 4096"))?,
-        );
+        mtus.push(PathMtu::from_bytes(*m).ok_or_else(|| format!("--mtus: {m} is not one of 256, 512, 1024, 2048, 4096"))?);
     }
     let a = open("rnic0", args.ip, &args.pcap)?;
     let b = open("rnic1", args.peer_ip, &args.pcap)?;
     let mut d = Demo { a, b, quiet: args.quiet, ok: 0, failed: Vec::new() };
     d.say("rnic demo: two emulated RoCEv2 devices in this process, talking RoCEv2 over UDP port 4791");
-    d.say(format!(
-        "  rnic0 at {} (GID {}), rnic1 at {} (GID {})",
-        args.ip,
-        d.a.ctx.gid(0).map(|g| g.to_string()).unwrap_or_default(),
-        args.peer_ip,
-        d.b.ctx.gid(0).map(|g| g.to_string()).unwrap_or_default()
-    ));
+    d.say(format!("  rnic0 at {} (GID {}), rnic1 at {} (GID {})", args.ip, d.a.ctx.gid(0).map(|g| g.to_string()).unwrap_or_default(), args.peer_ip, d.b.ctx.gid(0).map(|g| g.to_string()).unwrap_or_default()));
     d.say("  each side registered 1 MiB (LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ) and connected one RC QP per MTU");
     for m in mtus {
         d.run_mtu(m)?;

@@ -27,8 +27,11 @@ fn tmp(name: &str) -> PathBuf {
 fn demo_verifies_everything_and_its_capture_checks_out() {
     let pcap = tmp("demo.pcap");
     // Addresses of its own, so that parallel tests do not collide on 127.0.0.1:4791.
-    let out =
-        rnic().args(["demo", "--ip", "127.0.10.1", "--peer-ip", "127.0.10.2", "--pcap"]).arg(&pcap).output().unwrap();
+    let out = rnic()
+        .args(["demo", "--ip", "127.0.10.1", "--peer-ip", "127.0.10.2", "--pcap"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "demo failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("36 of 36 transfers verified byte for byte"), "{stdout}");
@@ -56,20 +59,7 @@ fn demo_verifies_everything_and_its_capture_checks_out() {
 fn two_processes_do_rc_over_udp() {
     let port = 18515 + u16::try_from(std::process::id() % 1000).unwrap();
     let server = rnic()
-        .args([
-            "pingpong",
-            "--ip",
-            "127.0.11.1",
-            "-p",
-            &port.to_string(),
-            "-n",
-            "200",
-            "-s",
-            "3000",
-            "-m",
-            "1024",
-            "-c",
-        ])
+        .args(["pingpong", "--ip", "127.0.11.1", "-p", &port.to_string(), "-n", "200", "-s", "3000", "-m", "1024", "-c"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -162,15 +162,7 @@ impl Outbox {
 impl Engine {
     /// A new engine using `mtpt` for every key check.
     pub fn new(config: EngineConfig, mtpt: Arc<Mtpt>, counters: Arc<Counters>) -> Engine {
-        Engine {
-            config,
-            mtpt,
-            counters,
-            qps: Vec::new(),
-            free_slots: VecDeque::new(),
-            out: Outbox::default(),
-            events: VecDeque::new(),
-        }
+        Engine { config, mtpt, counters, qps: Vec::new(), free_slots: VecDeque::new(), out: Outbox::default(), events: VecDeque::new() }
     }
 
     /// The configuration.
@@ -278,10 +270,7 @@ impl Engine {
             },
         )?;
         if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > max_rd {
-            return Err(EngineError::BadAttr(format!(
-                "max_rd_atomic {} exceeds the device's {max_rd}",
-                attr.max_rd_atomic
-            )));
+            return Err(EngineError::BadAttr(format!("max_rd_atomic {} exceeds the device's {max_rd}", attr.max_rd_atomic)));
         }
         if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > max_rd {
             return Err(EngineError::BadAttr(format!(
@@ -438,8 +427,10 @@ impl Engine {
         };
         // IBA C9-? (rxe check_addr): an RC QP accepts packets only from its peer, and
         // only on its transport.
-        let transport_ok =
-            matches!((qp.shared.qp_type, info.transport), (QpType::Rc, rnic_wire::opcode::Transport::Rc));
+        let transport_ok = matches!(
+            (qp.shared.qp_type, info.transport),
+            (QpType::Rc, rnic_wire::opcode::Transport::Rc)
+        );
         if !transport_ok || qp.attr.remote_ip != Some(src) || matches!(qp.state, QpState::Reset | QpState::Init) {
             counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
             return;
@@ -458,7 +449,12 @@ impl Engine {
 
     /// The earliest time at which `handle_timeout` has work to do.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.qps.iter().flatten().flat_map(|q| [q.rto_deadline, q.rnr_deadline]).flatten().min()
+        self.qps
+            .iter()
+            .flatten()
+            .flat_map(|q| [q.rto_deadline, q.rnr_deadline])
+            .flatten()
+            .min()
     }
 
     /// Runs every timer that is due at `now`.

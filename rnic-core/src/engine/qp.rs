@@ -295,8 +295,7 @@ fn check_sges(
     let mut total: u64 = 0;
     for (index, s) in sges.iter().enumerate() {
         let len = usize::try_from(s.length).unwrap_or(usize::MAX);
-        let slice =
-            mtpt.check_local(s.lkey, pd, s.addr, len, need).map_err(|source| PostError::Sge { index, source })?;
+        let slice = mtpt.check_local(s.lkey, pd, s.addr, len, need).map_err(|source| PostError::Sge { index, source })?;
         total += u64::from(s.length);
         out.push(slice);
     }
@@ -359,14 +358,7 @@ pub fn validate_send(shared: &QpShared, mtpt: &Mtpt, wr: &SendWr) -> Result<Send
 }
 
 /// Builds an inline send WQE straight from bytes (no registered memory involved).
-pub fn validate_send_inline(
-    shared: &QpShared,
-    wr_id: u64,
-    op: SendOp,
-    bytes: &[u8],
-    signaled: bool,
-    solicited: bool,
-) -> Result<SendWqe, PostError> {
+pub fn validate_send_inline(shared: &QpShared, wr_id: u64, op: SendOp, bytes: &[u8], signaled: bool, solicited: bool) -> Result<SendWqe, PostError> {
     let state = shared.state();
     if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
         return Err(PostError::BadState { queue: "send", state });

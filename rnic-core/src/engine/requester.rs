@@ -139,8 +139,11 @@ pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
                 SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaWriteWithImm { remote_addr, rkey, .. }
                     if pos.starts() =>
                 {
-                    ext.reth =
-                        Some(RethRepr { va: remote_addr, rkey, dma_len: u32::try_from(f.wqe.len).unwrap_or(u32::MAX) });
+                    ext.reth = Some(RethRepr {
+                        va: remote_addr,
+                        rkey,
+                        dma_len: u32::try_from(f.wqe.len).unwrap_or(u32::MAX),
+                    });
                 }
                 _ => {}
             }
@@ -314,7 +317,11 @@ fn retire(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
     loop {
         let Some(qp) = e.qp_mut(qpn) else { return };
         let Some(f) = qp.sq.front() else { break };
-        let done = if f.is_read() { f.read_got == f.npkts } else { qp.una.distance(f.last_psn()) < 0 };
+        let done = if f.is_read() {
+            f.read_got == f.npkts
+        } else {
+            qp.una.distance(f.last_psn()) < 0
+        };
         if !done {
             break;
         }

@@ -254,12 +254,7 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
                         imm_data: repr.ext.imm_data.unwrap_or(0),
                         src_qp: qp.attr.dest_qpn,
                         wc_flags: WcFlags { with_imm: true, ..WcFlags::default() },
-                        ..WorkCompletion::new(
-                            rwqe.wr_id,
-                            WcStatus::Success,
-                            WcOpcode::RecvRdmaWithImm,
-                            qp.qpn().value(),
-                        )
+                        ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, qp.qpn().value())
                     })
                 } else {
                     None
@@ -277,8 +272,13 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
                 e_check(qp, reth.rkey, reth.va, len, AccessFlags::REMOTE_READ)
                     .map_err(|a| Refusal::RemoteAccess(Some(a)))?;
             }
-            let res =
-                ReadResource { psn: repr.bth.psn, npkts: packets_for(len, mtu), va: reth.va, rkey: reth.rkey, len };
+            let res = ReadResource {
+                psn: repr.bth.psn,
+                npkts: packets_for(len, mtu),
+                va: reth.va,
+                rkey: reth.rkey,
+                len,
+            };
             Ok(Done { wc: None, read: Some(res) })
         }
         _ => Err(Refusal::InvalidRequest),
