@@ -15,13 +15,13 @@
 //! Where rnic differs: the GID is always sent (a RoCE device needs one; rnic devices
 //! have one, index 0), and a peer that sends an all-zero GID (rc_pingpong without `-g`)
 //! is reached at the address its TCP connection came from. `-c` checks every received
-//! message in full on both sides, and bad data exits 1. `-e` waits with
-//! `CompletionQueue::wait`, which yields the CPU between polls, until completion
-//! channels exist in the verbs API. `--ud` (ibv_ud_pingpong) is parsed, but UD QPs are
-//! not in this build yet, so it fails with a clear message.
+//! message in full on both sides, and bad data exits 1. `-e` sleeps on a completion
+//! channel exactly as rc_pingpong does (arm, sleep, ack, poll). `--ud` (ibv_ud_pingpong)
+//! is parsed, but UD QPs are not in this build yet, so it fails with a clear message.
 
 use rnic_verbs::{
-    AccessFlags, CompletionQueue, Context, Endpoint, Gid, PathMtu, QueuePair, RecvWr, SendWr, WcStatus, WorkCompletion,
+    AccessFlags, CompChannel, CompletionQueue, Context, Endpoint, Gid, PathMtu, QueuePair, RecvWr, SendWr, WcStatus,
+    WorkCompletion,
 };
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -58,7 +58,7 @@ pub struct Args {
     /// Service level (0..=15; on RoCE it selects a priority, which rnic does not model).
     #[arg(short = 'l', long = "sl", default_value = "0", value_parser = c_number::<u8>)]
     pub sl: u8,
-    /// Sleep on CQ events instead of busy polling (see the module notes).
+    /// Sleep on CQ events (a completion channel) instead of busy polling.
     #[arg(short = 'e', long = "events")]
     pub events: bool,
     /// Local port GID index (rnic devices have GID 0, the RoCE v2 IPv4-mapped address).
@@ -122,7 +122,7 @@ pub const MSG_LEN: usize = 52;
 
 impl Dest {
     /// The 52-byte message: `"%04x:%06x:%06x:%s"` plus a NUL.
-    pub fn to_wire(&self) -> [u8; MSG_LEN] {
+    pub fn to_wire(self) -> [u8; MSG_LEN] {
         let text = format!("{:04x}:{:06x}:{:06x}:{}", self.lid, self.qpn, self.psn, self.gid.to_wire_hex());
         let mut m = [0u8; MSG_LEN];
         let n = text.len().min(MSG_LEN - 1);
@@ -144,7 +144,7 @@ impl Dest {
     }
 
     /// The line rc_pingpong prints (`who` is "local address: " or "remote address:").
-    pub fn line(&self, who: &str) -> String {
+    pub fn line(self, who: &str) -> String {
         format!("  {who} LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}", self.lid, self.qpn, self.psn, self.gid)
     }
 }
@@ -247,7 +247,12 @@ fn run_inner(a: &Args) -> Result<(), String> {
 
 fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), String> {
     let pd = ctx.alloc_pd();
-    let cq = ctx.create_cq(a.rx_depth as usize + 1).map_err(|e| e.to_string())?;
+    let channel = a.events.then(|| ctx.create_comp_channel());
+    let cq = match &channel {
+        Some(ch) => ctx.create_cq_with_channel(a.rx_depth as usize + 1, ch),
+        None => ctx.create_cq(a.rx_depth as usize + 1),
+    }
+    .map_err(|e| e.to_string())?;
     let mr = pd.allocate_mr(size.max(1), AccessFlags::LOCAL_WRITE).map_err(|e| e.to_string())?;
     mr.write(0, &vec![FILL; size]).map_err(|e| e.to_string())?;
     let cap = rnic_verbs::QpCap {
@@ -274,6 +279,9 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
     let sge = mr.sge(0, u32::try_from(size).map_err(|_| "-s: too large")?);
     for _ in 0..a.rx_depth {
         prepared.qp().post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: vec![sge] }).map_err(|e| e.to_string())?;
+    }
+    if a.events {
+        cq.req_notify(false).map_err(|e| format!("Couldn't request CQ notification: {e}"))?;
     }
     let ep = prepared.endpoint();
     let mine = Dest { lid: 0, qpn: ep.qpn, psn: ep.psn, gid: ep.gid };
@@ -327,8 +335,9 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
     let start = Instant::now();
     let (mut scnt, mut rcnt) = (0u32, 0u32);
     let mut got = Vec::with_capacity(2);
+    let mut num_cq_events = 0;
     while rcnt < a.iters || scnt < a.iters {
-        next_completions(&cq, a.events, &mut got)?;
+        next_completions(&cq, channel.as_ref(), &mut num_cq_events, &mut got)?;
         for wc in got.drain(..) {
             if wc.status != WcStatus::Success {
                 return Err(format!("Failed status {} for wr_id {}", wc.status, wc.wr_id));
@@ -352,6 +361,7 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
         }
     }
     let usec = start.elapsed().as_secs_f64() * 1e6;
+    cq.ack_events(num_cq_events).map_err(|e| e.to_string())?;
     let bytes = 2 * u64::try_from(size).unwrap_or(u64::MAX) * u64::from(a.iters);
     for line in result_lines(bytes, a.iters, usec) {
         println!("{line}");
@@ -370,20 +380,28 @@ pub fn result_lines(bytes: u64, iters: u32, usec: f64) -> [String; 2] {
     ]
 }
 
-/// Up to two completions (rc_pingpong polls two at a time): busy polling, or with
-/// `events` the blocking wait.
-fn next_completions(cq: &CompletionQueue, events: bool, out: &mut Vec<WorkCompletion>) -> Result<(), String> {
-    if events {
-        // Until completion channels land (ibv_req_notify_cq + ibv_get_cq_event), the
-        // verbs API's wait is the sleep: it yields the CPU between polls.
-        out.extend(cq.wait(1, IDLE).map_err(|e| format!("Failed to get cq_event: {e}"))?);
-        out.extend(cq.poll_one());
+/// Up to two completions (rc_pingpong polls two at a time): busy polling, or with a
+/// channel rc_pingpong's event loop: sleep for the CQ's event, re-arm, then poll once
+/// (which may find nothing: the completion that raised the event may have been taken
+/// by the previous poll).
+fn next_completions(
+    cq: &CompletionQueue,
+    channel: Option<&CompChannel>,
+    num_cq_events: &mut u32,
+    out: &mut Vec<WorkCompletion>,
+) -> Result<(), String> {
+    let blank = WorkCompletion::new(0, WcStatus::Success, rnic_verbs::WcOpcode::Send, 0);
+    let mut wc = [blank; 2];
+    if let Some(ch) = channel {
+        ch.get_cq_event(IDLE).map_err(|e| format!("Failed to get cq_event: {e}"))?;
+        *num_cq_events += 1;
+        cq.req_notify(false).map_err(|e| format!("Couldn't request CQ notification: {e}"))?;
+        let n = cq.poll(&mut wc);
+        out.extend(wc.into_iter().take(n));
         return Ok(());
     }
     let since = Instant::now();
     loop {
-        let blank = WorkCompletion::new(0, WcStatus::Success, rnic_verbs::WcOpcode::Send, 0);
-        let mut wc = [blank; 2];
         let n = cq.poll(&mut wc);
         if n > 0 {
             out.extend(wc.into_iter().take(n));
