@@ -44,10 +44,16 @@ fn send_and_send_with_imm_every_size_every_mtu() {
             p.post_send(A, signaled(1, op, vec![p.sge(A, 0, len as u32)])).unwrap();
             p.run();
             let s = Pair::wcs(&p.nodes[A].scq);
-            assert_eq!((s.len(), s[0].status, s[0].opcode, s[0].byte_len), (1, WcStatus::Success, WcOpcode::Send, len as u32));
+            assert_eq!(
+                (s.len(), s[0].status, s[0].opcode, s[0].byte_len),
+                (1, WcStatus::Success, WcOpcode::Send, len as u32)
+            );
             let r = Pair::wcs(&p.nodes[B].rcq);
             assert_eq!(r.len(), 1, "mtu {mtu} len {len}");
-            assert_eq!((r[0].wr_id, r[0].status, r[0].opcode, r[0].byte_len), (9, WcStatus::Success, WcOpcode::Recv, len as u32));
+            assert_eq!(
+                (r[0].wr_id, r[0].status, r[0].opcode, r[0].byte_len),
+                (9, WcStatus::Success, WcOpcode::Recv, len as u32)
+            );
             assert_eq!(r[0].wc_flags.with_imm, imm);
             if imm {
                 assert_eq!(r[0].imm_data, 0x1234_5678);
@@ -85,7 +91,10 @@ fn write_and_write_with_imm_every_size_every_mtu() {
             assert_eq!(p.read(B, 150_000, len), data2);
             let r = Pair::wcs(&p.nodes[B].rcq);
             assert_eq!(r.len(), 1);
-            assert_eq!((r[0].wr_id, r[0].opcode, r[0].byte_len, r[0].imm_data), (3, WcOpcode::RecvRdmaWithImm, len as u32, 0xabcd));
+            assert_eq!(
+                (r[0].wr_id, r[0].opcode, r[0].byte_len, r[0].imm_data),
+                (3, WcOpcode::RecvRdmaWithImm, len as u32, 0xabcd)
+            );
             assert!(r[0].wc_flags.with_imm);
             assert_eq!(only_uc_requests(&p), 2 * len.div_ceil(mtu).max(1));
         }
@@ -153,7 +162,10 @@ fn lost_middle_packet_loses_that_send_and_the_receive_wqe_is_reused() {
         p.run();
         // The requester knows nothing: both complete as soon as they were sent.
         let s = Pair::wcs(&p.nodes[A].scq);
-        assert_eq!(s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), [(11, WcStatus::Success), (12, WcStatus::Success)]);
+        assert_eq!(
+            s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+            [(11, WcStatus::Success), (12, WcStatus::Success)]
+        );
         // The responder: message 1 vanished, message 2 landed in the first receive WQE.
         let r = Pair::wcs(&p.nodes[B].rcq);
         assert_eq!(r.len(), 1, "mtu {mtu}: {r:?}");
