@@ -107,7 +107,7 @@ fn read_is_refused_on_uc() {
     let read = SendOp::RdmaRead { remote_addr: p.nodes[B].iova, rkey: p.nodes[B].keys.rkey };
     let err = p.post_send(A, signaled(1, read, vec![p.sge(A, 0, 8)])).unwrap_err();
     assert_eq!(err, PostError::NotSupported { op: "RDMA_READ", qp_type: QpType::Uc });
-    assert!(err.to_string().contains("RDMA_READ is not supported on a Uc QP"), "{err}");
+    assert!(err.to_string().contains("RDMA_READ is not supported on a UC QP"), "{err}");
     assert_eq!(p.nodes[A].qp.sq_outstanding.load(Ordering::Relaxed), 0);
 }
 

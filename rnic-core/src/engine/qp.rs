@@ -197,7 +197,7 @@ pub enum PostError {
         state: QpState,
     },
     /// The QP's transport does not support the operation.
-    #[error("{op} is not supported on a {qp_type:?} QP")]
+    #[error("{op} is not supported on a {qp_type} QP")]
     NotSupported {
         /// The operation.
         op: &'static str,
