@@ -125,15 +125,9 @@ impl Drop for Capture {
 /// Wraps BTH..ICRC in Ethernet / IP / UDP headers.
 pub fn frame_for(src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, roce: &[u8]) -> Vec<u8> {
     let ip = match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => IpRepr::V4(Ipv4Repr {
-            src: s,
-            dst: d,
-            tos: 0,
-            ident: 0,
-            df: true,
-            ttl: 64,
-            protocol: ipv4::PROTO_UDP,
-        }),
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            IpRepr::V4(Ipv4Repr { src: s, dst: d, tos: 0, ident: 0, df: true, ttl: 64, protocol: ipv4::PROTO_UDP })
+        }
         (s, d) => {
             let to6 = |a: IpAddr| match a {
                 IpAddr::V4(a) => a.to_ipv6_mapped(),

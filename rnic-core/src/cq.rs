@@ -18,6 +18,8 @@ pub struct Cq {
     /// Completions pushed since the last notification request was armed (for events).
     armed: AtomicU32,
     notify: parking_lot::Mutex<Option<crossbeam_channel::Sender<u32>>>,
+    /// Events handed to the application (`ibv_get_cq_event`) and not yet acknowledged.
+    events_unacked: AtomicU32,
 }
 
 /// The CQ was full: the completion could not be queued.
@@ -41,6 +43,7 @@ impl Cq {
             overflowed: AtomicBool::new(false),
             armed: AtomicU32::new(ARM_NONE),
             notify: parking_lot::Mutex::new(None),
+            events_unacked: AtomicU32::new(0),
         }
     }
 
@@ -79,8 +82,7 @@ impl Cq {
             return Err(CqOverflow { cq: self.id });
         }
         let arm = self.armed.load(Ordering::Acquire);
-        if arm == ARM_NEXT || (arm == ARM_SOLICITED && (solicited || wc.status != crate::wr::WcStatus::Success))
-        {
+        if arm == ARM_NEXT || (arm == ARM_SOLICITED && (solicited || wc.status != crate::wr::WcStatus::Success)) {
             // IBA 11.4.2.2: the notification fires once per request.
             if self.armed.compare_exchange(arm, ARM_NONE, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 if let Some(tx) = self.notify.lock().as_ref() {
@@ -120,5 +122,26 @@ impl Cq {
     /// Attaches the channel notifications go to.
     pub fn set_channel(&self, tx: Option<crossbeam_channel::Sender<u32>>) {
         *self.notify.lock() = tx;
+    }
+
+    /// True when a completion channel is attached.
+    pub fn has_channel(&self) -> bool {
+        self.notify.lock().is_some()
+    }
+
+    /// Counts an event handed to the application (`ibv_get_cq_event`).
+    pub fn note_event_delivered(&self) {
+        self.events_unacked.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Acknowledges `n` events (`ibv_ack_cq_events`); fails, acknowledging none, with the
+    /// number outstanding if `n` is more than that.
+    pub fn ack_events(&self, n: u32) -> Result<(), u32> {
+        self.events_unacked.fetch_update(Ordering::AcqRel, Ordering::Acquire, |have| have.checked_sub(n)).map(|_| ())
+    }
+
+    /// Events delivered and not yet acknowledged.
+    pub fn unacked_events(&self) -> u32 {
+        self.events_unacked.load(Ordering::Acquire)
     }
 }

@@ -15,10 +15,12 @@ use crate::capture::Capture;
 use crate::counters::Counters;
 use crate::cq::Cq;
 use crate::engine::qp::{self, PostError, QpAttr, QpCap, QpShared, RecvWqe, SendWqe};
-use crate::engine::{AsyncEvent, Engine, EngineConfig, EngineError, TxPacket};
+use crate::engine::{AsyncEvent, Engine, EngineConfig, EngineError, Time, TxPacket};
+use crate::faults::{FaultHandle, Faults, Wire};
 use crate::mem::{MemBlock, MemError};
 use crate::mr::{AccessFlags, MrError, MrKeys, Mtpt, PdId};
 use crate::qp_state::QpType;
+use crate::srq::Srq;
 use crate::wr::{RecvWr, SendWr};
 use crossbeam_channel::{Receiver, Sender};
 use rnic_wire::icrc::IcrcContext;
@@ -47,6 +49,10 @@ pub struct DeviceConfig {
     pub capture: Option<PathBuf>,
     /// Memory regions the device can hold.
     pub max_mr: u32,
+    /// Fault injection on every packet this device sends (real time). When `None`, the
+    /// `RNIC_FAULTS` environment variable is read at open (`loss=0.05,seed=7`, see
+    /// [`Faults::from_spec`]).
+    pub faults: Option<FaultHandle>,
 }
 
 impl DeviceConfig {
@@ -59,6 +65,7 @@ impl DeviceConfig {
             pin_memory: true,
             capture: std::env::var_os("RNIC_PCAP").map(PathBuf::from),
             max_mr: 1 << 16,
+            faults: None,
         }
     }
 }
@@ -101,6 +108,14 @@ pub enum DeviceError {
     /// Memory could not be mapped or pinned.
     #[error(transparent)]
     Mem(#[from] MemError),
+    /// `RNIC_FAULTS` does not parse.
+    #[error("device {name}: RNIC_FAULTS: {reason}")]
+    Faults {
+        /// Device name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The progress thread has stopped.
     #[error("device {0}: the progress thread has stopped")]
     Stopped(String),
@@ -114,6 +129,7 @@ enum Cmd {
         sq_sig_all: bool,
         send_cq: Arc<Cq>,
         recv_cq: Arc<Cq>,
+        srq: Option<Arc<Srq>>,
         reply: Sender<Result<Arc<QpShared>, EngineError>>,
     },
     ModifyQp {
@@ -156,6 +172,7 @@ struct Inner {
     events: Receiver<AsyncEvent>,
     next_pd: AtomicU32,
     next_cq: AtomicU32,
+    next_srq: AtomicU32,
     stop: Arc<AtomicBool>,
     threads: parking_lot::Mutex<Vec<JoinHandle<()>>>,
 }
@@ -185,7 +202,15 @@ fn bind(config: &DeviceConfig) -> Result<UdpSocket, DeviceError> {
 
 impl Device {
     /// Opens a device: binds its UDP port and starts its progress and receive threads.
-    pub fn open(config: DeviceConfig) -> Result<Device, DeviceError> {
+    pub fn open(mut config: DeviceConfig) -> Result<Device, DeviceError> {
+        if config.faults.is_none() {
+            if let Some(spec) = std::env::var_os("RNIC_FAULTS") {
+                let spec = spec.to_string_lossy();
+                let f = Faults::from_spec(&spec)
+                    .map_err(|reason| DeviceError::Faults { name: config.name.clone(), reason })?;
+                config.faults = (!f.is_empty()).then(|| FaultHandle::new(f));
+            }
+        }
         let sock = bind(&config)?;
         let local = sock.local_addr().map_err(|source| DeviceError::Io { name: config.name.clone(), source })?;
         let capture = match &config.capture {
@@ -201,14 +226,17 @@ impl Device {
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let (ev_tx, ev_rx) = crossbeam_channel::unbounded();
         let stop = Arc::new(AtomicBool::new(false));
+        // The one port is up as soon as the socket is bound (IBV_EVENT_PORT_ACTIVE).
+        let _ = ev_tx.send(AsyncEvent::PortActive { port: 1 });
         let engine = Engine::new(EngineConfig::new(local.ip()), mtpt.clone(), counters.clone());
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
         let tx_sock = sock.try_clone().map_err(io_err)?;
         let progress = {
             let cap = capture.clone();
+            let faults = config.faults.clone();
             std::thread::Builder::new()
                 .name(format!("{}-progress", config.name))
-                .spawn(move || progress_loop(engine, cmd_rx, tx_sock, local, ev_tx, cap))
+                .spawn(move || progress_loop(engine, cmd_rx, tx_sock, local, ev_tx, cap, faults))
                 .map_err(io_err)?
         };
         let rx = {
@@ -228,10 +256,16 @@ impl Device {
                 events: ev_rx,
                 next_pd: AtomicU32::new(1),
                 next_cq: AtomicU32::new(1),
+                next_srq: AtomicU32::new(1),
                 stop,
                 threads: parking_lot::Mutex::new(vec![progress, rx]),
             }),
         })
+    }
+
+    /// The fault-injection chain applied to this device's packets, if any.
+    pub fn faults(&self) -> Option<&FaultHandle> {
+        self.inner.config.faults.as_ref()
     }
 
     /// The device's name.
@@ -307,7 +341,33 @@ impl Device {
         send_cq: Arc<Cq>,
         recv_cq: Arc<Cq>,
     ) -> Result<Result<Arc<QpShared>, EngineError>, DeviceError> {
-        self.call(|reply| Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, reply })
+        self.create_qp_with_srq(qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, None)
+    }
+
+    /// Creates a QP in the RESET state that takes its receive WQEs from `srq`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_qp_with_srq(
+        &self,
+        qp_type: QpType,
+        pd: PdId,
+        cap: QpCap,
+        sq_sig_all: bool,
+        send_cq: Arc<Cq>,
+        recv_cq: Arc<Cq>,
+        srq: Option<Arc<Srq>>,
+    ) -> Result<Result<Arc<QpShared>, EngineError>, DeviceError> {
+        self.call(|reply| Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq, reply })
+    }
+
+    /// Creates a shared receive queue of `max_wr` WQEs of up to `max_sge` SGEs in `pd`.
+    pub fn create_srq(&self, pd: PdId, max_wr: u32, max_sge: u32) -> Arc<Srq> {
+        Arc::new(Srq::new(self.inner.next_srq.fetch_add(1, Ordering::Relaxed), pd, max_wr, max_sge))
+    }
+
+    /// Posts a receive WQE to a shared receive queue (validated on the calling thread,
+    /// queued lock-free; no command to the progress thread).
+    pub fn post_srq_recv(&self, srq: &Srq, wr: &RecvWr) -> Result<(), PostError> {
+        srq.post_recv(&self.inner.mtpt, wr)
     }
 
     /// Modifies a QP (checked against IBA's table by the engine).
@@ -366,6 +426,103 @@ fn to_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// Packets the fault chain delays, in send order.
+struct Delayed {
+    at: Time,
+    seq: u64,
+    pkt: Wire,
+}
+impl PartialEq for Delayed {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Delayed {}
+impl PartialOrd for Delayed {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Delayed {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (o.at, o.seq).cmp(&(self.at, self.seq)) // min-heap
+    }
+}
+
+/// The transmit side of the progress thread: ICRC, fault injection, capture, send.
+struct Tx {
+    sock: UdpSocket,
+    local: SocketAddr,
+    capture: Option<Arc<Capture>>,
+    faults: Option<FaultHandle>,
+    delayed: std::collections::BinaryHeap<Delayed>,
+    seq: u64,
+}
+
+impl Tx {
+    /// When a delayed or held packet is next due.
+    fn next_due(&self) -> Option<Time> {
+        let held = self.faults.as_ref().and_then(|f| f.lock().next_release());
+        [self.delayed.peek().map(|d| d.at), held].into_iter().flatten().min()
+    }
+
+    /// Sends what the fault chain delayed or held and is due at `now`.
+    fn release(&mut self, now: Time, counters: &Counters) {
+        let mut due = Vec::new();
+        while self.delayed.peek().is_some_and(|d| d.at <= now) {
+            due.push(self.delayed.pop().expect("peeked").pkt);
+        }
+        if let Some(f) = &self.faults {
+            f.lock().release_due(now, |w| due.push(w));
+        }
+        for w in due {
+            self.put(&w.data, w.dst, counters);
+        }
+    }
+
+    fn put(&self, data: &[u8], dst: IpAddr, counters: &Counters) {
+        if let Some(c) = &self.capture {
+            c.record(self.local.ip(), dst, self.local.port(), ROCEV2_UDP_PORT, data);
+        }
+        if self.sock.send_to(data, SocketAddr::new(dst, ROCEV2_UDP_PORT)).is_err() {
+            counters.send_err.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Sends a batch, filling each ICRC for the headers the kernel will write (unconnected
+    /// socket, `IP_PMTUDISC_DO`: IPv4 ID 0, DF; the source port is the bound port), then
+    /// passing it through the fault chain if there is one (after the ICRC, so that a
+    /// corrupted packet fails its check at the receiver).
+    fn send_batch(&mut self, now: Time, batch: &mut Vec<TxPacket>, counters: &Counters, engine: &mut Engine) {
+        for mut p in batch.drain(..) {
+            let ctx = IcrcContext::new(self.local.ip(), p.dst, self.local.port(), ROCEV2_UDP_PORT);
+            if ctx.fill(&mut p.data).is_err() {
+                counters.send_err.fetch_add(1, Ordering::Relaxed);
+                engine.recycle(p.data);
+                continue;
+            }
+            let Some(faults) = self.faults.clone() else {
+                self.put(&p.data, p.dst, counters);
+                engine.recycle(p.data);
+                continue;
+            };
+            let w = Wire { src: self.local.ip(), dst: p.dst, src_port: self.local.port(), data: p.data };
+            let mut later = Vec::new();
+            faults.lock().apply(now, w, |extra, w| {
+                if extra == 0 {
+                    self.put(&w.data, w.dst, counters);
+                } else {
+                    later.push((now.saturating_add(extra), w));
+                }
+            });
+            for (at, pkt) in later {
+                self.seq += 1;
+                self.delayed.push(Delayed { at, seq: self.seq, pkt });
+            }
+        }
+    }
+}
+
 fn progress_loop(
     mut engine: Engine,
     cmds: Receiver<Cmd>,
@@ -373,12 +530,15 @@ fn progress_loop(
     local: SocketAddr,
     events: Sender<AsyncEvent>,
     capture: Option<Arc<Capture>>,
+    faults: Option<FaultHandle>,
 ) {
     let start = Instant::now();
     let now = || to_ns(start.elapsed());
     let mut batch: Vec<TxPacket> = Vec::with_capacity(256);
+    let mut tx = Tx { sock, local, capture, faults, delayed: std::collections::BinaryHeap::new(), seq: 0 };
     loop {
-        let wait = engine.poll_timeout().map(|t| Duration::from_nanos(t.saturating_sub(now())));
+        let deadline = [engine.poll_timeout(), tx.next_due()].into_iter().flatten().min();
+        let wait = deadline.map(|t| Duration::from_nanos(t.saturating_sub(now())));
         let first = match wait {
             Some(d) => match cmds.recv_timeout(d) {
                 Ok(c) => Some(c),
@@ -405,15 +565,14 @@ fn progress_loop(
             engine.handle_timeout(t);
         }
         engine.drain_transmits(&mut batch);
-        send_batch(&sock, local, &mut batch, engine.counters(), capture.as_deref());
-        for p in batch.drain(..) {
-            engine.recycle(p.data);
-        }
+        let counters = engine.counters().clone();
+        tx.send_batch(t, &mut batch, &counters, &mut engine);
+        tx.release(t, &counters);
         while let Some(ev) = engine.poll_event() {
             let _ = events.send(ev);
         }
         if shutdown {
-            if let Some(c) = &capture {
+            if let Some(c) = &tx.capture {
                 c.flush();
             }
             return;
@@ -423,8 +582,8 @@ fn progress_loop(
 
 fn handle(engine: &mut Engine, now: u64, cmd: Cmd) -> bool {
     match cmd {
-        Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, reply } => {
-            let _ = reply.send(engine.create_qp(qp_type, pd, cap, sq_sig_all, send_cq, recv_cq));
+        Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq, reply } => {
+            let _ = reply.send(engine.create_qp_with_srq(qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq));
         }
         Cmd::ModifyQp { qpn, attr, reply } => {
             let _ = reply.send(engine.modify_qp(now, qpn, &attr));
@@ -445,24 +604,6 @@ fn handle(engine: &mut Engine, now: u64, cmd: Cmd) -> bool {
         Cmd::Shutdown => return true,
     }
     false
-}
-
-/// Sends a batch, filling each ICRC for the headers the kernel will write (unconnected
-/// socket, `IP_PMTUDISC_DO`: IPv4 ID 0, DF; the source port is the bound port).
-fn send_batch(sock: &UdpSocket, local: SocketAddr, batch: &mut [TxPacket], counters: &Counters, capture: Option<&Capture>) {
-    for p in batch.iter_mut() {
-        let ctx = IcrcContext::new(local.ip(), p.dst, local.port(), ROCEV2_UDP_PORT);
-        if ctx.fill(&mut p.data).is_err() {
-            counters.send_err.fetch_add(1, Ordering::Relaxed);
-            continue;
-        }
-        if let Some(c) = capture {
-            c.record(local.ip(), p.dst, local.port(), ROCEV2_UDP_PORT, &p.data);
-        }
-        if sock.send_to(&p.data, SocketAddr::new(p.dst, ROCEV2_UDP_PORT)).is_err() {
-            counters.send_err.fetch_add(1, Ordering::Relaxed);
-        }
-    }
 }
 
 fn rx_loop(

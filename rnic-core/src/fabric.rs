@@ -6,60 +6,26 @@
 //! or a timer), so a run is exactly reproducible (quinn-proto's test harness and
 //! turmoil are the models).
 //!
-//! [`Rule`]s see every packet in flight and may pass, drop, delay, duplicate or corrupt
-//! it: the seam where fault injection plugs in.
+//! A [`Faults`] chain sees every packet put on the wire and may pass, drop, delay,
+//! duplicate, reorder or corrupt it ([`crate::faults`]); its randomness comes from the
+//! fabric's seed, so a failing run is replayed exactly by its seed.
+//!
+//! ```
+//! use rnic_core::fabric::Fabric;
+//! use rnic_core::faults::Fault;
+//!
+//! let mut fab = Fabric::new(2_000).with_seed(7); // 2 us per hop, seed 7
+//! fab.add_rule(Fault::drop().probability(0.05).requests());
+//! // fab.add(engine_a); fab.add(engine_b); ... fab.run_until(deadline);
+//! ```
 
 use crate::engine::{Engine, Time, TxPacket};
+use crate::faults::Faults;
 use rnic_wire::icrc::IcrcContext;
 use std::collections::BinaryHeap;
-use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 
-/// A packet on the fabric.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Wire {
-    /// Sender's address.
-    pub src: IpAddr,
-    /// Receiver's address.
-    pub dst: IpAddr,
-    /// UDP source port.
-    pub src_port: u16,
-    /// BTH..ICRC, ICRC filled in.
-    pub data: Vec<u8>,
-}
-
-/// What a rule decides for a packet.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// Let the next rule decide (deliver after the fabric latency if none does).
-    Pass,
-    /// Lose the packet.
-    Drop,
-    /// Deliver after this much extra time.
-    Delay(Time),
-    /// Deliver it and a copy `after` later.
-    Duplicate {
-        /// Extra delay of the copy.
-        after: Time,
-    },
-    /// Flip one bit (the ICRC will fail at the receiver).
-    Corrupt {
-        /// Bit index into the packet (modulo its length).
-        bit: usize,
-    },
-}
-
-/// A fault-injection rule: the first rule returning anything but `Pass` decides.
-pub trait Rule: Send {
-    /// Decides the fate of `pkt` at time `now`.
-    fn judge(&mut self, now: Time, pkt: &Wire) -> Verdict;
-}
-
-impl<F: FnMut(Time, &Wire) -> Verdict + Send> Rule for F {
-    fn judge(&mut self, now: Time, pkt: &Wire) -> Verdict {
-        self(now, pkt)
-    }
-}
+pub use crate::faults::{Rule, Verdict, Wire};
 
 #[derive(Debug, PartialEq, Eq)]
 struct InFlight {
@@ -98,7 +64,7 @@ pub struct Fabric {
     seq: u64,
     now: Time,
     latency: Time,
-    rules: Vec<Box<dyn Rule>>,
+    faults: Faults,
     /// Every packet sent, in order, with its verdict (when tracing is on).
     pub trace: Option<Vec<Trace>>,
     scratch: Vec<TxPacket>,
@@ -119,7 +85,7 @@ impl Fabric {
             seq: 0,
             now: 0,
             latency,
-            rules: Vec::new(),
+            faults: Faults::new(0),
             trace: None,
             scratch: Vec::new(),
         }
@@ -141,9 +107,36 @@ impl Fabric {
         self.now
     }
 
-    /// Appends a rule to the chain.
+    /// The same fabric with fault randomness seeded by `seed` (call before adding rules).
+    #[must_use]
+    pub fn with_seed(mut self, seed: u64) -> Fabric {
+        self.faults = Faults::new(seed);
+        self
+    }
+
+    /// Appends a rule to the fault chain.
     pub fn add_rule(&mut self, r: impl Rule + 'static) {
-        self.rules.push(Box::new(r));
+        self.faults.add(r);
+    }
+
+    /// Replaces the fault chain.
+    pub fn set_faults(&mut self, faults: Faults) {
+        self.faults = faults;
+    }
+
+    /// The fault chain (its statistics and log).
+    pub fn faults(&mut self) -> &mut Faults {
+        &mut self.faults
+    }
+
+    /// Puts a hand-made packet (BTH..ICRC, the ICRC bytes filled here) on the wire as if
+    /// `pkt.src` had sent it, past the fault rules: how tests play a hostile or buggy peer.
+    pub fn inject(&mut self, mut pkt: Wire) {
+        let ctx = IcrcContext::new(pkt.src, pkt.dst, pkt.src_port, rnic_wire::ROCEV2_UDP_PORT);
+        if ctx.fill(&mut pkt.data).is_ok() {
+            let at = self.now + self.latency;
+            self.put(at, pkt);
+        }
     }
 
     /// Packets on the wire.
@@ -155,7 +148,11 @@ impl Fabric {
     fn collect(&mut self) {
         for i in 0..self.engines.len() {
             let src = self.engines[i].config().local_ip;
-            self.engines[i].drain_transmits(&mut self.scratch);
+            // Paced output (READ responses) comes a burst per drain: on virtual time all
+            // of it leaves now.
+            while self.engines[i].has_pending_transmit() {
+                self.engines[i].drain_transmits(&mut self.scratch);
+            }
             let batch: Vec<TxPacket> = self.scratch.drain(..).collect();
             for tx in batch {
                 let mut data = tx.data;
@@ -164,35 +161,15 @@ impl Fabric {
                     continue;
                 }
                 let pkt = Wire { src, dst: tx.dst, src_port: tx.src_port, data };
-                let mut verdict = Verdict::Pass;
-                for r in &mut self.rules {
-                    let v = r.judge(self.now, &pkt);
-                    if v != Verdict::Pass {
-                        verdict = v;
-                        break;
-                    }
-                }
-                if let Some(t) = &mut self.trace {
-                    t.push(Trace { at: self.now, pkt: pkt.clone(), verdict: verdict.clone() });
-                }
                 let at = self.now + self.latency;
-                match verdict {
-                    Verdict::Pass => self.put(at, pkt),
-                    Verdict::Drop => {}
-                    Verdict::Delay(d) => self.put(at + d, pkt),
-                    Verdict::Duplicate { after } => {
-                        self.put(at, pkt.clone());
-                        self.put(at + after, pkt);
-                    }
-                    Verdict::Corrupt { bit } => {
-                        let mut pkt = pkt;
-                        let n = pkt.data.len() * 8;
-                        if n > 0 {
-                            let b = bit % n;
-                            pkt.data[b / 8] ^= 1 << (b % 8);
-                        }
-                        self.put(at, pkt);
-                    }
+                let traced = self.trace.is_some().then(|| pkt.clone());
+                let (wire, seq) = (&mut self.wire, &mut self.seq);
+                let verdict = self.faults.apply(self.now, pkt, |extra, p| {
+                    *seq += 1;
+                    wire.push(InFlight { at: at + extra, seq: *seq, pkt: p });
+                });
+                if let (Some(t), Some(pkt)) = (&mut self.trace, traced) {
+                    t.push(Trace { at: self.now, pkt, verdict });
                 }
             }
         }
@@ -208,10 +185,8 @@ impl Fabric {
         self.collect();
         let wire = self.wire.peek().map(|f| f.at);
         let timers = self.engines.iter().filter_map(Engine::poll_timeout).min();
-        match (wire, timers) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let held = self.faults.next_release();
+        [wire, timers, held].into_iter().flatten().min()
     }
 
     /// Advances to the next event and handles everything due then. Returns false when
@@ -219,6 +194,12 @@ impl Fabric {
     pub fn step(&mut self) -> bool {
         let Some(t) = self.next_event() else { return false };
         self.now = self.now.max(t);
+        let (now, latency) = (self.now, self.latency);
+        let mut released = Vec::new();
+        self.faults.release_due(now, |p| released.push(p));
+        for p in released {
+            self.put(now + latency, p);
+        }
         while self.wire.peek().is_some_and(|f| f.at <= self.now) {
             let f = self.wire.pop().expect("peeked");
             self.deliver(f.pkt);

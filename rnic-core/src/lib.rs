@@ -7,8 +7,10 @@
 //! - [`qp_state`]: the QP state machine, the modify-QP attribute table and value checks.
 //! - [`wr`], [`cq`], [`counters`]: work requests and completions, completion queues,
 //!   rxe-named counters.
+//! - [`srq`]: shared receive queues.
 //! - [`engine`]: the sans-IO protocol engine (requester/completer and responder).
 //! - [`fabric`]: engines on virtual time with fault-injection rules, for tests.
+//! - [`faults`]: the fault-injection rules themselves (also applied by the UDP transport).
 //! - [`device`]: the driver running an engine on a progress thread over UDP.
 //! - [`capture`]: pcap capture of every packet.
 #![deny(unsafe_code)]
@@ -23,10 +25,12 @@ pub mod qp_state;
 
 pub mod capture;
 pub mod counters;
-pub mod device;
 pub mod cq;
+pub mod device;
 pub mod engine;
 pub mod fabric;
+pub mod faults;
+pub mod srq;
 pub mod wr;
 
 #[allow(unsafe_code)]

@@ -129,20 +129,10 @@ impl MemBlock {
     /// `len == 0` gives a block that maps nothing; its [`addr`](Self::addr) is 0.
     pub fn new(len: usize) -> Result<MemBlock, MemError> {
         if len == 0 {
-            return Ok(MemBlock {
-                ptr: ptr::null_mut(),
-                len: 0,
-                backing: Backing::Empty,
-                pinned: Mutex::new(false),
-            });
+            return Ok(MemBlock { ptr: ptr::null_mut(), len: 0, backing: Backing::Empty, pinned: Mutex::new(false) });
         }
         let map = MmapRaw::from(MmapMut::map_anon(len).map_err(MemError::Map)?);
-        Ok(MemBlock {
-            ptr: map.as_mut_ptr(),
-            len,
-            backing: Backing::Owned(map),
-            pinned: Mutex::new(false),
-        })
+        Ok(MemBlock { ptr: map.as_mut_ptr(), len, backing: Backing::Owned(map), pinned: Mutex::new(false) })
     }
 
     /// Describes `len` bytes of caller memory at `ptr`, which the NIC will read and write.
@@ -165,12 +155,7 @@ impl MemBlock {
     ///
     /// If `len == 0`, `ptr` is only reported by [`addr`](Self::addr) and never dereferenced.
     pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> MemBlock {
-        MemBlock {
-            ptr,
-            len,
-            backing: Backing::Foreign,
-            pinned: Mutex::new(false),
-        }
+        MemBlock { ptr, len, backing: Backing::Foreign, pinned: Mutex::new(false) }
     }
 
     /// Virtual address of the first byte (what the application would use as a pointer).
@@ -198,11 +183,7 @@ impl MemBlock {
         match offset.checked_add(len) {
             // wrapping_add cannot wrap here: offset <= self.len, inside (or one past) the range.
             Some(end) if end <= self.len => Ok(self.ptr.wrapping_add(offset)),
-            _ => Err(MemError::OutOfBounds {
-                offset,
-                len,
-                block_len: self.len,
-            }),
+            _ => Err(MemError::OutOfBounds { offset, len, block_len: self.len }),
         }
     }
 
@@ -238,13 +219,7 @@ impl MemBlock {
     ///
     /// `dst` may be `self` (or another block over the same memory) and the ranges may overlap:
     /// the copy behaves like `memmove`. Nothing is copied unless both ranges are in bounds.
-    pub fn copy_to(
-        &self,
-        offset: usize,
-        dst: &MemBlock,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<(), MemError> {
+    pub fn copy_to(&self, offset: usize, dst: &MemBlock, dst_offset: usize, len: usize) -> Result<(), MemError> {
         let from = self.span(offset, len)?;
         let to = dst.span(dst_offset, len)?;
         if len == 0 {
@@ -290,18 +265,11 @@ impl MemBlock {
     ///
     /// Returns the original value. Values are in host byte order (the caller converts from and
     /// to the wire's big-endian). `offset` must be 8-byte aligned in absolute address terms.
-    pub fn atomic_compare_swap(
-        &self,
-        offset: usize,
-        compare: u64,
-        swap: u64,
-    ) -> Result<u64, MemError> {
+    pub fn atomic_compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemError> {
         let a = self.atomic_at(offset)?;
-        Ok(
-            match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(v) | Err(v) => v,
-            },
-        )
+        Ok(match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(v) | Err(v) => v,
+        })
     }
 
     /// RDMA FETCH & ADD on the 8 bytes at `offset` (wrapping). Returns the original value.
@@ -408,18 +376,12 @@ impl fmt::Debug for MemBlock {
 fn page_size() -> usize {
     // SAFETY: sysconf reads a configuration value and has no memory-safety preconditions.
     let raw = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(raw)
-        .ok()
-        .filter(|p| p.is_power_of_two())
-        .unwrap_or(4096)
+    usize::try_from(raw).ok().filter(|p| p.is_power_of_two()).unwrap_or(4096)
 }
 
 /// The soft RLIMIT_MEMLOCK in bytes, or `None` when it is unlimited or cannot be read.
 pub fn memlock_limit() -> Option<u64> {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit only writes the struct it is given, a valid exclusive borrow.
     let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) };
     if rc != 0 || rl.rlim_cur == libc::RLIM_INFINITY {
@@ -433,10 +395,7 @@ pub fn memlock_limit() -> Option<u64> {
 /// finite limit, ENOMEM means something else (an unmapped range), so it stays an I/O error.
 fn pin_error(err: io::Error, requested: usize, limit_bytes: Option<u64>) -> MemError {
     match (err.raw_os_error(), limit_bytes) {
-        (Some(libc::ENOMEM | libc::EPERM), Some(limit_bytes)) => MemError::MemlockLimit {
-            requested,
-            limit_bytes,
-        },
+        (Some(libc::ENOMEM | libc::EPERM), Some(limit_bytes)) => MemError::MemlockLimit { requested, limit_bytes },
         _ => MemError::Pin(err),
     }
 }
@@ -494,14 +453,8 @@ mod tests {
     fn out_of_bounds_accesses_are_refused_and_touch_nothing() {
         let b = block(64);
         b.fill(0, 64, GUARD).unwrap();
-        let cases: &[(usize, usize)] = &[
-            (60, 5),
-            (64, 1),
-            (65, 0),
-            (usize::MAX, 1),
-            (1, usize::MAX),
-            (usize::MAX, usize::MAX),
-        ];
+        let cases: &[(usize, usize)] =
+            &[(60, 5), (64, 1), (65, 0), (usize::MAX, 1), (1, usize::MAX), (usize::MAX, usize::MAX)];
         for &(offset, len) in cases {
             let expected = |e: MemError| {
                 assert!(
@@ -518,10 +471,7 @@ mod tests {
             }
             expected(b.copy_to(offset, &b, 0, len).unwrap_err());
             // The source range is checked first; either way nothing is copied.
-            assert!(matches!(
-                b.copy_to(0, &b, offset, len),
-                Err(MemError::OutOfBounds { .. })
-            ));
+            assert!(matches!(b.copy_to(0, &b, offset, len), Err(MemError::OutOfBounds { .. })));
         }
         assert!(contents(&b).iter().all(|&x| x == GUARD));
     }
@@ -534,23 +484,11 @@ mod tests {
         b.write(0, &[]).unwrap();
         b.fill(0, 0, 1).unwrap();
         b.copy_to(0, &b, 0, 0).unwrap();
-        assert!(matches!(
-            b.write(0, &[1]),
-            Err(MemError::OutOfBounds { .. })
-        ));
-        assert!(matches!(
-            b.read(1, &mut []),
-            Err(MemError::OutOfBounds { .. })
-        ));
-        assert!(matches!(
-            b.atomic_fetch_add(0, 1),
-            Err(MemError::OutOfBounds { .. })
-        ));
+        assert!(matches!(b.write(0, &[1]), Err(MemError::OutOfBounds { .. })));
+        assert!(matches!(b.read(1, &mut []), Err(MemError::OutOfBounds { .. })));
+        assert!(matches!(b.atomic_fetch_add(0, 1), Err(MemError::OutOfBounds { .. })));
         b.pin().unwrap();
-        assert_eq!(
-            format!("{b:?}"),
-            "MemBlock { addr: 0x0, len: 0, origin: \"empty\", pinned: false }"
-        );
+        assert_eq!(format!("{b:?}"), "MemBlock { addr: 0x0, len: 0, origin: \"empty\", pinned: false }");
     }
 
     #[test]
@@ -604,10 +542,7 @@ mod tests {
         assert_eq!(raw[16..], 0x0102_0304_0506_0708u64.to_ne_bytes());
         // Last aligned word is in bounds; one past is not.
         b.atomic_write(24, 1).unwrap();
-        assert!(matches!(
-            b.atomic_write(32, 1),
-            Err(MemError::OutOfBounds { .. })
-        ));
+        assert!(matches!(b.atomic_write(32, 1), Err(MemError::OutOfBounds { .. })));
     }
 
     #[test]
@@ -619,24 +554,12 @@ mod tests {
                 b.atomic_fetch_add(offset, 1),
                 Err(MemError::Misaligned { addr: a }) if a == addr
             ));
-            assert!(matches!(
-                b.atomic_compare_swap(offset, 0, 1),
-                Err(MemError::Misaligned { .. })
-            ));
-            assert!(matches!(
-                b.atomic_write(offset, 1),
-                Err(MemError::Misaligned { .. })
-            ));
+            assert!(matches!(b.atomic_compare_swap(offset, 0, 1), Err(MemError::Misaligned { .. })));
+            assert!(matches!(b.atomic_write(offset, 1), Err(MemError::Misaligned { .. })));
         }
         // Bounds are checked before alignment.
-        assert!(matches!(
-            b.atomic_fetch_add(28, 1),
-            Err(MemError::OutOfBounds { .. })
-        ));
-        assert!(matches!(
-            b.atomic_fetch_add(usize::MAX, 1),
-            Err(MemError::OutOfBounds { .. })
-        ));
+        assert!(matches!(b.atomic_fetch_add(28, 1), Err(MemError::OutOfBounds { .. })));
+        assert!(matches!(b.atomic_fetch_add(usize::MAX, 1), Err(MemError::OutOfBounds { .. })));
         assert!(contents(&b).iter().all(|&x| x == 0));
     }
 
@@ -686,15 +609,9 @@ mod tests {
             // SAFETY: 31 bytes inside `backing`, which outlives the block; no references to
             // `backing` are used while the block is alive.
             let b = unsafe { MemBlock::from_raw(base, 31) };
-            assert!(matches!(
-                b.atomic_write(0, 1),
-                Err(MemError::Misaligned { .. })
-            ));
+            assert!(matches!(b.atomic_write(0, 1), Err(MemError::Misaligned { .. })));
             b.atomic_write(7, 0xdead_beef).unwrap();
-            assert!(matches!(
-                b.atomic_write(31, 1),
-                Err(MemError::OutOfBounds { .. })
-            ));
+            assert!(matches!(b.atomic_write(31, 1), Err(MemError::OutOfBounds { .. })));
         }
         assert_eq!(backing[1], 0xdead_beef);
     }
@@ -705,10 +622,7 @@ mod tests {
         let b = unsafe { MemBlock::from_raw(ptr::null_mut(), 0) };
         b.read(0, &mut []).unwrap();
         b.pin().unwrap();
-        assert!(matches!(
-            b.write(0, &[0]),
-            Err(MemError::OutOfBounds { .. })
-        ));
+        assert!(matches!(b.write(0, &[0]), Err(MemError::OutOfBounds { .. })));
     }
 
     #[test]
@@ -737,40 +651,23 @@ mod tests {
     fn pin_error_mapping() {
         let limit = |errno| pin_error(io::Error::from_raw_os_error(errno), 8192, Some(65536));
         for errno in [libc::ENOMEM, libc::EPERM] {
-            assert!(matches!(
-                limit(errno),
-                MemError::MemlockLimit {
-                    requested: 8192,
-                    limit_bytes: 65536
-                }
-            ));
+            assert!(matches!(limit(errno), MemError::MemlockLimit { requested: 8192, limit_bytes: 65536 }));
         }
         assert!(matches!(limit(libc::EAGAIN), MemError::Pin(_)));
         // Unlimited (or unreadable) limit: ENOMEM is not about the limit.
         let unlimited = pin_error(io::Error::from_raw_os_error(libc::ENOMEM), 8192, None);
-        assert!(
-            matches!(unlimited, MemError::Pin(ref e) if e.raw_os_error() == Some(libc::ENOMEM))
-        );
+        assert!(matches!(unlimited, MemError::Pin(ref e) if e.raw_os_error() == Some(libc::ENOMEM)));
     }
 
     #[test]
     fn memlock_limit_message_tells_what_to_do() {
-        let e = MemError::MemlockLimit {
-            requested: 1 << 20,
-            limit_bytes: 65536,
-        };
+        let e = MemError::MemlockLimit { requested: 1 << 20, limit_bytes: 65536 };
         let msg = e.to_string();
         assert!(msg.contains("1048576 bytes"), "{msg}");
-        assert!(
-            msg.contains("RLIMIT_MEMLOCK is 65536 bytes (64 KiB)"),
-            "{msg}"
-        );
+        assert!(msg.contains("RLIMIT_MEMLOCK is 65536 bytes (64 KiB)"), "{msg}");
         assert!(msg.contains("ulimit -l"), "{msg}");
         assert!(msg.contains("turn memory pinning off"), "{msg}");
-        let zero = MemError::MemlockLimit {
-            requested: 4096,
-            limit_bytes: 0,
-        };
+        let zero = MemError::MemlockLimit { requested: 4096, limit_bytes: 0 };
         assert!(zero.to_string().contains("RLIMIT_MEMLOCK is 0 bytes and"));
     }
 
@@ -782,22 +679,14 @@ mod tests {
     fn run_memlock_child(limit: u64) -> bool {
         let exe = std::env::current_exe().unwrap();
         let out = std::process::Command::new(exe)
-            .args([
-                "--exact",
-                "mem::tests::memlock_child",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+            .args(["--exact", "mem::tests::memlock_child", "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, limit.to_string())
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
-        assert!(
-            stdout.contains("1 passed"),
-            "child did not run the test:\n{stdout}"
-        );
+        assert!(stdout.contains("1 passed"), "child did not run the test:\n{stdout}");
         !stdout.contains(CHILD_SKIPPED)
     }
 
@@ -813,23 +702,15 @@ mod tests {
     /// The child half of the test above; does nothing unless started by it.
     #[test]
     fn memlock_child() {
-        let Some(limit) = std::env::var(CHILD_ENV)
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        else {
+        let Some(limit) = std::env::var(CHILD_ENV).ok().and_then(|v| v.parse::<u64>().ok()) else {
             return;
         };
-        let rl = libc::rlimit {
-            rlim_cur: limit,
-            rlim_max: limit,
-        };
+        let rl = libc::rlimit { rlim_cur: limit, rlim_max: limit };
         // SAFETY: setrlimit reads the struct it is given; lowering a limit is always allowed.
         assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl) }, 0);
         // CAP_IPC_LOCK ignores RLIMIT_MEMLOCK; root drops it by becoming `nobody`.
         // SAFETY: plain syscalls without memory arguments; glibc applies them to all threads.
-        let dropped = unsafe {
-            libc::geteuid() != 0 || (libc::setgid(65534) == 0 && libc::setuid(65534) == 0)
-        };
+        let dropped = unsafe { libc::geteuid() != 0 || (libc::setgid(65534) == 0 && libc::setuid(65534) == 0) };
         if !dropped {
             println!("{CHILD_SKIPPED}");
             return;
@@ -837,10 +718,7 @@ mod tests {
         let len = 1 << 20;
         let b = block(len);
         match b.pin() {
-            Err(MemError::MemlockLimit {
-                requested,
-                limit_bytes,
-            }) => {
+            Err(MemError::MemlockLimit { requested, limit_bytes }) => {
                 assert_eq!(requested, len);
                 assert_eq!(limit_bytes, limit);
             }

@@ -35,12 +35,19 @@ impl AccessFlags {
     pub const REMOTE_READ: AccessFlags = AccessFlags(4);
     /// Peers may run atomics on the region. `IBV_ACCESS_REMOTE_ATOMIC`.
     pub const REMOTE_ATOMIC: AccessFlags = AccessFlags(8);
+    /// Peers may FLUSH the region for global visibility. `IBV_ACCESS_FLUSH_GLOBAL`.
+    pub const FLUSH_GLOBAL: AccessFlags = AccessFlags(1 << 8);
+    /// Peers may FLUSH the region to persistence. `IBV_ACCESS_FLUSH_PERSISTENT`. Our memory
+    /// is not persistent, so registration refuses it (as rxe does for non-pmem pages).
+    pub const FLUSH_PERSISTENT: AccessFlags = AccessFlags(1 << 9);
 
-    const NAMES: [(AccessFlags, &'static str); 4] = [
+    const NAMES: [(AccessFlags, &'static str); 6] = [
         (Self::LOCAL_WRITE, "LOCAL_WRITE"),
         (Self::REMOTE_WRITE, "REMOTE_WRITE"),
         (Self::REMOTE_READ, "REMOTE_READ"),
         (Self::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+        (Self::FLUSH_GLOBAL, "FLUSH_GLOBAL"),
+        (Self::FLUSH_PERSISTENT, "FLUSH_PERSISTENT"),
     ];
 
     /// No rights: the region can only be read locally.
@@ -48,20 +55,24 @@ impl AccessFlags {
         AccessFlags(0)
     }
 
-    /// Every right this NIC knows.
+    /// Every right a region of this NIC can be registered with (all the flags above but
+    /// FLUSH_PERSISTENT, which needs persistent memory).
     pub const fn all() -> AccessFlags {
-        AccessFlags(0xf)
+        AccessFlags(0x10f)
     }
+
+    /// Every flag this NIC knows (`all()` plus FLUSH_PERSISTENT).
+    const KNOWN: u32 = 0x30f;
 
     /// The raw `ibv_access_flags` bits.
     pub const fn bits(self) -> u32 {
         self.0
     }
 
-    /// Converts raw bits; `None` if any bit is not one of the four rights above (for example
+    /// Converts raw bits; `None` if any bit is not one of the rights above (for example
     /// `IBV_ACCESS_MW_BIND` or `IBV_ACCESS_ZERO_BASED`, which this NIC does not implement).
     pub const fn from_bits(bits: u32) -> Option<AccessFlags> {
-        if bits & !Self::all().0 == 0 {
+        if bits & !Self::KNOWN == 0 {
             Some(AccessFlags(bits))
         } else {
             None
@@ -70,9 +81,8 @@ impl AccessFlags {
 
     /// Converts raw bits, dropping unknown ones.
     pub const fn from_bits_truncate(bits: u32) -> AccessFlags {
-        AccessFlags(bits & Self::all().0)
+        AccessFlags(bits & Self::KNOWN)
     }
-
 }
 
 crate::bits::bit_set_ops!(AccessFlags);
@@ -164,6 +174,13 @@ pub enum MrError {
         iova: u64,
         /// Region length.
         len: usize,
+    },
+    /// FLUSH_PERSISTENT was asked for memory that is not persistent (rxe refuses it for
+    /// pages that are not pmem; all of rnic's memory is volatile).
+    #[error("access {access} asks for FLUSH_PERSISTENT, but this device has no persistent memory")]
+    NotPersistent {
+        /// The requested rights.
+        access: AccessFlags,
     },
     /// Every slot is in use.
     #[error("the memory region table is full ({capacity} regions)")]
@@ -302,10 +319,7 @@ impl Mtpt {
     /// A table for up to `capacity` regions (at most [`MAX_MR_INDEX`]; larger is clamped).
     /// Slots are allocated as regions are registered.
     pub fn new(capacity: u32) -> Mtpt {
-        let placeholder = Slot {
-            key8: 0,
-            entry: Entry::Free,
-        };
+        let placeholder = Slot { key8: 0, entry: Entry::Free };
         Mtpt {
             table: RwLock::new(Table {
                 slots: vec![placeholder],
@@ -352,27 +366,17 @@ impl Mtpt {
         {
             return Err(MrError::RemoteWriteWithoutLocalWrite { access });
         }
+        if access.contains(AccessFlags::FLUSH_PERSISTENT) {
+            return Err(MrError::NotPersistent { access });
+        }
         match offset_in_block.checked_add(len) {
             Some(end) if end <= block.len() => {}
-            _ => {
-                return Err(MrError::OutOfBlock {
-                    offset: offset_in_block,
-                    len,
-                    block_len: block.len(),
-                })
-            }
+            _ => return Err(MrError::OutOfBlock { offset: offset_in_block, len, block_len: block.len() }),
         }
         if u128::from(iova) + u128::from(to_u64(len)) > 1u128 << 64 {
             return Err(MrError::IovaOverflow { iova, len });
         }
-        let region = Region {
-            pd,
-            block,
-            block_offset: offset_in_block,
-            len,
-            iova,
-            access,
-        };
+        let region = Region { pd, block, block_offset: offset_in_block, len, iova, access };
 
         let mut table = self.table.write();
         let index = match table.free.pop_front() {
@@ -381,33 +385,20 @@ impl Mtpt {
                 // slots.len() - 1 slots are in use (slot 0 is the placeholder).
                 let index = u32::try_from(table.slots.len()).unwrap_or(u32::MAX);
                 if index > table.capacity {
-                    return Err(MrError::TableFull {
-                        capacity: table.capacity,
-                    });
+                    return Err(MrError::TableFull { capacity: table.capacity });
                 }
-                table.slots.push(Slot {
-                    key8: 0,
-                    entry: Entry::Free,
-                });
+                table.slots.push(Slot { key8: 0, entry: Entry::Free });
                 index
             }
         };
-        let Some(slot) = usize::try_from(index)
-            .ok()
-            .and_then(|i| table.slots.get_mut(i))
-        else {
+        let Some(slot) = usize::try_from(index).ok().and_then(|i| table.slots.get_mut(i)) else {
             // Unreachable: free indices and the pushed index name existing slots.
-            return Err(MrError::TableFull {
-                capacity: table.capacity,
-            });
+            return Err(MrError::TableFull { capacity: table.capacity });
         };
         slot.entry = Entry::Valid(region);
         let key = index << 8 | u32::from(slot.key8);
         table.live += 1;
-        Ok(MrKeys {
-            lkey: key,
-            rkey: key,
-        })
+        Ok(MrKeys { lkey: key, rkey: key })
     }
 
     /// Deregisters the region named by `lkey` (valid or invalidated) and frees its slot.
@@ -416,9 +407,7 @@ impl Mtpt {
     pub fn deregister(&self, lkey: u32) -> Result<(), MrError> {
         let mut table = self.table.write();
         let index = lkey >> 8;
-        let slot = table
-            .slot_mut(lkey)
-            .ok_or(MrError::UnknownKey { key: lkey })?;
+        let slot = table.slot_mut(lkey).ok_or(MrError::UnknownKey { key: lkey })?;
         slot.entry = Entry::Free;
         // The next region in this slot gets other keys, so this key goes stale.
         slot.key8 = slot.key8.wrapping_add(1);
@@ -432,14 +421,47 @@ impl Mtpt {
     /// the region stays registered until [`deregister`](Self::deregister).
     pub fn invalidate(&self, rkey: u32) -> Result<(), MrError> {
         let mut table = self.table.write();
-        let slot = table
-            .slot_mut(rkey)
-            .ok_or(MrError::UnknownKey { key: rkey })?;
+        let slot = table.slot_mut(rkey).ok_or(MrError::UnknownKey { key: rkey })?;
         slot.entry = match std::mem::replace(&mut slot.entry, Entry::Free) {
             Entry::Valid(region) | Entry::Invalid(region) => Entry::Invalid(region),
             Entry::Free => Entry::Free, // slot_mut never returns a free slot
         };
         Ok(())
+    }
+
+    /// Invalidates the region named by `key` on behalf of a QP of protection domain `pd`
+    /// (LOCAL_INV, SEND with Invalidate). IBA 10.6.7 (invalidation of a memory region):
+    /// the region must belong to the QP's PD. Fails with [`AccessError::BadKey`] if the
+    /// key names no region, [`AccessError::PdMismatch`] for another PD.
+    pub fn invalidate_for(&self, key: u32, pd: PdId) -> Result<(), AccessError> {
+        let mut table = self.table.write();
+        let slot = table.slot_mut(key).ok_or(AccessError::BadKey { key })?;
+        let region_pd = match &slot.entry {
+            Entry::Valid(r) | Entry::Invalid(r) => r.pd,
+            Entry::Free => return Err(AccessError::BadKey { key }),
+        };
+        if region_pd != pd {
+            return Err(AccessError::PdMismatch { key, pd, mr_pd: region_pd });
+        }
+        slot.entry = match std::mem::replace(&mut slot.entry, Entry::Free) {
+            Entry::Valid(region) | Entry::Invalid(region) => Entry::Invalid(region),
+            Entry::Free => Entry::Free,
+        };
+        Ok(())
+    }
+
+    /// Checks a remote access to a whole region (FLUSH with selectivity "memory region":
+    /// rxe skips the range check) and returns all its bytes.
+    pub fn check_remote_whole(&self, rkey: u32, pd: PdId, need: AccessFlags) -> Result<MrSlice, AccessError> {
+        let iova = {
+            let table = self.table.read();
+            match table.slot(rkey).map(|s| &s.entry) {
+                Some(Entry::Valid(region)) => (region.iova, region.len),
+                Some(Entry::Invalid(_)) => return Err(AccessError::Invalidated { key: rkey }),
+                Some(Entry::Free) | None => return Err(AccessError::BadKey { key: rkey }),
+            }
+        };
+        self.check(rkey, pd, iova.0, iova.1, need)
     }
 
     /// State of the region `key` names; [`MrState::Free`] if it names none.
@@ -489,14 +511,7 @@ impl Mtpt {
         self.check(rkey, pd, va, len, need)
     }
 
-    fn check(
-        &self,
-        key: u32,
-        pd: PdId,
-        va: u64,
-        len: usize,
-        need: AccessFlags,
-    ) -> Result<MrSlice, AccessError> {
+    fn check(&self, key: u32, pd: PdId, va: u64, len: usize, need: AccessFlags) -> Result<MrSlice, AccessError> {
         let table = self.table.read();
         let region = match table.slot(key).map(|s| &s.entry) {
             Some(Entry::Valid(region)) => region,
@@ -504,18 +519,10 @@ impl Mtpt {
             Some(Entry::Free) | None => return Err(AccessError::BadKey { key }),
         };
         if region.pd != pd {
-            return Err(AccessError::PdMismatch {
-                key,
-                pd,
-                mr_pd: region.pd,
-            });
+            return Err(AccessError::PdMismatch { key, pd, mr_pd: region.pd });
         }
         if !region.access.contains(need) {
-            return Err(AccessError::AccessDenied {
-                key,
-                need,
-                have: region.access,
-            });
+            return Err(AccessError::AccessDenied { key, need, have: region.access });
         }
         // In u128 nothing here can overflow: every term is below 2^64.
         let start = u128::from(va);
@@ -525,13 +532,7 @@ impl Mtpt {
         }
         let region_start = u128::from(region.iova);
         let region_end = region_start + u128::from(to_u64(region.len));
-        let out_of_bounds = AccessError::OutOfBounds {
-            key,
-            va,
-            len,
-            iova: region.iova,
-            region_len: region.len,
-        };
+        let out_of_bounds = AccessError::OutOfBounds { key, va, len, iova: region.iova, region_len: region.len };
         if start < region_start || end > region_end {
             return Err(out_of_bounds);
         }
@@ -540,11 +541,7 @@ impl Mtpt {
             .ok()
             .and_then(|rel| region.block_offset.checked_add(rel))
             .ok_or(out_of_bounds)?;
-        Ok(MrSlice {
-            block: Arc::clone(&region.block),
-            offset,
-            len,
-        })
+        Ok(MrSlice { block: Arc::clone(&region.block), offset, len })
     }
 }
 
@@ -558,10 +555,7 @@ impl Default for Mtpt {
 impl fmt::Debug for Mtpt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let table = self.table.read();
-        f.debug_struct("Mtpt")
-            .field("capacity", &table.capacity)
-            .field("live", &table.live)
-            .finish()
+        f.debug_struct("Mtpt").field("capacity", &table.capacity).field("live", &table.live).finish()
     }
 }
 
@@ -600,11 +594,7 @@ impl MrSlice {
 
     /// Offset in the block of `at .. at + len`, after checking it against the slice.
     fn span(&self, at: usize, len: usize) -> Result<usize, MemError> {
-        let out_of_bounds = MemError::OutOfBounds {
-            offset: at,
-            len,
-            block_len: self.len,
-        };
+        let out_of_bounds = MemError::OutOfBounds { offset: at, len, block_len: self.len };
         match at.checked_add(len) {
             Some(end) if end <= self.len => self.offset.checked_add(at).ok_or(out_of_bounds),
             _ => Err(out_of_bounds),
@@ -613,11 +603,7 @@ impl MrSlice {
 
     /// The sub-slice `at .. at + len` (for example the part of an SGE one packet carries).
     pub fn subslice(&self, at: usize, len: usize) -> Result<MrSlice, MemError> {
-        Ok(MrSlice {
-            block: Arc::clone(&self.block),
-            offset: self.span(at, len)?,
-            len,
-        })
+        Ok(MrSlice { block: Arc::clone(&self.block), offset: self.span(at, len)?, len })
     }
 
     /// Copies `dst.len()` bytes at `at` out of the slice.
@@ -631,13 +617,7 @@ impl MrSlice {
     }
 
     /// Copies `len` bytes from `self[at..]` to `dst[dst_at..]` (memmove semantics).
-    pub fn copy_to(
-        &self,
-        at: usize,
-        dst: &MrSlice,
-        dst_at: usize,
-        len: usize,
-    ) -> Result<(), MemError> {
+    pub fn copy_to(&self, at: usize, dst: &MrSlice, dst_at: usize, len: usize) -> Result<(), MemError> {
         let from = self.span(at, len)?;
         let to = dst.span(dst_at, len)?;
         self.block.copy_to(from, &dst.block, to, len)
@@ -645,8 +625,7 @@ impl MrSlice {
 
     /// [`MemBlock::atomic_compare_swap`] on the 8 bytes at `at`.
     pub fn atomic_compare_swap(&self, at: usize, compare: u64, swap: u64) -> Result<u64, MemError> {
-        self.block
-            .atomic_compare_swap(self.span(at, 8)?, compare, swap)
+        self.block.atomic_compare_swap(self.span(at, 8)?, compare, swap)
     }
 
     /// [`MemBlock::atomic_fetch_add`] on the 8 bytes at `at`.
@@ -679,15 +658,12 @@ mod tests {
     #[test]
     fn access_flags_values_and_names() {
         assert_eq!([LW.bits(), RW.bits(), RR.bits(), RA.bits()], [1, 2, 4, 8]);
-        assert_eq!(AccessFlags::all(), LW | RW | RR | RA);
-        assert_eq!(
-            format!("{:?}", LW | RR),
-            "AccessFlags(LOCAL_WRITE | REMOTE_READ)"
-        );
+        assert_eq!(AccessFlags::all(), LW | RW | RR | RA | AccessFlags::FLUSH_GLOBAL);
+        assert_eq!(format!("{:?}", LW | RR), "AccessFlags(LOCAL_WRITE | REMOTE_READ)");
         assert_eq!(AccessFlags::empty().to_string(), "(none)");
         assert_eq!(
             AccessFlags::all().to_string(),
-            "LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC"
+            "LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC | FLUSH_GLOBAL"
         );
         assert!((LW | RR).contains(RR));
         assert!((LW | RR).contains(AccessFlags::empty()));
@@ -697,7 +673,8 @@ mod tests {
         let mut f = LW;
         f |= RA;
         assert_eq!(f.bits(), 9);
-        assert_eq!(AccessFlags::from_bits(0xf), Some(AccessFlags::all()));
+        assert_eq!(AccessFlags::from_bits(0x10f), Some(AccessFlags::all()));
+        assert_eq!(AccessFlags::from_bits(0x200), Some(AccessFlags::FLUSH_PERSISTENT));
         assert_eq!(AccessFlags::from_bits(0x10), None); // IBV_ACCESS_MW_BIND
         assert_eq!(AccessFlags::from_bits_truncate(0x15), LW | RR);
     }
@@ -709,44 +686,14 @@ mod tests {
         let reg = |off, len, iova, access| t.register(PD, Arc::clone(&b), off, len, iova, access);
         // IBA / ib_check_mr_access: remote write or atomic needs local write.
         for access in [RW, RA, RW | RR, RA | RR, RW | RA] {
-            assert_eq!(
-                reg(0, 16, 0, access),
-                Err(MrError::RemoteWriteWithoutLocalWrite { access })
-            );
+            assert_eq!(reg(0, 16, 0, access), Err(MrError::RemoteWriteWithoutLocalWrite { access }));
         }
-        for access in [
-            AccessFlags::empty(),
-            LW,
-            RR,
-            LW | RW,
-            LW | RA,
-            AccessFlags::all(),
-        ] {
+        for access in [AccessFlags::empty(), LW, RR, LW | RW, LW | RA, AccessFlags::all()] {
             assert!(reg(0, 16, 0, access).is_ok(), "{access:?}");
         }
-        assert_eq!(
-            reg(4000, 97, 0, LW),
-            Err(MrError::OutOfBlock {
-                offset: 4000,
-                len: 97,
-                block_len: 4096
-            })
-        );
-        assert_eq!(
-            reg(usize::MAX, 2, 0, LW),
-            Err(MrError::OutOfBlock {
-                offset: usize::MAX,
-                len: 2,
-                block_len: 4096
-            })
-        );
-        assert_eq!(
-            reg(0, 16, u64::MAX - 14, LW),
-            Err(MrError::IovaOverflow {
-                iova: u64::MAX - 14,
-                len: 16
-            })
-        );
+        assert_eq!(reg(4000, 97, 0, LW), Err(MrError::OutOfBlock { offset: 4000, len: 97, block_len: 4096 }));
+        assert_eq!(reg(usize::MAX, 2, 0, LW), Err(MrError::OutOfBlock { offset: usize::MAX, len: 2, block_len: 4096 }));
+        assert_eq!(reg(0, 16, u64::MAX - 14, LW), Err(MrError::IovaOverflow { iova: u64::MAX - 14, len: 16 }));
         // Ending exactly at 2^64 is fine, and so are empty regions.
         let top = reg(0, 16, u64::MAX - 15, LW).unwrap();
         t.check_local(top.lkey, PD, u64::MAX - 7, 8, LW).unwrap();
@@ -758,49 +705,27 @@ mod tests {
     fn keys_carry_index_and_generation() {
         let t = Mtpt::new(4);
         let b = block(64);
-        let reg = || {
-            t.register(PD, Arc::clone(&b), 0, 64, 0x1000, LW | RR)
-                .unwrap()
-        };
+        let reg = || t.register(PD, Arc::clone(&b), 0, 64, 0x1000, LW | RR).unwrap();
         let a = reg();
         let c = reg();
-        assert_eq!(
-            a,
-            MrKeys {
-                lkey: 0x100,
-                rkey: 0x100
-            }
-        );
-        assert_eq!(
-            c,
-            MrKeys {
-                lkey: 0x200,
-                rkey: 0x200
-            }
-        );
+        assert_eq!(a, MrKeys { lkey: 0x100, rkey: 0x100 });
+        assert_eq!(c, MrKeys { lkey: 0x200, rkey: 0x200 });
         assert_eq!(t.state(a.lkey), MrState::Valid);
 
         t.deregister(a.lkey).unwrap();
         assert_eq!(t.state(a.lkey), MrState::Free);
-        assert_eq!(
-            t.deregister(a.lkey),
-            Err(MrError::UnknownKey { key: 0x100 })
-        );
+        assert_eq!(t.deregister(a.lkey), Err(MrError::UnknownKey { key: 0x100 }));
         // Slot 1 is reused with a new generation: the stale key does not reach the new region.
         let d = reg();
         let e = reg();
         assert_eq!(e.lkey, 0x300);
         assert_eq!(d.lkey, 0x101);
-        assert_eq!(
-            t.check_remote(a.rkey, PD, 0x1000, 8, RR).unwrap_err(),
-            AccessError::BadKey { key: 0x100 }
-        );
+        assert_eq!(t.check_remote(a.rkey, PD, 0x1000, 8, RR).unwrap_err(), AccessError::BadKey { key: 0x100 });
         t.check_remote(d.rkey, PD, 0x1000, 8, RR).unwrap();
         // Keys below 0x100 (slot 0), including 0, never name a region.
         for key in [0, 1, 0xff, 0x0000_0400, u32::MAX] {
             assert_eq!(
-                t.check_local(key, PD, 0x1000, 0, AccessFlags::empty())
-                    .unwrap_err(),
+                t.check_local(key, PD, 0x1000, 0, AccessFlags::empty()).unwrap_err(),
                 AccessError::BadKey { key }
             );
             assert_eq!(t.state(key), MrState::Free);
@@ -835,10 +760,7 @@ mod tests {
         assert_eq!(reg().unwrap().lkey, 0x101);
         assert_eq!(reg(), Err(MrError::TableFull { capacity: 3 }));
         assert_eq!(Mtpt::new(u32::MAX).capacity(), MAX_MR_INDEX);
-        assert_eq!(
-            Mtpt::new(0).register(PD, b, 0, 8, 0, LW),
-            Err(MrError::TableFull { capacity: 0 })
-        );
+        assert_eq!(Mtpt::new(0).register(PD, b, 0, 8, 0, LW), Err(MrError::TableFull { capacity: 0 }));
     }
 
     /// One region, then accesses with one or more faults: the first check in the documented
@@ -846,28 +768,11 @@ mod tests {
     #[test]
     fn check_order_table() {
         let t = Mtpt::new(8);
-        let k = t
-            .register(PD, block(0x100), 0, 0x100, 0x1000, LW | RR)
-            .unwrap()
-            .rkey;
+        let k = t.register(PD, block(0x100), 0, 0x100, 0x1000, LW | RR).unwrap().rkey;
         let bad_pd = PdId(2);
-        let bounds = |va, len| AccessError::OutOfBounds {
-            key: k,
-            va,
-            len,
-            iova: 0x1000,
-            region_len: 0x100,
-        };
-        let denied = AccessError::AccessDenied {
-            key: k,
-            need: RW,
-            have: LW | RR,
-        };
-        let pd_err = AccessError::PdMismatch {
-            key: k,
-            pd: bad_pd,
-            mr_pd: PD,
-        };
+        let bounds = |va, len| AccessError::OutOfBounds { key: k, va, len, iova: 0x1000, region_len: 0x100 };
+        let denied = AccessError::AccessDenied { key: k, need: RW, have: LW | RR };
+        let pd_err = AccessError::PdMismatch { key: k, pd: bad_pd, mr_pd: PD };
         type Case = (u32, PdId, u64, usize, AccessFlags, Result<(), AccessError>);
         #[rustfmt::skip]
         let cases: &[Case] = &[
@@ -892,45 +797,25 @@ mod tests {
         ];
         for &(key, pd, va, len, need, expect) in cases {
             let got = t.check_remote(key, pd, va, len, need).map(|_| ());
-            assert_eq!(
-                got, expect,
-                "key {key:#x} pd {pd} va {va:#x} len {len} need {need}"
-            );
+            assert_eq!(got, expect, "key {key:#x} pd {pd} va {va:#x} len {len} need {need}");
             let got = t.check_local(key, pd, va, len, need).map(|_| ());
-            assert_eq!(
-                got, expect,
-                "local: key {key:#x} pd {pd} va {va:#x} len {len} need {need}"
-            );
+            assert_eq!(got, expect, "local: key {key:#x} pd {pd} va {va:#x} len {len} need {need}");
         }
         t.invalidate(k).unwrap();
         // Invalidated comes right after the key check, before the PD / access / bounds checks.
-        assert_eq!(
-            t.check_remote(k, bad_pd, 0, 1, RW).unwrap_err(),
-            AccessError::Invalidated { key: k }
-        );
+        assert_eq!(t.check_remote(k, bad_pd, 0, 1, RW).unwrap_err(), AccessError::Invalidated { key: k });
     }
 
     #[test]
     fn local_read_needs_no_right_local_write_needs_local_write() {
         let t = Mtpt::new(8);
-        let ro = t
-            .register(PD, block(64), 0, 64, 0x40, AccessFlags::empty())
-            .unwrap()
-            .lkey;
-        t.check_local(ro, PD, 0x40, 64, AccessFlags::empty())
-            .unwrap();
+        let ro = t.register(PD, block(64), 0, 64, 0x40, AccessFlags::empty()).unwrap().lkey;
+        t.check_local(ro, PD, 0x40, 64, AccessFlags::empty()).unwrap();
         assert_eq!(
             t.check_local(ro, PD, 0x40, 64, LW).unwrap_err(),
-            AccessError::AccessDenied {
-                key: ro,
-                need: LW,
-                have: AccessFlags::empty()
-            }
+            AccessError::AccessDenied { key: ro, need: LW, have: AccessFlags::empty() }
         );
-        assert!(matches!(
-            t.check_remote(ro, PD, 0x40, 8, RR),
-            Err(AccessError::AccessDenied { .. })
-        ));
+        assert!(matches!(t.check_remote(ro, PD, 0x40, 8, RR), Err(AccessError::AccessDenied { .. })));
     }
 
     #[test]
@@ -939,26 +824,14 @@ mod tests {
         let k = t.register(PD, block(64), 0, 64, 0, LW | RW).unwrap();
         t.invalidate(k.rkey).unwrap();
         assert_eq!(t.state(k.rkey), MrState::Invalid);
-        assert_eq!(
-            t.check_remote(k.rkey, PD, 0, 8, RW).unwrap_err(),
-            AccessError::Invalidated { key: k.rkey }
-        );
-        assert_eq!(
-            t.check_local(k.lkey, PD, 0, 8, LW).unwrap_err(),
-            AccessError::Invalidated { key: k.lkey }
-        );
+        assert_eq!(t.check_remote(k.rkey, PD, 0, 8, RW).unwrap_err(), AccessError::Invalidated { key: k.rkey });
+        assert_eq!(t.check_local(k.lkey, PD, 0, 8, LW).unwrap_err(), AccessError::Invalidated { key: k.lkey });
         t.invalidate(k.rkey).unwrap(); // idempotent
         assert_eq!(t.len(), 1);
-        assert_eq!(
-            t.invalidate(k.rkey ^ 0x1),
-            Err(MrError::UnknownKey { key: k.rkey ^ 1 })
-        );
+        assert_eq!(t.invalidate(k.rkey ^ 0x1), Err(MrError::UnknownKey { key: k.rkey ^ 1 }));
         t.deregister(k.lkey).unwrap();
         assert_eq!(t.state(k.rkey), MrState::Free);
-        assert_eq!(
-            t.invalidate(k.rkey),
-            Err(MrError::UnknownKey { key: k.rkey })
-        );
+        assert_eq!(t.invalidate(k.rkey), Err(MrError::UnknownKey { key: k.rkey }));
         assert!(t.is_empty());
     }
 
@@ -966,10 +839,7 @@ mod tests {
     fn zero_length_remote_access_still_checks_the_key() {
         // The choice documented on check_remote: C9-88 is the responder's business.
         let t = Mtpt::new(8);
-        assert_eq!(
-            t.check_remote(0x1234, PD, 0, 0, RW).unwrap_err(),
-            AccessError::BadKey { key: 0x1234 }
-        );
+        assert_eq!(t.check_remote(0x1234, PD, 0, 0, RW).unwrap_err(), AccessError::BadKey { key: 0x1234 });
     }
 
     #[test]
@@ -977,10 +847,7 @@ mod tests {
         let t = Mtpt::new(8);
         let b = block(256);
         b.fill(0, 256, GUARD).unwrap();
-        let k = t
-            .register(PD, Arc::clone(&b), 64, 128, 0x7000, LW | RW | RR | RA)
-            .unwrap()
-            .rkey;
+        let k = t.register(PD, Arc::clone(&b), 64, 128, 0x7000, LW | RW | RR | RA).unwrap().rkey;
         let s = t.check_remote(k, PD, 0x7010, 32, RW).unwrap();
         assert_eq!((s.block_offset(), s.len(), s.is_empty()), (80, 32, false));
         assert!(Arc::ptr_eq(s.block(), &b));
@@ -1006,14 +873,8 @@ mod tests {
         s.atomic_write(8, 10).unwrap();
         assert_eq!(s.atomic_fetch_add(8, 5).unwrap(), 10);
         assert_eq!(s.atomic_compare_swap(8, 15, 1).unwrap(), 15);
-        assert!(matches!(
-            s.atomic_write(28, 1),
-            Err(MemError::OutOfBounds { .. })
-        ));
-        assert!(matches!(
-            s.atomic_write(4, 1),
-            Err(MemError::Misaligned { .. })
-        ));
+        assert!(matches!(s.atomic_write(28, 1), Err(MemError::OutOfBounds { .. })));
+        assert!(matches!(s.atomic_write(4, 1), Err(MemError::Misaligned { .. })));
 
         // copy_to between slices, bounded by both.
         let d = t.check_local(k, PD, 0x7040, 8, LW).unwrap();
@@ -1047,40 +908,23 @@ mod tests {
 
     #[test]
     fn errors_display_the_details() {
-        let e = AccessError::PdMismatch {
-            key: 0x100,
-            pd: PdId(2),
-            mr_pd: PdId(1),
-        };
+        let e = AccessError::PdMismatch { key: 0x100, pd: PdId(2), mr_pd: PdId(1) };
+        assert_eq!(e.to_string(), "memory region 0x100 belongs to protection domain 1, not 2");
+        let e = AccessError::AccessDenied { key: 0x100, need: RW, have: LW | RR };
         assert_eq!(
             e.to_string(),
-            "memory region 0x100 belongs to protection domain 1, not 2"
+            "memory region 0x100 grants LOCAL_WRITE | REMOTE_READ but the access needs REMOTE_WRITE"
         );
-        let e = AccessError::AccessDenied {
-            key: 0x100,
-            need: RW,
-            have: LW | RR,
-        };
-        assert_eq!(e.to_string(), "memory region 0x100 grants LOCAL_WRITE | REMOTE_READ but the access needs REMOTE_WRITE");
         let e = MrError::RemoteWriteWithoutLocalWrite { access: RW };
-        assert_eq!(
-            e.to_string(),
-            "access REMOTE_WRITE asks for remote write or atomic access without LOCAL_WRITE"
-        );
-        assert_eq!(
-            format!("{:?}", Mtpt::new(4)),
-            "Mtpt { capacity: 4, live: 0 }"
-        );
+        assert_eq!(e.to_string(), "access REMOTE_WRITE asks for remote write or atomic access without LOCAL_WRITE");
+        assert_eq!(format!("{:?}", Mtpt::new(4)), "Mtpt { capacity: 4, live: 0 }");
     }
 
     #[test]
     fn concurrent_registration_and_lookup() {
         let t = Arc::new(Mtpt::new(64));
         let b = block(64);
-        let stable = t
-            .register(PD, Arc::clone(&b), 0, 64, 0, LW | RR)
-            .unwrap()
-            .rkey;
+        let stable = t.register(PD, Arc::clone(&b), 0, 64, 0, LW | RR).unwrap().rkey;
         let churn = {
             let t = Arc::clone(&t);
             let b = Arc::clone(&b);

@@ -30,15 +30,8 @@ pub enum QpState {
 
 impl QpState {
     /// Every state, in `ibv_qp_state` order.
-    pub const ALL: [QpState; 7] = [
-        QpState::Reset,
-        QpState::Init,
-        QpState::Rtr,
-        QpState::Rts,
-        QpState::Sqd,
-        QpState::Sqe,
-        QpState::Err,
-    ];
+    pub const ALL: [QpState; 7] =
+        [QpState::Reset, QpState::Init, QpState::Rtr, QpState::Rts, QpState::Sqd, QpState::Sqe, QpState::Err];
 
     /// From the `ibv_qp_state` value (`IBV_QPS_RESET` = 0 .. `IBV_QPS_ERR` = 6).
     pub const fn from_ibv(value: u32) -> Option<QpState> {
@@ -241,7 +234,6 @@ impl QpAttrMask {
     pub const fn from_bits_retain(bits: u32) -> QpAttrMask {
         QpAttrMask(bits)
     }
-
 }
 
 crate::bits::bit_set_ops!(QpAttrMask);
@@ -314,19 +306,8 @@ pub const fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<T
     let to_rts_opt = per_type(
         qp_type,
         m(&[A::CUR_STATE, A::QKEY]),
-        m(&[
-            A::CUR_STATE,
-            A::ACCESS_FLAGS,
-            A::ALT_PATH,
-            A::PATH_MIG_STATE,
-        ]),
-        m(&[
-            A::CUR_STATE,
-            A::ACCESS_FLAGS,
-            A::ALT_PATH,
-            A::PATH_MIG_STATE,
-            A::MIN_RNR_TIMER,
-        ]),
+        m(&[A::CUR_STATE, A::ACCESS_FLAGS, A::ALT_PATH, A::PATH_MIG_STATE]),
+        m(&[A::CUR_STATE, A::ACCESS_FLAGS, A::ALT_PATH, A::PATH_MIG_STATE, A::MIN_RNR_TIMER]),
     );
     let (required, optional) = match (from, to) {
         (Reset, Err) => return None, // Linux verbs.c: not in qp_state_table
@@ -354,14 +335,7 @@ pub const fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<T
                 qp_type,
                 NONE,
                 m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]),
-                m(&[
-                    A::AV,
-                    A::PATH_MTU,
-                    A::DEST_QPN,
-                    A::RQ_PSN,
-                    A::MAX_DEST_RD_ATOMIC,
-                    A::MIN_RNR_TIMER,
-                ]),
+                m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN, A::MAX_DEST_RD_ATOMIC, A::MIN_RNR_TIMER]),
             ),
             per_type(
                 qp_type,
@@ -375,13 +349,7 @@ pub const fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<T
                 qp_type,
                 A::SQ_PSN,
                 A::SQ_PSN,
-                m(&[
-                    A::TIMEOUT,
-                    A::RETRY_CNT,
-                    A::RNR_RETRY,
-                    A::SQ_PSN,
-                    A::MAX_QP_RD_ATOMIC,
-                ]),
+                m(&[A::TIMEOUT, A::RETRY_CNT, A::RNR_RETRY, A::SQ_PSN, A::MAX_QP_RD_ATOMIC]),
             ),
             to_rts_opt,
         ),
@@ -392,13 +360,7 @@ pub const fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<T
             per_type(
                 qp_type,
                 m(&[A::PKEY_INDEX, A::QKEY]),
-                m(&[
-                    A::AV,
-                    A::ALT_PATH,
-                    A::ACCESS_FLAGS,
-                    A::PKEY_INDEX,
-                    A::PATH_MIG_STATE,
-                ]),
+                m(&[A::AV, A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX, A::PATH_MIG_STATE]),
                 m(&[
                     A::PORT,
                     A::AV,
@@ -417,15 +379,7 @@ pub const fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<T
         ),
         // An RC QP goes to ERR, not SQE, on a send error; Linux still lists SQE->RTS for RC,
         // with no optional attribute.
-        (Sqe, Rts) => (
-            NONE,
-            per_type(
-                qp_type,
-                m(&[A::CUR_STATE, A::QKEY]),
-                m(&[A::CUR_STATE, A::ACCESS_FLAGS]),
-                NONE,
-            ),
-        ),
+        (Sqe, Rts) => (NONE, per_type(qp_type, m(&[A::CUR_STATE, A::QKEY]), m(&[A::CUR_STATE, A::ACCESS_FLAGS]), NONE)),
         _ => return None,
     };
     Some(Transition { required, optional })
@@ -478,18 +432,9 @@ pub enum ModifyError {
 /// when the state changes), and nothing else is given but `STATE` and the optional ones.
 /// `CUR_STATE` is optional only on the transitions out of RTR, RTS, SQD and SQE that list it,
 /// which gives Linux's separate rule for it.
-pub fn check_modify(
-    qp_type: QpType,
-    cur: QpState,
-    next: QpState,
-    mask: QpAttrMask,
-) -> Result<(), ModifyError> {
+pub fn check_modify(qp_type: QpType, cur: QpState, next: QpState, mask: QpAttrMask) -> Result<(), ModifyError> {
     let Some(t) = transition(qp_type, cur, next) else {
-        return Err(ModifyError::IllegalTransition {
-            qp_type,
-            from: cur,
-            to: next,
-        });
+        return Err(ModifyError::IllegalTransition { qp_type, from: cur, to: next });
     };
     let mut required = t.required;
     if cur != next {
@@ -497,21 +442,11 @@ pub fn check_modify(
     }
     let missing = required.difference(mask);
     if !missing.is_empty() {
-        return Err(ModifyError::MissingAttributes {
-            qp_type,
-            from: cur,
-            to: next,
-            missing,
-        });
+        return Err(ModifyError::MissingAttributes { qp_type, from: cur, to: next, missing });
     }
     let extra = mask.difference(t.required | t.optional | QpAttrMask::STATE);
     if !extra.is_empty() {
-        return Err(ModifyError::AttributesNotAllowed {
-            qp_type,
-            from: cur,
-            to: next,
-            extra,
-        });
+        return Err(ModifyError::AttributesNotAllowed { qp_type, from: cur, to: next, extra });
     }
     Ok(())
 }
@@ -533,13 +468,8 @@ pub enum PathMtu {
 
 impl PathMtu {
     /// Every MTU, smallest first.
-    pub const ALL: [PathMtu; 5] = [
-        PathMtu::Mtu256,
-        PathMtu::Mtu512,
-        PathMtu::Mtu1024,
-        PathMtu::Mtu2048,
-        PathMtu::Mtu4096,
-    ];
+    pub const ALL: [PathMtu; 5] =
+        [PathMtu::Mtu256, PathMtu::Mtu512, PathMtu::Mtu1024, PathMtu::Mtu2048, PathMtu::Mtu4096];
 
     /// From the `ibv_mtu` code (1 to 5).
     pub const fn from_ibv(code: u32) -> Option<PathMtu> {
@@ -736,10 +666,7 @@ mod tests {
         assert_eq!((A::DEST_QPN | A::PATH_MTU).to_string(), "PATH_MTU|DEST_QPN");
         assert_eq!(A::empty().to_string(), "(none)");
         assert_eq!(format!("{:?}", A::STATE | A::AV), "QpAttrMask(STATE|AV)");
-        assert_eq!(
-            A::from_bits_retain(1 << 25 | 1).to_string(),
-            "STATE|0x2000000"
-        );
+        assert_eq!(A::from_bits_retain(1 << 25 | 1).to_string(), "STATE|0x2000000");
         assert_eq!(A::from_bits_retain(1 << 31).to_string(), "0x80000000");
         let all = A::all().to_string();
         assert_eq!(all.split('|').count(), 21);
@@ -825,10 +752,8 @@ mod tests {
     fn parse(names: &str) -> QpAttrMask {
         let mut mask = A::empty();
         for name in names.split('|').filter(|n| !n.is_empty()) {
-            let (flag, _) = A::NAMES
-                .into_iter()
-                .find(|(_, n)| *n == name)
-                .unwrap_or_else(|| panic!("unknown attribute {name}"));
+            let (flag, _) =
+                A::NAMES.into_iter().find(|(_, n)| *n == name).unwrap_or_else(|| panic!("unknown attribute {name}"));
             mask |= flag;
         }
         mask
@@ -840,10 +765,7 @@ mod tests {
             Uc => 2,
             Rc => 4,
         };
-        TABLE
-            .iter()
-            .find(|(f, to_, _)| *f == from && *to_ == to)
-            .map(|(_, _, cells)| (cells[col], cells[col + 1]))
+        TABLE.iter().find(|(f, to_, _)| *f == from && *to_ == to).map(|(_, _, cells)| (cells[col], cells[col + 1]))
     }
 
     /// Every cell of the 3 x 7 x 7 table: legal transitions accept exactly their required
@@ -860,25 +782,15 @@ mod tests {
                         for mask in [A::empty(), A::STATE, A::all()] {
                             assert_eq!(
                                 check_modify(t, from, to, mask),
-                                Err(ModifyError::IllegalTransition {
-                                    qp_type: t,
-                                    from,
-                                    to
-                                })
+                                Err(ModifyError::IllegalTransition { qp_type: t, from, to })
                             );
                         }
                         continue;
                     };
                     legal += 1;
                     let cell = transition(t, from, to).unwrap();
-                    assert_eq!(
-                        cell.required.to_string(),
-                        if req.is_empty() { "(none)" } else { req }
-                    );
-                    assert_eq!(
-                        cell.optional.to_string(),
-                        if opt.is_empty() { "(none)" } else { opt }
-                    );
+                    assert_eq!(cell.required.to_string(), if req.is_empty() { "(none)" } else { req });
+                    assert_eq!(cell.optional.to_string(), if opt.is_empty() { "(none)" } else { opt });
                     let (req, opt) = (parse(req), parse(opt));
                     let state = if from == to { A::empty() } else { A::STATE };
                     let ok = |mask| check_modify(t, from, to, mask);
@@ -892,23 +804,13 @@ mod tests {
                         if req.contains(bit) || (bit == A::STATE && from != to) {
                             assert_eq!(
                                 ok((req | opt | A::STATE).difference(bit)),
-                                Err(ModifyError::MissingAttributes {
-                                    qp_type: t,
-                                    from,
-                                    to,
-                                    missing: bit
-                                }),
+                                Err(ModifyError::MissingAttributes { qp_type: t, from, to, missing: bit }),
                             );
                         }
                         if !(req | opt | A::STATE).contains(bit) {
                             assert_eq!(
                                 ok(req | state | bit),
-                                Err(ModifyError::AttributesNotAllowed {
-                                    qp_type: t,
-                                    from,
-                                    to,
-                                    extra: bit
-                                }),
+                                Err(ModifyError::AttributesNotAllowed { qp_type: t, from, to, extra: bit }),
                             );
                         }
                     }
@@ -916,12 +818,7 @@ mod tests {
                     if !req.is_empty() {
                         assert_eq!(
                             ok(A::empty()),
-                            Err(ModifyError::MissingAttributes {
-                                qp_type: t,
-                                from,
-                                to,
-                                missing: req | state,
-                            }),
+                            Err(ModifyError::MissingAttributes { qp_type: t, from, to, missing: req | state }),
                         );
                     }
                     assert_eq!(
@@ -951,10 +848,7 @@ mod tests {
     fn reset_to_err_follows_linux() {
         // IBA allows it; Linux ib_modify_qp_is_ok refuses it, and so do we.
         for t in QpType::ALL {
-            assert!(matches!(
-                check_modify(t, Reset, ERR, A::STATE),
-                Err(ModifyError::IllegalTransition { .. })
-            ));
+            assert!(matches!(check_modify(t, Reset, ERR, A::STATE), Err(ModifyError::IllegalTransition { .. })));
         }
     }
 
@@ -977,17 +871,9 @@ mod tests {
 
     #[test]
     fn error_messages_name_the_attributes() {
-        let e = check_modify(
-            Rc,
-            Init,
-            Rtr,
-            A::STATE | A::AV | A::RQ_PSN | A::MAX_DEST_RD_ATOMIC | A::MIN_RNR_TIMER,
-        )
-        .unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "RC QP INIT->RTR is missing PATH_MTU|DEST_QPN"
-        );
+        let e = check_modify(Rc, Init, Rtr, A::STATE | A::AV | A::RQ_PSN | A::MAX_DEST_RD_ATOMIC | A::MIN_RNR_TIMER)
+            .unwrap_err();
+        assert_eq!(e.to_string(), "RC QP INIT->RTR is missing PATH_MTU|DEST_QPN");
         let e = check_modify(Ud, Rtr, Rts, A::STATE | A::SQ_PSN | A::PKEY_INDEX).unwrap_err();
         assert_eq!(e.to_string(), "UD QP RTR->RTS does not accept PKEY_INDEX");
         let e = check_modify(Uc, Reset, Rts, A::STATE).unwrap_err();
@@ -999,32 +885,13 @@ mod tests {
     #[test]
     fn typical_rc_bring_up() {
         let steps = [
-            (
-                Reset,
-                Init,
-                A::STATE | A::PKEY_INDEX | A::PORT | A::ACCESS_FLAGS,
-            ),
+            (Reset, Init, A::STATE | A::PKEY_INDEX | A::PORT | A::ACCESS_FLAGS),
             (
                 Init,
                 Rtr,
-                A::STATE
-                    | A::AV
-                    | A::PATH_MTU
-                    | A::DEST_QPN
-                    | A::RQ_PSN
-                    | A::MAX_DEST_RD_ATOMIC
-                    | A::MIN_RNR_TIMER,
+                A::STATE | A::AV | A::PATH_MTU | A::DEST_QPN | A::RQ_PSN | A::MAX_DEST_RD_ATOMIC | A::MIN_RNR_TIMER,
             ),
-            (
-                Rtr,
-                Rts,
-                A::STATE
-                    | A::SQ_PSN
-                    | A::TIMEOUT
-                    | A::RETRY_CNT
-                    | A::RNR_RETRY
-                    | A::MAX_QP_RD_ATOMIC,
-            ),
+            (Rtr, Rts, A::STATE | A::SQ_PSN | A::TIMEOUT | A::RETRY_CNT | A::RNR_RETRY | A::MAX_QP_RD_ATOMIC),
             (Rts, ERR, A::STATE),
             (ERR, Reset, A::STATE),
         ];
@@ -1051,63 +918,16 @@ mod tests {
 
     #[test]
     fn attribute_value_ranges() {
-        let good = QpAttrValues {
-            path_mtu: 5,
-            timeout: 31,
-            retry_cnt: 7,
-            rnr_retry: RNR_RETRY_INFINITE,
-            min_rnr_timer: 31,
-        };
+        let good =
+            QpAttrValues { path_mtu: 5, timeout: 31, retry_cnt: 7, rnr_retry: RNR_RETRY_INFINITE, min_rnr_timer: 31 };
         assert_eq!(check_values(A::all(), &good), Ok(()));
         let cases = [
-            (
-                A::PATH_MTU,
-                QpAttrValues {
-                    path_mtu: 0,
-                    ..good
-                },
-                AttrValueError::PathMtu(0),
-            ),
-            (
-                A::PATH_MTU,
-                QpAttrValues {
-                    path_mtu: 6,
-                    ..good
-                },
-                AttrValueError::PathMtu(6),
-            ),
-            (
-                A::TIMEOUT,
-                QpAttrValues {
-                    timeout: 32,
-                    ..good
-                },
-                AttrValueError::Timeout(32),
-            ),
-            (
-                A::RETRY_CNT,
-                QpAttrValues {
-                    retry_cnt: 8,
-                    ..good
-                },
-                AttrValueError::RetryCnt(8),
-            ),
-            (
-                A::RNR_RETRY,
-                QpAttrValues {
-                    rnr_retry: 255,
-                    ..good
-                },
-                AttrValueError::RnrRetry(255),
-            ),
-            (
-                A::MIN_RNR_TIMER,
-                QpAttrValues {
-                    min_rnr_timer: 32,
-                    ..good
-                },
-                AttrValueError::MinRnrTimer(32),
-            ),
+            (A::PATH_MTU, QpAttrValues { path_mtu: 0, ..good }, AttrValueError::PathMtu(0)),
+            (A::PATH_MTU, QpAttrValues { path_mtu: 6, ..good }, AttrValueError::PathMtu(6)),
+            (A::TIMEOUT, QpAttrValues { timeout: 32, ..good }, AttrValueError::Timeout(32)),
+            (A::RETRY_CNT, QpAttrValues { retry_cnt: 8, ..good }, AttrValueError::RetryCnt(8)),
+            (A::RNR_RETRY, QpAttrValues { rnr_retry: 255, ..good }, AttrValueError::RnrRetry(255)),
+            (A::MIN_RNR_TIMER, QpAttrValues { min_rnr_timer: 32, ..good }, AttrValueError::MinRnrTimer(32)),
         ];
         for (bit, values, err) in cases {
             assert_eq!(check_values(bit | A::STATE, &values), Err(err));
@@ -1115,14 +935,8 @@ mod tests {
             assert_eq!(check_values(A::all().difference(bit), &values), Ok(()));
         }
         // Zero values are all in range except the MTU code.
-        assert_eq!(
-            check_values(A::all().difference(A::PATH_MTU), &QpAttrValues::default()),
-            Ok(())
-        );
-        assert_eq!(
-            AttrValueError::RnrRetry(9).to_string(),
-            "rnr_retry 9 is out of range 0..=7 (7 = retry forever)"
-        );
+        assert_eq!(check_values(A::all().difference(A::PATH_MTU), &QpAttrValues::default()), Ok(()));
+        assert_eq!(AttrValueError::RnrRetry(9).to_string(), "rnr_retry 9 is out of range 0..=7 (7 = retry forever)");
     }
 
     #[test]

@@ -16,13 +16,7 @@ pub fn set_pmtudisc_do(sock: &impl AsRawFd) -> io::Result<()> {
     // lives on the stack for the call and `len` is its exact size; setsockopt only reads
     // `len` bytes from the pointer and has no other memory effects.
     let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_IP,
-            libc::IP_MTU_DISCOVER,
-            std::ptr::addr_of!(val).cast(),
-            len,
-        )
+        libc::setsockopt(sock.as_raw_fd(), libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, std::ptr::addr_of!(val).cast(), len)
     };
     if rc == 0 {
         Ok(())

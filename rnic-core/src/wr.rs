@@ -50,21 +50,109 @@ pub enum SendOp {
         /// Remote key.
         rkey: u32,
     },
+    /// ATOMIC COMPARE & SWAP on the 8 bytes at `remote_addr` (8-byte aligned): if they
+    /// equal `compare` they become `swap`. The original value lands in the local SGE
+    /// (exactly 8 bytes, host byte order). `IBV_WR_ATOMIC_CMP_AND_SWP`.
+    AtomicCmpSwap {
+        /// Remote virtual address (8-byte aligned).
+        remote_addr: u64,
+        /// Remote key (the region needs REMOTE_ATOMIC).
+        rkey: u32,
+        /// Value compared with the target.
+        compare: u64,
+        /// Value stored when they are equal.
+        swap: u64,
+    },
+    /// ATOMIC FETCH & ADD on the 8 bytes at `remote_addr` (8-byte aligned, wrapping
+    /// add); the original value lands in the local SGE. `IBV_WR_ATOMIC_FETCH_AND_ADD`.
+    AtomicFetchAdd {
+        /// Remote virtual address (8-byte aligned).
+        remote_addr: u64,
+        /// Remote key (the region needs REMOTE_ATOMIC).
+        rkey: u32,
+        /// Addend.
+        add: u64,
+    },
+    /// SEND that also invalidates the peer's memory region named by `invalidate_rkey`
+    /// (IETH); the peer's receive completion carries the key. `IBV_WR_SEND_WITH_INV`.
+    SendWithInv {
+        /// R_Key the responder invalidates.
+        invalidate_rkey: u32,
+    },
+    /// Invalidates a local memory region (lkey or rkey, they are equal); a local
+    /// operation that sends nothing and completes in order. `IBV_WR_LOCAL_INV`.
+    LocalInv {
+        /// The key to invalidate.
+        rkey: u32,
+    },
+    /// ATOMIC WRITE (IBA 1.5): the 8 bytes of `value` (host byte order, as
+    /// `ibv_wr_atomic_write` copies them from memory) are written at once to
+    /// `remote_addr` (8-byte aligned; the region needs REMOTE_WRITE). No local SGE.
+    AtomicWrite {
+        /// Remote virtual address (8-byte aligned).
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// The value.
+        value: u64,
+    },
+    /// FLUSH (IBA 1.5): makes earlier writes to the range (or the whole region) globally
+    /// visible. `ibv_wr_flush`. No local SGE.
+    Flush {
+        /// Remote virtual address of the range.
+        remote_addr: u64,
+        /// Remote key (the region needs FLUSH_GLOBAL / FLUSH_PERSISTENT for `placement`).
+        rkey: u32,
+        /// Bytes of the range (ignored for a whole-region flush).
+        len: u32,
+        /// Placement type bits: [`FLUSH_GLOBAL`] and/or [`FLUSH_PERSISTENT`].
+        placement: u8,
+        /// Flush the whole memory region rather than the range (`IBV_FLUSH_MR`).
+        whole_region: bool,
+    },
 }
+
+/// FLUSH placement type: global visibility (`IBV_FLUSH_GLOBAL`).
+pub const FLUSH_GLOBAL: u8 = 1;
+/// FLUSH placement type: persistence (`IBV_FLUSH_PERSISTENT`).
+pub const FLUSH_PERSISTENT: u8 = 2;
 
 impl SendOp {
     /// The completion opcode this request completes with.
     pub fn wc_opcode(&self) -> WcOpcode {
         match self {
-            SendOp::Send | SendOp::SendWithImm { .. } => WcOpcode::Send,
+            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => WcOpcode::Send,
             SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => WcOpcode::RdmaWrite,
             SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+            SendOp::AtomicCmpSwap { .. } => WcOpcode::CompSwap,
+            SendOp::AtomicFetchAdd { .. } => WcOpcode::FetchAdd,
+            SendOp::LocalInv { .. } => WcOpcode::LocalInv,
+            SendOp::AtomicWrite { .. } => WcOpcode::AtomicWrite,
+            SendOp::Flush { .. } => WcOpcode::Flush,
         }
     }
 
     /// True for operations whose local buffers the NIC writes.
     pub fn writes_local(&self) -> bool {
-        matches!(self, SendOp::RdmaRead { .. })
+        matches!(self, SendOp::RdmaRead { .. } | SendOp::AtomicCmpSwap { .. } | SendOp::AtomicFetchAdd { .. })
+    }
+
+    /// COMPARE & SWAP or FETCH & ADD (answered by an ATOMIC ACKNOWLEDGE).
+    pub fn is_atomic(&self) -> bool {
+        matches!(self, SendOp::AtomicCmpSwap { .. } | SendOp::AtomicFetchAdd { .. })
+    }
+
+    /// One request packet answered by responses, limited by `max_rd_atomic` and kept
+    /// by the responder as a resource: READ, the atomics, ATOMIC WRITE and FLUSH.
+    pub fn is_rd_atomic(&self) -> bool {
+        matches!(
+            self,
+            SendOp::RdmaRead { .. }
+                | SendOp::AtomicCmpSwap { .. }
+                | SendOp::AtomicFetchAdd { .. }
+                | SendOp::AtomicWrite { .. }
+                | SendOp::Flush { .. }
+        )
     }
 
     /// The name, as verbs spell it (`IBV_WR_SEND`...).
@@ -75,6 +163,12 @@ impl SendOp {
             SendOp::RdmaWrite { .. } => "RDMA_WRITE",
             SendOp::RdmaWriteWithImm { .. } => "RDMA_WRITE_WITH_IMM",
             SendOp::RdmaRead { .. } => "RDMA_READ",
+            SendOp::AtomicCmpSwap { .. } => "ATOMIC_CMP_AND_SWP",
+            SendOp::AtomicFetchAdd { .. } => "ATOMIC_FETCH_AND_ADD",
+            SendOp::SendWithInv { .. } => "SEND_WITH_INV",
+            SendOp::LocalInv { .. } => "LOCAL_INV",
+            SendOp::AtomicWrite { .. } => "ATOMIC_WRITE",
+            SendOp::Flush { .. } => "FLUSH",
         }
     }
 }
@@ -150,6 +244,23 @@ impl SendWr {
     pub fn to(mut self, dest: UdDest) -> SendWr {
         self.ud = Some(dest);
         self
+    }
+
+    /// A signaled COMPARE & SWAP of the 8 bytes at `remote_addr`; the original value is
+    /// written to `result` (an 8-byte SGE).
+    pub fn compare_swap(wr_id: u64, result: Sge, remote_addr: u64, rkey: u32, compare: u64, swap: u64) -> SendWr {
+        SendWr::new(wr_id, SendOp::AtomicCmpSwap { remote_addr, rkey, compare, swap }, vec![result])
+    }
+
+    /// A signaled FETCH & ADD of `add` to the 8 bytes at `remote_addr`; the original
+    /// value is written to `result` (an 8-byte SGE).
+    pub fn fetch_add(wr_id: u64, result: Sge, remote_addr: u64, rkey: u32, add: u64) -> SendWr {
+        SendWr::new(wr_id, SendOp::AtomicFetchAdd { remote_addr, rkey, add }, vec![result])
+    }
+
+    /// A signaled LOCAL_INV of `rkey`.
+    pub fn local_inv(wr_id: u64, rkey: u32) -> SendWr {
+        SendWr::new(wr_id, SendOp::LocalInv { rkey }, Vec::new())
     }
 
     /// The same request, unsignaled.
@@ -250,6 +361,16 @@ pub enum WcOpcode {
     Recv,
     /// An RDMA WRITE with immediate arrived (consuming a receive WQE).
     RecvRdmaWithImm,
+    /// An ATOMIC COMPARE & SWAP completed at the requester.
+    CompSwap,
+    /// An ATOMIC FETCH & ADD completed at the requester.
+    FetchAdd,
+    /// A LOCAL_INV completed.
+    LocalInv,
+    /// An ATOMIC WRITE completed at the requester.
+    AtomicWrite,
+    /// A FLUSH completed at the requester.
+    Flush,
 }
 
 impl WcOpcode {
@@ -261,6 +382,11 @@ impl WcOpcode {
             WcOpcode::RdmaRead => "RDMA_READ",
             WcOpcode::Recv => "RECV",
             WcOpcode::RecvRdmaWithImm => "RECV_RDMA_WITH_IMM",
+            WcOpcode::CompSwap => "COMP_SWAP",
+            WcOpcode::FetchAdd => "FETCH_ADD",
+            WcOpcode::LocalInv => "LOCAL_INV",
+            WcOpcode::AtomicWrite => "ATOMIC_WRITE",
+            WcOpcode::Flush => "FLUSH",
         }
     }
 }
@@ -333,6 +459,9 @@ impl fmt::Display for WorkCompletion {
         )?;
         if self.wc_flags.with_imm {
             write!(f, " imm={:#x}", self.imm_data)?;
+        }
+        if self.wc_flags.with_inv {
+            write!(f, " invalidated={:#x}", self.invalidated_rkey)?;
         }
         Ok(())
     }

@@ -22,8 +22,11 @@ fn send_recv_every_size_every_mtu() {
             p.fill(A, 0, &data);
             // Receive into two SGEs split at an odd offset.
             let split = (len / 3) as u32;
-            p.post_recv(B, RecvWr { wr_id: 7, sg_list: vec![p.sge(B, 4096, split), p.sge(B, 2 << 20, (len as u32 - split) + 5)] })
-                .unwrap();
+            p.post_recv(
+                B,
+                RecvWr { wr_id: 7, sg_list: vec![p.sge(B, 4096, split), p.sge(B, 2 << 20, (len as u32 - split) + 5)] },
+            )
+            .unwrap();
             p.post_send(A, signaled(1, SendOp::Send, vec![p.sge(A, 0, len as u32)])).unwrap();
             p.run();
             let s = Pair::wcs(&p.nodes[A].scq);
@@ -31,7 +34,10 @@ fn send_recv_every_size_every_mtu() {
             assert_eq!((s[0].status, s[0].opcode, s[0].wr_id), (WcStatus::Success, WcOpcode::Send, 1));
             let r = Pair::wcs(&p.nodes[B].rcq);
             assert_eq!(r.len(), 1);
-            assert_eq!((r[0].status, r[0].opcode, r[0].byte_len, r[0].wr_id), (WcStatus::Success, WcOpcode::Recv, len as u32, 7));
+            assert_eq!(
+                (r[0].status, r[0].opcode, r[0].byte_len, r[0].wr_id),
+                (WcStatus::Success, WcOpcode::Recv, len as u32, 7)
+            );
             assert!(!r[0].wc_flags.with_imm);
             let mut got = p.read(B, 4096, split as usize);
             got.extend(p.read(B, 2 << 20, len - split as usize));
@@ -88,13 +94,20 @@ fn write_and_write_with_imm_every_size() {
             p.fill(A, 8, &data2);
             p.post_send(
                 A,
-                signaled(4, SendOp::RdmaWriteWithImm { remote_addr: remote, rkey, imm: 42 }, vec![p.sge(A, 8, len as u32)]),
+                signaled(
+                    4,
+                    SendOp::RdmaWriteWithImm { remote_addr: remote, rkey, imm: 42 },
+                    vec![p.sge(A, 8, len as u32)],
+                ),
             )
             .unwrap();
             p.run();
             let r = Pair::wcs(&p.nodes[B].rcq);
             assert_eq!(r.len(), 1);
-            assert_eq!((r[0].opcode, r[0].imm_data, r[0].byte_len, r[0].wr_id), (WcOpcode::RecvRdmaWithImm, 42, len as u32, 77));
+            assert_eq!(
+                (r[0].opcode, r[0].imm_data, r[0].byte_len, r[0].wr_id),
+                (WcOpcode::RecvRdmaWithImm, 42, len as u32, 77)
+            );
             assert!(p.read(B, 1000, len) == data2, "WRITE_WITH_IMM mtu {mtu} len {len}");
         }
     }

@@ -14,7 +14,8 @@ fn main() -> Result<()> {
     let (cq_a, cq_b) = (a.create_cq(16)?, b.create_cq(16)?);
     let local = pd_a.allocate_mr(1 << 16, AccessFlags::LOCAL_WRITE)?;
     // The target region grants remote write and read; its rkey is what the peer needs.
-    let target = pd_b.allocate_mr(1 << 16, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ)?;
+    let target =
+        pd_b.allocate_mr(1 << 16, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ)?;
     let remote = target.remote();
     println!("B offers addr={:#x} rkey={:#x} len={}", remote.addr, remote.rkey, remote.len);
 

@@ -68,8 +68,9 @@ pub use rnic_core::engine::ud::GRH_LEN;
 pub use rnic_core::engine::AsyncEvent;
 pub use rnic_core::mr::AccessFlags;
 pub use rnic_core::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
+pub use rnic_core::srq::SrqError;
 pub use rnic_core::wr::{
-    RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, FLUSH_GLOBAL, FLUSH_PERSISTENT,
 };
 
 /// Every way a verbs call can fail. Each variant names the operation; a failed work
@@ -158,6 +159,46 @@ pub enum Error {
     /// Waiting for completions timed out.
     #[error("timed out after {0:?} waiting for completions")]
     Timeout(Duration),
+    /// No event arrived in time (`get_cq_event`, `get_async_event`).
+    #[error("timed out after {0:?} waiting for an event")]
+    EventTimeout(Duration),
+    /// Posting to a shared receive queue failed.
+    #[error("post receive on SRQ {srq}: {source}")]
+    PostSrqRecv {
+        /// The SRQ.
+        srq: u32,
+        /// Why.
+        #[source]
+        source: PostError,
+    },
+    /// Modifying a shared receive queue failed.
+    #[error("modify SRQ {srq}: {source}")]
+    ModifySrq {
+        /// The SRQ.
+        srq: u32,
+        /// Why.
+        #[source]
+        source: SrqError,
+    },
+    /// More CQ events acknowledged than were delivered (`ibv_ack_cq_events`).
+    #[error("CQ {cq}: acknowledging {n} events but only {outstanding} are unacknowledged")]
+    AckCqEvents {
+        /// The CQ.
+        cq: u32,
+        /// Events acknowledged.
+        n: u32,
+        /// Events delivered and not yet acknowledged.
+        outstanding: u32,
+    },
+    /// A CQ was destroyed with events delivered but not acknowledged (`ibv_destroy_cq`
+    /// would wait forever).
+    #[error("destroy CQ {cq}: {outstanding} events delivered by get_cq_event are not acknowledged")]
+    UnackedCqEvents {
+        /// The CQ.
+        cq: u32,
+        /// Events not acknowledged.
+        outstanding: u32,
+    },
 }
 
 /// Result with this crate's [`Error`].
@@ -274,8 +315,15 @@ pub struct DeviceAttr {
     pub max_qp_rd_atom: u32,
     /// Most outstanding RDMA READ / atomic per QP as requester.
     pub max_qp_init_rd_atom: u32,
-    /// Atomic capability (none until atomics land).
+    /// Atomic capability: `ATOMIC_HCA` (atomics are atomic with respect to other atomics
+    /// on this device; they are CPU atomics on the target memory).
     pub atomic_cap: &'static str,
+    /// Most shared receive queues.
+    pub max_srq: u32,
+    /// Most receive WQEs per SRQ.
+    pub max_srq_wr: u32,
+    /// Most SGEs per SRQ receive WQE.
+    pub max_srq_sge: u32,
     /// Largest inline data.
     pub max_inline_data: u32,
     /// Physical ports.
@@ -367,7 +415,10 @@ impl Context {
             max_pd: 1 << 16,
             max_qp_rd_atom: 16,
             max_qp_init_rd_atom: 16,
-            atomic_cap: "ATOMIC_NONE",
+            atomic_cap: "ATOMIC_HCA",
+            max_srq: 1 << 16,
+            max_srq_wr: MAX_QP_WR,
+            max_srq_sge: MAX_SGE,
             max_inline_data: MAX_INLINE,
             phys_port_cnt: 1,
         }
@@ -398,6 +449,41 @@ impl Context {
     /// The next asynchronous event, if one is waiting.
     pub fn poll_async_event(&self) -> Option<AsyncEvent> {
         self.dev.events().try_recv().ok()
+    }
+
+    /// Sleeps until the next asynchronous event (`ibv_get_async_event`) or `timeout`:
+    /// QP fatal, CQ error, SRQ limit reached, port active (raised once at open).
+    pub fn get_async_event(&self, timeout: Duration) -> Result<AsyncEvent> {
+        match self.dev.events().recv_timeout(timeout) {
+            Ok(ev) => Ok(ev),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(Error::EventTimeout(timeout)),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                Err(Error::DeviceStopped(DeviceError::Stopped(self.name().into())))
+            }
+        }
+    }
+
+    /// Creates a completion channel (`ibv_create_comp_channel`): CQs created with it
+    /// report armed notifications there, and a thread can sleep in
+    /// [`CompChannel::get_cq_event`].
+    pub fn create_comp_channel(&self) -> CompChannel {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        CompChannel {
+            inner: Arc::new(ChannelInner {
+                ctx: self.clone(),
+                tx,
+                rx,
+                cqs: parking_lot::Mutex::new(std::collections::HashMap::new()),
+            }),
+        }
+    }
+
+    /// Creates a completion queue whose notifications go to `channel`.
+    pub fn create_cq_with_channel(&self, depth: usize, channel: &CompChannel) -> Result<CompletionQueue> {
+        let cq = self.create_cq(depth)?;
+        cq.cq.set_channel(Some(channel.inner.tx.clone()));
+        channel.inner.cqs.lock().insert(cq.cq.id(), Arc::downgrade(&cq.cq));
+        Ok(cq)
     }
 
     /// Allocates a protection domain.
@@ -464,8 +550,26 @@ impl ProtectionDomain {
     fn register_block(&self, block: Arc<MemBlock>, access: AccessFlags) -> Result<MemoryRegion> {
         let len = block.len();
         let iova = block.addr();
-        let keys = self.inner.ctx.dev.reg_mr(self.inner.id, block.clone(), 0, len, iova, access).map_err(Error::RegMr)?;
+        let keys =
+            self.inner.ctx.dev.reg_mr(self.inner.id, block.clone(), 0, len, iova, access).map_err(Error::RegMr)?;
         Ok(MemoryRegion { inner: Arc::new(MrInner { pd: self.clone(), block, keys, iova, len }) })
+    }
+
+    /// Creates a shared receive queue (`ibv_create_srq`) of `max_wr` receive WQEs with up
+    /// to `max_sge` SGEs each; QPs built with [`QpBuilder::srq`] take their receive WQEs
+    /// from it.
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<SharedReceiveQueue> {
+        if max_wr == 0 || max_wr > MAX_QP_WR {
+            return Err(Error::InvalidArgument {
+                op: "create SRQ",
+                why: format!("max_wr {max_wr} not in 1..={MAX_QP_WR}"),
+            });
+        }
+        if max_sge > MAX_SGE {
+            return Err(Error::InvalidArgument { op: "create SRQ", why: format!("more than {MAX_SGE} SGEs") });
+        }
+        let srq = self.inner.ctx.dev.create_srq(self.inner.id, max_wr, max_sge);
+        Ok(SharedReceiveQueue { pd: self.clone(), srq })
     }
 
     /// Starts building a queue pair on this PD.
@@ -486,6 +590,7 @@ impl ProtectionDomain {
             max_rd_atomic: 1,
             max_dest_rd_atomic: 1,
             psn: None,
+            srq: None,
             qkey: DEFAULT_QKEY,
         }
     }
@@ -558,6 +663,94 @@ impl AddressHandle {
     /// the high bit set, such as [`UdDest::USE_QP_QKEY`], sends the QP's own Q_Key).
     pub fn dest(&self, remote_qpn: u32, remote_qkey: u32) -> UdDest {
         UdDest { dst: self.gid.to_ip(), remote_qpn, remote_qkey }
+    }
+}
+
+/// A shared receive queue (`ibv_srq`). Clones share it.
+#[derive(Clone, Debug)]
+pub struct SharedReceiveQueue {
+    pd: ProtectionDomain,
+    srq: Arc<rnic_core::srq::Srq>,
+}
+
+impl SharedReceiveQueue {
+    /// The SRQ's number (named in its limit event).
+    pub fn id(&self) -> u32 {
+        self.srq.id()
+    }
+
+    /// Posts a receive work request (`ibv_post_srq_recv`); its buffers must be locally
+    /// writable regions of the SRQ's protection domain.
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
+        self.pd
+            .inner
+            .ctx
+            .dev
+            .post_srq_recv(&self.srq, wr)
+            .map_err(|source| Error::PostSrqRecv { srq: self.id(), source })
+    }
+
+    /// Arms the SRQ limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): when a receive WQE is
+    /// taken and fewer than `limit` remain, [`AsyncEvent::SrqLimitReached`] is raised once
+    /// and the limit disarms; arm it again to hear of the next time. 0 disarms.
+    pub fn modify_limit(&self, limit: u32) -> Result<()> {
+        self.srq.set_limit(limit).map_err(|source| Error::ModifySrq { srq: self.id(), source })
+    }
+
+    /// The armed limit (`ibv_query_srq`), 0 when not armed.
+    pub fn limit(&self) -> u32 {
+        self.srq.limit()
+    }
+
+    /// Receive WQEs waiting.
+    pub fn len(&self) -> usize {
+        self.srq.len()
+    }
+
+    /// True when no receive WQE waits.
+    pub fn is_empty(&self) -> bool {
+        self.srq.is_empty()
+    }
+}
+
+#[derive(Debug)]
+struct ChannelInner {
+    ctx: Context,
+    tx: crossbeam_channel::Sender<u32>,
+    rx: crossbeam_channel::Receiver<u32>,
+    cqs: parking_lot::Mutex<std::collections::HashMap<u32, std::sync::Weak<Cq>>>,
+}
+
+/// A completion channel (`ibv_comp_channel`): where armed CQs report their next
+/// completion, so a thread can sleep instead of polling.
+///
+/// The pattern is ibverbs': `cq.req_notify(false)`; poll the CQ once more (a completion
+/// that arrived before arming raises no event); `chan.get_cq_event(timeout)` sleeps until
+/// an armed CQ gets a completion and returns it; `cq.ack_events(1)`; arm again; poll.
+#[derive(Clone, Debug)]
+pub struct CompChannel {
+    inner: Arc<ChannelInner>,
+}
+
+impl CompChannel {
+    /// Sleeps until an armed CQ of this channel raises its event (`ibv_get_cq_event`) or
+    /// `timeout` passes. Each event must be acknowledged with
+    /// [`CompletionQueue::ack_events`]. The CQ is disarmed: arm it again for the next.
+    pub fn get_cq_event(&self, timeout: Duration) -> Result<CompletionQueue> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let id = match self.inner.rx.recv_timeout(left) {
+                Ok(id) => id,
+                Err(_) => return Err(Error::EventTimeout(timeout)),
+            };
+            // An event of a CQ dropped meanwhile is skipped.
+            let cq = self.inner.cqs.lock().get(&id).and_then(std::sync::Weak::upgrade);
+            if let Some(cq) = cq {
+                cq.note_event_delivered();
+                return Ok(CompletionQueue { ctx: self.inner.ctx.clone(), cq });
+            }
+        }
     }
 }
 
@@ -678,6 +871,62 @@ impl CompletionQueue {
         self.cq.len()
     }
 
+    /// Arms a notification (`ibv_req_notify_cq`): the next completion (with
+    /// `solicited_only`, the next one for a message with the solicited-event bit, or an
+    /// error completion) raises one event on the CQ's completion channel.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        if !self.cq.has_channel() {
+            return Err(Error::InvalidArgument { op: "req_notify_cq", why: "the CQ has no completion channel".into() });
+        }
+        self.cq.req_notify(solicited_only);
+        Ok(())
+    }
+
+    /// Acknowledges `n` events returned by [`CompChannel::get_cq_event`] for this CQ
+    /// (`ibv_ack_cq_events`).
+    pub fn ack_events(&self, n: u32) -> Result<()> {
+        self.cq.ack_events(n).map_err(|_| Error::AckCqEvents {
+            cq: self.cq.id(),
+            n,
+            outstanding: self.cq.unacked_events(),
+        })
+    }
+
+    /// Events delivered and not yet acknowledged.
+    pub fn unacked_events(&self) -> u32 {
+        self.cq.unacked_events()
+    }
+
+    /// Destroys this handle, checking as `ibv_destroy_cq` does that every delivered event
+    /// was acknowledged (the CQ itself goes when its last handle and QP are gone; a plain
+    /// drop does not check, as Rust's `Drop` cannot report).
+    pub fn destroy(self) -> Result<()> {
+        match self.cq.unacked_events() {
+            0 => Ok(()),
+            outstanding => Err(Error::UnackedCqEvents { cq: self.cq.id(), outstanding }),
+        }
+    }
+
+    /// Sleeps until a completion is available, using `channel` (to which this CQ must
+    /// belong), or `timeout` passes; then takes it. The sleeping counterpart of
+    /// [`CompletionQueue::wait`].
+    pub fn wait_event(&self, channel: &CompChannel, timeout: Duration) -> Result<WorkCompletion> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(wc) = self.cq.poll_one() {
+                return Ok(wc);
+            }
+            self.req_notify(false)?;
+            // A completion that landed before arming raises no event: poll again.
+            if let Some(wc) = self.cq.poll_one() {
+                return Ok(wc);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let cq = channel.get_cq_event(left).map_err(|_| Error::Timeout(timeout))?;
+            cq.ack_events(1)?;
+        }
+    }
+
     /// True when none is waiting.
     pub fn is_empty(&self) -> bool {
         self.cq.is_empty()
@@ -707,6 +956,7 @@ pub struct QpBuilder {
     max_rd_atomic: u8,
     max_dest_rd_atomic: u8,
     psn: Option<u32>,
+    srq: Option<SharedReceiveQueue>,
     qkey: u32,
 }
 
@@ -771,6 +1021,13 @@ impl QpBuilder {
         qkey: u32
     );
 
+    /// Takes receive WQEs from `srq` instead of the QP's own receive queue (posting
+    /// receives to the QP then fails).
+    pub fn srq(mut self, srq: &SharedReceiveQueue) -> Self {
+        self.srq = Some(srq.clone());
+        self
+    }
+
     /// The first PSN (random if not set).
     pub fn psn(mut self, psn: u32) -> Self {
         self.psn = Some(psn & 0x00FF_FFFF);
@@ -788,11 +1045,22 @@ impl QpBuilder {
             return Err(Error::InvalidArgument { op: "create QP", why: format!("more than {MAX_SGE} SGEs") });
         }
         if c.max_inline_data > MAX_INLINE {
-            return Err(Error::InvalidArgument { op: "create QP", why: format!("inline data above {MAX_INLINE} bytes") });
+            return Err(Error::InvalidArgument {
+                op: "create QP",
+                why: format!("inline data above {MAX_INLINE} bytes"),
+            });
         }
         let shared = ctx
             .dev
-            .create_qp(self.qp_type, self.pd.inner.id, c, self.sq_sig_all, self.send_cq.cq.clone(), self.recv_cq.cq.clone())
+            .create_qp_with_srq(
+                self.qp_type,
+                self.pd.inner.id,
+                c,
+                self.sq_sig_all,
+                self.send_cq.cq.clone(),
+                self.recv_cq.cq.clone(),
+                self.srq.as_ref().map(|s| s.srq.clone()),
+            )
             .map_err(Error::DeviceStopped)?
             .map_err(Error::CreateQp)?;
         let qp = QueuePair {
@@ -1031,11 +1299,17 @@ impl QueuePair {
 
     /// Posts a send work request (`ibv_post_send`).
     pub fn post_send(&self, wr: &SendWr) -> Result<()> {
-        self.context().dev.post_send(&self.inner.shared, wr).map_err(|source| Error::PostSend { qpn: self.qpn(), source })
+        self.context()
+            .dev
+            .post_send(&self.inner.shared, wr)
+            .map_err(|source| Error::PostSend { qpn: self.qpn(), source })
     }
 
     /// Posts a receive work request (`ibv_post_recv`).
     pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
-        self.context().dev.post_recv(&self.inner.shared, wr).map_err(|source| Error::PostRecv { qpn: self.qpn(), source })
+        self.context()
+            .dev
+            .post_recv(&self.inner.shared, wr)
+            .map_err(|source| Error::PostRecv { qpn: self.qpn(), source })
     }
 }

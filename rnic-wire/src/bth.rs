@@ -104,8 +104,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
     /// Sets SE, M, PadCnt and TVer together.
     pub fn set_flags(&mut self, se: bool, migreq: bool, pad: u8, tver: u8) {
-        self.bm()[field::FLAGS] =
-            (u8::from(se) << 7) | (u8::from(migreq) << 6) | ((pad & 3) << 4) | (tver & 0xf);
+        self.bm()[field::FLAGS] = (u8::from(se) << 7) | (u8::from(migreq) << 6) | ((pad & 3) << 4) | (tver & 0xf);
     }
     /// Sets the P_Key.
     pub fn set_pkey(&mut self, v: u16) {
@@ -221,9 +220,6 @@ mod tests {
         let mut b = GOLDEN;
         b[1] |= 1;
         assert_eq!(BthRepr::parse(&Packet::new_unchecked(&b[..])), Err(crate::Error::BadTver(1)));
-        assert!(matches!(
-            Packet::new_checked(&GOLDEN[..11]),
-            Err(crate::Error::Truncated { need: 12, have: 11, .. })
-        ));
+        assert!(matches!(Packet::new_checked(&GOLDEN[..11]), Err(crate::Error::Truncated { need: 12, have: 11, .. })));
     }
 }

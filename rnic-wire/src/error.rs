@@ -110,14 +110,12 @@ impl fmt::Display for Error {
             Error::PadExceedsPayload { pad, available } => {
                 write!(f, "PadCnt {pad} exceeds the {available} payload bytes present")
             }
-            Error::UnexpectedPayload { opcode, len } => write!(
-                f,
-                "opcode 0x{opcode:02x} carries no payload but {len} bytes follow its headers"
-            ),
-            Error::BadIcrc { computed, received } => write!(
-                f,
-                "bad ICRC: packet carries {received:08x}, computed {computed:08x} (CRC-32 values)"
-            ),
+            Error::UnexpectedPayload { opcode, len } => {
+                write!(f, "opcode 0x{opcode:02x} carries no payload but {len} bytes follow its headers")
+            }
+            Error::BadIcrc { computed, received } => {
+                write!(f, "bad ICRC: packet carries {received:08x}, computed {computed:08x} (CRC-32 values)")
+            }
             Error::HeaderMismatch { opcode, header } => {
                 write!(f, "opcode 0x{opcode:02x} and the {header} header disagree")
             }

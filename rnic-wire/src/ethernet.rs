@@ -71,11 +71,7 @@ impl EthernetRepr {
         if t == TPID_8021Q {
             need("802.1Q-tagged Ethernet header", frame, HEADER_LEN + VLAN_TAG_LEN)?;
             let tci = u16_at(frame, 14);
-            let vlan = VlanTag {
-                pcp: u8::try_from(tci >> 13).unwrap_or(0),
-                dei: tci & 0x1000 != 0,
-                vid: tci & 0x0fff,
-            };
+            let vlan = VlanTag { pcp: u8::try_from(tci >> 13).unwrap_or(0), dei: tci & 0x1000 != 0, vid: tci & 0x0fff };
             let ethertype = u16_at(frame, 16);
             Ok((
                 EthernetRepr { dst: MacAddr(dst), src: MacAddr(src), vlan: Some(vlan), ethertype },

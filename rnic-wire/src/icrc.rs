@@ -114,11 +114,7 @@ impl IcrcContext {
     pub fn compute(&self, roce: &[u8]) -> Result<Icrc> {
         let roce_len = roce.len() + ICRC_LEN;
         let mut u = [0u8; udp::HEADER_LEN];
-        let urepr = udp::UdpRepr {
-            src_port: self.src_port,
-            dst_port: self.dst_port,
-            checksum: udp::UdpChecksum::Zero,
-        };
+        let urepr = udp::UdpRepr { src_port: self.src_port, dst_port: self.dst_port, checksum: udp::UdpChecksum::Zero };
         urepr.emit(&mut u, roce_len)?;
         let udp_len = udp::HEADER_LEN + roce_len;
         match (self.src, self.dst) {
@@ -160,9 +156,8 @@ impl IcrcContext {
     /// four bytes.
     pub fn fill(&self, roce_with_icrc: &mut [u8]) -> Result<()> {
         let n = roce_with_icrc.len();
-        let body = n
-            .checked_sub(ICRC_LEN)
-            .ok_or(Error::Truncated { what: "RoCEv2 packet", need: ICRC_LEN, have: n })?;
+        let body =
+            n.checked_sub(ICRC_LEN).ok_or(Error::Truncated { what: "RoCEv2 packet", need: ICRC_LEN, have: n })?;
         let c = self.compute(&roce_with_icrc[..body])?;
         roce_with_icrc[body..].copy_from_slice(&c.to_le_bytes());
         Ok(())
@@ -171,9 +166,8 @@ impl IcrcContext {
     /// Verifies the ICRC of a complete BTH..ICRC buffer.
     pub fn verify(&self, roce_with_icrc: &[u8]) -> Result<()> {
         let n = roce_with_icrc.len();
-        let body = n
-            .checked_sub(ICRC_LEN)
-            .ok_or(Error::Truncated { what: "RoCEv2 packet", need: ICRC_LEN, have: n })?;
+        let body =
+            n.checked_sub(ICRC_LEN).ok_or(Error::Truncated { what: "RoCEv2 packet", need: ICRC_LEN, have: n })?;
         let computed = self.compute(&roce_with_icrc[..body])?;
         let received = received(roce_with_icrc).unwrap_or(0);
         if computed == received {

@@ -196,8 +196,8 @@ impl Ipv4Repr {
     /// Writes a 20-byte header for a payload of `payload_len` bytes, checksum included.
     pub fn emit(&self, buf: &mut [u8], payload_len: usize) -> Result<()> {
         need("IPv4 header buffer", buf, HEADER_LEN)?;
-        let total = u16::try_from(HEADER_LEN + payload_len)
-            .map_err(|_| Error::FieldRange { field: "IPv4 total length" })?;
+        let total =
+            u16::try_from(HEADER_LEN + payload_len).map_err(|_| Error::FieldRange { field: "IPv4 total length" })?;
         buf[0] = 0x45;
         buf[1] = self.tos;
         set_u16(buf, 2, total);
@@ -222,8 +222,8 @@ mod tests {
     fn checksum_of_golden_header() {
         // From rc_send_first_len256_ipv4: checksum 0xb0c8.
         let h = [
-            0x45, 0x00, 0x01, 0x2c, 0x8b, 0x46, 0x40, 0x00, 0x40, 0x11, 0xb0, 0xc8, 0xac, 0x49,
-            0xf3, 0x16, 0xc0, 0xe1, 0x9d, 0x70,
+            0x45, 0x00, 0x01, 0x2c, 0x8b, 0x46, 0x40, 0x00, 0x40, 0x11, 0xb0, 0xc8, 0xac, 0x49, 0xf3, 0x16, 0xc0, 0xe1,
+            0x9d, 0x70,
         ];
         let mut buf = h.to_vec();
         buf.resize(300, 0);

@@ -324,14 +324,8 @@ const fn entry(
         off += headers[i].wire_len();
         i += 1;
     }
-    let request = !matches!(
-        operation,
-        O::RdmaReadResponse | O::Acknowledge | O::AtomicAcknowledge
-    );
-    let payload = matches!(
-        operation,
-        O::Send | O::RdmaWrite | O::RdmaReadResponse | O::AtomicWrite
-    );
+    let request = !matches!(operation, O::RdmaReadResponse | O::Acknowledge | O::AtomicAcknowledge);
+    let payload = matches!(operation, O::Send | O::RdmaWrite | O::RdmaReadResponse | O::AtomicWrite);
     let has_imm = contains(headers, H::ImmDt);
     let consumes_rwqe = match operation {
         O::Send => position.starts(),
@@ -429,14 +423,7 @@ const OTHERS: [OpcodeInfo; 16] = [
     entry(0x0f, "RC_RDMA_READ_RESPONSE_LAST", T::Rc, O::RdmaReadResponse, P::Last, &[H::Aeth]),
     entry(0x10, "RC_RDMA_READ_RESPONSE_ONLY", T::Rc, O::RdmaReadResponse, P::Only, &[H::Aeth]),
     entry(0x11, "RC_ACKNOWLEDGE", T::Rc, O::Acknowledge, P::Only, &[H::Aeth]),
-    entry(
-        0x12,
-        "RC_ATOMIC_ACKNOWLEDGE",
-        T::Rc,
-        O::AtomicAcknowledge,
-        P::Only,
-        &[H::Aeth, H::AtomicAckEth],
-    ),
+    entry(0x12, "RC_ATOMIC_ACKNOWLEDGE", T::Rc, O::AtomicAcknowledge, P::Only, &[H::Aeth, H::AtomicAckEth]),
     entry(0x13, "RC_COMPARE_SWAP", T::Rc, O::CompareSwap, P::Only, &[H::AtomicEth]),
     entry(0x14, "RC_FETCH_ADD", T::Rc, O::FetchAdd, P::Only, &[H::AtomicEth]),
     entry(0x16, "RC_SEND_LAST_WITH_INVALIDATE", T::Rc, O::Send, P::Last, &[H::Ieth]),

@@ -256,8 +256,7 @@ impl RoceRepr {
 
     /// Length of BTH..ICRC. Returns 0 for an unknown opcode.
     pub fn buffer_len(&self) -> usize {
-        self.info()
-            .map_or(0, |i| i.payload_offset() + self.payload_len + self.pad_len() + ICRC_LEN)
+        self.info().map_or(0, |i| i.payload_offset() + self.payload_len + self.pad_len() + ICRC_LEN)
     }
 
     /// Writes the packet into `buf[..buffer_len()]`, copying `payload` (which must be
@@ -428,17 +427,11 @@ mod tests {
         // 16 bytes: BTH + ICRC, no payload, but PadCnt 3.
         let mut b = [0u8; 16];
         b.copy_from_slice(&buf[..16]);
-        assert_eq!(
-            RocePacket::new_checked(&b[..]).err(),
-            Some(Error::PadExceedsPayload { pad: 3, available: 0 })
-        );
+        assert_eq!(RocePacket::new_checked(&b[..]).err(), Some(Error::PadExceedsPayload { pad: 3, available: 0 }));
         // An ACK with payload.
         let mut b = [0u8; 24];
         b[0] = 0x11;
-        assert_eq!(
-            RocePacket::new_checked(&b[..]).err(),
-            Some(Error::UnexpectedPayload { opcode: 0x11, len: 4 })
-        );
+        assert_eq!(RocePacket::new_checked(&b[..]).err(), Some(Error::UnexpectedPayload { opcode: 0x11, len: 4 }));
         // A READ REQUEST cut inside its RETH names the RETH.
         let mut b = [0u8; 20];
         b[0] = 0x0c;

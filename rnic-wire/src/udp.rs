@@ -110,8 +110,8 @@ impl UdpRepr {
     /// computed checksum is filled in by [`fill_checksum`] once the payload is in place.
     pub fn emit(&self, buf: &mut [u8], payload_len: usize) -> Result<()> {
         need("UDP header buffer", buf, HEADER_LEN)?;
-        let len = u16::try_from(HEADER_LEN + payload_len)
-            .map_err(|_| crate::Error::FieldRange { field: "UDP length" })?;
+        let len =
+            u16::try_from(HEADER_LEN + payload_len).map_err(|_| crate::Error::FieldRange { field: "UDP length" })?;
         set_u16(buf, 0, self.src_port);
         set_u16(buf, 2, self.dst_port);
         set_u16(buf, 4, len);

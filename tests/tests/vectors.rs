@@ -48,23 +48,13 @@ fn every_vector_parses_to_its_json_and_reemits_byte_for_byte() {
         // the same ICRC when those fields match the capture's.
         if let IpRepr::V6(ip6) = p.ip {
             // IPv6 masks everything a socket cannot see: the ICRC is reproducible.
-            let ctx = rnic_wire::icrc::IcrcContext::new(
-                ip6.src.into(),
-                ip6.dst.into(),
-                p.udp.src_port,
-                p.udp.dst_port,
-            );
+            let ctx = rnic_wire::icrc::IcrcContext::new(ip6.src.into(), ip6.dst.into(), p.udp.src_port, p.udp.dst_port);
             ctx.verify(&udp_payload).unwrap_or_else(|e| panic!("{name}: {e}"));
         } else if let IpRepr::V4(ip4) = p.ip {
             let ctx = rnic_wire::icrc::IcrcContext {
                 ipv4_ident: ip4.ident,
                 ipv4_df: ip4.df,
-                ..rnic_wire::icrc::IcrcContext::new(
-                    ip4.src.into(),
-                    ip4.dst.into(),
-                    p.udp.src_port,
-                    p.udp.dst_port,
-                )
+                ..rnic_wire::icrc::IcrcContext::new(ip4.src.into(), ip4.dst.into(), p.udp.src_port, p.udp.dst_port)
             };
             ctx.verify(&udp_payload).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
@@ -146,8 +136,7 @@ fn check_fields(name: &str, v: &Value, p: &frame::ParsedPacket<'_>) {
     // Extension headers, in wire order.
     let info = b.opcode.info().unwrap();
     let exts: Vec<&Value> = v["ext_headers"].as_array().unwrap().iter().collect();
-    let listed: Vec<HeaderKind> =
-        info.headers.iter().copied().filter(|h| *h != HeaderKind::CnpBody).collect();
+    let listed: Vec<HeaderKind> = info.headers.iter().copied().filter(|h| *h != HeaderKind::CnpBody).collect();
     assert_eq!(exts.len(), listed.len(), "{name}: header count");
     for (j, kind) in exts.iter().zip(&listed) {
         assert_eq!(j["type"].as_str().unwrap(), kind.name(), "{name}");
@@ -162,7 +151,10 @@ fn check_fields(name: &str, v: &Value, p: &frame::ParsedPacket<'_>) {
         match kind {
             HeaderKind::Reth => {
                 let r = e.reth.unwrap();
-                assert_eq!((r.va, u64::from(r.rkey), u64::from(r.dma_len)), (u(j, "va"), u(j, "rkey"), u(j, "dma_len")));
+                assert_eq!(
+                    (r.va, u64::from(r.rkey), u64::from(r.dma_len)),
+                    (u(j, "va"), u(j, "rkey"), u(j, "dma_len"))
+                );
             }
             HeaderKind::Aeth => {
                 let a = e.aeth.unwrap();

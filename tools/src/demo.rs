@@ -2,6 +2,7 @@
 //! per path MTU, and SEND, RDMA WRITE with immediate and RDMA READ of several sizes,
 //! every byte verified, told so that a student can follow who did what.
 
+use rnic_core::faults::{FaultHandle, Faults};
 use rnic_verbs::{
     AccessFlags, CompletionQueue, Context, MemoryRegion, PathMtu, QueuePair, RecvWr, SendOp, SendWr, WcStatus,
     WorkCompletion,
@@ -29,7 +30,49 @@ pub struct Args {
     /// Print only the summary.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Lose each packet with this probability (0..1), on both devices' transmit side.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub loss: f64,
+    /// Deliver each packet twice with this probability.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub dup: f64,
+    /// Let the next packet overtake each packet with this probability.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub reorder: f64,
+    /// Flip one ICRC-covered bit of each packet with this probability (the receiver must drop it).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub corrupt: f64,
+    /// Seed of the fault randomness (the same seed draws the same fates in the same order).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
+
+fn probability(s: &str) -> Result<f64, String> {
+    let p: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("{p} is not a probability between 0 and 1"))
+    }
+}
+
+impl Args {
+    fn faulty(&self) -> bool {
+        self.loss > 0.0 || self.dup > 0.0 || self.reorder > 0.0 || self.corrupt > 0.0
+    }
+}
+
+/// The counters that tell how a transfer recovered, with what each means.
+const RECOVERY: &[(&str, &str)] = &[
+    ("icrc_err", "packet(s) dropped for a bad ICRC"),
+    ("out_of_seq_request", "request(s) out of sequence at the responder"),
+    ("rcvd_seq_err", "sequence NAK(s) received"),
+    ("duplicate_request", "duplicate request(s) re-acknowledged, not re-executed"),
+    ("completer_retry_err", "retransmission(s) (go-back-N)"),
+    ("ghost_acks", "stale response(s) ignored"),
+    ("rcvd_rnr_err", "RNR NAK(s)"),
+    ("retry_exceeded_err", "retry limit(s) exceeded"),
+];
 
 const BUF: usize = 1 << 20;
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,10 +84,13 @@ struct Side {
     mr: MemoryRegion,
 }
 
-fn open(name: &str, ip: IpAddr, pcap: &Option<PathBuf>) -> Result<Side, String> {
+fn open(name: &str, ip: IpAddr, pcap: &Option<PathBuf>, faults: Option<FaultHandle>) -> Result<Side, String> {
     let mut cfg = rnic_core::device::DeviceConfig::new(name, ip);
     if let Some(p) = pcap {
         cfg.capture = Some(p.clone());
+    }
+    if faults.is_some() {
+        cfg.faults = faults;
     }
     let ctx = Context::open_with(cfg).map_err(|e| e.to_string())?;
     let pd = ctx.alloc_pd();
@@ -84,6 +130,8 @@ struct Demo {
     a: Side,
     b: Side,
     quiet: bool,
+    /// Counters before the current transfer (rnic0, rnic1), when faults are on.
+    before: Option<[Vec<(&'static str, u64)>; 2]>,
     ok: usize,
     failed: Vec<String>,
 }
@@ -99,7 +147,37 @@ impl Demo {
         side.ctx.counter("sent_pkts").unwrap_or(0)
     }
 
+    /// Prints what the fault chains did during the last transfer and how the QPs
+    /// recovered (counter deltas), then starts the next transfer's accounting.
+    fn recovery(&mut self) {
+        let Some(before) = &self.before else { return };
+        let sides = [(&self.a, "rnic0"), (&self.b, "rnic1")];
+        let mut lines = Vec::new();
+        for (side, name) in sides {
+            if let Some(f) = side.ctx.device().faults() {
+                for ev in f.lock().take_log() {
+                    lines.push(format!("      fault  {name}: {:<9} {}", ev.verdict.name(), ev.packet));
+                }
+            }
+        }
+        let now = [self.a.ctx.counters(), self.b.ctx.counters()];
+        for (i, name) in ["rnic0", "rnic1"].into_iter().enumerate() {
+            for (c, meaning) in RECOVERY {
+                let get = |v: &[(&str, u64)]| v.iter().find(|(n, _)| n == c).map_or(0, |(_, x)| *x);
+                let d = get(&now[i]) - get(&before[i]);
+                if d > 0 {
+                    lines.push(format!("      recover {name}: {d} {meaning}"));
+                }
+            }
+        }
+        for l in lines {
+            self.say(l);
+        }
+        self.before = Some(now);
+    }
+
     fn check(&mut self, what: String, good: bool, why: impl FnOnce() -> String) {
+        self.recovery();
         if good {
             self.ok += 1;
             self.say(format!("    -> verified: {what}"));
@@ -110,14 +188,28 @@ impl Demo {
         }
     }
 
+    /// rnic0's completion; a failure ends the demo, since the QP is then in the error
+    /// state (with faults: the loss was beyond what retry_cnt allows).
+    fn requester_wc(&mut self) -> Result<WorkCompletion, String> {
+        let wc = self.wc(&self.a.cq)?;
+        if wc.status != WcStatus::Success {
+            self.recovery();
+            return Err(format!("rnic0's work request failed: {wc}; its QP is now in the error state"));
+        }
+        Ok(wc)
+    }
+
     fn wc(&self, cq: &CompletionQueue) -> Result<WorkCompletion, String> {
         cq.wait(1, TIMEOUT).map(|v| v[0]).map_err(|e| e.to_string())
     }
 
     fn run_mtu(&mut self, mtu: PathMtu) -> Result<(), String> {
         let m = mtu.bytes() as usize;
-        let qa = qp(&self.a, mtu)?;
-        let qb = qp(&self.b, mtu)?;
+        // Under faults a lost last packet waits for the local ACK timer: 4.096 us * 2^10
+        // = 4 ms rather than the default 2^14 = 67 ms keeps the demo brisk.
+        let timeout = if self.before.is_some() { 10 } else { 14 };
+        let qa = qp(&self.a, mtu, timeout)?;
+        let qb = qp(&self.b, mtu, timeout)?;
         let (ea, eb) = (qa.endpoint(), qb.endpoint());
         let qa = qa.connect(&eb).map_err(|e| e.to_string())?;
         let qb = qb.connect(&ea).map_err(|e| e.to_string())?;
@@ -125,6 +217,9 @@ impl Demo {
             "\n== path MTU {m}: rnic0 QP {:#x} (first PSN {:#08x}) <-> rnic1 QP {:#x} (first PSN {:#08x}) ==",
             ea.qpn, ea.psn, eb.qpn, eb.psn
         ));
+        if self.before.is_some() {
+            self.before = Some([self.a.ctx.counters(), self.b.ctx.counters()]);
+        }
         for (i, len) in (0u32..).zip([1usize, m, 3 * m + 1, 65536]) {
             let seed = mtu.bytes() * 10 + i;
             self.send(&qa, &qb, m, len, seed)?;
@@ -141,15 +236,31 @@ impl Demo {
         let (sa, sb) = (Self::sent(&self.a), Self::sent(&self.b));
         qb.post_recv(&RecvWr { wr_id: 10, sg_list: vec![self.b.mr.sge(0, len32(len))] }).map_err(|e| e.to_string())?;
         qa.post_send(&SendWr::send(1, vec![self.a.mr.sge(0, len32(len))])).map_err(|e| e.to_string())?;
-        let (wa, wb) = (self.wc(&self.a.cq)?, self.wc(&self.b.cq)?);
+        let wa = self.requester_wc()?;
+        let wb = self.wc(&self.b.cq)?;
         let (da, db) = (Self::sent(&self.a) - sa, Self::sent(&self.b) - sb);
-        self.say(format!("  SEND {len} B: rnic1's application posted a receive buffer; rnic0 sent {da} packet(s) [{}]", shape("SEND", packets(len, mtu), "")));
+        self.say(format!(
+            "  SEND {len} B: rnic1's application posted a receive buffer; rnic0 sent {da} packet(s) [{}]",
+            shape("SEND", packets(len, mtu), "")
+        ));
         self.say(format!("    rnic1's NIC placed the bytes and answered with {db} ACK(s)"));
-        self.say(format!("    rnic1's CPU sees: {} {} ({} bytes)    rnic0's CPU sees: {} {}", wb.opcode.name(), wb.status, wb.byte_len, wa.opcode.name(), wa.status));
+        self.say(format!(
+            "    rnic1's CPU sees: {} {} ({} bytes)    rnic0's CPU sees: {} {}",
+            wb.opcode.name(),
+            wb.status,
+            wb.byte_len,
+            wa.opcode.name(),
+            wa.status
+        ));
         let mut got = vec![0u8; len];
         self.b.mr.read(0, &mut got).map_err(|e| e.to_string())?;
-        let good = wa.status == WcStatus::Success && wb.status == WcStatus::Success && wb.byte_len as usize == len && got == data;
-        self.check(format!("SEND {len} B at MTU {mtu}"), good, || format!("completions {wa} / {wb}, bytes equal: {}", got == data));
+        let good = wa.status == WcStatus::Success
+            && wb.status == WcStatus::Success
+            && wb.byte_len as usize == len
+            && got == data;
+        self.check(format!("SEND {len} B at MTU {mtu}"), good, || {
+            format!("completions {wa} / {wb}, bytes equal: {}", got == data)
+        });
         Ok(())
     }
 
@@ -162,7 +273,8 @@ impl Demo {
         let imm = 0xC0DE_0000 | (seed & 0xffff);
         let op = SendOp::RdmaWriteWithImm { remote_addr: r.addr + 4096, rkey: r.rkey, imm };
         qa.post_send(&SendWr::new(2, op, vec![self.a.mr.sge(0, len32(len))])).map_err(|e| e.to_string())?;
-        let (wa, wb) = (self.wc(&self.a.cq)?, self.wc(&self.b.cq)?);
+        let wa = self.requester_wc()?;
+        let wb = self.wc(&self.b.cq)?;
         let (da, db) = (Self::sent(&self.a) - sa, Self::sent(&self.b) - sb);
         self.say(format!(
             "  RDMA_WRITE_WITH_IMM {len} B into rnic1 at {:#x} (rkey {:#x}): rnic0 sent {da} packet(s) [{}]",
@@ -170,12 +282,23 @@ impl Demo {
             r.rkey,
             shape("RDMA_WRITE", packets(len, mtu), "_WITH_IMMEDIATE")
         ));
-        self.say(format!("    rnic1's NIC wrote its memory and sent {db} ACK(s); the immediate consumed one receive WQE"));
-        self.say(format!("    rnic1's CPU sees: {} imm={:#x} ({} bytes)    rnic0's CPU sees: {} {}", wb.opcode.name(), wb.imm_data, wb.byte_len, wa.opcode.name(), wa.status));
+        self.say(format!(
+            "    rnic1's NIC wrote its memory and sent {db} ACK(s); the immediate consumed one receive WQE"
+        ));
+        self.say(format!(
+            "    rnic1's CPU sees: {} imm={:#x} ({} bytes)    rnic0's CPU sees: {} {}",
+            wb.opcode.name(),
+            wb.imm_data,
+            wb.byte_len,
+            wa.opcode.name(),
+            wa.status
+        ));
         let mut got = vec![0u8; len];
         self.b.mr.read(4096, &mut got).map_err(|e| e.to_string())?;
         let good = wa.status == WcStatus::Success && wb.imm_data == imm && wb.wc_flags.with_imm && got == data;
-        self.check(format!("RDMA_WRITE_WITH_IMM {len} B at MTU {mtu}"), good, || format!("completions {wa} / {wb}, bytes equal: {}", got == data));
+        self.check(format!("RDMA_WRITE_WITH_IMM {len} B at MTU {mtu}"), good, || {
+            format!("completions {wa} / {wb}, bytes equal: {}", got == data)
+        });
         Ok(())
     }
 
@@ -187,14 +310,22 @@ impl Demo {
         let (sa, sb) = (Self::sent(&self.a), Self::sent(&self.b));
         let op = SendOp::RdmaRead { remote_addr: r.addr + 8192, rkey: r.rkey };
         qa.post_send(&SendWr::new(3, op, vec![self.a.mr.sge(BUF / 2, len32(len))])).map_err(|e| e.to_string())?;
-        let wa = self.wc(&self.a.cq)?;
+        let wa = self.requester_wc()?;
         let (da, db) = (Self::sent(&self.a) - sa, Self::sent(&self.b) - sb);
         self.say(format!("  RDMA_READ {len} B from rnic1 at {:#x}: rnic0 sent {da} READ request; rnic1's NIC answered with {db} packet(s) [{}]", r.addr + 8192, shape("RDMA_READ_RESPONSE", packets(len, mtu), "")));
-        self.say(format!("    rnic1's CPU sees: nothing (one-sided; its CQ holds {})    rnic0's CPU sees: {} {} ({} bytes)", self.b.cq.len(), wa.opcode.name(), wa.status, wa.byte_len));
+        self.say(format!(
+            "    rnic1's CPU sees: nothing (one-sided; its CQ holds {})    rnic0's CPU sees: {} {} ({} bytes)",
+            self.b.cq.len(),
+            wa.opcode.name(),
+            wa.status,
+            wa.byte_len
+        ));
         let mut got = vec![0u8; len];
         self.a.mr.read(BUF / 2, &mut got).map_err(|e| e.to_string())?;
         let good = wa.status == WcStatus::Success && self.b.cq.is_empty() && got == data;
-        self.check(format!("RDMA_READ {len} B at MTU {mtu}"), good, || format!("completion {wa}, bytes equal: {}", got == data));
+        self.check(format!("RDMA_READ {len} B at MTU {mtu}"), good, || {
+            format!("completion {wa}, bytes equal: {}", got == data)
+        });
         Ok(())
     }
 }
@@ -203,8 +334,8 @@ fn len32(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(u32::MAX)
 }
 
-fn qp(side: &Side, mtu: PathMtu) -> Result<rnic_verbs::PreparedQp, String> {
-    side.pd.qp_builder(&side.cq, &side.cq).mtu(mtu).build().map_err(|e| e.to_string())
+fn qp(side: &Side, mtu: PathMtu, timeout: u8) -> Result<rnic_verbs::PreparedQp, String> {
+    side.pd.qp_builder(&side.cq, &side.cq).mtu(mtu).timeout(timeout).build().map_err(|e| e.to_string())
 }
 
 /// Runs the demo; 0 when every transfer verified.
@@ -221,18 +352,57 @@ pub fn run(args: &Args) -> ExitCode {
 fn run_inner(args: &Args) -> Result<ExitCode, String> {
     let mut mtus = Vec::new();
     for m in &args.mtus {
-        mtus.push(PathMtu::from_bytes(*m).ok_or_else(|| format!("--mtus: {m} is not one of 256, 512, 1024, 2048, 4096"))?);
+        mtus.push(
+            PathMtu::from_bytes(*m).ok_or_else(|| format!("--mtus: {m} is not one of 256, 512, 1024, 2048, 4096"))?,
+        );
     }
-    let a = open("rnic0", args.ip, &args.pcap)?;
-    let b = open("rnic1", args.peer_ip, &args.pcap)?;
-    let mut d = Demo { a, b, quiet: args.quiet, ok: 0, failed: Vec::new() };
+    let chain = |i: u64| {
+        args.faulty().then(|| {
+            let mut f =
+                Faults::random(args.seed.wrapping_add(i), args.loss, args.dup, args.reorder, args.corrupt, 1_000_000);
+            f.enable_log();
+            FaultHandle::new(f)
+        })
+    };
+    let (fa, fb) = (chain(0), chain(1));
+    let a = open("rnic0", args.ip, &args.pcap, fa.clone())?;
+    let b = open("rnic1", args.peer_ip, &args.pcap, fb.clone())?;
+    let before = args.faulty().then(|| [a.ctx.counters(), b.ctx.counters()]);
+    let mut d = Demo { a, b, quiet: args.quiet, before, ok: 0, failed: Vec::new() };
     d.say("rnic demo: two emulated RoCEv2 devices in this process, talking RoCEv2 over UDP port 4791");
-    d.say(format!("  rnic0 at {} (GID {}), rnic1 at {} (GID {})", args.ip, d.a.ctx.gid(0).map(|g| g.to_string()).unwrap_or_default(), args.peer_ip, d.b.ctx.gid(0).map(|g| g.to_string()).unwrap_or_default()));
+    d.say(format!(
+        "  rnic0 at {} (GID {}), rnic1 at {} (GID {})",
+        args.ip,
+        d.a.ctx.gid(0).map(|g| g.to_string()).unwrap_or_default(),
+        args.peer_ip,
+        d.b.ctx.gid(0).map(|g| g.to_string()).unwrap_or_default()
+    ));
     d.say("  each side registered 1 MiB (LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ) and connected one RC QP per MTU");
-    for m in mtus {
-        d.run_mtu(m)?;
+    if args.faulty() {
+        d.say(format!(
+            "  faults on every packet either device sends: loss {} dup {} reorder {} corrupt {} (seed {})",
+            args.loss, args.dup, args.reorder, args.corrupt, args.seed
+        ));
+        d.say("  ('fault' lines: what the network did; 'recover' lines: how RC put it right)");
     }
-    let total = d.ok + d.failed.len();
+    for m in mtus {
+        if let Err(e) = d.run_mtu(m) {
+            d.failed.push(e);
+            break;
+        }
+    }
+    if let (Some(fa), Some(fb)) = (&fa, &fb) {
+        let (x, y) = (fa.lock().stats(), fb.lock().stats());
+        println!(
+            "\nfaults applied: {} packets judged, {} dropped, {} duplicated, {} reordered, {} corrupted",
+            x.packets + y.packets,
+            x.dropped + y.dropped,
+            x.duplicated + y.duplicated,
+            x.reordered + y.reordered,
+            x.corrupted + y.corrupted
+        );
+    }
+    let total = 12 * args.mtus.len();
     println!("\nrnic demo: {} of {total} transfers verified byte for byte", d.ok);
     for (n, v) in d.a.ctx.counters().into_iter().filter(|(_, v)| *v > 0) {
         if !args.quiet {

@@ -104,7 +104,13 @@ fn run_inner(a: &Args) -> Result<(), String> {
     let size = a.size as usize;
     // Two halves: what we send and what we receive (so -c can check the peer's data).
     let mr = pd.allocate_mr((size * 2).max(1), AccessFlags::LOCAL_WRITE).map_err(|e| e.to_string())?;
-    let cap = rnic_verbs::QpCap { max_send_wr: 1, max_recv_wr: a.rx_depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let cap = rnic_verbs::QpCap {
+        max_send_wr: 1,
+        max_recv_wr: a.rx_depth,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
     let prepared = pd.qp_builder(&cq, &cq).cap(cap).mtu(mtu).build().map_err(|e| e.to_string())?;
     let mine = prepared.endpoint();
     let rx_sge = mr.sge(size, a.size);
@@ -113,10 +119,7 @@ fn run_inner(a: &Args) -> Result<(), String> {
     for _ in 0..a.rx_depth {
         prepared.qp().post_recv(&recv(1)).map_err(|e| e.to_string())?;
     }
-    println!(
-        "  local address:  LID 0x0000, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-        mine.qpn, mine.psn, mine.gid
-    );
+    println!("  local address:  LID 0x0000, QPN 0x{:06x}, PSN 0x{:06x}, GID {}", mine.qpn, mine.psn, mine.gid);
     let (qp, remote) = match &a.server {
         None => {
             let l = TcpListener::bind(("0.0.0.0", a.port)).map_err(|e| format!("listen on TCP {}: {e}", a.port))?;
@@ -143,10 +146,7 @@ fn run_inner(a: &Args) -> Result<(), String> {
             (qp, remote)
         }
     };
-    println!(
-        "  remote address: LID 0x0000, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-        remote.qpn, remote.psn, remote.gid
-    );
+    println!("  remote address: LID 0x0000, QPN 0x{:06x}, PSN 0x{:06x}, GID {}", remote.qpn, remote.psn, remote.gid);
     let client = a.server.is_some();
     // Fill the send half with a pattern the peer can check (-c).
     let fill: Vec<u8> = (0..=250u8).cycle().take(size).collect();

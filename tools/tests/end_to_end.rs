@@ -27,11 +27,8 @@ fn tmp(name: &str) -> PathBuf {
 fn demo_verifies_everything_and_its_capture_checks_out() {
     let pcap = tmp("demo.pcap");
     // Addresses of its own, so that parallel tests do not collide on 127.0.0.1:4791.
-    let out = rnic()
-        .args(["demo", "--ip", "127.0.10.1", "--peer-ip", "127.0.10.2", "--pcap"])
-        .arg(&pcap)
-        .output()
-        .unwrap();
+    let out =
+        rnic().args(["demo", "--ip", "127.0.10.1", "--peer-ip", "127.0.10.2", "--pcap"]).arg(&pcap).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "demo failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("36 of 36 transfers verified byte for byte"), "{stdout}");
@@ -59,7 +56,20 @@ fn demo_verifies_everything_and_its_capture_checks_out() {
 fn two_processes_do_rc_over_udp() {
     let port = 18515 + u16::try_from(std::process::id() % 1000).unwrap();
     let server = rnic()
-        .args(["pingpong", "--ip", "127.0.11.1", "-p", &port.to_string(), "-n", "200", "-s", "3000", "-m", "1024", "-c"])
+        .args([
+            "pingpong",
+            "--ip",
+            "127.0.11.1",
+            "-p",
+            &port.to_string(),
+            "-n",
+            "200",
+            "-s",
+            "3000",
+            "-m",
+            "1024",
+            "-c",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -88,4 +98,47 @@ fn unknown_device_is_named() {
     assert!(!out.status.success());
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("no device named \"mlx5_0\""), "{e}");
+}
+
+/// `rnic demo` under faults: every transfer still verifies, and the narration shows what
+/// the network did and how RC recovered. Total loss instead ends it with the reason and a
+/// non-zero exit.
+#[test]
+fn demo_recovers_from_faults_and_fails_loudly_when_it_cannot() {
+    let out = rnic()
+        .args(["demo", "--ip", "127.0.10.5", "--peer-ip", "127.0.10.6"])
+        .args(["--loss", "0.05", "--dup", "0.02", "--reorder", "0.02", "--corrupt", "0.01", "--seed", "7"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "demo failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("36 of 36 transfers verified byte for byte"), "{stdout}");
+    for what in ["fault  rnic0: drop", "recover rnic0", "retransmission(s) (go-back-N)", "faults applied:"] {
+        assert!(stdout.contains(what), "no `{what}` in:\n{stdout}");
+    }
+
+    let out = rnic()
+        .args(["demo", "--ip", "127.0.10.7", "--peer-ip", "127.0.10.8", "--mtus", "1024", "--loss", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("RETRY_EXC_ERR") || stderr.contains("retry"), "{stderr}");
+
+    let bad = rnic().args(["demo", "--loss", "1.5"]).output().unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a probability"));
+
+    // RNIC_FAULTS puts any program on a bad network without a code change.
+    let out = rnic()
+        .env("RNIC_FAULTS", "loss=0.1,seed=3")
+        .args(["demo", "--ip", "127.0.10.9", "--peer-ip", "127.0.10.10", "--mtus", "1024"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("12 of 12 transfers verified") && stdout.contains("completer_retry_err"), "{stdout}");
+    let out = rnic().env("RNIC_FAULTS", "lose=0.1").args(["demo", "--ip", "127.0.10.11"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("RNIC_FAULTS: unknown fault spec key `lose`"), "{stderr}");
 }

@@ -22,6 +22,7 @@
 //! [`uc`], the UD responder and its GRH area in [`ud`].
 
 pub mod qp;
+mod rd_atomic;
 mod requester;
 mod responder;
 mod uc;
@@ -34,9 +35,11 @@ use crate::mr::Mtpt;
 use crate::qp_state::{self, PathMtu, QpAttrMask, QpAttrValues, QpState, QpType};
 use crate::wr::{WcOpcode, WcStatus, WorkCompletion};
 use qp::{Qp, QpAttr, QpCap, QpShared, RecvWqe, SendWqe};
+use rnic_wire::aeth::AethRepr;
 use rnic_wire::roce::{RocePacket, RoceRepr};
 use rnic_wire::{Psn, Qpn};
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -94,6 +97,17 @@ pub enum AsyncEvent {
         /// The CQ.
         cq: u32,
     },
+    /// An armed SRQ limit was crossed: fewer receive WQEs than the limit remain
+    /// (`IBV_EVENT_SRQ_LIMIT_REACHED`); the limit is now disarmed.
+    SrqLimitReached {
+        /// The SRQ.
+        srq: u32,
+    },
+    /// The port became active (`IBV_EVENT_PORT_ACTIVE`; raised once when a device opens).
+    PortActive {
+        /// The port (always 1).
+        port: u8,
+    },
 }
 
 /// Why an engine call failed.
@@ -127,7 +141,19 @@ pub struct Engine {
     free_slots: VecDeque<usize>,
     pub(crate) out: Outbox,
     events: VecDeque<AsyncEvent>,
+    /// Armed timers, earliest first: (deadline, QPN). An entry is live only while it is
+    /// the QP's `timer_key`; others are skipped lazily, so arming is O(log n) and finding
+    /// the next wake-up is O(1) however many QPs there are.
+    timers: BinaryHeap<Reverse<(Time, u32)>>,
+    /// QPs holding a coalesced ACK, to be sent at the next drain.
+    acks: Vec<Qpn>,
+    /// QPs with READ responses still to send, served round-robin a burst at a time.
+    reads: VecDeque<Qpn>,
 }
+
+/// READ response packets generated per drain of the engine's output (all QPs together):
+/// a peer's large READ costs at most this many buffered packets at a time.
+pub const READ_BURST: usize = 64;
 
 /// Packets and buffers on their way out; separate from the QPs so both can be borrowed.
 #[derive(Debug, Default)]
@@ -167,7 +193,18 @@ impl Outbox {
 impl Engine {
     /// A new engine using `mtpt` for every key check.
     pub fn new(config: EngineConfig, mtpt: Arc<Mtpt>, counters: Arc<Counters>) -> Engine {
-        Engine { config, mtpt, counters, qps: Vec::new(), free_slots: VecDeque::new(), out: Outbox::default(), events: VecDeque::new() }
+        Engine {
+            config,
+            mtpt,
+            counters,
+            qps: Vec::new(),
+            free_slots: VecDeque::new(),
+            out: Outbox::default(),
+            events: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            acks: Vec::new(),
+            reads: VecDeque::new(),
+        }
     }
 
     /// The configuration.
@@ -209,6 +246,31 @@ impl Engine {
         send_cq: Arc<Cq>,
         recv_cq: Arc<Cq>,
     ) -> Result<Arc<QpShared>, EngineError> {
+        self.create_qp_with_srq(qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, None)
+    }
+
+    /// Creates a QP in the RESET state whose responder takes its receive WQEs from
+    /// `srq` (which must belong to the same protection domain).
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_qp_with_srq(
+        &mut self,
+        qp_type: QpType,
+        pd: crate::mr::PdId,
+        cap: QpCap,
+        sq_sig_all: bool,
+        send_cq: Arc<Cq>,
+        recv_cq: Arc<Cq>,
+        srq: Option<Arc<crate::srq::Srq>>,
+    ) -> Result<Arc<QpShared>, EngineError> {
+        if let Some(s) = &srq {
+            if s.pd() != pd {
+                return Err(EngineError::BadAttr(format!(
+                    "SRQ {} belongs to protection domain {}, the QP to {pd}",
+                    s.id(),
+                    s.pd()
+                )));
+            }
+        }
         let live = self.qps.len() - self.free_slots.len();
         if u32::try_from(live).unwrap_or(u32::MAX) >= self.config.max_qp {
             return Err(EngineError::TooManyQps(self.config.max_qp));
@@ -221,7 +283,7 @@ impl Engine {
             }
         };
         let qpn = Qpn::new(FIRST_QPN + u32::try_from(slot).map_err(|_| EngineError::TooManyQps(self.config.max_qp))?);
-        let shared = Arc::new(QpShared::new(qpn, qp_type, pd, cap, sq_sig_all));
+        let shared = Arc::new(QpShared::new(qpn, qp_type, pd, cap, sq_sig_all, srq));
         self.qps[slot] = Some(Qp::new(shared.clone(), self.mtpt.clone(), send_cq, recv_cq));
         Ok(shared)
     }
@@ -275,7 +337,10 @@ impl Engine {
             },
         )?;
         if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > max_rd {
-            return Err(EngineError::BadAttr(format!("max_rd_atomic {} exceeds the device's {max_rd}", attr.max_rd_atomic)));
+            return Err(EngineError::BadAttr(format!(
+                "max_rd_atomic {} exceeds the device's {max_rd}",
+                attr.max_rd_atomic
+            )));
         }
         if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > max_rd {
             return Err(EngineError::BadAttr(format!(
@@ -361,6 +426,7 @@ impl Engine {
         if next == QpState::Rts {
             // Work posted in SQD (or before a re-arm) can go now.
             self.progress(now, qpn);
+            self.note_timers(qpn);
         }
         Ok(())
     }
@@ -388,8 +454,25 @@ impl Engine {
             self.push_wc(&cq, qpn, wc, false);
             return;
         }
+        if let crate::wr::SendOp::LocalInv { rkey } = wqe.op {
+            self.local_invalidate(now, qpn, wqe, rkey);
+            return;
+        }
         requester::queue(qp, wqe);
         self.progress(now, qpn);
+        self.note_timers(qpn);
+    }
+
+    /// LOCAL_INV (IBA 10.6.7, rxe `rxe_do_local_ops`): a local operation executed when the
+    /// engine takes it (after every earlier WQE of the queue was handed to the engine) and
+    /// completed in order with the rest of the send queue. A key naming no region, or a
+    /// region of another PD, fails it with LOC_QP_OP_ERR and the QP enters the error state
+    /// (rxe's status for a failed local operation).
+    fn local_invalidate(&mut self, now: Time, qpn: Qpn, wqe: SendWqe, rkey: u32) {
+        let Some(qp) = self.qp_mut(qpn) else { return };
+        let status = qp.mtpt.invalidate_for(rkey, qp.shared.pd).err().map(|_| WcStatus::LocQpOpErr);
+        requester::queue_local(qp, wqe, status);
+        requester::retire_done(self, now, qpn);
     }
 
     /// Queues a validated receive WQE.
@@ -451,49 +534,146 @@ impl Engine {
             return;
         }
         match qp_type {
-            QpType::Ud => return ud::handle_request(self, qpn, src, &repr, pkt.payload(), data.len()),
-            QpType::Uc => return uc::handle_request(self, qpn, &repr, pkt.payload()),
+            QpType::Ud => ud::handle_request(self, qpn, src, &repr, pkt.payload(), data.len()),
+            QpType::Uc => uc::handle_request(self, qpn, &repr, pkt.payload()),
             QpType::Rc => {}
+        }
+        if qp_type != QpType::Rc {
+            self.raise_srq_events(qpn);
+            return;
         }
         if info.request {
             responder::handle_request(self, now, qpn, &repr, pkt.payload());
+            self.raise_srq_events(qpn);
         } else {
             requester::handle_response(self, now, qpn, &repr, pkt.payload());
         }
+        self.note_timers(qpn);
     }
 
-    /// The earliest time at which `handle_timeout` has work to do.
+    /// Puts the QP's earliest deadline in the timer heap if it is earlier than the one
+    /// already there (a later deadline is found when the earlier entry fires).
+    fn note_timers(&mut self, qpn: Qpn) {
+        let Some(qp) = self.qp_mut(qpn) else { return };
+        let Some(want) = [qp.rto_deadline, qp.rnr_deadline].into_iter().flatten().min() else { return };
+        if qp.timer_key.is_none_or(|k| want < k) {
+            qp.timer_key = Some(want);
+            self.timers.push(Reverse((want, qpn.value())));
+        }
+    }
+
+    /// The earliest time at which `handle_timeout` may have work to do (it can be early:
+    /// a timer pushed back by an ACK is found later when the old deadline passes).
+    /// `Some(0)` means output is waiting to be generated (paced READ responses): drain
+    /// the transmits again without sleeping.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.qps
-            .iter()
-            .flatten()
-            .flat_map(|q| [q.rto_deadline, q.rnr_deadline])
-            .flatten()
-            .min()
+        if self.has_pending_transmit() {
+            return Some(0);
+        }
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// True when `drain_transmits` has (or will generate) packets.
+    pub fn has_pending_transmit(&self) -> bool {
+        !self.out.tx.is_empty() || !self.acks.is_empty() || !self.reads.is_empty()
     }
 
     /// Runs every timer that is due at `now`.
     pub fn handle_timeout(&mut self, now: Time) {
-        let due: Vec<Qpn> = self
-            .qps
-            .iter()
-            .flatten()
-            .filter(|q| q.rto_deadline.is_some_and(|t| t <= now) || q.rnr_deadline.is_some_and(|t| t <= now))
-            .map(Qp::qpn)
-            .collect();
-        for qpn in due {
-            requester::on_timer(self, now, qpn);
+        while let Some(&Reverse((t, q))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let qpn = Qpn::new(q);
+            let Some(qp) = self.qp_mut(qpn) else { continue };
+            if qp.timer_key != Some(t) {
+                continue; // Superseded by an earlier entry, or the QP was re-created.
+            }
+            qp.timer_key = None;
+            let due = qp.rto_deadline.is_some_and(|d| d <= now) || qp.rnr_deadline.is_some_and(|d| d <= now);
+            if due {
+                requester::on_timer(self, now, qpn);
+            }
+            self.note_timers(qpn);
         }
     }
 
     /// The next packet to transmit.
     pub fn poll_transmit(&mut self) -> Option<TxPacket> {
+        if self.out.tx.is_empty() {
+            self.generate();
+        }
         self.out.tx.pop_front()
     }
 
-    /// Moves every queued packet into `out`.
+    /// Moves the queued packets into `out`, after sending the coalesced ACKs and the next
+    /// burst of READ responses. Call again while [`has_pending_transmit`](Self::has_pending_transmit)
+    /// says so: a large READ comes out [`READ_BURST`] packets per call.
     pub fn drain_transmits(&mut self, out: &mut Vec<TxPacket>) {
+        self.generate();
         out.extend(self.out.tx.drain(..));
+    }
+
+    /// Sends the held ACKs and the next burst of READ responses.
+    fn generate(&mut self) {
+        for qpn in std::mem::take(&mut self.acks) {
+            // An ACK must not overtake READ responses for earlier PSNs: it waits for them.
+            if self.qp_mut(qpn).is_some_and(|q| q.reads_queued) {
+                self.acks.push(qpn);
+            } else {
+                responder::flush_ack(self, qpn);
+            }
+        }
+        let mut budget = READ_BURST;
+        while budget > 0 {
+            let Some(qpn) = self.reads.pop_front() else { break };
+            let (sent, more) = responder::pump_reads(self, qpn, budget);
+            budget = budget.saturating_sub(sent);
+            if more {
+                self.reads.push_back(qpn);
+            } else if let Some(qp) = self.qp_mut(qpn) {
+                qp.reads_queued = false;
+                let halted = qp.halted;
+                responder::flush_ack(self, qpn);
+                if halted {
+                    self.enter_error(qpn, None);
+                }
+            }
+        }
+    }
+
+    /// Holds an acknowledgement (ACK, sequence NAK or RNR NAK) for the QP until the next
+    /// drain. A newer one replaces it: each acknowledges everything before its PSN, so
+    /// only the newest needs to go (IBA 9.7.5.1.1 allows coalescing).
+    pub(crate) fn defer_ack(&mut self, qpn: Qpn, psn: Psn, aeth: AethRepr) {
+        let counters = self.counters.clone();
+        let Some(qp) = self.qp_mut(qpn) else { return };
+        match qp.pending_ack {
+            None => {
+                qp.pending_ack = Some((psn, aeth));
+                self.acks.push(qpn);
+            }
+            Some((held, held_aeth)) => {
+                counters.ack_deferred.fetch_add(1, Ordering::Relaxed);
+                // The newer PSN wins; at the same PSN a NAK is never replaced (an RNR NAK
+                // must reach the requester as such).
+                let d = held.distance(psn);
+                let held_is_ack = matches!(held_aeth.syndrome, rnic_wire::aeth::Syndrome::Ack { .. });
+                if d > 0 || (d == 0 && held_is_ack) {
+                    qp.pending_ack = Some((psn, aeth));
+                }
+            }
+        }
+    }
+
+    /// Puts the QP in the list of QPs with READ responses to send.
+    pub(crate) fn queue_reads(&mut self, qpn: Qpn) {
+        let Some(qp) = self.qp_mut(qpn) else { return };
+        if !qp.reads_queued {
+            qp.reads_queued = true;
+            self.reads.push_back(qpn);
+        }
     }
 
     /// Returns a transmitted packet's buffer for reuse.
@@ -506,6 +686,16 @@ impl Engine {
     /// The next asynchronous event.
     pub fn poll_event(&mut self) -> Option<AsyncEvent> {
         self.events.pop_front()
+    }
+
+    /// Queues the SRQ-limit event the responder of `qpn` noted, if any.
+    fn raise_srq_events(&mut self, qpn: Qpn) {
+        let Some(qp) = self.qp_mut(qpn) else { return };
+        if std::mem::take(&mut qp.srq_limit_hit) {
+            if let Some(srq) = qp.shared.srq.as_ref().map(|s| s.id()) {
+                self.events.push_back(AsyncEvent::SrqLimitReached { srq });
+            }
+        }
     }
 
     /// Sends what the QP's window allows.

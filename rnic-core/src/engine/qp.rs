@@ -109,6 +109,8 @@ pub struct QpShared {
     pub cap: QpCap,
     /// Generate a completion for every send WR.
     pub sq_sig_all: bool,
+    /// The shared receive queue the responder takes receive WQEs from, if any.
+    pub srq: Option<Arc<crate::srq::Srq>>,
     state: AtomicU32,
     /// Send WRs posted and not yet completed.
     pub sq_outstanding: AtomicU32,
@@ -117,13 +119,21 @@ pub struct QpShared {
 }
 
 impl QpShared {
-    pub(crate) fn new(qpn: Qpn, qp_type: QpType, pd: PdId, cap: QpCap, sq_sig_all: bool) -> QpShared {
+    pub(crate) fn new(
+        qpn: Qpn,
+        qp_type: QpType,
+        pd: PdId,
+        cap: QpCap,
+        sq_sig_all: bool,
+        srq: Option<Arc<crate::srq::Srq>>,
+    ) -> QpShared {
         QpShared {
             qpn,
             qp_type,
             pd,
             cap,
             sq_sig_all,
+            srq,
             state: AtomicU32::new(QpState::Reset.to_ibv()),
             sq_outstanding: AtomicU32::new(0),
             rq_outstanding: AtomicU32::new(0),
@@ -195,6 +205,22 @@ pub enum PostError {
         queue: &'static str,
         /// The state.
         state: QpState,
+    },
+    /// The work request's shape does not fit its operation (for example an atomic whose
+    /// result SGE is not 8 bytes).
+    #[error("{op}: {why}")]
+    BadWr {
+        /// The operation.
+        op: &'static str,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// Receives go to the QP's shared receive queue, not to the QP (`ibv_post_recv` on a
+    /// QP created with an SRQ fails).
+    #[error("the QP takes its receive WQEs from SRQ {srq}: post receives to the SRQ")]
+    HasSrq {
+        /// The SRQ's id.
+        srq: u32,
     },
     /// The QP's transport does not support the operation.
     #[error("{op} is not supported on a {qp_type} QP")]
@@ -349,7 +375,8 @@ fn check_sges(
     let mut total: u64 = 0;
     for (index, s) in sges.iter().enumerate() {
         let len = usize::try_from(s.length).unwrap_or(usize::MAX);
-        let slice = mtpt.check_local(s.lkey, pd, s.addr, len, need).map_err(|source| PostError::Sge { index, source })?;
+        let slice =
+            mtpt.check_local(s.lkey, pd, s.addr, len, need).map_err(|source| PostError::Sge { index, source })?;
         total += u64::from(s.length);
         out.push(slice);
     }
@@ -369,6 +396,9 @@ pub fn validate_send(shared: &QpShared, mtpt: &Mtpt, wr: &SendWr) -> Result<Send
     check_transport(shared.qp_type, &wr.op, wr.ud.as_ref())?;
     if wr.sg_list.len() > shared.cap.max_send_sge as usize {
         return Err(PostError::TooManySges { given: wr.sg_list.len(), max: shared.cap.max_send_sge });
+    }
+    if let Some(wqe) = validate_extended_op(shared, wr)? {
+        return Ok(wqe);
     }
     let data = if wr.flags.inline {
         if wr.op.writes_local() {
@@ -409,6 +439,53 @@ pub fn validate_send(shared: &QpShared, mtpt: &Mtpt, wr: &SendWr) -> Result<Send
         len,
         ud: wr.ud,
     })
+}
+
+/// Checks the operations of the atomics / invalidation issue: atomics need exactly one
+/// 8-byte locally writable result buffer (IBA 9.4.5: the atomic returns 8 bytes), and
+/// ATOMIC WRITE, FLUSH and LOCAL_INV carry no SGE. Returns the WQE for the operations
+/// whose data is not gathered from SGEs, `None` for the rest.
+fn validate_extended_op(shared: &QpShared, wr: &SendWr) -> Result<Option<SendWqe>, PostError> {
+    let op = wr.op.name();
+    let data = match wr.op {
+        SendOp::AtomicCmpSwap { .. } | SendOp::AtomicFetchAdd { .. } => {
+            if wr.flags.inline {
+                return Err(PostError::InlineNotAllowed { op });
+            }
+            let total: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+            if total != 8 {
+                return Err(PostError::BadWr { op, why: "the result SGEs must add up to exactly 8 bytes" });
+            }
+            return Ok(None);
+        }
+        SendOp::AtomicWrite { value, .. } => WqeData::Inline(value.to_ne_bytes().to_vec()),
+        SendOp::Flush { placement, .. } => {
+            if placement & !(crate::wr::FLUSH_GLOBAL | crate::wr::FLUSH_PERSISTENT) != 0 || placement == 0 {
+                return Err(PostError::BadWr { op, why: "placement must be FLUSH_GLOBAL and/or FLUSH_PERSISTENT" });
+            }
+            WqeData::Inline(Vec::new())
+        }
+        SendOp::LocalInv { .. } => WqeData::Inline(Vec::new()),
+        _ => return Ok(None),
+    };
+    if !wr.sg_list.is_empty() {
+        return Err(PostError::BadWr { op, why: "takes no SGE" });
+    }
+    let len = match &data {
+        WqeData::Inline(v) => v.len(),
+        WqeData::Sges(_) => 0,
+    };
+    reserve(&shared.sq_outstanding, shared.cap.max_send_wr, "send")?;
+    Ok(Some(SendWqe {
+        wr_id: wr.wr_id,
+        op: wr.op,
+        signaled: wr.flags.signaled || shared.sq_sig_all,
+        solicited: false,
+        fence: wr.flags.fence,
+        data,
+        len,
+        ud: None,
+    }))
 }
 
 /// Builds an inline send WQE straight from bytes (no registered memory involved); on a
@@ -454,6 +531,9 @@ pub fn validate_recv(shared: &QpShared, mtpt: &Mtpt, wr: &RecvWr) -> Result<Recv
     if state == QpState::Reset {
         return Err(PostError::BadState { queue: "receive", state });
     }
+    if let Some(srq) = &shared.srq {
+        return Err(PostError::HasSrq { srq: srq.id() });
+    }
     if wr.sg_list.len() > shared.cap.max_recv_sge as usize {
         return Err(PostError::TooManySges { given: wr.sg_list.len(), max: shared.cap.max_recv_sge });
     }
@@ -481,14 +561,29 @@ pub(crate) struct InFlight {
     pub(crate) sent: u32,
     /// READ: response packets received so far.
     pub(crate) read_got: u32,
+    /// A local operation (LOCAL_INV, no packets) that failed with this status when the
+    /// engine executed it; it completes with it when it reaches the front of the queue.
+    pub(crate) local_err: Option<crate::wr::WcStatus>,
 }
 
 impl InFlight {
     pub(crate) fn last_psn(&self) -> Psn {
         self.first_psn.add(self.npkts.saturating_sub(1))
     }
+    /// READ or any other request answered by responses rather than ACKs (atomics,
+    /// ATOMIC WRITE, FLUSH): one request packet, counted against `max_rd_atomic`,
+    /// completed when its responses arrived (`read_got == npkts`).
     pub(crate) fn is_read(&self) -> bool {
-        matches!(self.wqe.op, SendOp::RdmaRead { .. })
+        self.wqe.op.is_rd_atomic()
+    }
+    /// Bytes of response payload expected (READ: the message; the others: none, an
+    /// atomic's 8 bytes come in the AtomicAckETH).
+    pub(crate) fn response_len(&self) -> usize {
+        if matches!(self.wqe.op, SendOp::RdmaRead { .. }) {
+            self.wqe.len
+        } else {
+            0
+        }
     }
     /// True once every packet (READ: every response) is accounted for.
     pub(crate) fn contains(&self, psn: Psn) -> bool {
@@ -504,7 +599,8 @@ pub(crate) enum InProgress {
     Write { target: Option<MrSlice>, offset: usize, dma_len: usize },
 }
 
-/// A READ the responder executed, kept to answer a duplicate (IBA 9.7.5.1.5).
+/// A READ (or atomic, ATOMIC WRITE, FLUSH) the responder executed, kept to answer a
+/// duplicate (IBA 9.7.5.1.5; rxe `resp_res`): at most `max_dest_rd_atomic` of them.
 #[derive(Debug, Clone)]
 pub(crate) struct ReadResource {
     pub(crate) psn: Psn,
@@ -512,6 +608,27 @@ pub(crate) struct ReadResource {
     pub(crate) va: u64,
     pub(crate) rkey: u32,
     pub(crate) len: usize,
+    /// The next response packet to send (`npkts` once all are out): responses are paced
+    /// out a burst at a time, not queued all at once.
+    pub(crate) next: u32,
+    /// What was executed; for atomics the saved result a duplicate gets again.
+    pub(crate) kind: ResourceKind,
+}
+
+/// The operation a responder resource belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResourceKind {
+    /// RDMA READ: a duplicate is answered by reading the memory again.
+    Read,
+    /// COMPARE & SWAP / FETCH & ADD: a duplicate gets the saved original value and is
+    /// never executed again (IBA 9.7.5.1.5 / C9-?: atomics are not idempotent).
+    Atomic {
+        /// The value the target held before the operation.
+        orig: u64,
+    },
+    /// ATOMIC WRITE or FLUSH: a duplicate is acknowledged again, not executed (rxe
+    /// replays the zero-length READ RESPONSE; IBA oA19-14/15 for FLUSH).
+    Acked,
 }
 
 /// The engine's QP context.
@@ -537,8 +654,13 @@ pub(crate) struct Qp {
     pub(crate) sent_end: Psn,
     pub(crate) retry_left: u8,
     pub(crate) rnr_left: u8,
+    /// A retransmission is under way: further NAKs or gaps start no other until
+    /// progress is made or the timer fires (rxe `comp.started_retry`).
+    pub(crate) started_retry: bool,
     pub(crate) rto_deadline: Option<u64>,
     pub(crate) rnr_deadline: Option<u64>,
+    /// The deadline this QP has in the engine's timer heap, if any.
+    pub(crate) timer_key: Option<u64>,
     pub(crate) pkts_since_ackreq: u32,
     pub(crate) reads_outstanding: u32,
     // Responder.
@@ -551,6 +673,18 @@ pub(crate) struct Qp {
     /// UC responder: the message in progress is being dropped until the next FIRST or
     /// ONLY packet (rxe `resp.drop_msg`).
     pub(crate) uc_drop: bool,
+    /// An acknowledgement the responder owes but holds back so that several can be
+    /// coalesced into one; sent when the engine's output is drained.
+    pub(crate) pending_ack: Option<(Psn, rnic_wire::aeth::AethRepr)>,
+    /// Whether this QP is in the engine's list of QPs with READ responses to send.
+    pub(crate) reads_queued: bool,
+    /// The responder refused a request while READ responses were still going out: it
+    /// takes no more requests, and the QP enters the error state once they are sent and
+    /// the NAK after them (rxe finishes a READ reply before it looks at the next packet).
+    pub(crate) halted: bool,
+    /// The responder took a WQE from the SRQ that crossed its limit: the engine raises
+    /// the event.
+    pub(crate) srq_limit_hit: bool,
 }
 
 impl Qp {
@@ -575,8 +709,10 @@ impl Qp {
             sent_end: Psn::new(0),
             retry_left: 7,
             rnr_left: 7,
+            started_retry: false,
             rto_deadline: None,
             rnr_deadline: None,
+            timer_key: None,
             pkts_since_ackreq: 0,
             reads_outstanding: 0,
             rq: VecDeque::new(),
@@ -586,6 +722,10 @@ impl Qp {
             nak_seq_sent: false,
             reads: VecDeque::new(),
             uc_drop: false,
+            pending_ack: None,
+            reads_queued: false,
+            halted: false,
+            srq_limit_hit: false,
         }
     }
 

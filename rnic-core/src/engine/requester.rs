@@ -7,10 +7,12 @@ use super::{Engine, Time};
 use crate::qp_state::{local_ack_timeout_ns, rnr_timer_ns, QpState, RNR_RETRY_INFINITE};
 use crate::wr::{SendOp, WcStatus, WorkCompletion};
 use rnic_wire::aeth::{AethRepr, NakCode, Syndrome, CREDITS_INVALID};
+use rnic_wire::atomic::AtomicEthRepr;
 use rnic_wire::bth::BthRepr;
 use rnic_wire::opcode::{Operation, Position};
 use rnic_wire::reth::RethRepr;
 use rnic_wire::roce::{ExtHeaders, RoceRepr};
+use rnic_wire::small::FethRepr;
 use rnic_wire::{Opcode, Psn};
 use std::sync::atomic::Ordering;
 
@@ -22,10 +24,22 @@ pub(crate) fn packets_for(len: usize, mtu: usize) -> u32 {
 /// Appends a WQE to the send queue and assigns its PSNs (IBA 9.7.1: consecutive PSNs per
 /// packet; a READ request reserves one PSN per response packet).
 pub(crate) fn queue(qp: &mut Qp, wqe: SendWqe) {
-    let npkts = packets_for(wqe.len, qp.mtu);
+    // Atomics, ATOMIC WRITE and FLUSH are one request and one response (IBA 9.4.5, oA19).
+    let npkts = if wqe.op.is_rd_atomic() && !matches!(wqe.op, SendOp::RdmaRead { .. }) {
+        1
+    } else {
+        packets_for(wqe.len, qp.mtu)
+    };
     let first_psn = qp.next_psn;
     qp.next_psn = first_psn.add(npkts);
-    qp.sq.push_back(InFlight { wqe, first_psn, npkts, sent: 0, read_got: 0 });
+    qp.sq.push_back(InFlight { wqe, first_psn, npkts, sent: 0, read_got: 0, local_err: None });
+}
+
+/// Appends a local operation (no packets, no PSN) that the engine already executed, with
+/// the status it failed with, if it failed.
+pub(crate) fn queue_local(qp: &mut Qp, wqe: SendWqe, local_err: Option<WcStatus>) {
+    let first_psn = qp.next_psn;
+    qp.sq.push_back(InFlight { wqe, first_psn, npkts: 0, sent: 0, read_got: 0, local_err });
 }
 
 fn opcode_for(op: &SendOp, pos: Position) -> Opcode {
@@ -43,8 +57,51 @@ fn opcode_for(op: &SendOp, pos: Position) -> Opcode {
         (SendOp::RdmaWrite { .. }, Only) => Opcode::RC_RDMA_WRITE_ONLY,
         (SendOp::RdmaWriteWithImm { .. }, Last) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
         (SendOp::RdmaWriteWithImm { .. }, Only) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (SendOp::SendWithInv { .. }, First) => Opcode::RC_SEND_FIRST,
+        (SendOp::SendWithInv { .. }, Middle) => Opcode::RC_SEND_MIDDLE,
+        (SendOp::SendWithInv { .. }, Last) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+        (SendOp::SendWithInv { .. }, Only) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+        // One-packet requests are built by `rd_atomic_request`; local operations send nothing.
         (SendOp::RdmaRead { .. }, _) => Opcode::RC_RDMA_READ_REQUEST,
+        (SendOp::AtomicCmpSwap { .. }, _) => Opcode::RC_COMPARE_SWAP,
+        (SendOp::AtomicFetchAdd { .. }, _) => Opcode::RC_FETCH_ADD,
+        (SendOp::AtomicWrite { .. }, _) => Opcode::RC_ATOMIC_WRITE,
+        (SendOp::Flush { .. }, _) => Opcode::RC_FLUSH,
+        (SendOp::LocalInv { .. }, _) => Opcode::RC_SEND_ONLY,
     }
+}
+
+/// The request packet of a READ (asking for the responses from `got` on), an atomic, an
+/// ATOMIC WRITE or a FLUSH.
+fn rd_atomic_request(f: &InFlight, mtu: usize, dest_qpn: u32, psn: Psn) -> RoceRepr {
+    let mut ext = ExtHeaders::default();
+    let mut payload_len = 0;
+    match f.wqe.op {
+        SendOp::AtomicCmpSwap { remote_addr, rkey, compare, swap } => {
+            ext.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: swap, compare });
+        }
+        SendOp::AtomicFetchAdd { remote_addr, rkey, add } => {
+            ext.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: add, compare: 0 });
+        }
+        SendOp::AtomicWrite { remote_addr, rkey, .. } => {
+            ext.reth = Some(RethRepr { va: remote_addr, rkey, dma_len: 8 });
+            payload_len = 8;
+        }
+        SendOp::Flush { remote_addr, rkey, len, placement, whole_region } => {
+            ext.feth = Some(FethRepr { placement_type: placement, selectivity: u8::from(whole_region) });
+            ext.reth = Some(RethRepr { va: remote_addr, rkey, dma_len: len });
+        }
+        SendOp::RdmaRead { remote_addr, rkey } => {
+            let done = (f.read_got as usize).saturating_mul(mtu).min(f.wqe.len);
+            ext.reth = Some(RethRepr {
+                va: remote_addr.wrapping_add(done as u64),
+                rkey,
+                dma_len: u32::try_from(f.wqe.len - done).unwrap_or(u32::MAX),
+            });
+        }
+        _ => {}
+    }
+    RoceRepr { bth: bth(opcode_for(&f.wqe.op, Position::Only), dest_qpn, psn, true, false), ext, payload_len }
 }
 
 fn position(k: u32, n: u32) -> Position {
@@ -72,6 +129,11 @@ pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
         let idx = qp.next_send;
         let max_rd = u32::from(qp.attr.max_rd_atomic.max(1));
         let f = &qp.sq[idx];
+        if f.is_read() && f.read_got == f.npkts {
+            // Answered already (it waits to retire in order): nothing to send.
+            qp.next_send += 1;
+            continue;
+        }
         if f.is_read() {
             // IBA C9-? / o9-?: at most max_rd_atomic READs outstanding.
             if f.sent == 0 && qp.reads_outstanding >= max_rd {
@@ -88,21 +150,14 @@ pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
             if qp.una.distance(psn) >= i32::try_from(window).unwrap_or(i32::MAX) {
                 break;
             }
-            let SendOp::RdmaRead { remote_addr, rkey } = f.wqe.op else { unreachable!() };
-            let done = (got as usize).saturating_mul(mtu).min(f.wqe.len);
-            let repr = RoceRepr {
-                bth: bth(Opcode::RC_RDMA_READ_REQUEST, qp.attr.dest_qpn, psn, true, false),
-                ext: ExtHeaders {
-                    reth: Some(RethRepr {
-                        va: remote_addr.wrapping_add(done as u64),
-                        rkey,
-                        dma_len: u32::try_from(f.wqe.len - done).unwrap_or(u32::MAX),
-                    }),
-                    ..ExtHeaders::default()
-                },
-                payload_len: 0,
-            };
-            out.emit(&counters, dst, qp.src_port, &repr, |_| {});
+            let repr = rd_atomic_request(f, mtu, qp.attr.dest_qpn, psn);
+            let data = &f.wqe.data;
+            let with_payload = repr.payload_len > 0;
+            out.emit(&counters, dst, qp.src_port, &repr, |p| {
+                if with_payload {
+                    data.gather(0, p);
+                }
+            });
             if f.sent == 0 {
                 qp.reads_outstanding += 1;
             }
@@ -139,11 +194,8 @@ pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
                 SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaWriteWithImm { remote_addr, rkey, .. }
                     if pos.starts() =>
                 {
-                    ext.reth = Some(RethRepr {
-                        va: remote_addr,
-                        rkey,
-                        dma_len: u32::try_from(f.wqe.len).unwrap_or(u32::MAX),
-                    });
+                    ext.reth =
+                        Some(RethRepr { va: remote_addr, rkey, dma_len: u32::try_from(f.wqe.len).unwrap_or(u32::MAX) });
                 }
                 _ => {}
             }
@@ -152,11 +204,17 @@ pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
                     ext.imm_data = Some(imm);
                 }
             }
+            if let SendOp::SendWithInv { invalidate_rkey } = f.wqe.op {
+                if pos.ends() {
+                    ext.ieth = Some(invalidate_rkey);
+                }
+            }
             let se = f.wqe.solicited && pos.ends() && opcode.info().is_some_and(|i| i.se_allowed);
             let repr = RoceRepr { bth: bth(opcode, qp.attr.dest_qpn, psn, ack_req, se), ext, payload_len: plen };
             let data = &f.wqe.data;
             out.emit(&counters, dst, qp.src_port, &repr, |p| data.gather(offset, p));
-            if pos.ends() && matches!(f.wqe.op, SendOp::Send | SendOp::SendWithImm { .. }) {
+            if pos.ends() && matches!(f.wqe.op, SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. })
+            {
                 counters.rdma_sends.fetch_add(1, Ordering::Relaxed);
             }
             f.sent += 1;
@@ -227,8 +285,8 @@ pub(crate) fn handle_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, re
             let Some(aeth) = repr.ext.aeth else { return };
             ack(e, now, qpn, psn, aeth);
         }
+        Operation::AtomicAcknowledge => atomic_response(e, now, qpn, repr),
         _ => {
-            // ATOMIC ACKNOWLEDGE arrives with the atomics issue; until then it is unexpected.
             counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -259,18 +317,10 @@ fn ack(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, psn: Psn, aeth: AethRepr)
         }
         Syndrome::Nak(NakCode::PsnSequenceError) => {
             counters.rcvd_seq_err.fetch_add(1, Ordering::Relaxed);
+            // The NAK implicitly acknowledges everything before its PSN (IBA 9.7.5.1.3),
+            // then go back N from that PSN.
             acknowledge_through(e, now, qpn, psn.sub(1));
-            let Some(qp) = e.qp_mut(qpn) else { return };
-            // rxe counts sequence-error retries against retry_cnt (COMPST_ERROR_RETRY).
-            if qp.retry_left == 0 {
-                counters.retry_exceeded_err.fetch_add(1, Ordering::Relaxed);
-                fail_front(e, qpn, WcStatus::RetryExcErr);
-                return;
-            }
-            qp.retry_left -= 1;
-            counters.completer_retry_err.fetch_add(1, Ordering::Relaxed);
-            rewind(qp, psn);
-            transmit(e, now, qpn);
+            start_retry(e, now, qpn, Some(psn), false);
         }
         Syndrome::Nak(code) => {
             counters.rcvd_nak_err.fetch_add(1, Ordering::Relaxed);
@@ -292,23 +342,38 @@ fn ack(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, psn: Psn, aeth: AethRepr)
 /// Everything up to and including `psn` is acknowledged: retire the WQEs it covers.
 fn acknowledge_through(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, psn: Psn) {
     let Some(qp) = e.qp_mut(qpn) else { return };
-    let new_una = psn.next();
+    let mut new_una = psn.next();
+    // A READ or atomic is finished only by its responses, never by a later ACK: the
+    // acknowledged point stops at its first missing response. An acknowledgement beyond
+    // it means those responses were lost: ask again from there (IBA 9.7.5.1.5; rxe
+    // check_psn returns ERROR_RETRY and does not move past the READ).
+    let gap = qp.sq.iter().find(|f| f.is_read() && f.read_got < f.npkts).map(|f| f.first_psn.add(f.read_got));
+    let mut missing = None;
+    if let Some(g) = gap {
+        if g.distance(new_una) > 0 {
+            new_una = g;
+            missing = Some(g);
+        }
+    }
     // Only move forward, and never beyond what was sent.
     if qp.una.distance(new_una) > 0 && new_una.distance(qp.sent_end) >= 0 {
         qp.una = new_una;
+        // Forward progress: the retry counters start over (rxe reset_retry_counters).
+        qp.started_retry = false;
         qp.retry_left = qp.attr.retry_cnt;
         if qp.attr.rnr_retry != RNR_RETRY_INFINITE {
             qp.rnr_left = qp.attr.rnr_retry;
         }
     }
-    // An ACK beyond an unfinished READ means its responses were lost: ask again from
-    // the first missing response (IBA 9.7.5.1.5).
-    if let Some(f) = qp.sq.front() {
-        if f.is_read() && f.read_got < f.npkts && f.sent > 0 && qp.una.distance(f.last_psn()) < 0 {
-            let missing = f.first_psn.add(f.read_got);
-            rewind(qp, missing);
-        }
+    retire(e, now, qpn);
+    if let Some(psn) = missing {
+        start_retry(e, now, qpn, Some(psn), false);
     }
+}
+
+/// Completes what is finished at the front of the send queue (after a local operation
+/// was queued).
+pub(crate) fn retire_done(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
     retire(e, now, qpn);
 }
 
@@ -317,7 +382,15 @@ fn retire(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
     loop {
         let Some(qp) = e.qp_mut(qpn) else { return };
         let Some(f) = qp.sq.front() else { break };
-        let done = if f.is_read() {
+        if let Some(status) = f.local_err {
+            // A failed local operation reached the front: it completes in error and the
+            // QP enters the error state (rxe: LOC_QP_OP_ERR for a failed LOCAL_INV).
+            fail_front(e, qpn, status);
+            return;
+        }
+        let done = if f.npkts == 0 {
+            true
+        } else if f.is_read() {
             f.read_got == f.npkts
         } else {
             qp.una.distance(f.last_psn()) < 0
@@ -329,11 +402,17 @@ fn retire(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
         qp.next_send = qp.next_send.saturating_sub(1);
         if f.is_read() {
             qp.reads_outstanding = qp.reads_outstanding.saturating_sub(1);
+            // Its last response acknowledges it through its last PSN.
+            let end = f.last_psn().next();
+            if qp.una.distance(end) > 0 {
+                qp.una = end;
+            }
         }
         qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
         if f.wqe.signaled {
+            let byte_len = if f.wqe.op.is_atomic() { 8 } else { f.wqe.len };
             let wc = WorkCompletion {
-                byte_len: u32::try_from(f.wqe.len).unwrap_or(u32::MAX),
+                byte_len: u32::try_from(byte_len).unwrap_or(u32::MAX),
                 src_qp: qp.attr.dest_qpn,
                 ..WorkCompletion::new(f.wqe.wr_id, WcStatus::Success, f.wqe.op.wc_opcode(), qpn.value())
             };
@@ -365,6 +444,13 @@ fn fail_front(e: &mut Engine, qpn: rnic_wire::Qpn, status: WcStatus) {
 pub(crate) fn rewind(qp: &mut Qp, psn: Psn) {
     let mut found = None;
     for (i, f) in qp.sq.iter_mut().enumerate() {
+        if f.is_read() && f.read_got == f.npkts {
+            // Every response is in: nothing to ask again (it retires in order).
+            if found.is_none() && f.contains(psn) {
+                found = Some(i + 1);
+            }
+            continue;
+        }
         if found.is_some() {
             if f.is_read() && f.sent > 0 {
                 qp.reads_outstanding = qp.reads_outstanding.saturating_sub(1);
@@ -403,14 +489,23 @@ fn read_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, repr: &RoceRepr
     let f = &mut qp.sq[idx];
     let expected = f.first_psn.add(f.read_got);
     if psn != expected {
-        // A response out of order: a packet in between was lost. Wait for the timer or a
-        // later ACK to re-request from `expected` (IBA 9.7.5.1.5).
+        // A response beyond the expected one: the responses in between were lost. Ask
+        // again from `expected` at once (IBA 9.7.5.1.5; rxe check_psn: ERROR_RETRY), once
+        // per gap; an older one is a duplicate and is dropped.
+        if expected.distance(psn) > 0 {
+            start_retry(e, now, qpn, Some(expected), false);
+        }
         return;
     }
     let pos = repr.bth.opcode.info().map(|i| i.position);
+    if f.wqe.op.is_atomic() {
+        // IBA 9.9.2.3: an atomic is answered by an ATOMIC ACKNOWLEDGE only.
+        fail_front(e, qpn, WcStatus::BadRespErr);
+        return;
+    }
     let k = f.read_got;
     let offset = (k as usize) * mtu;
-    let want = mtu.min(f.wqe.len.saturating_sub(offset));
+    let want = mtu.min(f.response_len().saturating_sub(offset));
     let pos_ok = matches!(
         (pos, k == 0, k + 1 == f.npkts),
         (Some(Position::Only), true, true)
@@ -418,7 +513,7 @@ fn read_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, repr: &RoceRepr
             | (Some(Position::Middle), false, false)
             | (Some(Position::Last), false, true)
     );
-    if !pos_ok || payload.len() != want || !f.wqe.data.scatter(offset, payload) {
+    if !pos_ok || payload.len() != want || (want > 0 && !f.wqe.data.scatter(offset, payload)) {
         // IBA 9.9.2.3: an unexpected response is a fatal BAD_RESP_ERR.
         let _ = f;
         fail_front(e, qpn, WcStatus::BadRespErr);
@@ -429,9 +524,44 @@ fn read_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, repr: &RoceRepr
     acknowledge_through(e, now, qpn, psn);
 }
 
+/// An ATOMIC ACKNOWLEDGE: the original value goes into the atomic's result buffer and,
+/// like a READ response, it implicitly acknowledges every earlier PSN (IBA 9.7.5.1.2).
+fn atomic_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, repr: &RoceRepr) {
+    let counters = e.counters.clone();
+    let psn = repr.bth.psn;
+    let (Some(aeth), Some(orig)) = (repr.ext.aeth, repr.ext.atomic_ack_eth) else {
+        counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    if !matches!(aeth.syndrome, Syndrome::Ack { .. }) {
+        // Not an acknowledgement after all: handle the syndrome as an ACK packet's.
+        ack(e, now, qpn, psn, aeth);
+        return;
+    }
+    let Some(qp) = e.qp_mut(qpn) else { return };
+    let Some(idx) = qp.sq.iter().position(|f| f.is_read() && f.contains(psn)) else {
+        counters.ghost_acks.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let f = &mut qp.sq[idx];
+    if !f.wqe.op.is_atomic() {
+        // IBA 9.9.2.3: an ATOMIC ACKNOWLEDGE for a READ / ATOMIC WRITE / FLUSH is unexpected.
+        fail_front(e, qpn, WcStatus::BadRespErr);
+        return;
+    }
+    if f.read_got == 0 {
+        // Host byte order: the value the target's CPU saw (verbs hands back a uint64_t).
+        if !f.wqe.data.scatter(0, &orig.orig_remote_data.to_ne_bytes()) {
+            fail_front(e, qpn, WcStatus::LocLenErr);
+            return;
+        }
+        f.read_got = 1;
+    }
+    acknowledge_through(e, now, qpn, psn);
+}
+
 /// A timer fired: retransmit (local ACK timeout) or resume after an RNR wait.
 pub(crate) fn on_timer(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
-    let counters = e.counters.clone();
     let Some(qp) = e.qp_mut(qpn) else { return };
     if qp.rnr_deadline.is_some_and(|t| t <= now) {
         qp.rnr_deadline = None;
@@ -443,20 +573,38 @@ pub(crate) fn on_timer(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
         if qp.una == qp.sent_end {
             return;
         }
-        if qp.retry_left == 0 {
-            counters.retry_exceeded_err.fetch_add(1, Ordering::Relaxed);
-            fail_front(e, qpn, WcStatus::RetryExcErr);
-            return;
-        }
-        qp.retry_left -= 1;
-        counters.completer_retry_err.fetch_add(1, Ordering::Relaxed);
-        let una = qp.una;
-        rewind(qp, una);
-        transmit(e, now, qpn);
-        if let Some(qp) = e.qp_mut(qpn) {
-            if qp.rto_deadline.is_none() {
-                arm_rto(qp, now);
-            }
+        start_retry(e, now, qpn, None, true);
+    }
+}
+
+/// Starts a retransmission from `from` (the oldest unacknowledged PSN if `None`),
+/// counted against retry_cnt; when none is left the front WQE fails with RETRY_EXC_ERR
+/// and the QP enters the error state (IBA 9.7.6.1.3, C9-141). As rxe (`started_retry`),
+/// a NAK or a gap seen while a retry is already under way starts no second one: only
+/// forward progress (which resets the counters) or a timeout does.
+fn start_retry(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, from: Option<Psn>, timeout: bool) {
+    let counters = e.counters.clone();
+    let Some(qp) = e.qp_mut(qpn) else { return };
+    if qp.sq.is_empty() || (qp.una == qp.sent_end && qp.sq.front().is_some_and(|f| f.sent == 0)) {
+        return; // Nothing outstanding.
+    }
+    if qp.started_retry && !timeout {
+        return;
+    }
+    if qp.retry_left == 0 {
+        counters.retry_exceeded_err.fetch_add(1, Ordering::Relaxed);
+        fail_front(e, qpn, WcStatus::RetryExcErr);
+        return;
+    }
+    qp.retry_left -= 1;
+    qp.started_retry = true;
+    counters.completer_retry_err.fetch_add(1, Ordering::Relaxed);
+    let at = from.unwrap_or(qp.una);
+    rewind(qp, at);
+    transmit(e, now, qpn);
+    if let Some(qp) = e.qp_mut(qpn) {
+        if qp.rto_deadline.is_none() {
+            arm_rto(qp, now);
         }
     }
 }

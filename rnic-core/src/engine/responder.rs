@@ -6,7 +6,8 @@
 //!     -> length -> R_Key / PD / bounds / access -> execute -> complete -> acknowledge
 //! ```
 
-use super::qp::{InProgress, Qp, ReadResource};
+use super::qp::{InProgress, Qp, ReadResource, ResourceKind};
+use super::rd_atomic;
 use super::requester::{ack_aeth, packets_for};
 use super::{Engine, Time};
 use crate::mr::{AccessError, AccessFlags};
@@ -21,7 +22,7 @@ use std::sync::atomic::Ordering;
 
 /// Why the responder refused a request: the one place where check failures become NAKs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Refusal {
+pub(super) enum Refusal {
     /// Opcode out of sequence, unsupported, or a length error (NAK invalid request).
     InvalidRequest,
     /// The receive buffers are too small for the SEND: the receive WQE completes with
@@ -33,12 +34,18 @@ enum Refusal {
     RemoteOperational,
     /// No receive WQE: RNR NAK; the QP stays usable.
     Rnr,
+    /// The R_Key of a SEND with Invalidate names no region of the QP's PD: the receive
+    /// WQE completes with REM_INV_REQ_ERR (rxe `RESPST_ERR_INVALIDATE_RKEY`, class J) and
+    /// the requester gets NAK invalid request.
+    InvalidateRkey,
 }
 
 impl Refusal {
     fn syndrome(self, min_rnr_timer: u8) -> Syndrome {
         match self {
-            Refusal::InvalidRequest | Refusal::LengthError => Syndrome::Nak(NakCode::InvalidRequest),
+            Refusal::InvalidRequest | Refusal::LengthError | Refusal::InvalidateRkey => {
+                Syndrome::Nak(NakCode::InvalidRequest)
+            }
             Refusal::RemoteAccess(_) => Syndrome::Nak(NakCode::RemoteAccessError),
             Refusal::RemoteOperational => Syndrome::Nak(NakCode::RemoteOperationalError),
             Refusal::Rnr => Syndrome::RnrNak { timer: min_rnr_timer },
@@ -46,7 +53,7 @@ impl Refusal {
     }
 }
 
-fn response_bth(opcode: Opcode, qp: &Qp, psn: Psn) -> BthRepr {
+pub(super) fn response_bth(opcode: Opcode, qp: &Qp, psn: Psn) -> BthRepr {
     BthRepr {
         opcode,
         se: false,
@@ -60,7 +67,14 @@ fn response_bth(opcode: Opcode, qp: &Qp, psn: Psn) -> BthRepr {
     }
 }
 
+/// Sends a NAK now, after the acknowledgement the QP may hold (so the peer sees them in
+/// PSN order).
 fn send_ack(e: &mut Engine, qpn: Qpn, psn: Psn, aeth: AethRepr) {
+    flush_ack(e, qpn);
+    emit_ack(e, qpn, psn, aeth);
+}
+
+fn emit_ack(e: &mut Engine, qpn: Qpn, psn: Psn, aeth: AethRepr) {
     let counters = e.counters.clone();
     let Some(qp) = e.qp_mut(qpn) else { return };
     let Some(dst) = qp.attr.remote_ip else { return };
@@ -73,6 +87,18 @@ fn send_ack(e: &mut Engine, qpn: Qpn, psn: Psn, aeth: AethRepr) {
     e.out.emit(&counters, dst, sport, &repr, |_| {});
 }
 
+/// Sends the ACK the QP holds, if any. IBA 9.7.5.1.1 lets a responder coalesce: one ACK
+/// for PSN n acknowledges every request up to n, so a burst of AckReq packets handled
+/// together is answered once, for the newest.
+pub(crate) fn flush_ack(e: &mut Engine, qpn: Qpn) {
+    let Some(qp) = e.qp_mut(qpn) else { return };
+    let Some((psn, aeth)) = qp.pending_ack.take() else { return };
+    if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Err) {
+        return;
+    }
+    emit_ack(e, qpn, psn, aeth);
+}
+
 /// Handles a request packet for `qpn`.
 pub(crate) fn handle_request(e: &mut Engine, now: Time, qpn: Qpn, repr: &RoceRepr, payload: &[u8]) {
     let counters = e.counters.clone();
@@ -80,6 +106,10 @@ pub(crate) fn handle_request(e: &mut Engine, now: Time, qpn: Qpn, repr: &RoceRep
     // IBA 10.3.1: a QP receives in RTR, RTS and SQD.
     if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
         counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    if qp.halted {
+        // A refusal is waiting for READ responses to drain; later requests are void.
         return;
     }
     let info = repr.bth.opcode.info().expect("checked packet");
@@ -93,7 +123,7 @@ pub(crate) fn handle_request(e: &mut Engine, now: Time, qpn: Qpn, repr: &RoceRep
             qp.nak_seq_sent = true;
             let (epsn, msn) = (qp.epsn, qp.msn);
             // IBA C9-?: the NAK carries the expected PSN.
-            send_ack(e, qpn, epsn, AethRepr { syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn });
+            e.defer_ack(qpn, epsn, AethRepr { syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn });
         }
         return;
     }
@@ -103,10 +133,26 @@ pub(crate) fn handle_request(e: &mut Engine, now: Time, qpn: Qpn, repr: &RoceRep
         return;
     }
     qp.nak_seq_sent = false;
+    take_srq_wqe(qp, info);
 
     match check_and_execute(qp, repr, payload) {
         Ok(done) => finish(e, qpn, repr, info, done),
         Err(refusal) => refuse(e, qpn, psn, refusal),
+    }
+}
+
+/// A QP with a shared receive queue takes a WQE from it when a message that needs one
+/// starts and the QP holds none (rxe `get_srq_wqe`); the WQE is then the QP's, counted in
+/// its receive queue. Crossing the armed SRQ limit is noted for the engine's event.
+pub(super) fn take_srq_wqe(qp: &mut Qp, info: &rnic_wire::OpcodeInfo) {
+    let Some(srq) = &qp.shared.srq else { return };
+    if !info.consumes_rwqe || !qp.rq.is_empty() || matches!(qp.cur, Some(InProgress::Send { .. })) {
+        return;
+    }
+    if let Some((wqe, limit_hit)) = srq.take() {
+        qp.shared.rq_outstanding.fetch_add(1, Ordering::AcqRel);
+        qp.rq.push_back(wqe);
+        qp.srq_limit_hit |= limit_hit;
     }
 }
 
@@ -144,6 +190,11 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
         Operation::Send => {}
         Operation::RdmaWrite if access.contains(AccessFlags::REMOTE_WRITE) => {}
         Operation::RdmaReadRequest if access.contains(AccessFlags::REMOTE_READ) => {}
+        Operation::CompareSwap | Operation::FetchAdd if access.contains(AccessFlags::REMOTE_ATOMIC) => {}
+        // rxe: ATOMIC WRITE needs remote write; FLUSH the flush rights of its placement.
+        Operation::AtomicWrite if access.contains(AccessFlags::REMOTE_WRITE) => {}
+        Operation::Flush
+            if repr.ext.feth.is_some_and(|f| access.contains(rd_atomic::flush_access(f.placement_type))) => {}
         _ => return Err(Refusal::InvalidRequest),
     }
 
@@ -154,7 +205,15 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
     if info.consumes_rwqe && op == Operation::RdmaWrite && qp.rq.is_empty() {
         return Err(Refusal::Rnr);
     }
-    if op == Operation::RdmaReadRequest && qp.reads.len() >= usize::from(qp.attr.max_dest_rd_atomic.max(1)) {
+    let rd_atomic = matches!(
+        op,
+        Operation::RdmaReadRequest
+            | Operation::CompareSwap
+            | Operation::FetchAdd
+            | Operation::AtomicWrite
+            | Operation::Flush
+    );
+    if rd_atomic && qp.reads.len() >= usize::from(qp.attr.max_dest_rd_atomic.max(1)) {
         // More outstanding READs than negotiated: drop the oldest saved resource (it can
         // no longer be answered as a duplicate), as rxe reuses its resource ring.
         qp.reads.pop_front();
@@ -200,11 +259,24 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
             }
             let offset = offset + payload.len();
             if pos.ends() {
+                if let Some(rkey) = repr.ext.ieth {
+                    // IBA 10.6.7 / rxe `invalidate_rkey`: after the data is placed, the
+                    // region named by the IETH becomes invalid.
+                    if qp.mtpt.invalidate_for(rkey, qp.shared.pd).is_err() {
+                        qp.cur = Some(InProgress::Send { rwqe, offset });
+                        return Err(Refusal::InvalidateRkey);
+                    }
+                }
                 let wc = WorkCompletion {
                     byte_len: u32::try_from(offset).unwrap_or(u32::MAX),
                     imm_data: repr.ext.imm_data.unwrap_or(0),
                     src_qp: qp.attr.dest_qpn,
-                    wc_flags: WcFlags { with_imm: repr.ext.imm_data.is_some(), ..WcFlags::default() },
+                    wc_flags: WcFlags {
+                        with_imm: repr.ext.imm_data.is_some(),
+                        with_inv: repr.ext.ieth.is_some(),
+                        ..WcFlags::default()
+                    },
+                    invalidated_rkey: repr.ext.ieth.unwrap_or(0),
                     ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn().value())
                 };
                 qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
@@ -254,7 +326,12 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
                         imm_data: repr.ext.imm_data.unwrap_or(0),
                         src_qp: qp.attr.dest_qpn,
                         wc_flags: WcFlags { with_imm: true, ..WcFlags::default() },
-                        ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, qp.qpn().value())
+                        ..WorkCompletion::new(
+                            rwqe.wr_id,
+                            WcStatus::Success,
+                            WcOpcode::RecvRdmaWithImm,
+                            qp.qpn().value(),
+                        )
                     })
                 } else {
                     None
@@ -278,9 +355,18 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
                 va: reth.va,
                 rkey: reth.rkey,
                 len,
+                next: 0,
+                kind: ResourceKind::Read,
             };
             Ok(Done { wc: None, read: Some(res) })
         }
+        Operation::CompareSwap | Operation::FetchAdd => {
+            Ok(Done { wc: None, read: Some(rd_atomic::execute_atomic(qp, repr, op)?) })
+        }
+        Operation::AtomicWrite => {
+            Ok(Done { wc: None, read: Some(rd_atomic::execute_atomic_write(qp, repr, payload)?) })
+        }
+        Operation::Flush => Ok(Done { wc: None, read: Some(rd_atomic::execute_flush(qp, repr)?) }),
         _ => Err(Refusal::InvalidRequest),
     }
 }
@@ -297,8 +383,10 @@ fn finish(e: &mut Engine, qpn: Qpn, repr: &RoceRepr, info: &rnic_wire::OpcodeInf
     if let Some(res) = done.read {
         qp.epsn = psn.add(res.npkts);
         qp.msn = (qp.msn + 1) & 0x00FF_FFFF;
-        qp.reads.push_back(res.clone());
-        send_read_responses(e, qpn, &res, 0);
+        // Every reply (READ responses, atomic acknowledgement) goes out through the
+        // paced queue, so none overtakes an earlier one.
+        qp.reads.push_back(res);
+        e.queue_reads(qpn);
         return;
     }
     qp.epsn = psn.next();
@@ -314,54 +402,86 @@ fn finish(e: &mut Engine, qpn: Qpn, repr: &RoceRepr, info: &rnic_wire::OpcodeInf
         e.push_wc(&cq, qpn, wc, repr.bth.se);
     }
     if repr.bth.ack_req {
-        send_ack(e, qpn, psn, ack_aeth(msn));
+        e.defer_ack(qpn, psn, ack_aeth(msn));
     }
 }
 
-/// Sends the responses of a READ from response packet `from` on.
-fn send_read_responses(e: &mut Engine, qpn: Qpn, res: &ReadResource, from: u32) {
+/// Sends up to `budget` READ response packets of the QP, oldest READ first (IBA 9.7.5.1:
+/// responses go in request order). Returns the packets sent and whether more remain.
+pub(crate) fn pump_reads(e: &mut Engine, qpn: Qpn, budget: usize) -> (usize, bool) {
     let counters = e.counters.clone();
-    let Some((qp, out)) = e.qp_and_out(qpn) else { return };
-    let Some(dst) = qp.attr.remote_ip else { return };
-    let mtu = qp.mtu;
-    let slice = if res.len > 0 {
-        match qp.mtpt.check_remote(res.rkey, qp.shared.pd, res.va, res.len, AccessFlags::REMOTE_READ) {
-            Ok(s) => Some(s),
-            Err(_) => return,
-        }
-    } else {
-        None
-    };
-    let msn = qp.msn;
-    let sport = qp.src_port;
-    for k in from..res.npkts {
-        let pos = match (k == 0, k + 1 == res.npkts) {
-            (true, true) => Position::Only,
-            (true, false) => Position::First,
-            (false, true) => Position::Last,
-            (false, false) => Position::Middle,
-        };
-        let opcode = match pos {
-            Position::Only => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-            Position::First => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-            Position::Middle => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-            Position::Last => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-        };
-        let offset = (k as usize) * mtu;
-        let plen = mtu.min(res.len - offset.min(res.len));
-        let aeth = (pos != Position::Middle).then(|| ack_aeth(msn));
-        let repr = RoceRepr {
-            bth: response_bth(opcode, qp, res.psn.add(k)),
-            ext: ExtHeaders { aeth, ..ExtHeaders::default() },
-            payload_len: plen,
-        };
-        let s = slice.as_ref();
-        out.emit(&counters, dst, sport, &repr, |p| {
-            if let Some(s) = s {
-                let _ = s.read(offset, p);
-            }
-        });
+    let Some((qp, out)) = e.qp_and_out(qpn) else { return (0, false) };
+    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+        return (0, false);
     }
+    let Some(dst) = qp.attr.remote_ip else { return (0, false) };
+    let (mtu, msn, sport, dest_qp) = (qp.mtu, qp.msn, qp.src_port, qp.dest_qpn());
+    let mut sent = 0;
+    while sent < budget {
+        let Some(res) = qp.reads.iter_mut().find(|r| r.next < r.npkts) else { break };
+        if res.kind != ResourceKind::Read {
+            // One packet: the atomic acknowledgement or the zero-length response.
+            let repr = rd_atomic::reply_repr(res, dest_qp, msn);
+            out.emit(&counters, dst, sport, &repr, |_| {});
+            res.next = res.npkts;
+            sent += 1;
+            continue;
+        }
+        let slice = if res.len > 0 {
+            match qp.mtpt.check_remote(res.rkey, qp.shared.pd, res.va, res.len, AccessFlags::REMOTE_READ) {
+                Ok(s) => Some(s),
+                Err(_) => {
+                    // The region went away since the READ was accepted (deregistered or
+                    // invalidated): nothing more can be sent for it.
+                    res.next = res.npkts;
+                    continue;
+                }
+            }
+        } else {
+            None
+        };
+        while sent < budget && res.next < res.npkts {
+            let k = res.next;
+            let pos = match (k == 0, k + 1 == res.npkts) {
+                (true, true) => Position::Only,
+                (true, false) => Position::First,
+                (false, true) => Position::Last,
+                (false, false) => Position::Middle,
+            };
+            let opcode = match pos {
+                Position::Only => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                Position::First => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                Position::Middle => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                Position::Last => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+            };
+            let offset = (k as usize) * mtu;
+            let plen = mtu.min(res.len - offset.min(res.len));
+            // IBA 9.7.5.1.2: FIRST, LAST and ONLY carry an AETH, MIDDLE none.
+            let aeth = (pos != Position::Middle).then(|| ack_aeth(msn));
+            let bth = BthRepr {
+                opcode,
+                se: false,
+                migreq: false,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qp,
+                ack_req: false,
+                psn: res.psn.add(k),
+            };
+            let repr = RoceRepr { bth, ext: ExtHeaders { aeth, ..ExtHeaders::default() }, payload_len: plen };
+            let s = slice.as_ref();
+            out.emit(&counters, dst, sport, &repr, |p| {
+                if let Some(s) = s {
+                    let _ = s.read(offset, p);
+                }
+            });
+            res.next += 1;
+            sent += 1;
+        }
+    }
+    let more = qp.reads.iter().any(|r| r.next < r.npkts);
+    (sent, more)
 }
 
 /// A duplicate request (IBA 9.7.5.1.5): SEND and WRITE are acknowledged again and not
@@ -371,19 +491,40 @@ fn duplicate(e: &mut Engine, _now: Time, qpn: Qpn, repr: &RoceRepr) {
     let info = repr.bth.opcode.info().expect("checked packet");
     if info.operation == Operation::RdmaReadRequest {
         let psn = repr.bth.psn;
-        let found = qp.reads.iter().find(|r| {
+        let found = qp.reads.iter_mut().find(|r| {
             let d = r.psn.distance(psn);
             d >= 0 && (d as u64) < u64::from(r.npkts)
         });
-        if let Some(r) = found.cloned() {
-            let from = u32::try_from(r.psn.distance(psn)).unwrap_or(0);
-            send_read_responses(e, qpn, &r, from);
+        if let Some(r) = found.filter(|r| r.kind == ResourceKind::Read) {
+            // Answer again from the requested packet on (the requester asks from its
+            // first missing response), replacing whatever of it was still to go.
+            r.next = u32::try_from(r.psn.distance(psn)).unwrap_or(0);
+            e.queue_reads(qpn);
         }
         return;
     }
-    // rxe: acknowledge the most recent PSN received, whatever the duplicate's AckReq.
+    if matches!(
+        info.operation,
+        Operation::CompareSwap | Operation::FetchAdd | Operation::AtomicWrite | Operation::Flush
+    ) {
+        // IBA 9.7.5.1.5: a duplicate atomic gets the saved result and is never executed
+        // again; a duplicate ATOMIC WRITE / FLUSH is acknowledged again (rxe replays the
+        // resource). No resource left (evicted): class D, dropped silently (rxe).
+        let psn = repr.bth.psn;
+        let atomic = matches!(info.operation, Operation::CompareSwap | Operation::FetchAdd);
+        let found = qp.reads.iter_mut().find(|r| {
+            r.psn == psn && matches!(r.kind, ResourceKind::Atomic { .. }) == atomic && r.kind != ResourceKind::Read
+        });
+        if let Some(r) = found {
+            r.next = 0;
+            e.queue_reads(qpn);
+        }
+        return;
+    }
+    // rxe: acknowledge the most recent PSN received, whatever the duplicate's AckReq; a
+    // burst of duplicates (a go-back-N retransmission) is answered by one coalesced ACK.
     let (last, msn) = (qp.epsn.sub(1), qp.msn);
-    send_ack(e, qpn, last, ack_aeth(msn));
+    e.defer_ack(qpn, last, ack_aeth(msn));
 }
 
 /// Sends the NAK for a refusal; every refusal but RNR puts the QP in the error state
@@ -393,8 +534,10 @@ fn refuse(e: &mut Engine, qpn: Qpn, psn: Psn, refusal: Refusal) {
     let Some(qp) = e.qp_mut(qpn) else { return };
     let syndrome = refusal.syndrome(qp.attr.min_rnr_timer);
     let msn = qp.msn;
-    let len_err_wc = if refusal == Refusal::LengthError {
-        // The SEND in progress (or the one about to start) completes with LOC_LEN_ERR.
+    let len_err_wc = if matches!(refusal, Refusal::LengthError | Refusal::InvalidateRkey) {
+        let status = if refusal == Refusal::LengthError { WcStatus::LocLenErr } else { WcStatus::RemInvReqErr };
+        // The SEND in progress (or the one about to start) completes with LOC_LEN_ERR
+        // (or REM_INV_REQ_ERR for a bad IETH).
         let rwqe = match qp.cur.take() {
             Some(InProgress::Send { rwqe, .. }) => Some(rwqe),
             _ => qp.rq.pop_front(),
@@ -403,7 +546,7 @@ fn refuse(e: &mut Engine, qpn: Qpn, psn: Psn, refusal: Refusal) {
             qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
             WorkCompletion {
                 src_qp: qp.attr.dest_qpn,
-                ..WorkCompletion::new(r.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, qpn.value())
+                ..WorkCompletion::new(r.wr_id, status, WcOpcode::Recv, qpn.value())
             }
         })
     } else {
@@ -414,7 +557,25 @@ fn refuse(e: &mut Engine, qpn: Qpn, psn: Psn, refusal: Refusal) {
     } else {
         counters.send_nak_err.fetch_add(1, Ordering::Relaxed);
     }
-    send_ack(e, qpn, psn, AethRepr { syndrome, msn });
+    let reads_going = qp.reads_queued;
+    if refusal == Refusal::Rnr {
+        // The QP stays usable: the RNR NAK queues behind READ responses like an ACK. It
+        // also stands for the one NAK of this gap: the packets behind the refused one
+        // are now out of sequence, and the RNR NAK already sends the requester back to
+        // its PSN, so they draw no sequence NAK (which would cost a transport retry).
+        qp.nak_seq_sent = true;
+        e.defer_ack(qpn, psn, AethRepr { syndrome, msn });
+    } else if reads_going {
+        // Earlier READ responses are still going out: the NAK follows them, and the QP
+        // enters the error state then (see `Engine::generate`).
+        if let Some(qp) = e.qp_mut(qpn) {
+            qp.halted = true;
+            qp.pending_ack = None;
+        }
+        e.defer_ack(qpn, psn, AethRepr { syndrome, msn });
+    } else {
+        send_ack(e, qpn, psn, AethRepr { syndrome, msn });
+    }
     if refusal != Refusal::Rnr {
         if let Some(wc) = len_err_wc {
             let cq = e.qp_mut(qpn).map(|q| q.recv_cq.clone());
@@ -422,6 +583,8 @@ fn refuse(e: &mut Engine, qpn: Qpn, psn: Psn, refusal: Refusal) {
                 e.push_wc(&cq, qpn, wc, false);
             }
         }
-        e.enter_error(qpn, None);
+        if !reads_going {
+            e.enter_error(qpn, None);
+        }
     }
 }

@@ -65,6 +65,8 @@ pub(crate) fn handle_request(e: &mut Engine, qpn: Qpn, repr: &RoceRepr, payload:
         (None, true) => {}
     }
 
+    // A QP on an SRQ takes its receive WQE from it when a message needing one starts.
+    super::responder::take_srq_wqe(qp, info);
     match execute(qp, repr, payload, info.operation, info.position) {
         Some(done) => {
             qp.epsn = psn.next();

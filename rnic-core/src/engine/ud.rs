@@ -86,6 +86,10 @@ pub(crate) fn handle_request(e: &mut Engine, qpn: Qpn, src: IpAddr, repr: &RoceR
         counters.qkey_viol_cntr.fetch_add(1, Ordering::Relaxed);
         return;
     }
+    if let Some(info) = repr.bth.opcode.info() {
+        // A QP on an SRQ takes its receive WQE from it (rxe get_srq_wqe).
+        super::responder::take_srq_wqe(qp, info);
+    }
     // Resource (rxe check_resource): no receive WQE -> class D, dropped (UD has no RNR).
     // Length (rxe check_length, commit f67ac0061c76 quoting IBA): a datagram that does not
     // fit the receive buffer after the GRH area is an invalid request, silently dropped;

@@ -2,6 +2,9 @@
 //! protection domain, one region of memory, one CQ pair and one connected RC QP.
 #![allow(dead_code, clippy::cast_possible_truncation)]
 
+pub mod hostile;
+pub mod net;
+
 use rnic_core::counters::Counters;
 use rnic_core::cq::Cq;
 use rnic_core::engine::qp::{self, QpAttr, QpCap, QpShared};
@@ -286,4 +289,51 @@ impl Pair {
 /// The opcode and PSN of a packet on the fabric (BTH bytes 0 and 9..12).
 pub fn opcode_psn(data: &[u8]) -> (u8, u32) {
     (data[0], u32::from_be_bytes([0, data[9], data[10], data[11]]))
+}
+
+impl Pair {
+    /// Creates one more connected RC QP pair between A and B (A's side first), on the
+    /// nodes' CQs; B's QP takes its receive WQEs from `srq_b` if given.
+    pub fn extra_qp_pair(
+        &mut self,
+        srq_b: Option<Arc<rnic_core::srq::Srq>>,
+        mtu_code: u32,
+    ) -> (Arc<QpShared>, Arc<QpShared>) {
+        let mut qps = Vec::new();
+        for (n, srq) in [(A, None), (B, srq_b)] {
+            let node = &self.nodes[n];
+            let (pd, scq, rcq) = (node.pd, node.scq.clone(), node.rcq.clone());
+            let qp =
+                self.fab.engine(n).create_qp_with_srq(QpType::Rc, pd, QpCap::default(), false, scq, rcq, srq).unwrap();
+            qps.push(qp);
+        }
+        let (qa, qb) = (qps[0].clone(), qps[1].clone());
+        for (me, qp, peer) in [(A, &qa, &qb), (B, &qb, &qa)] {
+            let other = &self.nodes[1 - me];
+            let mut attrs = connect_attrs(other, mtu_code, 100, 100);
+            attrs[1].dest_qpn = peer.qpn.value();
+            for at in attrs {
+                self.fab.engine(me).modify_qp(0, qp.qpn, &at).unwrap();
+            }
+        }
+        (qa, qb)
+    }
+
+    /// Posts a send WR on an arbitrary QP of node `n`.
+    pub fn post_send_on(&mut self, n: usize, qp: &QpShared, wr: SendWr) -> Result<(), qp::PostError> {
+        let wqe = qp::validate_send(qp, &self.nodes[n].mtpt, &wr)?;
+        let now = self.fab.now();
+        self.fab.engine(n).post_send(now, qp.qpn, wqe);
+        Ok(())
+    }
+
+    /// Reads the native-endian u64 at `offset` of node `n`'s memory.
+    pub fn u64_at(&self, n: usize, offset: usize) -> u64 {
+        u64::from_ne_bytes(self.read(n, offset, 8).try_into().unwrap())
+    }
+
+    /// Writes a native-endian u64 at `offset` of node `n`'s memory.
+    pub fn set_u64(&self, n: usize, offset: usize, v: u64) {
+        self.fill(n, offset, &v.to_ne_bytes());
+    }
 }

@@ -1,0 +1,129 @@
+//! Shared receive queues (`ibv_srq`): one pool of receive WQEs that several QPs' responders
+//! take from, with the SRQ limit event.
+//!
+//! The application posts from its own thread straight into a lock-free bounded queue (the
+//! SGEs are checked on the posting thread, as for a QP's receive queue); the progress thread
+//! takes the oldest WQE when a SEND (or WRITE with immediate) starts on a QP attached to the
+//! SRQ (rxe `get_srq_wqe`). No lock is shared between the two.
+
+use crate::engine::qp::{PostError, RecvWqe, WqeData};
+use crate::mr::{AccessFlags, Mtpt, PdId};
+use crate::wr::RecvWr;
+use crossbeam_queue::ArrayQueue;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Why modifying an SRQ failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SrqError {
+    /// The limit is above the SRQ's depth (`ibv_modify_srq` fails with EINVAL).
+    #[error("SRQ limit {limit} exceeds the SRQ's {max_wr} work requests")]
+    LimitTooLarge {
+        /// The limit asked for.
+        limit: u32,
+        /// The SRQ's depth.
+        max_wr: u32,
+    },
+}
+
+/// A shared receive queue.
+#[derive(Debug)]
+pub struct Srq {
+    id: u32,
+    pd: PdId,
+    max_sge: u32,
+    queue: ArrayQueue<RecvWqe>,
+    /// The armed limit; 0 = not armed.
+    limit: AtomicU32,
+}
+
+impl Srq {
+    /// An SRQ of `max_wr` receive WQEs of up to `max_sge` SGEs each, in protection domain `pd`.
+    pub fn new(id: u32, pd: PdId, max_wr: u32, max_sge: u32) -> Srq {
+        Srq {
+            id,
+            pd,
+            max_sge,
+            queue: ArrayQueue::new(usize::try_from(max_wr.max(1)).unwrap_or(1)),
+            limit: AtomicU32::new(0),
+        }
+    }
+
+    /// The SRQ's id (named in its limit event).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> PdId {
+        self.pd
+    }
+
+    /// Depth.
+    pub fn max_wr(&self) -> u32 {
+        u32::try_from(self.queue.capacity()).unwrap_or(u32::MAX)
+    }
+
+    /// SGEs per WQE.
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
+    }
+
+    /// Receive WQEs waiting.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// True when no receive WQE waits.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// The armed limit (0: not armed).
+    pub fn limit(&self) -> u32 {
+        self.limit.load(Ordering::Acquire)
+    }
+
+    /// Posts a receive WQE (`ibv_post_srq_recv`): its buffers must be locally writable
+    /// regions of the SRQ's PD.
+    pub fn post_recv(&self, mtpt: &Mtpt, wr: &RecvWr) -> Result<(), PostError> {
+        if wr.sg_list.len() > self.max_sge as usize {
+            return Err(PostError::TooManySges { given: wr.sg_list.len(), max: self.max_sge });
+        }
+        let mut slices = Vec::with_capacity(wr.sg_list.len());
+        let mut len = 0usize;
+        for (index, s) in wr.sg_list.iter().enumerate() {
+            let l = usize::try_from(s.length).unwrap_or(usize::MAX);
+            let slice = mtpt
+                .check_local(s.lkey, self.pd, s.addr, l, AccessFlags::LOCAL_WRITE)
+                .map_err(|source| PostError::Sge { index, source })?;
+            len = len.saturating_add(l);
+            slices.push(slice);
+        }
+        let wqe = RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(slices), len };
+        self.queue.push(wqe).map_err(|_| PostError::QueueFull { queue: "shared receive", depth: self.max_wr() })
+    }
+
+    /// Arms the limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): once a WQE is taken and
+    /// fewer than `limit` remain, the SRQ-limit event is raised once and the limit
+    /// disarms (IBA 11.5.2.? / rxe `get_srq_wqe`). 0 disarms.
+    pub fn set_limit(&self, limit: u32) -> Result<(), SrqError> {
+        if limit > self.max_wr() {
+            return Err(SrqError::LimitTooLarge { limit, max_wr: self.max_wr() });
+        }
+        self.limit.store(limit, Ordering::Release);
+        Ok(())
+    }
+
+    /// Takes the oldest WQE (progress thread). The flag says the limit was crossed by
+    /// this take: the caller raises the event.
+    pub(crate) fn take(&self) -> Option<(RecvWqe, bool)> {
+        let wqe = self.queue.pop()?;
+        let left = u32::try_from(self.queue.len()).unwrap_or(u32::MAX);
+        let limit = self.limit.load(Ordering::Acquire);
+        let fired = limit != 0
+            && left < limit
+            && self.limit.compare_exchange(limit, 0, Ordering::AcqRel, Ordering::Acquire).is_ok();
+        Some((wqe, fired))
+    }
+}
