@@ -2,6 +2,7 @@
 //! sizes and MTUs with no acknowledgement on the wire, and the loss rules: a lost packet
 //! drops its whole message silently, the responder resynchronises on the next FIRST or
 //! ONLY, the receive WQE of a dropped SEND is reused, WRITE data already placed stays.
+#![allow(clippy::cast_possible_truncation)]
 mod common;
 
 use common::*;

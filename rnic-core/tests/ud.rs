@@ -1,6 +1,7 @@
 //! UD over the deterministic fabric: DETH on every packet, the GRH area of every receive
 //! buffer byte for byte, wc.src_qp / GRH flag / immediate / byte_len, Q_Key checks and the
 //! high-bit rule, the one-packet limit, short receive buffers, and one QP talking to two.
+#![allow(clippy::cast_possible_truncation)]
 mod common;
 
 use common::*;
@@ -312,4 +313,46 @@ fn ud_modify_takes_the_ud_masks() {
     let err = fab.engine(0).modify_qp(0, n.qp.qpn, &rtr).unwrap_err();
     assert!(err.to_string().contains("UD QP INIT->RTR does not accept AV"), "{err}");
     assert_eq!(fab.engine(0).query_qp(n.qp.qpn).unwrap().qkey, QKEY);
+}
+
+#[test]
+fn two_ud_qps_share_an_srq_and_its_limit_event_fires() {
+    use rnic_core::engine::AsyncEvent;
+    use rnic_core::srq::Srq;
+    use std::sync::Arc;
+    let mut u = Ud::new(&["10.0.1.1", "10.0.1.2"], &[QKEY, QKEY]);
+    // Node B gets two more UD QPs that take their receive WQEs from one SRQ.
+    let node = &u.nodes[1];
+    let srq = Arc::new(Srq::new(1, node.pd, 8, 1));
+    let (pd, scq, rcq) = (node.pd, node.scq.clone(), node.rcq.clone());
+    let mut qps = Vec::new();
+    for _ in 0..2 {
+        let qp = u
+            .fab
+            .engine(1)
+            .create_qp_with_srq(QpType::Ud, pd, QpCap::default(), false, scq.clone(), rcq.clone(), Some(srq.clone()))
+            .unwrap();
+        for at in ud_attrs(QKEY, 0) {
+            u.fab.engine(1).modify_qp(0, qp.qpn, &at).unwrap();
+        }
+        qps.push(qp);
+    }
+    for i in 0..4u64 {
+        let sge = u.sge(1, i * 1024, 1024);
+        srq.post_recv(&u.nodes[1].mtpt, &RecvWr { wr_id: 50 + i, sg_list: vec![sge] }).unwrap();
+    }
+    srq.set_limit(3).unwrap();
+    for (i, qp) in qps.iter().enumerate() {
+        let dest = UdDest { dst: u.nodes[1].ip, remote_qpn: qp.qpn.value(), remote_qkey: QKEY };
+        u.post_send(0, SendWr::send(i as u64, vec![u.sge(0, 0, 64)]).to(dest)).unwrap();
+    }
+    u.run();
+    let r = recv_wcs(&u, 1);
+    let got: Vec<(u64, u32)> = r.iter().map(|w| (w.wr_id, w.qp_num)).collect();
+    assert_eq!(got, [(50, qps[0].qpn.value()), (51, qps[1].qpn.value())]);
+    assert!(r.iter().all(|w| w.status == WcStatus::Success && w.byte_len == (GRH_LEN + 64) as u32));
+    assert_eq!(srq.len(), 2);
+    // Taking the second WQE left fewer than 3: the limit event, once.
+    let events: Vec<AsyncEvent> = std::iter::from_fn(|| u.fab.engine(1).poll_event()).collect();
+    assert_eq!(events, [AsyncEvent::SrqLimitReached { srq: 1 }]);
 }

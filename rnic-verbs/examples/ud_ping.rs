@@ -44,7 +44,10 @@ fn side(name: &str, ip: IpAddr) -> Result<Side> {
 
 impl Side {
     fn post_recv(&self) -> Result<()> {
-        self.qp.post_recv(&RecvWr { wr_id: 1, sg_list: vec![self.mr.sge(0, (GRH_LEN + SIZE) as u32)] })
+        self.qp.post_recv(&RecvWr {
+            wr_id: 1,
+            sg_list: vec![self.mr.sge(0, u32::try_from(GRH_LEN + SIZE).expect("small"))],
+        })
     }
 
     /// Sends `data` to `to` and waits for the send completion.

@@ -136,10 +136,10 @@ mod tests {
     fn ipv4_header_in_the_last_20_bytes() {
         let g = grh_area("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 12 + 8 + 100 + 4);
         assert_eq!(g[..20], [0u8; 20]);
-        let total = 20 + 8 + 124;
+        let total = (20u16 + 8 + 124).to_be_bytes();
         #[rustfmt::skip]
         let mut want = vec![
-            0x45, 0x00, (total >> 8) as u8, (total & 0xff) as u8, 0x00, 0x00, 0x40, 0x00,
+            0x45, 0x00, total[0], total[1], 0x00, 0x00, 0x40, 0x00,
             0x40, 0x11, 0x00, 0x00, 10, 0, 0, 1, 10, 0, 0, 2,
         ];
         let c = rnic_wire::ipv4::internet_checksum(&want);
