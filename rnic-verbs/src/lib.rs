@@ -70,7 +70,8 @@ pub use rnic_core::mr::AccessFlags;
 pub use rnic_core::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
 pub use rnic_core::srq::SrqError;
 pub use rnic_core::wr::{
-    RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, FLUSH_GLOBAL, FLUSH_PERSISTENT,
+    RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, FLUSH_GLOBAL,
+    FLUSH_PERSISTENT,
 };
 
 /// Every way a verbs call can fail. Each variant names the operation; a failed work
@@ -1143,7 +1144,12 @@ impl PreparedQp {
         }
         let rtr = QpAttr { mask: QpAttrMask::STATE, state: QpState::Rtr, ..QpAttr::default() };
         self.qp.raw_modify(&rtr).map_err(|source| Error::Connect { qpn, step: "INIT->RTR", source })?;
-        let rts = QpAttr { mask: QpAttrMask::STATE | QpAttrMask::SQ_PSN, state: QpState::Rts, sq_psn: self.psn, ..QpAttr::default() };
+        let rts = QpAttr {
+            mask: QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+            state: QpState::Rts,
+            sq_psn: self.psn,
+            ..QpAttr::default()
+        };
         self.qp.raw_modify(&rts).map_err(|source| Error::Connect { qpn, step: "RTR->RTS", source })?;
         Ok(self.qp)
     }
@@ -1213,7 +1219,12 @@ impl PreparedQp {
             ..QpAttr::default()
         };
         self.qp.raw_modify(&rtr).map_err(|source| Error::Connect { qpn, step: "INIT->RTR", source })?;
-        let rts = QpAttr { mask: QpAttrMask::STATE | QpAttrMask::SQ_PSN, state: QpState::Rts, sq_psn: self.psn, ..QpAttr::default() };
+        let rts = QpAttr {
+            mask: QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+            state: QpState::Rts,
+            sq_psn: self.psn,
+            ..QpAttr::default()
+        };
         self.qp.raw_modify(&rts).map_err(|source| Error::Connect { qpn, step: "RTR->RTS", source })?;
         Ok(self.qp)
     }
