@@ -356,3 +356,26 @@ fn two_ud_qps_share_an_srq_and_its_limit_event_fires() {
     let events: Vec<AsyncEvent> = std::iter::from_fn(|| u.fab.engine(1).poll_event()).collect();
     assert_eq!(events, [AsyncEvent::SrqLimitReached { srq: 1 }]);
 }
+
+#[test]
+fn over_ipv6_the_grh_area_is_the_ipv6_header() {
+    let mut u = Ud::new(&["fd00::1", "fd00::2"], &[QKEY, QKEY]);
+    u.fab.trace = Some(Vec::new());
+    u.post_recv(1, 1, 0, 200);
+    u.fill(0, 0, b"over IPv6");
+    let dest = u.dest(1, QKEY);
+    u.post_send(0, SendWr::send(1, vec![u.sge(0, 0, 9)]).to(dest)).unwrap();
+    u.run();
+    let r = recv_wcs(&u, 1);
+    assert_eq!((r[0].status, r[0].byte_len, r[0].src_qp), (WcStatus::Success, 49, u.nodes[0].qp.qpn.value()));
+    let roce_len = u.fab.trace.as_ref().unwrap()[0].pkt.data.len();
+    let g = u.read(1, 0, GRH_LEN);
+    // Version 6, traffic class 0, flow label 0; payload length (UDP + BTH..ICRC); UDP; hop
+    // limit 64; source; destination.
+    assert_eq!(g[..4], [0x60, 0, 0, 0]);
+    assert_eq!(u16::from_be_bytes([g[4], g[5]]) as usize, 8 + roce_len);
+    assert_eq!((g[6], g[7]), (17, 64));
+    assert_eq!(g[8..24], "fd00::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    assert_eq!(g[24..40], "fd00::2".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    assert_eq!(u.read(1, GRH_LEN, 9), b"over IPv6");
+}
