@@ -73,4 +73,17 @@ counters! {
     send_nak_err,
     /// Completion queue overflows (rnic).
     cq_overflow,
+    /// UD packets dropped because their DETH Q_Key is not the QP's (the name of
+    /// `ibv_port_attr.qkey_viol_cntr`, which rxe increments for the same reason).
+    qkey_viol_cntr,
+    /// UC request packets the responder dropped silently: a packet lost before them, out of
+    /// sequence, a MIDDLE/LAST without its FIRST, a bad length, an R_Key or access
+    /// violation, no receive WQE, a receive buffer too small (rnic; IBA 9.9.3 class D).
+    uc_dropped_pkts,
+    /// UC messages abandoned part-way: their receive WQE is reused, WRITE data already
+    /// placed stays (rnic).
+    uc_abandoned_msgs,
+    /// UD packets the responder dropped silently: no receive WQE, or a receive buffer
+    /// smaller than the 40-byte GRH area plus the payload (rnic; IBA 9.9.3 class D, rxe).
+    ud_dropped_pkts,
 }

@@ -16,11 +16,14 @@
 //! have one, index 0), and a peer that sends an all-zero GID (rc_pingpong without `-g`)
 //! is reached at the address its TCP connection came from. `-c` checks every received
 //! message in full on both sides, and bad data exits 1. `-e` sleeps on a completion
-//! channel exactly as rc_pingpong does (arm, sleep, ack, poll). `--ud` (ibv_ud_pingpong)
-//! is parsed, but UD QPs are not in this build yet, so it fails with a clear message.
+//! channel exactly as rc_pingpong does (arm, sleep, ack, poll).
+//!
+//! `--ud` is ibv_ud_pingpong: the same exchange with a UD QP's QPN and PSN, Q_Key
+//! 0x11111111, an address handle for the peer's GID, receive buffers of 40 (GRH) + size
+//! bytes, sends from offset 40, default size 2048, which must fit the port MTU (`-m`).
 
 use rnic_verbs::{
-    AccessFlags, CompChannel, CompletionQueue, Context, Endpoint, Gid, PathMtu, QueuePair, RecvWr, SendWr, WcStatus,
+    AccessFlags, CompChannel, PreparedQp, QpType, GRH_LEN, CompletionQueue, Context, Endpoint, Gid, PathMtu, QueuePair, RecvWr, SendWr, WcStatus,
     WorkCompletion,
 };
 use std::io::{Read, Write};
@@ -217,20 +220,13 @@ fn validate(a: &Args) -> Result<PathMtu, String> {
 
 fn run_inner(a: &Args) -> Result<(), String> {
     let mtu = validate(a)?;
-    if a.ud {
-        // ibv_ud_pingpong: the same exchange (with a UD QP's QPN and PSN), Q_Key
-        // UD_QKEY, an address handle to the peer's GID, receive buffers of 40 (GRH) +
-        // size bytes, and a message that fits one packet.
-        let size = a.size.unwrap_or(2048);
-        if size > a.mtu {
-            return Err(format!("Requested size larger than port MTU ({} > {})", size, a.mtu));
-        }
-        return Err(format!(
-            "--ud: UD not available in this build (ibv_ud_pingpong, Q_Key {UD_QKEY:#010x}, needs UD QPs, \
-             which are being added to the engine; until then only RC pingpong works)"
-        ));
+    // ibv_ud_pingpong: default size 2048, and a datagram is one packet: it must fit the
+    // port MTU (with --ud, -m stands for the port's active MTU).
+    let size = a.size.unwrap_or(if a.ud { 2048 } else { 4096 });
+    if a.ud && size > a.mtu {
+        return Err(format!("Requested size larger than port MTU ({} > {})", size, a.mtu));
     }
-    let size = usize::try_from(a.size.unwrap_or(4096)).map_err(|_| "-s: too large")?;
+    let size = usize::try_from(size).map_err(|_| "-s: too large")?;
     let ctx = match a.ip {
         Some(ip) => Context::open_at(&a.dev, ip),
         None => Context::open(&a.dev),
@@ -253,8 +249,11 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
         None => ctx.create_cq(a.rx_depth as usize + 1),
     }
     .map_err(|e| e.to_string())?;
-    let mr = pd.allocate_mr(size.max(1), AccessFlags::LOCAL_WRITE).map_err(|e| e.to_string())?;
-    mr.write(0, &vec![FILL; size]).map_err(|e| e.to_string())?;
+    // UD (ibv_ud_pingpong): receives land at 0 with the 40-byte GRH area first, sends
+    // go from UD_GRH_LEN, so the payload sits at the same place both ways (an echo).
+    let at = if a.ud { GRH_LEN } else { 0 };
+    let mr = pd.allocate_mr((at + size).max(1), AccessFlags::LOCAL_WRITE).map_err(|e| e.to_string())?;
+    mr.write(at, &vec![FILL; size]).map_err(|e| e.to_string())?;
     let cap = rnic_verbs::QpCap {
         max_send_wr: 1,
         max_recv_wr: a.rx_depth,
@@ -263,9 +262,12 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
         max_inline_data: 0,
     };
     // rc_pingpong's pp_connect_ctx: timeout 14, retry_cnt 7, rnr_retry 7, min_rnr_timer 12,
-    // max_rd_atomic and max_dest_rd_atomic 1.
+    // max_rd_atomic and max_dest_rd_atomic 1. ud_pingpong: Q_Key 0x11111111.
+    let qp_type = if a.ud { QpType::Ud } else { QpType::Rc };
     let prepared = pd
         .qp_builder(&cq, &cq)
+        .qp_type(qp_type)
+        .qkey(UD_QKEY)
         .cap(cap)
         .mtu(mtu)
         .timeout(14)
@@ -276,9 +278,11 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
         .max_dest_rd_atomic(1)
         .build()
         .map_err(|e| e.to_string())?;
-    let sge = mr.sge(0, u32::try_from(size).map_err(|_| "-s: too large")?);
+    let len = u32::try_from(size).map_err(|_| "-s: too large")?;
+    let sge = mr.sge(at, len);
+    let rx_sge = mr.sge(0, len + u32::try_from(at).unwrap_or(0));
     for _ in 0..a.rx_depth {
-        prepared.qp().post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: vec![sge] }).map_err(|e| e.to_string())?;
+        prepared.qp().post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: vec![rx_sge] }).map_err(|e| e.to_string())?;
     }
     if a.events {
         cq.req_notify(false).map_err(|e| format!("Couldn't request CQ notification: {e}"))?;
@@ -299,6 +303,18 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
         Endpoint { qpn: d.qpn, gid, psn: d.psn }
     };
     let client = a.server.is_some();
+    // RC: connect to the peer (INIT -> RTR -> RTS). UD: RTS on its own, and an address
+    // handle for the peer's GID, as ud_pingpong's pp_connect_ctx does.
+    let mut ud_dest = None;
+    let mut bring_up = |prepared: PreparedQp, ep: &Endpoint| -> Result<QueuePair, String> {
+        if a.ud {
+            let ah = pd.create_ah(ep.gid).map_err(|e| e.to_string())?;
+            ud_dest = Some(ah.dest(ep.qpn, UD_QKEY));
+            prepared.activate().map_err(|e| e.to_string())
+        } else {
+            prepared.connect(ep).map_err(|e| e.to_string())
+        }
+    };
     let (qp, remote) = match &a.server {
         None => {
             let l = TcpListener::bind(("0.0.0.0", a.port))
@@ -307,7 +323,7 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
             drop(l);
             let mut qp = None;
             let remote = server_exchange(&mut s, &mine, |d| {
-                qp = Some(prepared.connect(&to_endpoint(d, peer.ip())).map_err(|e| e.to_string())?);
+                qp = Some(bring_up(prepared, &to_endpoint(d, peer.ip()))?);
                 Ok(())
             })?;
             (qp.ok_or("the QP was not connected")?, remote)
@@ -315,16 +331,20 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
         Some(host) => {
             let (mut s, peer) = connect_retry(host, a.port)?;
             let remote = client_exchange(&mut s, &mine)?;
-            (prepared.connect(&to_endpoint(&remote, peer.ip())).map_err(|e| e.to_string())?, remote)
+            (bring_up(prepared, &to_endpoint(&remote, peer.ip()))?, remote)
         }
     };
     println!("{}", remote.line("remote address:"));
 
     let expect = a.chk.then(|| chk_pattern(size));
     if client && a.chk {
-        mr.write(0, &chk_pattern(size)).map_err(|e| e.to_string())?;
+        mr.write(at, &chk_pattern(size)).map_err(|e| e.to_string())?;
     }
-    let post_send = |qp: &QueuePair| qp.post_send(&SendWr::send(SEND_WRID, vec![sge])).map_err(|e| e.to_string());
+    let wr = match ud_dest {
+        Some(d) => SendWr::send(SEND_WRID, vec![sge]).to(d),
+        None => SendWr::send(SEND_WRID, vec![sge]),
+    };
+    let post_send = |qp: &QueuePair| qp.post_send(&wr).map_err(|e| e.to_string());
     // rc_pingpong's `pending`: the next SEND goes once the last one completed and the
     // peer's message arrived.
     let mut pending = RECV_WRID;
@@ -345,10 +365,10 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
             match wc.wr_id {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
-                    qp.post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: vec![sge] }).map_err(|e| e.to_string())?;
+                    qp.post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: vec![rx_sge] }).map_err(|e| e.to_string())?;
                     rcnt += 1;
                     if let Some(expect) = &expect {
-                        check_received(&mr, expect, rcnt)?;
+                        check_received(&mr, at, expect, rcnt)?;
                     }
                 }
                 other => return Err(format!("Completion for unknown wr_id {other}")),
@@ -414,9 +434,9 @@ fn next_completions(
     }
 }
 
-fn check_received(mr: &rnic_verbs::MemoryRegion, expect: &[u8], iter: u32) -> Result<(), String> {
+fn check_received(mr: &rnic_verbs::MemoryRegion, at: usize, expect: &[u8], iter: u32) -> Result<(), String> {
     let mut got = vec![0u8; expect.len()];
-    mr.read(0, &mut got).map_err(|e| e.to_string())?;
+    mr.read(at, &mut got).map_err(|e| e.to_string())?;
     match got.iter().zip(expect).position(|(g, e)| g != e) {
         None => Ok(()),
         Some(at) => Err(format!(
@@ -614,9 +634,7 @@ mod tests {
     }
 
     #[test]
-    fn ud_is_refused_until_it_lands() {
-        let e = run_inner(&parse(&["--ud", "-s", "512", "-d", "nosuchdev"]).unwrap()).unwrap_err();
-        assert!(e.contains("UD not available in this build"), "{e}");
+    fn ud_size_must_fit_the_port_mtu() {
         // ibv_ud_pingpong's default size, 2048, exceeds the default MTU 1024.
         let e = run_inner(&parse(&["--ud", "-m", "1024"]).unwrap()).unwrap_err();
         assert_eq!(e, "Requested size larger than port MTU (2048 > 1024)");

@@ -66,3 +66,16 @@ fn a_malformed_address_message_is_refused() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("malformed address message from the client"), "{e}");
 }
+
+/// `--ud`: ibv_ud_pingpong between two processes, 40-byte GRH area in every receive
+/// buffer, the payload checked (-c) at offset 40 on both sides.
+#[test]
+fn ud_pingpong_between_two_processes() {
+    let port = 22515 + u16::try_from(std::process::id() % 1000).unwrap();
+    let (cs, ss) = pair(port, "127.0.62.24", "127.0.62.25", &["--ud", "-s", "1000", "-m", "1024", "-n", "50", "-c"]);
+    for s in [&cs, &ss] {
+        assert!(s.contains("100000 bytes in "), "{s}");
+        assert!(s.contains("50 iters in "), "{s}");
+        assert!(s.contains("rdma_sends=50 rdma_recvs=50"), "{s}");
+    }
+}
