@@ -30,8 +30,8 @@ pub mod device;
 pub mod engine;
 pub mod fabric;
 pub mod faults;
-pub mod srq;
 pub mod rx_icrc;
+pub mod srq;
 pub mod wr;
 
 #[allow(unsafe_code)]

@@ -202,7 +202,6 @@ impl IcrcContext {
 
 const _: () = assert!(ID_STREAM_OFFSET + 2 + ipv4::HEADER_LEN - 6 == LRH_STANDIN.len() + ipv4::HEADER_LEN);
 
-
 /// What a receiver that cannot see the IPv4 header assumes about the Identification
 /// field (the ICRC covers it; see `shared/notes/icrc-over-udp-sockets.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -23,8 +23,8 @@
 //! bytes, sends from offset 40, default size 2048, which must fit the port MTU (`-m`).
 
 use rnic_verbs::{
-    AccessFlags, CompChannel, PreparedQp, QpType, GRH_LEN, CompletionQueue, Context, Endpoint, Gid, PathMtu, QueuePair, RecvWr, SendWr, WcStatus,
-    WorkCompletion,
+    AccessFlags, CompChannel, CompletionQueue, Context, Endpoint, Gid, PathMtu, PreparedQp, QpType, QueuePair, RecvWr,
+    SendWr, WcStatus, WorkCompletion, GRH_LEN,
 };
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
