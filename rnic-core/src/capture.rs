@@ -90,26 +90,33 @@ impl Capture {
     /// Records a received packet, unless a device of this capture sent it (and so
     /// recorded it already).
     pub fn record_rx(&self, src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, roce: &[u8]) {
-        self.record_rx_ident(src, dst, src_port, dst_port, 0, roce);
-    }
-
-    /// [`Capture::record_rx`] for a packet whose IPv4 header carried ID `ident` (a UDP
-    /// GSO segment: the ICRC covers the ID, so the capture must show the one used).
-    pub fn record_rx_ident(&self, src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, ident: u16, roce: &[u8]) {
         if self.locals.lock().contains(&src) {
             return;
         }
-        self.record_ident(src, dst, src_port, dst_port, ident, roce);
+        self.record(src, dst, src_port, dst_port, roce);
+    }
+
+    /// Records a received IPv4 packet with the IP ID it was accepted with (see
+    /// [`crate::rx_icrc`]), so the ICRC in the file checks out for peers such as rxe.
+    pub fn record_rx_ipv4_id(&self, src: IpAddr, dst: IpAddr, ports: (u16, u16), ident: u16, roce: &[u8]) {
+        if self.locals.lock().contains(&src) {
+            return;
+        }
+        self.write_frame(&frame_with_ipv4_id(src, dst, ports.0, ports.1, ident, roce));
+    }
+
+    /// Records a sent IPv4 packet whose header carries ID `ident` (segment `ident` of a
+    /// UDP GSO send: the ICRC covers the ID, so the capture shows the one used).
+    pub fn record_ipv4_id(&self, src: IpAddr, dst: IpAddr, ports: (u16, u16), ident: u16, roce: &[u8]) {
+        self.write_frame(&frame_with_ipv4_id(src, dst, ports.0, ports.1, ident, roce));
     }
 
     /// Records one packet: `roce` is BTH..ICRC exactly as sent or received.
     pub fn record(&self, src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, roce: &[u8]) {
-        self.record_ident(src, dst, src_port, dst_port, 0, roce);
+        self.write_frame(&frame_for(src, dst, src_port, dst_port, roce));
     }
 
-    /// Records one packet whose IPv4 header carries ID `ident` (ignored for IPv6).
-    pub fn record_ident(&self, src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, ident: u16, roce: &[u8]) {
-        let frame = frame_for_ident(src, dst, src_port, dst_port, ident, roce);
+    fn write_frame(&self, frame: &[u8]) {
         let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
         let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
         let mut rec = [0u8; 16];
@@ -118,7 +125,7 @@ impl Capture {
         rec[8..12].copy_from_slice(&len.to_le_bytes());
         rec[12..16].copy_from_slice(&len.to_le_bytes());
         let mut w = self.w.lock();
-        let _ = w.write_all(&rec).and_then(|()| w.write_all(&frame));
+        let _ = w.write_all(&rec).and_then(|()| w.write_all(frame));
     }
 
     /// Flushes buffered packets to the file.
@@ -135,12 +142,11 @@ impl Drop for Capture {
 
 /// Wraps BTH..ICRC in Ethernet / IP / UDP headers.
 pub fn frame_for(src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, roce: &[u8]) -> Vec<u8> {
-    frame_for_ident(src, dst, src_port, dst_port, 0, roce)
+    frame_with_ipv4_id(src, dst, src_port, dst_port, 0, roce)
 }
 
-/// [`frame_for`] with IPv4 ID `ident` (what the kernel writes into segment `ident` of a
-/// UDP GSO send).
-pub fn frame_for_ident(src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, ident: u16, roce: &[u8]) -> Vec<u8> {
+/// [`frame_for`] with this IPv4 ID (ignored for IPv6).
+pub fn frame_with_ipv4_id(src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, ident: u16, roce: &[u8]) -> Vec<u8> {
     let ip = match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             IpRepr::V4(Ipv4Repr { src: s, dst: d, tos: 0, ident, df: true, ttl: 64, protocol: ipv4::PROTO_UDP })

@@ -58,6 +58,9 @@ counters! {
     rdma_recvs,
     /// Packets dropped for a bad ICRC (rnic).
     icrc_err,
+    /// IPv4 packets accepted only by solving for their unknown IP ID, as Linux rxe's
+    /// are: 16 of the ICRC's 32 bits checked (rnic; see `rx_icrc`).
+    icrc_ipv4_id_solved,
     /// Packets dropped as malformed (rnic).
     malformed_pkts,
     /// Packets for a QP that does not exist or is not receiving (rnic).
@@ -78,4 +81,17 @@ counters! {
     icrc_gso_index,
     /// Packets whose ICRC matched another IPv4 ID below 64, not 0 (rnic).
     icrc_gso_window,
+    /// UD packets dropped because their DETH Q_Key is not the QP's (the name of
+    /// `ibv_port_attr.qkey_viol_cntr`, which rxe increments for the same reason).
+    qkey_viol_cntr,
+    /// UC request packets the responder dropped silently: a packet lost before them, out of
+    /// sequence, a MIDDLE/LAST without its FIRST, a bad length, an R_Key or access
+    /// violation, no receive WQE, a receive buffer too small (rnic; IBA 9.9.3 class D).
+    uc_dropped_pkts,
+    /// UC messages abandoned part-way: their receive WQE is reused, WRITE data already
+    /// placed stays (rnic).
+    uc_abandoned_msgs,
+    /// UD packets the responder dropped silently: no receive WQE, or a receive buffer
+    /// smaller than the 40-byte GRH area plus the payload (rnic; IBA 9.9.3 class D, rxe).
+    ud_dropped_pkts,
 }

@@ -36,7 +36,7 @@ use crate::qp_state::QpType;
 use crate::srq::Srq;
 use crate::wr::{RecvWr, SendWr};
 use crossbeam_channel::{Receiver, Sender};
-use rnic_wire::icrc::IcrcContext;
+use rnic_wire::icrc::{IcrcContext, Ipv4IdPolicy};
 use rnic_wire::{Qpn, ROCEV2_UDP_PORT};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
@@ -75,6 +75,12 @@ pub struct DeviceConfig {
     pub gso: bool,
     /// Receive with UDP GRO (coalesced datagrams) when the kernel offers it.
     pub gro: bool,
+    /// What the receive side assumes about IPv4 IDs it cannot see (`RNIC_IPV4_ID`).
+    /// Either way the IDs an rnic sender produces are accepted: 0, or a GSO segment's
+    /// index below 64 ([`crate::gso::IdVerifier`]); the default, `SolveUnknown`, then
+    /// solves for any other ID and counts it (Linux rxe; see [`crate::rx_icrc`]);
+    /// `Strict` drops such packets.
+    pub ipv4_id: Ipv4IdPolicy,
     /// Fault injection on every packet this device sends (real time). When `None`, the
     /// `RNIC_FAULTS` environment variable is read at open (`loss=0.05,seed=7`, see
     /// [`Faults::from_spec`]). With faults, packets are sent one by one (no GSO).
@@ -96,6 +102,7 @@ impl DeviceConfig {
             ),
             gso: true,
             gro: true,
+            ipv4_id: crate::rx_icrc::policy_from_env().ok().flatten().unwrap_or_default(),
             faults: None,
         }
     }
@@ -146,6 +153,14 @@ pub enum DeviceError {
         name: String,
         /// What is wrong.
         reason: String,
+    },
+    /// The configuration (or an environment variable feeding it) is invalid.
+    #[error("device {name}: {why}")]
+    Config {
+        /// Device name.
+        name: String,
+        /// What is wrong.
+        why: String,
     },
     /// The progress thread has stopped.
     #[error("device {0}: the progress thread has stopped")]
@@ -255,6 +270,7 @@ fn transport_info(config: &DeviceConfig, sock: &UdpSocket) -> TransportInfo {
 impl Device {
     /// Opens a device: binds its UDP port and starts its progress and receive threads.
     pub fn open(mut config: DeviceConfig) -> Result<Device, DeviceError> {
+        crate::rx_icrc::policy_from_env().map_err(|why| DeviceError::Config { name: config.name.clone(), why })?;
         if config.faults.is_none() {
             if let Some(spec) = std::env::var_os("RNIC_FAULTS") {
                 let spec = spec.to_string_lossy();
@@ -302,7 +318,7 @@ impl Device {
                 engine,
                 cmds: cmd_rx.clone(),
                 tx,
-                rx: Rx::new(sock, local, counters.clone(), capture),
+                rx: Rx::new(sock, local, counters.clone(), capture, config.ipv4_id),
                 events: ev_tx,
                 batch: Vec::with_capacity(256),
                 start: Instant::now(),
@@ -863,7 +879,8 @@ impl Tx {
                         if let Some(c) = &self.capture {
                             for (id, p) in batch[a..e].iter().enumerate() {
                                 let id = if e - a > 1 { u16::try_from(id).unwrap_or(0) } else { 0 };
-                                c.record_ident(self.local.ip(), p.dst, self.local.port(), ROCEV2_UDP_PORT, id, &p.data);
+                                let ports = (self.local.port(), ROCEV2_UDP_PORT);
+                                c.record_ipv4_id(self.local.ip(), p.dst, ports, id, &p.data);
                             }
                         }
                     }
@@ -897,10 +914,17 @@ struct Rx {
     meta: Vec<crate::sys::RecvMeta>,
     scratch: crate::sys::RecvScratch,
     verifier: crate::gso::IdVerifier,
+    ipv4_id: Ipv4IdPolicy,
 }
 
 impl Rx {
-    fn new(sock: UdpSocket, local: SocketAddr, counters: Arc<Counters>, capture: Option<Arc<Capture>>) -> Rx {
+    fn new(
+        sock: UdpSocket,
+        local: SocketAddr,
+        counters: Arc<Counters>,
+        capture: Option<Arc<Capture>>,
+        ipv4_id: Ipv4IdPolicy,
+    ) -> Rx {
         Rx {
             sock,
             local,
@@ -910,6 +934,7 @@ impl Rx {
             meta: vec![crate::sys::RecvMeta::default(); RX_BATCH],
             scratch: crate::sys::RecvScratch::new(RX_BATCH),
             verifier: crate::gso::IdVerifier::new(),
+            ipv4_id,
         }
     }
 
@@ -938,7 +963,7 @@ impl Rx {
             let ctx = IcrcContext::new(m.src.ip(), self.local.ip(), m.src.port(), self.local.port());
             for (index, off) in (0..m.len).step_by(seg).enumerate() {
                 let pkt = &self.bufs[i][off..(off + seg).min(m.len)];
-                match self.verifier.verify(ctx, pkt, index) {
+                let ident = match self.verifier.verify(ctx, pkt, index) {
                     Some(id) => {
                         match id {
                             crate::gso::IdMatch::Zero => {}
@@ -949,17 +974,26 @@ impl Rx {
                                 self.counters.icrc_gso_window.fetch_add(1, Ordering::Relaxed);
                             }
                         }
-                        if let Some(c) = &self.capture {
-                            let (s, d) = (m.src, self.local);
-                            c.record_rx_ident(s.ip(), d.ip(), s.port(), d.port(), id.ident(), pkt);
-                        }
-                        engine.handle_packet(now, m.src.ip(), pkt);
+                        Some(id.ident())
+                    }
+                    // Not an ID an rnic sender produces: a peer such as Linux rxe, whose
+                    // IDs come from the kernel's generator; the policy decides (rx_icrc
+                    // counts icrc_err or icrc_ipv4_id_solved).
+                    None if self.ipv4_id == Ipv4IdPolicy::SolveUnknown && ctx.src.is_ipv4() => {
+                        crate::rx_icrc::check(&ctx, pkt, self.ipv4_id, &self.counters)
                     }
                     None => {
                         // IBA C9-3: a bad ICRC is dropped silently (and counted here).
                         self.counters.icrc_err.fetch_add(1, Ordering::Relaxed);
+                        None
                     }
+                };
+                let Some(ident) = ident else { continue };
+                if let Some(c) = &self.capture {
+                    let (s, d) = (m.src, self.local);
+                    c.record_rx_ipv4_id(s.ip(), d.ip(), (s.port(), d.port()), ident, pkt);
                 }
+                engine.handle_packet(now, m.src.ip(), pkt);
             }
         }
         n

@@ -32,6 +32,7 @@ pub mod engine;
 pub mod fabric;
 pub mod faults;
 pub mod gso;
+pub mod rx_icrc;
 pub mod srq;
 pub mod wr;
 

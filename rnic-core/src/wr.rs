@@ -2,6 +2,7 @@
 //! `ibv_recv_wr`), and the completion records the NIC writes back (`ibv_wc`).
 
 use std::fmt;
+use std::net::IpAddr;
 
 /// A scatter/gather element: `length` bytes at `addr` in the region named by `lkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,6 +186,33 @@ pub struct SendFlags {
     pub fence: bool,
 }
 
+/// Where a UD send goes (`ibv_send_wr.wr.ud`: the address handle, remote QPN and Q_Key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UdDest {
+    /// The destination's address (the IP of its GID: the address handle).
+    pub dst: IpAddr,
+    /// The destination QP.
+    pub remote_qpn: u32,
+    /// The Q_Key to put in the DETH. A value with the high bit set means "use the sending
+    /// QP's own Q_Key" (IBA 10.2.5, C10-15; [`UdDest::USE_QP_QKEY`]).
+    pub remote_qkey: u32,
+}
+
+impl UdDest {
+    /// A Q_Key with this bit set is replaced by the sending QP's Q_Key (IBA C10-15): such
+    /// "controlled" Q_Keys can only be sent by a QP that was given one by privileged code.
+    pub const USE_QP_QKEY: u32 = 0x8000_0000;
+
+    /// The Q_Key that goes on the wire for a QP whose own Q_Key is `qp_qkey`.
+    pub fn wire_qkey(&self, qp_qkey: u32) -> u32 {
+        if self.remote_qkey & Self::USE_QP_QKEY != 0 {
+            qp_qkey
+        } else {
+            self.remote_qkey
+        }
+    }
+}
+
 /// A send work request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendWr {
@@ -196,6 +224,8 @@ pub struct SendWr {
     pub sg_list: Vec<Sge>,
     /// Flags.
     pub flags: SendFlags,
+    /// UD only: the destination (required on a UD QP, refused on a connected one).
+    pub ud: Option<UdDest>,
 }
 
 impl SendWr {
@@ -206,7 +236,14 @@ impl SendWr {
 
     /// A signaled work request.
     pub fn new(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
-        SendWr { wr_id, op, sg_list, flags: SendFlags { signaled: true, ..SendFlags::default() } }
+        SendWr { wr_id, op, sg_list, flags: SendFlags { signaled: true, ..SendFlags::default() }, ud: None }
+    }
+
+    /// The same request, sent to `dest` (UD QPs).
+    #[must_use]
+    pub fn to(mut self, dest: UdDest) -> SendWr {
+        self.ud = Some(dest);
+        self
     }
 
     /// A signaled COMPARE & SWAP of the 8 bytes at `remote_addr`; the original value is
@@ -386,6 +423,8 @@ pub struct WorkCompletion {
     pub wc_flags: WcFlags,
     /// The R_Key invalidated by a SEND with Invalidate (valid with `wc_flags.with_inv`).
     pub invalidated_rkey: u32,
+    /// P_Key index of the receiving QP (UD receive completions).
+    pub pkey_index: u16,
 }
 
 impl WorkCompletion {
@@ -402,6 +441,7 @@ impl WorkCompletion {
             src_qp: 0,
             wc_flags: WcFlags::default(),
             invalidated_rkey: 0,
+            pkey_index: 0,
         }
     }
 }

@@ -283,6 +283,7 @@ fn inline_limits() {
         op,
         sg_list,
         flags: SendFlags { signaled: true, inline: true, ..SendFlags::default() },
+        ud: None,
     };
     let err = p.post_send(A, inline(1, SendOp::Send, vec![p.sge(A, 0, 200), p.sge(A, 200, 57)])).unwrap_err();
     assert_eq!(err, PostError::InlineTooLong { len: 257, max: 256 });
@@ -362,6 +363,7 @@ fn lkey_of_another_pd() {
         op: SendOp::Send,
         sg_list: vec![small_sge(other.lkey, 0, 8)],
         flags: SendFlags { inline: true, ..SendFlags::default() },
+        ud: None,
     };
     assert!(matches!(p.post_send(A, wr), Err(PostError::Sge { index: 0, source: AccessError::PdMismatch { .. } })));
 }

@@ -16,4 +16,14 @@ proptest! {
     fn a_hostile_peer_cannot_break_the_engine(data in prop::collection::vec(any::<u8>(), 0..2048)) {
         common::hostile::run(&data);
     }
+
+    #[test]
+    fn a_hostile_peer_cannot_break_a_uc_qp(data in prop::collection::vec(any::<u8>(), 0..2048)) {
+        common::hostile::run_as(&data, rnic_core::qp_state::QpType::Uc);
+    }
+
+    #[test]
+    fn a_hostile_peer_cannot_break_a_ud_qp(data in prop::collection::vec(any::<u8>(), 0..2048)) {
+        common::hostile::run_as(&data, rnic_core::qp_state::QpType::Ud);
+    }
 }

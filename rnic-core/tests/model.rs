@@ -134,7 +134,7 @@ fn post(net: &mut dyn Net, i: usize, op: &Op, model: &mut [Vec<u8>; 2]) {
         }
     };
     let flags = SendFlags { signaled: true, ..SendFlags::default() };
-    net.post_send(A, SendWr { wr_id: i as u64, op: wr_op, sg_list: sg, flags });
+    net.post_send(A, SendWr { wr_id: i as u64, op: wr_op, sg_list: sg, flags, ud: None });
 }
 
 fn fresh(ops: &[Op], mtu_code: u32, seed: u64) -> (FabricNet, [Vec<u8>; 2]) {

@@ -56,6 +56,7 @@ fn send_with_imm_and_inline() {
         op: SendOp::SendWithImm { imm: 0xdead_beef },
         sg_list: vec![p.sge(A, 100, 6), p.sge(A, 106, 7)],
         flags: SendFlags { signaled: true, inline: true, solicited: true, ..SendFlags::default() },
+        ud: None,
     };
     p.post_send(A, wr).unwrap();
     // Inline data was copied at post time: changing the source now must not matter.

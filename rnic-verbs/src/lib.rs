@@ -14,6 +14,26 @@
 //!
 //! [`QueuePair::modify`] is the checked escape hatch for everything else.
 //!
+//! UC uses the same steps with `.qp_type(QpType::Uc)` (SEND and RDMA WRITE, no READ, no
+//! acknowledgements: a lost packet loses its message silently). UD is not connected:
+//! `.qp_type(QpType::Ud).qkey(..)`, then [`PreparedQp::activate`]; each send names its
+//! destination with an [`AddressHandle`] ([`ProtectionDomain::create_ah`]) and the remote
+//! QPN and Q_Key, and every receive buffer starts with [`GRH_LEN`] bytes of GRH:
+//!
+//! ```no_run
+//! use rnic_verbs::*;
+//! # let ctx = Context::open("rnic0")?;
+//! # let pd = ctx.alloc_pd();
+//! # let cq = ctx.create_cq(64)?;
+//! # let mr = pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE)?;
+//! # let peer: Endpoint = unimplemented!();
+//! let qp = pd.qp_builder(&cq, &cq).qp_type(QpType::Ud).qkey(0x1111_1111).build()?.activate()?;
+//! qp.post_recv(&RecvWr { wr_id: 1, sg_list: vec![mr.sge(0, (GRH_LEN + 1024) as u32)] })?;
+//! let ah = pd.create_ah(peer.gid)?;       // the peer's GID (from its Endpoint)
+//! qp.post_send(&SendWr::send(2, vec![mr.sge(2048, 64)]).to(ah.dest(peer.qpn, 0x1111_1111)))?;
+//! # Ok::<(), rnic_verbs::Error>(())
+//! ```
+//!
 //! ```no_run
 //! use rnic_verbs::*;
 //! let ctx = Context::open("rnic0")?;
@@ -43,13 +63,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use rnic_core::capture::Capture;
-pub use rnic_core::engine::qp::{QpAttr, QpCap};
+pub use rnic_core::engine::qp::{QpAttr, QpCap, PORT_MTU};
+pub use rnic_core::engine::ud::GRH_LEN;
 pub use rnic_core::engine::AsyncEvent;
 pub use rnic_core::mr::AccessFlags;
 pub use rnic_core::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
 pub use rnic_core::srq::SrqError;
 pub use rnic_core::wr::{
-    RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion, FLUSH_GLOBAL, FLUSH_PERSISTENT,
+    RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, FLUSH_GLOBAL,
+    FLUSH_PERSISTENT,
 };
 
 /// Every way a verbs call can fail. Each variant names the operation; a failed work
@@ -578,7 +600,78 @@ impl ProtectionDomain {
             max_dest_rd_atomic: 1,
             psn: None,
             srq: None,
+            qkey: DEFAULT_QKEY,
         }
+    }
+
+    /// Creates an address handle (`ibv_create_ah`): where UD sends go. `gid` is the
+    /// destination's GID, as its [`Endpoint`] carries it.
+    pub fn create_ah(&self, gid: Gid) -> Result<AddressHandle> {
+        let ip = gid.to_ip();
+        let why = if ip.is_unspecified() {
+            Some(format!("GID {gid} is all zeros (a peer that sent no GID: ibv_*_pingpong need -g 0 on RoCE)"))
+        } else if ip.is_multicast() {
+            Some(format!("GID {gid} is multicast, which rnic does not implement"))
+        } else if ip.is_ipv4() != self.inner.ctx.ip().is_ipv4() {
+            Some(format!("GID {gid} is not of the same IP version as the device's address {}", self.inner.ctx.ip()))
+        } else {
+            None
+        };
+        match why {
+            Some(why) => Err(Error::InvalidArgument { op: "create AH", why }),
+            None => Ok(AddressHandle { pd: self.clone(), gid }),
+        }
+    }
+
+    /// Creates an address handle back to the sender of a UD receive, from the 40-byte GRH
+    /// area at the head of its receive buffer (`ibv_create_ah_from_wc`): for RoCEv2 over
+    /// IPv4 the source address is in the IPv4 header held in the area's last 20 bytes,
+    /// over IPv6 in the IPv6 header that fills it.
+    pub fn create_ah_from_grh(&self, grh: &[u8]) -> Result<AddressHandle> {
+        let bad = |why: String| Error::InvalidArgument { op: "create AH from GRH", why };
+        if grh.len() < GRH_LEN {
+            return Err(bad(format!("{} bytes given, a GRH area has {GRH_LEN}", grh.len())));
+        }
+        let ip = if grh[20] >> 4 == 4 && grh[..20].iter().all(|&b| b == 0) {
+            IpAddr::V4(Ipv4Addr::new(grh[32], grh[33], grh[34], grh[35]))
+        } else if grh[0] >> 4 == 6 {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&grh[8..24]);
+            IpAddr::V6(Ipv6Addr::from(a))
+        } else {
+            return Err(bad("neither an IPv4 header in bytes 20..40 nor an IPv6 header".into()));
+        };
+        self.create_ah(Gid::from_ip(ip))
+    }
+}
+
+/// The Q_Key a UD QP gets unless [`QpBuilder::qkey`] says otherwise: the one
+/// ibv_ud_pingpong uses.
+pub const DEFAULT_QKEY: u32 = 0x1111_1111;
+
+/// An address handle (`ibv_ah`): the destination of UD sends. Combine it with the remote
+/// QPN and Q_Key into the [`UdDest`] a [`SendWr`] carries ([`SendWr::to`]).
+#[derive(Clone, Debug)]
+pub struct AddressHandle {
+    pd: ProtectionDomain,
+    gid: Gid,
+}
+
+impl AddressHandle {
+    /// The destination GID.
+    pub fn gid(&self) -> Gid {
+        self.gid
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// The destination of a send to QP `remote_qpn` with Q_Key `remote_qkey` (a Q_Key with
+    /// the high bit set, such as [`UdDest::USE_QP_QKEY`], sends the QP's own Q_Key).
+    pub fn dest(&self, remote_qpn: u32, remote_qkey: u32) -> UdDest {
+        UdDest { dst: self.gid.to_ip(), remote_qpn, remote_qkey }
     }
 }
 
@@ -873,6 +966,7 @@ pub struct QpBuilder {
     max_dest_rd_atomic: u8,
     psn: Option<u32>,
     srq: Option<SharedReceiveQueue>,
+    qkey: u32,
 }
 
 macro_rules! setter {
@@ -926,6 +1020,15 @@ impl QpBuilder {
         /// Outstanding READs as responder.
         max_dest_rd_atomic: u8
     );
+    setter!(
+        /// Transport: [`QpType::Rc`] (the default), [`QpType::Uc`] or [`QpType::Ud`].
+        qp_type: QpType
+    );
+    setter!(
+        /// UD: the QP's Q_Key, checked against every datagram received and sent by WRs whose
+        /// Q_Key has the high bit set (default [`DEFAULT_QKEY`]).
+        qkey: u32
+    );
 
     /// Takes receive WQEs from `srq` instead of the QP's own receive queue (posting
     /// receives to the QP then fails).
@@ -977,10 +1080,16 @@ impl QpBuilder {
                 shared,
             }),
         };
+        // The INIT attributes of the QP type's column of the modify-QP table: a UD QP
+        // takes a Q_Key and no access flags.
         let init = QpAttr {
-            mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+            mask: QpAttrMask::STATE
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::PORT
+                | if self.qp_type == QpType::Ud { QpAttrMask::QKEY } else { QpAttrMask::ACCESS_FLAGS },
             state: QpState::Init,
             access: self.access,
+            qkey: self.qkey,
             pkey_index: 0,
             port: 1,
             ..QpAttr::default()
@@ -1000,7 +1109,8 @@ fn random_psn() -> u32 {
     u32::try_from(x & 0x00FF_FFFF).unwrap_or(0)
 }
 
-/// What one side of an RC connection tells the other out of band.
+/// What one side of an RC or UC connection tells the other out of band; a UD QP gives the
+/// same (its peers need its QPN and GID; the PSN is what ibv_ud_pingpong exchanges too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoint {
     /// QP number.
@@ -1030,10 +1140,42 @@ impl PreparedQp {
         &self.qp
     }
 
+    /// Moves a UD QP to RTR and RTS: a datagram QP has no peer to connect to (each send
+    /// names its destination).
+    pub fn activate(self) -> Result<QueuePair> {
+        let qpn = self.qp.qpn();
+        if self.b.qp_type != QpType::Ud {
+            return Err(Error::InvalidArgument {
+                op: "activate QP",
+                why: format!("QP {qpn:#x} is {}: connected QPs use connect(peer endpoint)", self.b.qp_type),
+            });
+        }
+        let rtr = QpAttr { mask: QpAttrMask::STATE, state: QpState::Rtr, ..QpAttr::default() };
+        self.qp.raw_modify(&rtr).map_err(|source| Error::Connect { qpn, step: "INIT->RTR", source })?;
+        let rts = QpAttr {
+            mask: QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+            state: QpState::Rts,
+            sq_psn: self.psn,
+            ..QpAttr::default()
+        };
+        self.qp.raw_modify(&rts).map_err(|source| Error::Connect { qpn, step: "RTR->RTS", source })?;
+        Ok(self.qp)
+    }
+
     /// Connects to `remote`: INIT -> RTR -> RTS.
     pub fn connect(self, remote: &Endpoint) -> Result<QueuePair> {
         let qpn = self.qp.qpn();
         let b = &self.b;
+        match b.qp_type {
+            QpType::Rc => {}
+            QpType::Uc => return self.connect_uc(remote),
+            QpType::Ud => {
+                return Err(Error::InvalidArgument {
+                    op: "connect QP",
+                    why: format!("QP {qpn:#x} is UD, which is not connected: use activate()"),
+                })
+            }
+        }
         let rtr = QpAttr {
             mask: QpAttrMask::STATE
                 | QpAttrMask::AV
@@ -1070,6 +1212,30 @@ impl PreparedQp {
         self.qp.raw_modify(&rts).map_err(|source| Error::Connect { qpn, step: "RTR->RTS", source })?;
         Ok(self.qp)
     }
+
+    /// UC: the UC column of the modify-QP table (no READ/atomic or RNR attributes, no
+    /// acknowledgement timers).
+    fn connect_uc(self, remote: &Endpoint) -> Result<QueuePair> {
+        let qpn = self.qp.qpn();
+        let rtr = QpAttr {
+            mask: QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN,
+            state: QpState::Rtr,
+            remote_ip: Some(remote.gid.to_ip()),
+            path_mtu: self.b.mtu.to_ibv(),
+            dest_qpn: remote.qpn,
+            rq_psn: remote.psn,
+            ..QpAttr::default()
+        };
+        self.qp.raw_modify(&rtr).map_err(|source| Error::Connect { qpn, step: "INIT->RTR", source })?;
+        let rts = QpAttr {
+            mask: QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+            state: QpState::Rts,
+            sq_psn: self.psn,
+            ..QpAttr::default()
+        };
+        self.qp.raw_modify(&rts).map_err(|source| Error::Connect { qpn, step: "RTR->RTS", source })?;
+        Ok(self.qp)
+    }
 }
 
 #[derive(Debug)]
@@ -1101,6 +1267,11 @@ impl QueuePair {
     /// Current state.
     pub fn state(&self) -> QpState {
         self.inner.shared.state()
+    }
+
+    /// Transport service (RC, UC or UD).
+    pub fn qp_type(&self) -> QpType {
+        self.inner.shared.qp_type
     }
 
     /// The device.

@@ -7,6 +7,7 @@
 mod capture;
 mod decode;
 mod demo;
+mod devinfo;
 mod perf;
 mod pingpong;
 
@@ -31,6 +32,8 @@ enum Command {
     Pingpong(pingpong::Args),
     /// perftest-style benchmarks (write_bw, send_lat, ...) with a same-run UDP baseline.
     Perf(perf::Args),
+    /// Show the emulated devices as ibv_devinfo does: attributes, port, GIDs, limits, counters.
+    Devinfo(devinfo::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,5 +43,6 @@ fn main() -> ExitCode {
         Command::Decode(args) => decode::run(args),
         Command::Pingpong(args) => pingpong::run(args),
         Command::Perf(args) => perf::run(args),
+        Command::Devinfo(args) => devinfo::run(args),
     }
 }

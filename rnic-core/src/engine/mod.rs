@@ -17,12 +17,17 @@
 //!
 //! Where each protocol rule lives: the requester and completer (one sender state
 //! machine per QP, as rxe merged them) in [`requester`], the responder's pipeline of
-//! checks in [`responder`], the modify-QP table in [`crate::qp_state`].
+//! checks in [`responder`], the modify-QP table in [`crate::qp_state`]. The unreliable
+//! transports are kept apart: the UC/UD sender in [`unreliable`], the UC responder in
+//! [`uc`], the UD responder and its GRH area in [`ud`].
 
 pub mod qp;
 mod rd_atomic;
 mod requester;
 mod responder;
+mod uc;
+pub mod ud;
+mod unreliable;
 
 use crate::counters::Counters;
 use crate::cq::Cq;
@@ -527,17 +532,33 @@ impl Engine {
             counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        // IBA C9-? (rxe check_addr): an RC QP accepts packets only from its peer, and
-        // only on its transport.
-        let transport_ok =
-            matches!((qp.shared.qp_type, info.transport), (QpType::Rc, rnic_wire::opcode::Transport::Rc));
-        if !transport_ok || qp.attr.remote_ip != Some(src) || matches!(qp.state, QpState::Reset | QpState::Init) {
+        // IBA C9-? (rxe check_type_state, check_addr): a QP takes only its transport's
+        // opcodes; a connected (RC, UC) QP only from its peer, a UD QP from anyone (the
+        // DETH says who).
+        let qp_type = qp.shared.qp_type;
+        let transport_ok = matches!(
+            (qp_type, info.transport),
+            (QpType::Rc, rnic_wire::opcode::Transport::Rc)
+                | (QpType::Uc, rnic_wire::opcode::Transport::Uc)
+                | (QpType::Ud, rnic_wire::opcode::Transport::Ud)
+        );
+        let peer_ok = qp_type == QpType::Ud || qp.attr.remote_ip == Some(src);
+        if !transport_ok || !peer_ok || matches!(qp.state, QpState::Reset | QpState::Init) {
             counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
             return;
         }
         // P_Key (IBA C9-42/43): the default partition's low 15 bits must match.
         if repr.bth.pkey & 0x7fff != 0x7fff {
             counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        match qp_type {
+            QpType::Ud => ud::handle_request(self, qpn, src, &repr, pkt.payload(), data.len()),
+            QpType::Uc => uc::handle_request(self, qpn, &repr, pkt.payload()),
+            QpType::Rc => {}
+        }
+        if qp_type != QpType::Rc {
+            self.raise_srq_events(qpn);
             return;
         }
         if info.request {
@@ -696,6 +717,10 @@ impl Engine {
 
     /// Sends what the QP's window allows.
     pub(crate) fn progress(&mut self, now: Time, qpn: Qpn) {
+        if self.qp_mut(qpn).is_some_and(|q| q.shared.qp_type != QpType::Rc) {
+            unreliable::transmit(self, now, qpn);
+            return;
+        }
         requester::transmit(self, now, qpn);
     }
 

@@ -5,7 +5,7 @@
 use crate::cq::Cq;
 use crate::mr::{AccessError, AccessFlags, MrSlice, Mtpt, PdId};
 use crate::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
-use crate::wr::{RecvWr, SendOp, SendWr};
+use crate::wr::{RecvWr, SendOp, SendWr, UdDest};
 use rnic_wire::{Psn, Qpn};
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -223,13 +223,65 @@ pub enum PostError {
         srq: u32,
     },
     /// The QP's transport does not support the operation.
-    #[error("{op} is not supported on a {qp_type:?} QP")]
+    #[error("{op} is not supported on a {qp_type} QP")]
     NotSupported {
         /// The operation.
         op: &'static str,
         /// The QP type.
         qp_type: QpType,
     },
+    /// A send on a UD QP without a destination (address handle, remote QPN and Q_Key).
+    #[error("a send on a UD QP needs a destination (address handle, remote QPN, remote Q_Key)")]
+    NoDestination,
+    /// A UD destination on a connected (RC or UC) QP, whose destination was fixed at connect.
+    #[error("a {qp_type} QP is connected: its work requests take no UD destination")]
+    DestinationNotAllowed {
+        /// The QP type.
+        qp_type: QpType,
+    },
+    /// A UD message must fit one packet (IBA 9.8.1: UD messages are single-packet).
+    #[error("UD message of {len} bytes exceeds the port MTU of {mtu} bytes (UD messages are one packet)")]
+    UdMessageTooLong {
+        /// Message length.
+        len: usize,
+        /// The port MTU.
+        mtu: usize,
+    },
+}
+
+/// The port MTU: the packet payload limit of a UD QP, which has no path MTU attribute (rxe
+/// uses the port's `mtu_cap`). rnic's port reports 4096 (`query_port`'s `active_mtu`).
+pub const PORT_MTU: usize = 4096;
+
+/// Checks that the QP's transport carries `op` (IBA 9.8 / 9.9 and rxe `rxe_opcode` masks):
+/// RC everything, UC SEND and RDMA WRITE (no READ, no atomics), UD SEND only. Also checks
+/// the presence of a UD destination.
+fn check_transport(qp_type: QpType, op: &SendOp, ud: Option<&UdDest>) -> Result<(), PostError> {
+    let carried = match qp_type {
+        QpType::Rc => true,
+        QpType::Uc => matches!(
+            op,
+            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }
+        ),
+        QpType::Ud => matches!(op, SendOp::Send | SendOp::SendWithImm { .. }),
+    };
+    if !carried {
+        return Err(PostError::NotSupported { op: op.name(), qp_type });
+    }
+    match (qp_type, ud) {
+        (QpType::Ud, None) => Err(PostError::NoDestination),
+        (QpType::Rc | QpType::Uc, Some(_)) => Err(PostError::DestinationNotAllowed { qp_type }),
+        _ => Ok(()),
+    }
+}
+
+fn check_ud_len(qp_type: QpType, len: usize) -> Result<(), PostError> {
+    // The issue asks for a local failure: the caller learns at once. (IBA C10-93.1.1 and rxe
+    // instead complete such a WR successfully without sending anything.)
+    if qp_type == QpType::Ud && len > PORT_MTU {
+        return Err(PostError::UdMessageTooLong { len, mtu: PORT_MTU });
+    }
+    Ok(())
 }
 
 /// The bytes of a work request: copied at post time (inline) or checked SGEs.
@@ -301,6 +353,8 @@ pub struct SendWqe {
     pub(crate) fence: bool,
     pub(crate) data: WqeData,
     pub(crate) len: usize,
+    /// UD: where the message goes.
+    pub(crate) ud: Option<UdDest>,
 }
 
 /// A validated receive work request.
@@ -342,9 +396,7 @@ pub fn validate_send(shared: &QpShared, mtpt: &Mtpt, wr: &SendWr) -> Result<Send
     if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
         return Err(PostError::BadState { queue: "send", state });
     }
-    if shared.qp_type != QpType::Rc {
-        return Err(PostError::NotSupported { op: wr.op.name(), qp_type: shared.qp_type });
-    }
+    check_transport(shared.qp_type, &wr.op, wr.ud.as_ref())?;
     if wr.sg_list.len() > shared.cap.max_send_sge as usize {
         return Err(PostError::TooManySges { given: wr.sg_list.len(), max: shared.cap.max_send_sge });
     }
@@ -378,6 +430,7 @@ pub fn validate_send(shared: &QpShared, mtpt: &Mtpt, wr: &SendWr) -> Result<Send
         WqeData::Inline(v) => v.len(),
         WqeData::Sges(s) => s.iter().map(MrSlice::len).sum(),
     };
+    check_ud_len(shared.qp_type, len)?;
     reserve(&shared.sq_outstanding, shared.cap.max_send_wr, "send")?;
     Ok(SendWqe {
         wr_id: wr.wr_id,
@@ -387,6 +440,7 @@ pub fn validate_send(shared: &QpShared, mtpt: &Mtpt, wr: &SendWr) -> Result<Send
         fence: wr.flags.fence,
         data,
         len,
+        ud: wr.ud,
     })
 }
 
@@ -433,10 +487,12 @@ fn validate_extended_op(shared: &QpShared, wr: &SendWr) -> Result<Option<SendWqe
         fence: wr.flags.fence,
         data,
         len,
+        ud: None,
     }))
 }
 
-/// Builds an inline send WQE straight from bytes (no registered memory involved).
+/// Builds an inline send WQE straight from bytes (no registered memory involved); on a
+/// UD QP `ud` is the destination.
 pub fn validate_send_inline(
     shared: &QpShared,
     wr_id: u64,
@@ -444,11 +500,14 @@ pub fn validate_send_inline(
     bytes: &[u8],
     signaled: bool,
     solicited: bool,
+    ud: Option<UdDest>,
 ) -> Result<SendWqe, PostError> {
     let state = shared.state();
     if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
         return Err(PostError::BadState { queue: "send", state });
     }
+    check_transport(shared.qp_type, &op, ud.as_ref())?;
+    check_ud_len(shared.qp_type, bytes.len())?;
     if op.writes_local() {
         return Err(PostError::InlineNotAllowed { op: op.name() });
     }
@@ -464,6 +523,7 @@ pub fn validate_send_inline(
         fence: false,
         data: WqeData::Inline(bytes.to_vec()),
         len: bytes.len(),
+        ud,
     })
 }
 
@@ -613,6 +673,9 @@ pub(crate) struct Qp {
     pub(crate) cur: Option<InProgress>,
     pub(crate) nak_seq_sent: bool,
     pub(crate) reads: VecDeque<ReadResource>,
+    /// UC responder: the message in progress is being dropped until the next FIRST or
+    /// ONLY packet (rxe `resp.drop_msg`).
+    pub(crate) uc_drop: bool,
     /// An acknowledgement the responder owes but holds back so that several can be
     /// coalesced into one; sent when the engine's output is drained.
     pub(crate) pending_ack: Option<(Psn, rnic_wire::aeth::AethRepr)>,
@@ -629,6 +692,7 @@ pub(crate) struct Qp {
 
 impl Qp {
     pub(crate) fn new(shared: Arc<QpShared>, mtpt: Arc<Mtpt>, send_cq: Arc<Cq>, recv_cq: Arc<Cq>) -> Qp {
+        let (qp_type, qpn) = (shared.qp_type, shared.qpn.value());
         Qp {
             shared,
             mtpt,
@@ -636,8 +700,11 @@ impl Qp {
             recv_cq,
             state: QpState::Reset,
             attr: QpAttr::default(),
-            mtu: 1024,
-            src_port: rnic_wire::ROCEV2_SPORT_MIN,
+            // UD has no path MTU attribute: its packets are limited by the port MTU.
+            mtu: if qp_type == QpType::Ud { PORT_MTU } else { 1024 },
+            // rxe sets every QP's port from its QPN at creation; RC/UC replace it with the
+            // flow's port when the address vector is given, UD keeps it.
+            src_port: ud_udp_sport(qpn),
             sq: VecDeque::new(),
             next_send: 0,
             next_psn: Psn::new(0),
@@ -657,6 +724,7 @@ impl Qp {
             cur: None,
             nak_seq_sent: false,
             reads: VecDeque::new(),
+            uc_drop: false,
             pending_ack: None,
             reads_queued: false,
             halted: false,
@@ -685,9 +753,25 @@ pub fn rc_udp_sport(lqpn: u32, rqpn: u32) -> u16 {
     rnic_wire::ROCEV2_SPORT_MIN | u16::try_from(low & 0x3FFF).unwrap_or(0)
 }
 
+/// The UDP source port of a UD QP (and of every QP before its address vector is set), as
+/// rxe computes it at QP creation: `0xC000 + hash_32(qpn, 14)` (`hash_32` multiplies by
+/// the 32-bit golden ratio and keeps the top bits).
+pub fn ud_udp_sport(qpn: u32) -> u16 {
+    const GOLDEN_RATIO_32: u32 = 0x61C8_8647;
+    let h = qpn.wrapping_mul(GOLDEN_RATIO_32) >> (32 - 14);
+    rnic_wire::ROCEV2_SPORT_MIN + u16::try_from(h & 0x3FFF).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ud_sport_matches_rxe_observations() {
+        // shared/rxe-lab README: QPN 0x15 gives 49500, QP1 gives 55410.
+        assert_eq!(ud_udp_sport(0x15), 49500);
+        assert_eq!(ud_udp_sport(1), 55410);
+    }
 
     #[test]
     fn sport_matches_rxe_observations() {

@@ -144,7 +144,7 @@ pub(crate) fn handle_request(e: &mut Engine, now: Time, qpn: Qpn, repr: &RoceRep
 /// A QP with a shared receive queue takes a WQE from it when a message that needs one
 /// starts and the QP holds none (rxe `get_srq_wqe`); the WQE is then the QP's, counted in
 /// its receive queue. Crossing the armed SRQ limit is noted for the engine's event.
-fn take_srq_wqe(qp: &mut Qp, info: &rnic_wire::OpcodeInfo) {
+pub(super) fn take_srq_wqe(qp: &mut Qp, info: &rnic_wire::OpcodeInfo) {
     let Some(srq) = &qp.shared.srq else { return };
     if !info.consumes_rwqe || !qp.rq.is_empty() || matches!(qp.cur, Some(InProgress::Send { .. })) {
         return;

@@ -14,7 +14,7 @@ use rnic_core::engine::{Engine, EngineConfig};
 use rnic_core::mem::MemBlock;
 use rnic_core::mr::{AccessFlags, Mtpt, PdId};
 use rnic_core::qp_state::{QpAttrMask, QpState, QpType};
-use rnic_core::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge};
+use rnic_core::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
 use rnic_wire::aeth::{AethRepr, NakCode, Syndrome};
 use rnic_wire::atomic::AtomicEthRepr;
 use rnic_wire::bth::BthRepr;
@@ -51,8 +51,66 @@ impl Bytes<'_> {
     }
 }
 
-/// Runs one hostile session described by `data`.
+/// Runs one hostile session described by `data` against an RC QP.
 pub fn run(data: &[u8]) {
+    run_as(data, QpType::Rc);
+}
+
+/// The Q_Key of the victim when it is a UD QP (hostile DETHs carry it or 0).
+const UD_QKEY: u32 = 0x1111_1111;
+
+/// The victim's bring-up for its QP type: RC with everything, UC and UD with their own
+/// columns of the modify-QP table.
+fn bring_up(qp_type: QpType, peer: IpAddr, mtu_code: u32) -> Vec<QpAttr> {
+    match qp_type {
+        QpType::Rc => Vec::new(),
+        QpType::Uc => vec![
+            QpAttr {
+                mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+                state: QpState::Init,
+                access: AccessFlags::REMOTE_WRITE,
+                ..QpAttr::default()
+            },
+            QpAttr {
+                mask: QpAttrMask::STATE
+                    | QpAttrMask::AV
+                    | QpAttrMask::PATH_MTU
+                    | QpAttrMask::DEST_QPN
+                    | QpAttrMask::RQ_PSN,
+                state: QpState::Rtr,
+                remote_ip: Some(peer),
+                path_mtu: mtu_code,
+                dest_qpn: 0x11,
+                rq_psn: 0xFF_FFF0,
+                ..QpAttr::default()
+            },
+            QpAttr {
+                mask: QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+                state: QpState::Rts,
+                sq_psn: 0x10,
+                ..QpAttr::default()
+            },
+        ],
+        QpType::Ud => vec![
+            QpAttr {
+                mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+                state: QpState::Init,
+                qkey: UD_QKEY,
+                ..QpAttr::default()
+            },
+            QpAttr { mask: QpAttrMask::STATE, state: QpState::Rtr, ..QpAttr::default() },
+            QpAttr {
+                mask: QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+                state: QpState::Rts,
+                sq_psn: 0x10,
+                ..QpAttr::default()
+            },
+        ],
+    }
+}
+
+/// Runs one hostile session described by `data` against a QP of `qp_type`.
+pub fn run_as(data: &[u8], qp_type: QpType) {
     let me: IpAddr = "10.9.0.2".parse().unwrap();
     let peer: IpAddr = "10.9.0.1".parse().unwrap();
     let mtpt = Arc::new(Mtpt::new(16));
@@ -65,7 +123,7 @@ pub fn run(data: &[u8]) {
     let keys = mtpt.register(PdId(1), mem.clone(), PAGE, PAGE, region, AccessFlags::all()).unwrap();
     let cq = Arc::new(Cq::new(1, 64));
     let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 64 };
-    let qp = e.create_qp(QpType::Rc, PdId(1), cap, false, cq.clone(), cq.clone()).unwrap();
+    let qp = e.create_qp(qp_type, PdId(1), cap, false, cq.clone(), cq.clone()).unwrap();
     let qpn = qp.qpn;
     let mtu_code = 1; // 256 bytes: many packets per message from few input bytes
     let steps = [
@@ -108,6 +166,7 @@ pub fn run(data: &[u8]) {
             ..QpAttr::default()
         },
     ];
+    let steps = if qp_type == QpType::Rc { steps.to_vec() } else { bring_up(qp_type, peer, mtu_code) };
     for a in &steps {
         e.modify_qp(0, qpn, a).unwrap();
     }
@@ -173,7 +232,8 @@ pub fn run(data: &[u8]) {
                             });
                         }
                         HeaderKind::Deth => {
-                            ext.deth = Some(rnic_wire::deth::DethRepr { qkey: 0, src_qp: Qpn::new(0x11) })
+                            let qkey = if flags & 0x10 != 0 { UD_QKEY } else { 0 };
+                            ext.deth = Some(rnic_wire::deth::DethRepr { qkey, src_qp: Qpn::new(0x11) })
                         }
                         _ => {}
                     }
@@ -245,6 +305,7 @@ pub fn run(data: &[u8]) {
                     op,
                     sg_list: vec![sge(2048, len)],
                     flags: SendFlags { signaled: true, ..SendFlags::default() },
+                    ud: (qp_type == QpType::Ud).then_some(UdDest { dst: peer, remote_qpn: 0x11, remote_qkey: UD_QKEY }),
                 };
                 if let Ok(w) = validate_send(&qp, &mtpt, &wr) {
                     e.post_send(now, qpn, w);

@@ -162,7 +162,7 @@ impl Pair {
 }
 
 pub fn signaled(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
-    SendWr { wr_id, op, sg_list, flags: SendFlags { signaled: true, ..SendFlags::default() } }
+    SendWr { wr_id, op, sg_list, flags: SendFlags { signaled: true, ..SendFlags::default() }, ud: None }
 }
 
 /// Deterministic pseudo-random bytes (xorshift), so a mismatch is reproducible.
@@ -213,6 +213,82 @@ impl Pair {
 /// The first offset at which `a` and `b` differ (or where the shorter ends).
 pub fn first_diff(a: &[u8], b: &[u8]) -> Option<usize> {
     a.iter().zip(b).position(|(x, y)| x != y).or((a.len() != b.len()).then(|| a.len().min(b.len())))
+}
+
+// ---- UC and UD harness pieces ----
+
+/// A node whose QP is of `qp_type` (left in RESET).
+pub fn typed_node(fab: &mut Fabric, ip: &str, cap: QpCap, qp_type: QpType) -> Node {
+    let ip: IpAddr = ip.parse().unwrap();
+    let mtpt = Arc::new(Mtpt::new(1024));
+    let mut e = Engine::new(EngineConfig::new(ip), mtpt.clone(), Arc::new(Counters::default()));
+    let pd = PdId(1);
+    let mem = Arc::new(MemBlock::new(MEM).unwrap());
+    let iova = mem.addr();
+    let keys = mtpt.register(pd, mem.clone(), 0, MEM, iova, AccessFlags::all()).unwrap();
+    let scq = Arc::new(Cq::new(1, 4096));
+    let rcq = Arc::new(Cq::new(2, 4096));
+    let qp = e.create_qp(qp_type, pd, cap, false, scq.clone(), rcq.clone()).unwrap();
+    fab.add(e);
+    Node { ip, mtpt, pd, mem, keys, iova, scq, rcq, qp }
+}
+
+/// The UC bring-up: IBA's UC column of the modify-QP table (no RC-only attribute).
+pub fn uc_connect_attrs(remote: &Node, mtu_code: u32, sq_psn: u32, rq_psn: u32) -> [QpAttr; 3] {
+    let init = QpAttr {
+        mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+        state: QpState::Init,
+        access: AccessFlags::REMOTE_WRITE,
+        ..QpAttr::default()
+    };
+    let rtr = QpAttr {
+        mask: QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN,
+        state: QpState::Rtr,
+        remote_ip: Some(remote.ip),
+        path_mtu: mtu_code,
+        dest_qpn: remote.qp.qpn.value(),
+        rq_psn,
+        ..QpAttr::default()
+    };
+    let rts = QpAttr { mask: QpAttrMask::STATE | QpAttrMask::SQ_PSN, state: QpState::Rts, sq_psn, ..QpAttr::default() };
+    [init, rtr, rts]
+}
+
+/// The UD bring-up (ibv_ud_pingpong's): INIT with P_Key index, port and Q_Key; RTR with
+/// nothing; RTS with the send PSN.
+pub fn ud_attrs(qkey: u32, sq_psn: u32) -> [QpAttr; 3] {
+    let init = QpAttr {
+        mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+        state: QpState::Init,
+        qkey,
+        ..QpAttr::default()
+    };
+    let rtr = QpAttr { mask: QpAttrMask::STATE, state: QpState::Rtr, ..QpAttr::default() };
+    let rts = QpAttr { mask: QpAttrMask::STATE | QpAttrMask::SQ_PSN, state: QpState::Rts, sq_psn, ..QpAttr::default() };
+    [init, rtr, rts]
+}
+
+impl Pair {
+    /// Two nodes with connected UC QPs at path MTU `mtu_code`.
+    pub fn uc(mtu_code: u32, psn_a: u32, psn_b: u32) -> Pair {
+        let mut fab = Fabric::new(2_000);
+        let a = typed_node(&mut fab, "10.0.0.1", QpCap::default(), QpType::Uc);
+        let b = typed_node(&mut fab, "10.0.0.2", QpCap::default(), QpType::Uc);
+        let mut p = Pair { fab, nodes: [a, b] };
+        for (me, other, sq, rq) in [(A, B, psn_a, psn_b), (B, A, psn_b, psn_a)] {
+            let attrs = uc_connect_attrs(&p.nodes[other], mtu_code, sq, rq);
+            let qpn = p.nodes[me].qp.qpn;
+            for at in attrs {
+                p.fab.engine(me).modify_qp(0, qpn, &at).unwrap();
+            }
+        }
+        p
+    }
+}
+
+/// The opcode and PSN of a packet on the fabric (BTH bytes 0 and 9..12).
+pub fn opcode_psn(data: &[u8]) -> (u8, u32) {
+    (data[0], u32::from_be_bytes([0, data[9], data[10], data[11]]))
 }
 
 impl Pair {

@@ -269,7 +269,12 @@ pub struct UdpNet {
 
 impl UdpNet {
     /// Two devices at `ip_a` and `ip_b` (distinct per test, so tests run in parallel).
+    ///
+    /// Real threads can be descheduled for milliseconds on a loaded machine, which a 1 ms
+    /// local ACK timer would read as loss: a non-zero timeout is lengthened 16-fold here
+    /// (same stories, same recoveries; only a spurious timeout becomes unlikely).
     pub fn new(s: Setup, seed: u64, ip_a: &str, ip_b: &str) -> UdpNet {
+        let s = Setup { timeout: if s.timeout == 0 { 0 } else { (s.timeout + 4).min(31) }, ..s };
         let (mut devs, mut faults, mut ends) = (Vec::new(), Vec::new(), Vec::new());
         for (i, ip) in [ip_a, ip_b].into_iter().enumerate() {
             let ip: IpAddr = ip.parse().unwrap();

@@ -1,0 +1,176 @@
+//! The sender of UC and UD QPs. The unreliable services have no acknowledgements, so no
+//! window, no AckReq, no retransmission and no timers (IBA 9.8.1 / 9.8.2): the packets of a
+//! work request are emitted back to back, and the request completes successfully as soon as
+//! its last packet is handed to the transport (rxe completes UC/UD send WQEs once they are
+//! sent). A lost packet is the responder's business: UC drops the message, UD the datagram.
+//!
+//! Kept apart from the RC requester (`requester.rs`) on purpose: segmentation is the same
+//! idea, but nothing of the reliability machinery applies.
+
+use super::qp::{InFlight, Qp, PORT_MTU};
+use super::{Engine, Time};
+use crate::qp_state::{QpState, QpType};
+use crate::wr::{SendOp, WcStatus, WorkCompletion};
+use rnic_wire::bth::BthRepr;
+use rnic_wire::deth::DethRepr;
+use rnic_wire::opcode::Position;
+use rnic_wire::reth::RethRepr;
+use rnic_wire::roce::{ExtHeaders, RoceRepr};
+use rnic_wire::{Opcode, Psn, Qpn};
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+
+/// The UC opcode of packet `pos` of `op` (IBA 9.2.2 table: UC has no READ or atomics).
+fn uc_opcode(op: &SendOp, pos: Position) -> Option<Opcode> {
+    use Position::*;
+    Some(match (op, pos) {
+        (SendOp::Send | SendOp::SendWithImm { .. }, First) => Opcode::UC_SEND_FIRST,
+        (SendOp::Send | SendOp::SendWithImm { .. }, Middle) => Opcode::UC_SEND_MIDDLE,
+        (SendOp::Send, Last) => Opcode::UC_SEND_LAST,
+        (SendOp::Send, Only) => Opcode::UC_SEND_ONLY,
+        (SendOp::SendWithImm { .. }, Last) => Opcode::UC_SEND_LAST_WITH_IMMEDIATE,
+        (SendOp::SendWithImm { .. }, Only) => Opcode::UC_SEND_ONLY_WITH_IMMEDIATE,
+        (SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }, First) => Opcode::UC_RDMA_WRITE_FIRST,
+        (SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }, Middle) => Opcode::UC_RDMA_WRITE_MIDDLE,
+        (SendOp::RdmaWrite { .. }, Last) => Opcode::UC_RDMA_WRITE_LAST,
+        (SendOp::RdmaWrite { .. }, Only) => Opcode::UC_RDMA_WRITE_ONLY,
+        (SendOp::RdmaWriteWithImm { .. }, Last) => Opcode::UC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        (SendOp::RdmaWriteWithImm { .. }, Only) => Opcode::UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        _ => return None,
+    })
+}
+
+/// The UD opcode (one packet per message, IBA 9.8.1: SEND ONLY with or without immediate).
+fn ud_opcode(op: &SendOp) -> Option<Opcode> {
+    match op {
+        SendOp::Send => Some(Opcode::UD_SEND_ONLY),
+        SendOp::SendWithImm { .. } => Some(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE),
+        _ => None,
+    }
+}
+
+fn position(k: u32, n: u32) -> Position {
+    match (k == 0, k + 1 == n) {
+        (true, true) => Position::Only,
+        (true, false) => Position::First,
+        (false, true) => Position::Last,
+        (false, false) => Position::Middle,
+    }
+}
+
+/// Where the front WQE goes: destination address, destination QP, DETH (UD), payload limit.
+fn route(qp: &Qp, f: &InFlight) -> Option<(IpAddr, u32, Option<DethRepr>, usize)> {
+    if qp.shared.qp_type == QpType::Ud {
+        let d = f.wqe.ud?;
+        // IBA C10-15: a WR Q_Key with the high bit set means the QP's own Q_Key.
+        let deth = DethRepr { qkey: d.wire_qkey(qp.attr.qkey), src_qp: qp.qpn() };
+        Some((d.dst, d.remote_qpn, Some(deth), PORT_MTU))
+    } else {
+        Some((qp.attr.remote_ip?, qp.attr.dest_qpn, None, qp.mtu))
+    }
+}
+
+/// Emits every queued WQE of a UC or UD QP and completes each once its last packet is out.
+pub(crate) fn transmit(e: &mut Engine, _now: Time, qpn: Qpn) {
+    let counters = e.counters.clone();
+    let mut completions = Vec::new();
+    {
+        let Some((qp, out)) = e.qp_and_out(qpn) else { return };
+        if qp.state != QpState::Rts {
+            return;
+        }
+        let ud = qp.shared.qp_type == QpType::Ud;
+        while let Some(front) = qp.sq.front() {
+            // Validation guarantees a route (UD destination, UC address vector in RTS) and an
+            // operation the transport carries; a WQE without them fails rather than blocking
+            // the queue.
+            let routed = route(qp, front).filter(|_| {
+                let op = &front.wqe.op;
+                if ud {
+                    ud_opcode(op).is_some()
+                } else {
+                    uc_opcode(op, Position::Only).is_some()
+                }
+            });
+            let Some((dst, dest_qpn, deth, mtu)) = routed else {
+                let f = qp.sq.pop_front().expect("front exists");
+                qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
+                completions.push(WorkCompletion::new(
+                    f.wqe.wr_id,
+                    WcStatus::LocQpOpErr,
+                    f.wqe.op.wc_opcode(),
+                    qpn.value(),
+                ));
+                continue;
+            };
+            let f = qp.sq.front_mut().expect("front exists");
+            while f.sent < f.npkts {
+                let k = f.sent;
+                let pos = position(k, f.npkts);
+                let opcode = if ud { ud_opcode(&f.wqe.op) } else { uc_opcode(&f.wqe.op, pos) };
+                let Some(opcode) = opcode else { break };
+                let offset = (k as usize) * mtu;
+                let plen = mtu.min(f.wqe.len - offset.min(f.wqe.len));
+                let mut ext = ExtHeaders { deth, ..ExtHeaders::default() };
+                match f.wqe.op {
+                    SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaWriteWithImm { remote_addr, rkey, .. }
+                        if pos.starts() =>
+                    {
+                        ext.reth = Some(RethRepr {
+                            va: remote_addr,
+                            rkey,
+                            dma_len: u32::try_from(f.wqe.len).unwrap_or(u32::MAX),
+                        });
+                    }
+                    _ => {}
+                }
+                if let SendOp::SendWithImm { imm } | SendOp::RdmaWriteWithImm { imm, .. } = f.wqe.op {
+                    if pos.ends() {
+                        ext.imm_data = Some(imm);
+                    }
+                }
+                let se = f.wqe.solicited && pos.ends() && opcode.info().is_some_and(|i| i.se_allowed);
+                let psn = f.first_psn.add(k);
+                // No AckReq: nobody acknowledges an unreliable packet.
+                let repr = RoceRepr { bth: bth(opcode, dest_qpn, psn, se), ext, payload_len: plen };
+                let data = &f.wqe.data;
+                out.emit(&counters, dst, qp.src_port, &repr, |p| data.gather(offset, p));
+                if pos.ends() && matches!(f.wqe.op, SendOp::Send | SendOp::SendWithImm { .. }) {
+                    counters.rdma_sends.fetch_add(1, Ordering::Relaxed);
+                }
+                f.sent += 1;
+            }
+            let f = qp.sq.pop_front().expect("front exists");
+            let end: Psn = f.last_psn().next();
+            qp.una = end;
+            qp.sent_end = end;
+            qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
+            if f.wqe.signaled {
+                completions.push(WorkCompletion {
+                    byte_len: u32::try_from(f.wqe.len).unwrap_or(u32::MAX),
+                    src_qp: dest_qpn,
+                    ..WorkCompletion::new(f.wqe.wr_id, WcStatus::Success, f.wqe.op.wc_opcode(), qpn.value())
+                });
+            }
+        }
+        qp.next_send = 0;
+    }
+    let Some(cq) = e.qp_mut(qpn).map(|q| q.send_cq.clone()) else { return };
+    for wc in completions {
+        e.push_wc(&cq, qpn, wc, false);
+    }
+}
+
+fn bth(opcode: Opcode, dest_qpn: u32, psn: Psn, se: bool) -> BthRepr {
+    BthRepr {
+        opcode,
+        se,
+        migreq: false,
+        pkey: 0xffff,
+        fecn: false,
+        becn: false,
+        dest_qp: Qpn::new(dest_qpn),
+        ack_req: false,
+        psn,
+    }
+}

@@ -1,0 +1,142 @@
+#!/bin/bash
+# rnic against Linux soft-RoCE (rdma_rxe) running rdma-core's own ibv_rc_pingpong.
+#
+# Boots ONE Debian guest with rxe (../shared/rxe-lab, qemu TCG inside the network namespace
+# "rxelab"), runs `rnic pingpong` on the namespace side at 10.77.0.1 against
+# `ibv_rc_pingpong -d rxe0 -g 1` in the guest (10.77.0.11), in both roles, for sizes 64 and
+# 4096 at path MTU 1024 (the guest's eth MTU is 1500, rxe's active_mtu 1024), with -c on both
+# sides; captures br0 with tcpdump for every case, checks the capture with
+# ../shared/vectors/check_pcap.sh and `rnic decode`, and prints PASS/FAIL per case.
+# UD: `rnic pingpong --ud` against ibv_ud_pingpong (Q_Key 0x11111111), 512-byte datagrams,
+# both roles.
+#
+# Slow (guest boot ~20-60 s, then a few seconds per case), needs root (netns, tap, qemu), so
+# it is not part of `cargo test`. Usage, from the repository root:
+#     sudo scripts/rxe-interop.sh [OUTDIR]          (default: target/rxe-interop)
+# Env: ITERS (default 1000, as rc_pingpong), RNIC (binary; default: build target/release/rnic),
+#      RXELAB (default ../shared/rxe-lab), VECTORS (default ../shared/vectors),
+#      KEEP_GUEST=1 leaves the guest running and prints how to reuse it (REUSE_RUN=dir).
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+LABDIR=$(realpath "${RXELAB:-$ROOT/../shared/rxe-lab}")
+VECTORS=$(realpath "${VECTORS:-$ROOT/../shared/vectors}")
+OUT=$(realpath -m "${1:-$ROOT/target/rxe-interop}")
+ITERS=${ITERS:-1000}
+MTU=1024
+HOST_IP=10.77.0.1
+GUEST_IP=10.77.0.11
+[ "$(id -u)" = 0 ] || { echo "rxe-interop: needs root (network namespace, tap device, qemu)" >&2; exit 2; }
+# shellcheck source=/dev/null
+source "$LABDIR/lablib.sh"
+
+if [ -z "${RNIC:-}" ]; then
+  (cd "$ROOT" && cargo build --release -q -p rnic-tools) || { echo "rxe-interop: build failed" >&2; exit 2; }
+  RNIC=$ROOT/target/release/rnic
+fi
+if [ ! -e "$LAB/rootfs.img" ]; then
+  echo "== building the rxe lab (first run only)"
+  "$LABDIR/install-host-deps.sh" && "$LABDIR/build-rootfs.sh" || { echo "rxe-interop: lab build failed" >&2; exit 2; }
+fi
+mkdir -p "$OUT"
+"$LABDIR/netns-setup.sh" 1 > /dev/null
+# Locally sent UDP leaves br0 with CHECKSUM_PARTIAL (checksum offload), so tcpdump on br0
+# would record unfinished UDP checksums for rnic's packets (the guest gets them right).
+# Without tx offload on br0 the kernel finishes the checksum before the capture point.
+if command -v ethtool > /dev/null; then
+  ip netns exec "$NS" ethtool -K br0 tx off > /dev/null
+else
+  echo "rxe-interop: ethtool missing: captures will show rnic's UDP checksums unfinished" >&2
+fi
+
+# The guest: reuse a running one (REUSE_RUN) or boot one.
+if [ -n "${REUSE_RUN:-}" ] && [ -e "$REUSE_RUN/q/a.ready" ] && [ ! -e "$REUSE_RUN/q/a.halt" ]; then
+  RUN=$REUSE_RUN; OWN_GUEST=0
+  echo "== reusing the guest of $RUN"
+else
+  RUN=$OUT/run; rm -rf "$RUN"; mkdir -p "$RUN/q"; OWN_GUEST=1
+  echo "== booting the rxe guest (TCG; 20-60 s)"
+  boot_agent a "$GUEST_IP/24" tap0 "$RUN"
+  wait_ready a "$RUN" 300 || { echo "rxe-interop: guest did not come up; see $RUN/a.console.log" >&2; exit 2; }
+fi
+stop_guest() {
+  if [ "$OWN_GUEST" = 1 ] && [ "${KEEP_GUEST:-0}" != 1 ]; then
+    halt_guest a "$RUN"; wait "$QPID_a" 2>/dev/null
+  elif [ "$OWN_GUEST" = 1 ]; then
+    echo "guest left running: REUSE_RUN=$RUN $0 ...; stop it with: touch $RUN/q/a.halt"
+  fi
+}
+trap stop_guest EXIT
+
+ns() { ip netns exec "$NS" "$@"; }
+# Capture RoCEv2 only: check_pcap.sh also fails on Wireshark's expert notes about the
+# out-of-band TCP connection (a D-SACK under load), which say nothing about RoCE.
+export CAPFILTER=${CAPFILTER:-udp port 4791}
+# The guest's rxe counters, one "name value" per line.
+COUNTERS='for c in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo "rxe0 ${c##*/} $(cat $c)"; done'
+SEQ=0
+STAMP=$(date +%H%M%S)
+declare -a SUMMARY
+
+# case NAME ROLE SIZE [ud]   ROLE: server (rnic listens) or client (rnic connects)
+run_case() {
+  local name=$1 role=$2 size=$3 ud=${4:-} id pcap rnic_out guest_out rrc grc verdict why=""
+  SEQ=$((SEQ + 1)); id=$(printf '%02d' $SEQ)-$name
+  local job=$id-$STAMP   # guest job ids must be new even when a guest is reused
+  pcap=$OUT/$id.pcap; rnic_out=$OUT/$id.rnic.txt; guest_out=$OUT/$id.guest.txt
+  local tool=ibv_rc_pingpong rflags="" port=$((18515 + SEQ))
+  if [ -n "$ud" ]; then tool=ibv_ud_pingpong; rflags=--ud; fi
+  local common="-s $size -n $ITERS -p $port"
+  local rnic_cmd=("$RNIC" pingpong --ip "$HOST_IP" -g 0 -m $MTU $common $rflags --counters)
+  # ibv_ud_pingpong has neither -m (UD uses the port MTU) nor -c.
+  local gchk="-c -m $MTU"
+  if [ -n "$ud" ]; then gchk=""; else rnic_cmd+=(-c); fi
+  echo "== $id: rnic $role, $tool -s $size -m $MTU -n $ITERS"
+  capture_start "$pcap"
+  if [ "$role" = server ]; then
+    ns timeout 150 "${rnic_cmd[@]}" > "$rnic_out" 2>&1 &
+    local rpid=$!
+    for _ in $(seq 1 100); do ns ss -ltnH "sport = :$port" | grep -q . && break; kill -0 $rpid 2>/dev/null || break; sleep 0.1; done
+    job a "$RUN" "$job" "timeout 120 $tool -d rxe0 -g 1 $gchk $common $HOST_IP; echo \"exit \$?\"; $COUNTERS"
+    wait_job a "$RUN" "$job" 150 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
+    wait $rpid; rrc=$?
+  else
+    job a "$RUN" "$job" "timeout 120 $tool -d rxe0 -g 1 $gchk $common & P=\$!
+for i in \$(seq 1 300); do ss -ltnH 'sport = :$port' | grep -q . && break; sleep 0.1; done
+: > /lab/q/a.$job.listening
+wait \$P; echo \"exit \$?\"; $COUNTERS"
+    for _ in $(seq 1 300); do [ -e "$RUN/q/a.$job.listening" ] && break; sleep 0.2; done
+    ns timeout 150 "${rnic_cmd[@]}" "$GUEST_IP" > "$rnic_out" 2>&1; rrc=$?
+    wait_job a "$RUN" "$job" 150 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
+  fi
+  capture_stop "$pcap" > /dev/null
+  local chk_txt=$OUT/$id.check.txt
+  "$VECTORS/check_pcap.sh" "$pcap" > "$chk_txt" 2>&1; local crc=$?
+  "$RNIC" decode "$pcap" > "$OUT/$id.decode.txt" 2>&1; local drc=$?
+  local npk; npk=$(grep -c 'RC_\|UD_' "$OUT/$id.decode.txt")
+  [ "$rrc" = 0 ] || why+=" rnic exit $rrc;"
+  [ "${grc:-x}" = 0 ] || why+=" $tool exit ${grc:-none};"
+  grep -q "$ITERS iters in" "$rnic_out" || why+=" rnic did not finish;"
+  grep -q "$ITERS iters in" "$guest_out" || why+=" $tool did not finish;"
+  grep -q 'invalid data' "$guest_out" && why+=" $tool: invalid data;"
+  [ "$crc" = 0 ] || why+=" check_pcap.sh failed;"
+  [ "$drc" = 0 ] || why+=" rnic decode found bad packets;"
+  if [ -z "$why" ]; then verdict=PASS; else verdict=FAIL; fi
+  echo "   rnic:  $(grep -E 'address|iters in|bytes in|counters|rnic pingpong' "$rnic_out" | tr '\n' '|' )"
+  echo "   guest: $(grep -E 'address|iters in|bytes in|invalid|Failed|Couldn|exit' "$guest_out" | tr '\n' '|')"
+  echo "   pcap:  $npk RoCE packets, check_pcap rc=$crc, decode rc=$drc"
+  echo "   => $verdict$why"
+  SUMMARY+=("$(printf '%-4s %-34s %s' "$verdict" "$id" "$why")")
+}
+
+run_case rc-rnic-server-64 server 64
+run_case rc-rnic-server-4096 server 4096
+run_case rc-rnic-client-64 client 64
+run_case rc-rnic-client-4096 client 4096
+run_case ud-rnic-server-512 server 512 ud
+run_case ud-rnic-client-512 client 512 ud
+
+echo
+echo "== rxe interop summary (captures and logs in $OUT)"
+fails=0
+for l in "${SUMMARY[@]}"; do echo "$l"; case $l in FAIL*) fails=$((fails + 1)) ;; esac; done
+exit $((fails > 0))

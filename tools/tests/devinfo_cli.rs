@@ -1,0 +1,55 @@
+//! `rnic devinfo` through the binary, devices configured by RNIC_DEVICES.
+
+use std::process::Command;
+
+fn devinfo(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rnic"))
+        .arg("devinfo")
+        .args(args)
+        .env("RNIC_DEVICES", "rnicA=127.0.62.11,rnicB=127.0.62.12")
+        .output()
+        .unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn lists_the_configured_devices() {
+    let (ok, out, _) = devinfo(&["-l"]);
+    assert!(ok);
+    assert_eq!(out, "2 HCAs found:\n\trnicA\n\trnicB\n");
+}
+
+#[test]
+fn shows_one_device_with_its_gid_and_limits() {
+    let (ok, out, err) = devinfo(&["-d", "rnicB", "-v"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("hca_id:\trnicB\n"), "{out}");
+    assert!(!out.contains("rnicA"));
+    for want in [
+        "PORT_ACTIVE (4)",
+        "link_layer:\t\tEthernet",
+        "GID[  0]:\t\t::ffff:127.0.62.12, RoCE v2",
+        "max_qp_wr:",
+        "counters:",
+    ] {
+        assert!(out.contains(want), "missing {want:?}:\n{out}");
+    }
+}
+
+/// A device in use by another process (its UDP 4791 bound) can still be queried.
+#[test]
+fn a_device_in_use_can_be_shown() {
+    let _busy = std::net::UdpSocket::bind("127.0.62.11:4791").unwrap();
+    let (ok, out, err) = devinfo(&["-d", "rnicA"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("::ffff:127.0.62.11"));
+}
+
+#[test]
+fn unknown_device_and_port_are_named() {
+    let (ok, _, err) = devinfo(&["-d", "mlx5_0"]);
+    assert!(!ok);
+    assert!(err.contains("'mlx5_0' wasn't found") && err.contains("rnicA, rnicB"), "{err}");
+    let (ok, _, err) = devinfo(&["-i", "2"]);
+    assert!(!ok && err.contains("invalid port 2"), "{err}");
+}
