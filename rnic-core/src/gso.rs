@@ -14,7 +14,9 @@
 //! against them, so it passes with probability 64 * 2^-32 = 2^-26: the check keeps 26 of
 //! its 32 bits (6 bits lost) for datagrams that do not match ID 0 or their batch index,
 //! and 31 bits for those that match ID 0 or the index (two candidates).
-//! IPv6 has no ID, so IPv6 packets are checked with the full 32 bits.
+//! IPv6 has no ID, so IPv6 packets are checked with the full 32 bits. A packet that
+//! matches no ID here is left to the device's `RNIC_IPV4_ID` policy
+//! ([`crate::rx_icrc`]: solve for any ID, 16 bits, or drop).
 
 use rnic_wire::icrc::{self, IcrcContext};
 use std::net::IpAddr;

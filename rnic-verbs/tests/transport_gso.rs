@@ -85,10 +85,14 @@ fn without_gso_every_packet_is_id_zero() {
 }
 
 /// Packets built by hand with chosen IPv4 IDs, sent from a plain socket: the ICRC is
-/// accepted for IDs below 64 and refused beyond, or when a byte is corrupted.
+/// accepted for IDs below 64 (the GSO window); beyond it only the `SolveUnknown` policy
+/// (the default, for rxe) accepts, counted apart; a corrupted byte is refused either way.
 #[test]
 fn hand_built_packets_with_nonzero_ids() {
-    let b = open("rnic1", "127.0.33.8", true, true);
+    let mut cfg = DeviceConfig::new("rnic1", "127.0.33.8".parse().unwrap());
+    cfg.ipv4_id = rnic_wire::icrc::Ipv4IdPolicy::Strict;
+    cfg.pin_memory = false;
+    let b = Context::open_with(cfg).unwrap();
     let s = UdpSocket::bind("127.0.33.7:0").unwrap();
     let from = s.local_addr().unwrap();
     let to = b.device().local_addr();
@@ -117,7 +121,24 @@ fn hand_built_packets_with_nonzero_ids() {
     bad[13] ^= 0x40;
     s.send_to(&bad, to).unwrap();
     wait_for("icrc_err", 2);
-    assert_eq!((c(&b, "icrc_gso_window"), c(&b, "unknown_qp_pkts")), (1, 2));
+    assert_eq!((c(&b, "icrc_gso_window"), c(&b, "unknown_qp_pkts"), c(&b, "icrc_ipv4_id_solved")), (1, 2, 0));
+    // The default policy solves for an ID beyond the window, and counts it.
+    let d = open("rnic2", "127.0.33.9", true, true);
+    let to = d.device().local_addr();
+    let packet = |ident: u16| {
+        let mut p = vec![0x04, 0, 0xff, 0xff, 0, 0, 0, 0x99, 0, 0, 0, 1, 1, 2, 3, 4, 0, 0, 0, 0];
+        let ctx = IcrcContext { ipv4_ident: ident, ..IcrcContext::new(from.ip(), to.ip(), from.port(), to.port()) };
+        ctx.fill(&mut p).unwrap();
+        p
+    };
+    s.send_to(&packet(5), to).unwrap();
+    s.send_to(&packet(0x4d2), to).unwrap();
+    let until = std::time::Instant::now() + T;
+    while c(&d, "unknown_qp_pkts") < 2 {
+        assert!(std::time::Instant::now() < until, "packets not accepted");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!((c(&d, "icrc_gso_window"), c(&d, "icrc_ipv4_id_solved"), c(&d, "icrc_err")), (1, 1, 0));
 }
 
 /// An application that drives the device itself (`Context::progress`) while the progress
