@@ -69,6 +69,33 @@ fn loopback_send_lat_and_read_bw_verify() {
     assert_eq!((v["verified"].as_bool(), v["iterations"].as_u64()), (Some(true), Some(60)));
 }
 
+/// FETCH_ADD bandwidth on two QPs: the target's counter must equal the number of adds.
+#[test]
+fn loopback_atomic_bw_counts_every_fetch_add() {
+    let out = rnic()
+        .args([
+            "perf",
+            "atomic_bw",
+            "-n",
+            "100",
+            "-q",
+            "2",
+            "--json",
+            "--ip",
+            "127.0.32.13",
+            "--peer-ip",
+            "127.0.32.14",
+        ])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(
+        (v["bytes"].as_u64(), v["iterations"].as_u64(), v["verified"].as_bool()),
+        (Some(8), Some(200), Some(true))
+    );
+    positive(&v, "msg_rate_mpps");
+}
+
 /// Server and client as two processes, the client choosing the parameters.
 #[test]
 fn two_processes_send_bw() {
@@ -99,7 +126,6 @@ fn two_processes_send_bw() {
 fn unsupported_options_exit_2_with_the_reason() {
     for (args, says) in [
         (&["perf", "write_bw", "-c", "UD"][..], "not supported yet in this build"),
-        (&["perf", "atomic_bw"][..], "atomics are not supported yet"),
         (&["perf", "send_lat", "-e"][..], "completion events are not supported yet"),
         (&["perf", "nope_bw"][..], "unknown test"),
     ] {

@@ -154,6 +154,10 @@ impl Test {
         const RETH: u64 = 16;
         const AETH: u64 = 4;
         const ICRC: u64 = 4;
+        if self.kind == TestKind::Atomic {
+            // FETCH_ADD request: BTH + AtomicETH (28) + ICRC.
+            return vec![BTH + 28 + ICRC];
+        }
         let n = size.div_ceil(mtu).max(1);
         (0..n)
             .map(|i| {
@@ -190,16 +194,20 @@ impl Args {
             "UC" | "UD" => return Err(format!("-c {conn}: not supported yet in this build (RC only)")),
             other => return Err(format!("-c {other}: not a connection type (RC, UC or UD)")),
         }
-        if test.kind == TestKind::Atomic {
-            return Err(format!("{}: atomics are not supported yet in this build", self.test));
-        }
         if self.events {
             return Err("-e: completion events are not supported yet in this build (busy polling only)".into());
         }
         if rnic_verbs::PathMtu::from_bytes(self.mtu).is_none() {
             return Err(format!("-m {}: not 256, 512, 1024, 2048 or 4096", self.mtu));
         }
-        let sizes = if self.all { all_sizes() } else { vec![self.size.unwrap_or(if test.lat { 2 } else { 65536 })] };
+        let sizes = if test.kind == TestKind::Atomic {
+            // perftest: atomics are 8 bytes whatever -s says.
+            vec![8]
+        } else if self.all {
+            all_sizes()
+        } else {
+            vec![self.size.unwrap_or(if test.lat { 2 } else { 65536 })]
+        };
         if let Some(&s) = sizes.iter().find(|&&s| s == 0 || s > 1 << 30) {
             return Err(format!("-s {s}: must be 1 to 2^30 bytes"));
         }
@@ -595,6 +603,8 @@ fn baseline_count(p: &Params, test: Test, size: u64) -> (u64, u64) {
 fn lat_wire(test: Test, size: u64, mtu: u64) -> u64 {
     match test.kind {
         TestKind::Read => (32 + Test { kind: TestKind::Read, lat: true }.wire_packets(size, mtu)[0]) / 2,
+        // FETCH_ADD request (44) and ATOMIC ACKNOWLEDGE response (BTH + AETH + 8 + ICRC = 28).
+        TestKind::Atomic => (44 + 28) / 2,
         _ => test.wire_packets(size, mtu)[0],
     }
 }
@@ -688,7 +698,7 @@ fn client_baseline(
         pin(0);
         let rtts = udp::ping(&sock, SocketAddr::new(peer, port), wire, p.iters.max(1000), None)
             .map_err(|e| format!("UDP baseline: {e}"))?;
-        let scale = if test.kind == TestKind::Read { 1.0 } else { 0.5 };
+        let scale = if matches!(test.kind, TestKind::Read | TestKind::Atomic) { 1.0 } else { 0.5 };
         let l = LatStats::from(&rtts, scale);
         return Ok(Baseline { value: l.typical, lat: Some(l), msg_rate: None, method: udp::LAT_METHOD.into() });
     }
@@ -856,10 +866,12 @@ fn client_size(
         pin(0);
         let (rtts, last) = rdma::latency(side, p, test.kind, sz, true, &target, progress)?;
         ctrl.send(&Msg::Finished { count: rtts.len() as u64, secs: 0.0 })?;
-        // perftest reports half the round trip for SEND and WRITE, the whole one for READ.
-        let scale = if test.kind == TestKind::Read { 1.0 } else { 0.5 };
+        // perftest reports half the round trip for SEND and WRITE, the whole one for READ
+        // and atomics.
+        let scale = if matches!(test.kind, TestKind::Read | TestKind::Atomic) { 1.0 } else { 0.5 };
         let own = match (test.kind, last) {
             (TestKind::Read, _) => side.verify(test.kind, sz, None),
+            (TestKind::Atomic, _) => side.verify_fetched(rtts.len() as u64, true),
             (_, Some(last)) => side.verify(test.kind, sz, Some(last)),
             (_, None) => Err("no round trip completed".into()),
         };
@@ -875,7 +887,12 @@ fn client_size(
             }
             let run = run?;
             ctrl.send(&Msg::Finished { count: run.count, secs: run.secs })?;
-            let mut own = Ok(());
+            // What this side's own requests brought back: READ data, FETCH_ADD results.
+            let mut own = match test.kind {
+                TestKind::Read => side.verify(test.kind, sz, None),
+                TestKind::Atomic => side.verify_fetched(run.count, p.qps == 1),
+                _ => Ok(()),
+            };
             let mut total = run.clone();
             if p.bidirectional {
                 let (count, secs) = ctrl.expect("finished", |m| {
@@ -886,15 +903,19 @@ fn client_size(
                     }
                 })?;
                 target.store(count, Ordering::Release);
-                own = match tgt.map(|h| h.join()) {
+                // -b: what the other side's requests did to this one.
+                let as_target = match tgt.map(|h| h.join()) {
                     Some(Ok(Ok(last))) => {
                         let pat = rdma::pattern(sz);
                         side.verify(test.kind, sz, last.map(|o| (o, pat[sz - 1])))
                     }
                     Some(Ok(Err(e))) => Err(e),
                     Some(Err(_)) => Err("the receiving thread panicked".into()),
+                    None if test.kind == TestKind::Atomic => side.verify_counter(count),
+                    None if test.kind == TestKind::Read => Ok(()),
                     None => side.verify(test.kind, sz, None),
                 };
+                own = own.and(as_target);
                 // Both directions: bytes add up over the longer of the two runs.
                 total.count += count;
                 total.secs = total.secs.max(secs);
@@ -1018,6 +1039,7 @@ fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
                     }
                 }
                 (false, TestKind::Write) => s.verify(test.kind, sz, None),
+                (_, TestKind::Atomic) => s.verify_counter(count),
                 (true, _) if count == 0 => Ok(()),
                 _ => s.verify(test.kind, sz, last),
             }))

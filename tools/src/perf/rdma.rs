@@ -76,7 +76,10 @@ impl Side {
         let depth = (q * (params.tx_depth as usize + slots) + 64).min(1 << 20);
         let scq = ctx.create_cq(depth).map_err(|e| e.to_string())?;
         let rcq = ctx.create_cq(depth).map_err(|e| e.to_string())?;
-        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        let access = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
         let mr = pd.allocate_mr(nbuf * max_size + max_size, access).map_err(|e| e.to_string())?;
         let mtu = PathMtu::from_bytes(params.mtu).ok_or_else(|| format!("-m {}: not a path MTU", params.mtu))?;
         let cap = QpCap {
@@ -92,7 +95,7 @@ impl Side {
                 .qp_builder(&scq, &rcq)
                 .cap(cap)
                 .mtu(mtu)
-                .access(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ)
+                .access(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
                 .max_rd_atomic(16)
                 .max_dest_rd_atomic(16);
             prepared.push(b.build().map_err(|e| e.to_string())?);
@@ -151,6 +154,10 @@ impl Side {
         if kind == TestKind::Read {
             w(0, &pat)?;
             w(self.local_offset(), &zero)?;
+        } else if kind == TestKind::Atomic {
+            // The peer's FETCH_ADDs count up from zero in the target's first 8 bytes.
+            w(0, &[0; 8])?;
+            w(self.local_offset(), &[0xff; 8])?;
         } else {
             w(self.local_offset(), &pat)?;
             for b in 0..self.nbuf {
@@ -184,6 +191,33 @@ impl Side {
         }
     }
 
+    fn read_u64(&self, off: usize) -> Result<u64, String> {
+        let mut b = [0u8; 8];
+        self.mr.read(off, &mut b).map_err(|e| e.to_string())?;
+        // RDMA atomics act on the responder's 64-bit words in its own byte order.
+        Ok(u64::from_ne_bytes(b))
+    }
+
+    /// Atomics, target side: the peer's `count` FETCH_ADDs of 1 left exactly `count`.
+    pub fn verify_counter(&self, count: u64) -> Result<(), String> {
+        match self.read_u64(0)? {
+            v if v == count => Ok(()),
+            v => Err(format!("atomic counter is {v} after {count} FETCH_ADDs")),
+        }
+    }
+
+    /// Atomics, initiator side: the last FETCH_ADD returned the counter before it: with
+    /// one QP (in order, IBA 9.7.1) `count - 1`, else some value below `count`.
+    pub fn verify_fetched(&self, count: u64, in_order: bool) -> Result<(), String> {
+        let v = self.read_u64(self.local_offset())?;
+        let ok = if in_order { count > 0 && v == count - 1 } else { v < count };
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("the last FETCH_ADD of {count} returned {v}"))
+        }
+    }
+
     fn wr(&self, kind: TestKind, size: usize, wr_id: u64, signaled: bool, inline: bool) -> SendWr {
         let r = self.remote.unwrap_or(RemoteMr { addr: 0, rkey: 0, len: 0 });
         // Sizes are checked to be at most 2^30 when the options are parsed.
@@ -191,13 +225,19 @@ impl Side {
         let op = match kind {
             TestKind::Write => SendOp::RdmaWrite { remote_addr: r.addr, rkey: r.rkey },
             TestKind::Read => SendOp::RdmaRead { remote_addr: r.addr, rkey: r.rkey },
+            TestKind::Atomic => SendOp::AtomicFetchAdd { remote_addr: r.addr, rkey: r.rkey, add: 1 },
             _ => SendOp::Send,
         };
         let mut wr = SendWr::new(wr_id, op, vec![sge]);
         wr.flags.signaled = signaled;
-        wr.flags.inline = inline && kind != TestKind::Read;
+        wr.flags.inline = inline && !one_sided_in(kind);
         wr
     }
+}
+
+/// READ and atomics: the data comes back to the initiator; the responder's CPU does nothing.
+fn one_sided_in(kind: TestKind) -> bool {
+    matches!(kind, TestKind::Read | TestKind::Atomic)
 }
 
 fn post_recv(qp: &QueuePair, mr: &MemoryRegion, off: usize, len: usize, wr_id: u64) -> Result<(), String> {
@@ -470,7 +510,7 @@ pub fn latency(
         let t = tag(i);
         let t0 = Instant::now();
         let send = |outstanding: &mut u64| -> Result<(), String> {
-            if kind != TestKind::Read {
+            if !one_sided_in(kind) {
                 side.mr.write(local + size - 1, &[t]).map_err(|e| e.to_string())?;
             }
             qp.post_send(&side.wr(kind, size, i, true, inline)).map_err(|e| e.to_string())?;
@@ -539,14 +579,14 @@ pub fn latency(
             wait(&mut outstanding, &mut byte, &mut last)?;
             rtts.push(t0.elapsed());
             bar.tick(i + 1);
-        } else if kind != TestKind::Read {
+        } else if !one_sided_in(kind) {
             if !wait(&mut outstanding, &mut byte, &mut last)? {
                 break;
             }
             reap(&mut outstanding, true)?;
             send(&mut outstanding)?;
         } else {
-            // READ latency: the responder's CPU does nothing; wait for the pinger's end.
+            // READ / atomic latency: the responder's CPU does nothing; wait for the end.
             if target.load(Ordering::Acquire) != u64::MAX {
                 break;
             }
@@ -563,7 +603,7 @@ pub fn latency(
         std::thread::yield_now();
     }
     bar.finish();
-    if kind == TestKind::Read {
+    if one_sided_in(kind) {
         last = None;
     }
     Ok((rtts, last))

@@ -58,6 +58,10 @@ fn defaults_follow_perftest() {
     assert_eq!((p.sizes[0], p.sizes[22]), (2, 1 << 23));
     assert_eq!(p.duration, Some(2.5));
     assert!(p.bidirectional);
+    // Atomics are 8-byte FETCH_ADDs whatever -s says (perftest).
+    let (t, p) = params("atomic_bw -s 4096").unwrap();
+    assert_eq!((t.kind, p.sizes.clone()), (TestKind::Atomic, vec![8]));
+    assert_eq!(t.wire_packets(8, 4096), vec![12 + 28 + 4]);
     // CQ moderation is clamped to the send queue depth, as perftest does.
     assert_eq!(params("write_bw -t 16 -Q 100").unwrap().1.cq_mod, 16);
     // With many QPs the default queue is shared: 128 in total, at least 1 per QP.
@@ -85,8 +89,6 @@ fn what_this_build_cannot_do_is_refused_by_name() {
         ("write_bw -c UD", "-c UD: not supported yet in this build"),
         ("send_bw -c uc", "-c UC: not supported yet in this build"),
         ("write_bw -c XY", "not a connection type"),
-        ("atomic_bw", "atomics are not supported yet in this build"),
-        ("atomic_lat", "atomics are not supported yet in this build"),
         ("send_lat -e", "-e: completion events are not supported yet in this build"),
         ("write_bw -m 1500", "-m 1500: not 256"),
         ("write_lat -q 2", "latency tests use one QP"),
