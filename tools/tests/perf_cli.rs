@@ -60,6 +60,25 @@ fn loopback_send_lat_and_read_bw_verify() {
         positive(&v, k);
     }
     assert!(v["lat_min_us"].as_f64() <= v["lat_max_us"].as_f64());
+    // The same SEND latency sleeping on completion events.
+    let out = rnic()
+        .args([
+            "perf",
+            "send_lat",
+            "-e",
+            "-s",
+            "64",
+            "-n",
+            "20",
+            "--json",
+            "--ip",
+            "127.0.32.5",
+            "--peer-ip",
+            "127.0.32.6",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(json(&out)["verified"], true);
     let out = rnic()
         .args(["perf", "read_bw", "-s", "10000", "-m", "1024", "-n", "30", "-q", "2", "--json"])
         .args(["--ip", "127.0.32.5", "--peer-ip", "127.0.32.6"])
@@ -126,7 +145,7 @@ fn two_processes_send_bw() {
 fn unsupported_options_exit_2_with_the_reason() {
     for (args, says) in [
         (&["perf", "write_bw", "-c", "UD"][..], "not supported yet in this build"),
-        (&["perf", "send_lat", "-e"][..], "completion events are not supported yet"),
+        (&["perf", "write_lat", "-e"][..], "write_lat polls memory"),
         (&["perf", "nope_bw"][..], "unknown test"),
     ] {
         let out = rnic().args(args).output().unwrap();

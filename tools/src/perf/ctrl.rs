@@ -35,6 +35,9 @@ pub struct Params {
     pub cq_mod: u32,
     /// Both sides send.
     pub bidirectional: bool,
+    /// Sleep on completion events instead of polling.
+    #[serde(default)]
+    pub events: bool,
 }
 
 /// One control message.

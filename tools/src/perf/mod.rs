@@ -194,8 +194,8 @@ impl Args {
             "UC" | "UD" => return Err(format!("-c {conn}: not supported yet in this build (RC only)")),
             other => return Err(format!("-c {other}: not a connection type (RC, UC or UD)")),
         }
-        if self.events {
-            return Err("-e: completion events are not supported yet in this build (busy polling only)".into());
+        if self.events && test.lat && test.kind == TestKind::Write {
+            return Err("-e: write_lat polls memory, not a completion queue (as perftest)".into());
         }
         if rnic_verbs::PathMtu::from_bytes(self.mtu).is_none() {
             return Err(format!("-m {}: not 256, 512, 1024, 2048 or 4096", self.mtu));
@@ -259,6 +259,7 @@ impl Args {
                 mtu: self.mtu,
                 cq_mod,
                 bidirectional: self.bidirectional,
+                events: self.events,
             },
         ))
     }
@@ -446,8 +447,9 @@ fn header(test: Test, p: &Params, device: &str, transport: Option<rnic_core::dev
     s += &format!(" CQ Moderation   : {:<10} Mtu            : {}[B]\n", p.cq_mod, p.mtu);
     s += &format!(" Max inline data : {}[B]{:<5} Link type      : Ethernet (RoCEv2 over UDP)\n", p.inline, "");
     s += &format!(
-        " Bidirectional   : {:<10} Polling        : busy (yielding)\n",
-        if p.bidirectional { "ON" } else { "OFF" }
+        " Bidirectional   : {:<10} Polling        : {}\n",
+        if p.bidirectional { "ON" } else { "OFF" },
+        if p.events { "completion events (-e)" } else { "busy" }
     );
     if let Some(t) = transport {
         s += &format!(

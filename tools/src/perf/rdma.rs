@@ -12,8 +12,8 @@ use super::ctrl::Params;
 use super::{Progress, Test, TestKind};
 use rnic_core::device::DeviceConfig;
 use rnic_verbs::{
-    AccessFlags, CompletionQueue, Context, Endpoint, MemoryRegion, PathMtu, PreparedQp, QpCap, QueuePair, RecvWr,
-    RemoteMr, SendOp, SendWr, WcStatus, WorkCompletion,
+    AccessFlags, CompChannel, CompletionQueue, Context, Endpoint, MemoryRegion, PathMtu, PreparedQp, QpCap, QueuePair,
+    RecvWr, RemoteMr, SendOp, SendWr, WcStatus, WorkCompletion,
 };
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,6 +45,8 @@ pub struct Side {
     pub ctx: Context,
     scq: CompletionQueue,
     rcq: CompletionQueue,
+    /// With -e: both CQs report to this channel and empty polls sleep on it.
+    channel: Option<CompChannel>,
     mr: MemoryRegion,
     prepared: Vec<PreparedQp>,
     qps: Vec<QueuePair>,
@@ -74,8 +76,13 @@ impl Side {
             (1, 0)
         };
         let depth = (q * (params.tx_depth as usize + slots) + 64).min(1 << 20);
-        let scq = ctx.create_cq(depth).map_err(|e| e.to_string())?;
-        let rcq = ctx.create_cq(depth).map_err(|e| e.to_string())?;
+        let channel = params.events.then(|| ctx.create_comp_channel());
+        let cq = |d| match &channel {
+            Some(ch) => ctx.create_cq_with_channel(d, ch),
+            None => ctx.create_cq(d),
+        };
+        let scq = cq(depth).map_err(|e| e.to_string())?;
+        let rcq = cq(depth).map_err(|e| e.to_string())?;
         let access = AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
@@ -100,7 +107,22 @@ impl Side {
                 .max_dest_rd_atomic(16);
             prepared.push(b.build().map_err(|e| e.to_string())?);
         }
-        Ok(Side { ctx, scq, rcq, mr, prepared, qps: Vec::new(), remote: None, max_size, nbuf, slots })
+        Ok(Side { ctx, scq, rcq, channel, mr, prepared, qps: Vec::new(), remote: None, max_size, nbuf, slots })
+    }
+
+    /// With -e, after a poll found nothing: arm `cq`, and unless a completion slipped in
+    /// before the arm, sleep until the channel's event (`ibv_req_notify_cq`,
+    /// `ibv_get_cq_event`, `ibv_ack_cq_events`). Returns false without -e.
+    fn sleep_on(&self, cq: &CompletionQueue) -> Result<bool, String> {
+        let Some(ch) = &self.channel else { return Ok(false) };
+        cq.req_notify(false).map_err(|e| e.to_string())?;
+        if cq.is_empty() {
+            // A bounded sleep: the callers' stall checks still run.
+            if let Ok(got) = ch.get_cq_event(Duration::from_millis(100)) {
+                got.ack_events(1).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(true)
     }
 
     /// The endpoints to send to the peer.
@@ -361,7 +383,9 @@ pub fn initiator_bw(side: &Side, p: &Params, kind: TestKind, size: usize, progre
             if last_move.elapsed() > STALL {
                 return Err(format!("no completion for {} s ({done} of {total} done)", STALL.as_secs()));
             }
-            idle.wait();
+            if !side.sleep_on(&side.scq)? {
+                idle.wait();
+            }
         }
         let finished = match duration {
             None => done >= total,
@@ -422,7 +446,9 @@ pub fn target_send(side: &Side, size: usize, target: &AtomicU64, abort: &AtomicB
             if last_move.elapsed() > STALL {
                 return Err(format!("no SEND arrived for {} s ({got} received)", STALL.as_secs()));
             }
-            idle.wait();
+            if !side.sleep_on(&side.rcq)? {
+                idle.wait();
+            }
             continue;
         }
         last_move = Instant::now();
@@ -491,7 +517,9 @@ pub fn latency(
             if !must || *outstanding < u64::from(p.tx_depth) {
                 return Ok(());
             }
-            if !side.ctx.progress() {
+            // -e: sleep on the send CQ; else drive the device, or yield if nothing to do.
+            let worked = side.sleep_on(&side.scq)? || (side.channel.is_none() && side.ctx.progress());
+            if !worked {
                 std::thread::yield_now();
             }
         }
@@ -515,7 +543,9 @@ pub fn latency(
             }
             qp.post_send(&side.wr(kind, size, i, true, inline)).map_err(|e| e.to_string())?;
             *outstanding += 1;
-            side.ctx.progress();
+            if side.channel.is_none() {
+                side.ctx.progress();
+            }
             Ok(())
         };
         // Waits for the peer's message `t` (or, for READ, this side's completion).
@@ -525,7 +555,9 @@ pub fn latency(
                 loop {
                     // Drive the device from this thread when its progress thread is not
                     // running a round: no hand-off between the packet and this poll.
-                    side.ctx.progress();
+                    if side.channel.is_none() {
+                        side.ctx.progress();
+                    }
                     match kind {
                         TestKind::Write => {
                             side.mr.read(size - 1, byte).map_err(|e| e.to_string())?;
@@ -556,6 +588,16 @@ pub fn latency(
                                 *outstanding -= 1;
                                 return Ok(true);
                             }
+                        }
+                    }
+                    // -e: sleep on the CQ the answer completes on.
+                    match kind {
+                        TestKind::Send => {
+                            side.sleep_on(&side.rcq)?;
+                        }
+                        TestKind::Write => {}
+                        _ => {
+                            side.sleep_on(&side.scq)?;
                         }
                     }
                     polls += 1;
@@ -626,6 +668,7 @@ mod tests {
             mtu: 1024,
             cq_mod: 1,
             bidirectional: false,
+            events: false,
         }
     }
 

@@ -42,6 +42,7 @@ fn perftest_letters_mean_what_perftest_means() {
             mtu: 4096,
             cq_mod: 10,
             bidirectional: false,
+            events: false,
         }
     );
 }
@@ -89,7 +90,7 @@ fn what_this_build_cannot_do_is_refused_by_name() {
         ("write_bw -c UD", "-c UD: not supported yet in this build"),
         ("send_bw -c uc", "-c UC: not supported yet in this build"),
         ("write_bw -c XY", "not a connection type"),
-        ("send_lat -e", "-e: completion events are not supported yet in this build"),
+        ("write_lat -e", "-e: write_lat polls memory"),
         ("write_bw -m 1500", "-m 1500: not 256"),
         ("write_lat -q 2", "latency tests use one QP"),
         ("write_lat -b", "-b: latency tests"),
