@@ -154,3 +154,21 @@ fn unsupported_options_exit_2_with_the_reason() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// `-c UC`: SEND and WRITE over unreliable connected QPs, data verified (loopback loses
+/// nothing, so every message arrives); READ is refused as perftest refuses it.
+#[test]
+fn uc_send_and_write_verify_and_read_is_refused() {
+    for test in ["write_bw", "send_bw", "send_lat"] {
+        let out = rnic()
+            .args(["perf", test, "-c", "UC", "-n", "50", "-s", "3000", "-m", "1024", "--json"])
+            .args(["--ip", "127.0.32.17", "--peer-ip", "127.0.32.18"])
+            .output()
+            .unwrap();
+        let v = json(&out);
+        assert_eq!((v["test"].as_str(), v["verified"].as_bool()), (Some(test), Some(true)), "{v}");
+    }
+    let out = rnic().args(["perf", "read_bw", "-c", "UC"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("read_bw needs RC"));
+}

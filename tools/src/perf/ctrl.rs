@@ -38,6 +38,9 @@ pub struct Params {
     /// Sleep on completion events instead of polling.
     #[serde(default)]
     pub events: bool,
+    /// Unreliable connected QPs (`-c UC`) instead of RC.
+    #[serde(default)]
+    pub uc: bool,
 }
 
 /// One control message.

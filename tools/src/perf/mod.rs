@@ -189,11 +189,14 @@ impl Args {
             )
         })?;
         let conn = self.connection.to_ascii_uppercase();
-        match conn.as_str() {
-            "RC" => {}
-            "UC" | "UD" => return Err(format!("-c {conn}: not supported yet in this build (RC only)")),
+        let uc = match conn.as_str() {
+            "RC" => false,
+            // perftest: UC carries SEND and RDMA WRITE (IBA: no READ, no atomics on UC).
+            "UC" if matches!(test.kind, TestKind::Send | TestKind::Write) => true,
+            "UC" => return Err(format!("-c UC: {} needs RC (UC carries SEND and RDMA WRITE only)", self.test)),
+            "UD" => return Err("-c UD: not supported yet in this build (RC and UC)".into()),
             other => return Err(format!("-c {other}: not a connection type (RC, UC or UD)")),
-        }
+        };
         if self.events && test.lat && test.kind == TestKind::Write {
             return Err("-e: write_lat polls memory, not a completion queue (as perftest)".into());
         }
@@ -260,6 +263,7 @@ impl Args {
                 cq_mod,
                 bidirectional: self.bidirectional,
                 events: self.events,
+                uc,
             },
         ))
     }

@@ -54,6 +54,8 @@ pub struct Side {
     max_size: usize,
     nbuf: usize,
     slots: usize,
+    /// UC: a send completes when it leaves, not when it lands.
+    uc: bool,
 }
 
 impl Side {
@@ -98,16 +100,30 @@ impl Side {
         };
         let mut prepared = Vec::with_capacity(q);
         for _ in 0..q {
-            let b = pd
-                .qp_builder(&scq, &rcq)
-                .cap(cap)
-                .mtu(mtu)
-                .access(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
-                .max_rd_atomic(16)
-                .max_dest_rd_atomic(16);
+            let b = pd.qp_builder(&scq, &rcq).cap(cap).mtu(mtu);
+            let b = if params.uc {
+                b.qp_type(rnic_verbs::QpType::Uc).access(AccessFlags::REMOTE_WRITE)
+            } else {
+                b.access(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
+                    .max_rd_atomic(16)
+                    .max_dest_rd_atomic(16)
+            };
             prepared.push(b.build().map_err(|e| e.to_string())?);
         }
-        Ok(Side { ctx, scq, rcq, channel, mr, prepared, qps: Vec::new(), remote: None, max_size, nbuf, slots })
+        Ok(Side {
+            ctx,
+            scq,
+            rcq,
+            channel,
+            mr,
+            prepared,
+            qps: Vec::new(),
+            remote: None,
+            max_size,
+            nbuf,
+            slots,
+            uc: params.uc,
+        })
     }
 
     /// With -e, after a poll found nothing: arm `cq`, and unless a completion slipped in
@@ -192,6 +208,25 @@ impl Side {
     /// Checks the data this side received in a run of `size`-byte messages (`last`: the
     /// receive slot of the last SEND, the tag of the last latency message).
     pub fn verify(&self, kind: TestKind, size: usize, last: Option<(usize, u8)>) -> Result<(), String> {
+        if !self.uc {
+            return self.verify_now(kind, size, last);
+        }
+        // UC has no acknowledgement: the writer's last completion only says the message
+        // left. Give it a second to land; if it never does, it was lost, and nothing on
+        // UC retransmits it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(1);
+        loop {
+            match self.verify_now(kind, size, last) {
+                Ok(()) => return Ok(()),
+                Err(e) if std::time::Instant::now() >= deadline => {
+                    return Err(format!("{e} (UC: a lost message is not retransmitted)"))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    }
+
+    fn verify_now(&self, kind: TestKind, size: usize, last: Option<(usize, u8)>) -> Result<(), String> {
         let pat = pattern(size);
         let (off, what) = match (kind, last) {
             (TestKind::Read, _) => (self.local_offset(), "READ destination"),
@@ -669,6 +704,7 @@ mod tests {
             cq_mod: 1,
             bidirectional: false,
             events: false,
+            uc: false,
         }
     }
 

@@ -43,6 +43,7 @@ fn perftest_letters_mean_what_perftest_means() {
             cq_mod: 10,
             bidirectional: false,
             events: false,
+            uc: false,
         }
     );
 }
@@ -88,7 +89,7 @@ fn modes_host_server_loopback() {
 fn what_this_build_cannot_do_is_refused_by_name() {
     for (line, says) in [
         ("write_bw -c UD", "-c UD: not supported yet in this build"),
-        ("send_bw -c uc", "-c UC: not supported yet in this build"),
+        ("read_bw -c uc", "-c UC: read_bw needs RC"),
         ("write_bw -c XY", "not a connection type"),
         ("write_lat -e", "-e: write_lat polls memory"),
         ("write_bw -m 1500", "-m 1500: not 256"),
