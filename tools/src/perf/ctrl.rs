@@ -135,6 +135,15 @@ impl Ctrl {
 
     /// Receives one message; an `Error` from the peer becomes `Err`.
     pub fn recv(&mut self) -> Result<Msg, String> {
+        self.recv_within(Some(CTRL_TIMEOUT))
+    }
+
+    /// Receives one message, waiting as long as `limit` (`None`: until it comes or the
+    /// other side goes away; for the end of a run, which can take as long as the run).
+    fn recv_within(&mut self, limit: Option<Duration>) -> Result<Msg, String> {
+        if let Ctrl::Tcp(r) = self {
+            r.get_ref().set_read_timeout(limit).map_err(|e| e.to_string())?;
+        }
         let m = match self {
             Ctrl::Tcp(r) => {
                 let mut line = String::new();
@@ -144,7 +153,10 @@ impl Ctrl {
                 }
                 serde_json::from_str(line.trim_end()).map_err(|e| format!("bad control message {line:?}: {e}"))?
             }
-            Ctrl::Local(_, rx) => rx.recv_timeout(CTRL_TIMEOUT).map_err(|_| "the other side has gone".to_string())?,
+            Ctrl::Local(_, rx) => match limit {
+                Some(t) => rx.recv_timeout(t).map_err(|_| "the other side has gone".to_string())?,
+                None => rx.recv().map_err(|_| "the other side has gone".to_string())?,
+            },
         };
         match m {
             Msg::Error { why } => Err(format!("the other side failed: {why}")),
@@ -155,6 +167,15 @@ impl Ctrl {
     /// Receives a message that must be of one kind (`what` names it for the error).
     pub fn expect<T>(&mut self, what: &str, f: impl FnOnce(Msg) -> Option<T>) -> Result<T, String> {
         let m = self.recv()?;
+        let shown = format!("{m:?}");
+        f(m).ok_or_else(|| format!("expected {what} from the other side, got {shown}"))
+    }
+
+    /// As [`expect`](Self::expect), without a time limit: the message that ends a run
+    /// comes when the run ends, however long that is (a run with 1024 QPs can take
+    /// minutes); a peer that fails sends `Error` or goes away, which ends the wait.
+    pub fn expect_end<T>(&mut self, what: &str, f: impl FnOnce(Msg) -> Option<T>) -> Result<T, String> {
+        let m = self.recv_within(None)?;
         let shown = format!("{m:?}");
         f(m).ok_or_else(|| format!("expected {what} from the other side, got {shown}"))
     }

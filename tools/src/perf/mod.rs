@@ -901,7 +901,7 @@ fn client_size(
             };
             let mut total = run.clone();
             if p.bidirectional {
-                let (count, secs) = ctrl.expect("finished", |m| {
+                let (count, secs) = ctrl.expect_end("finished", |m| {
                     if let Msg::Finished { count, secs } = m {
                         Some((count, secs))
                     } else {
@@ -1025,7 +1025,7 @@ fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
                 ctrl.send(&Msg::Finished { count: run.count, secs: run.secs })?;
             }
             let count =
-                ctrl.expect("finished", |m| if let Msg::Finished { count, .. } = m { Some(count) } else { None });
+                ctrl.expect_end("finished", |m| if let Msg::Finished { count, .. } = m { Some(count) } else { None });
             let count = match count {
                 Ok(c) => c,
                 Err(e) => {
