@@ -73,7 +73,7 @@ fn schedule() -> impl Strategy<Value = Schedule> {
 fn bounded(s: Schedule, budget: u32) -> impl FnMut(u64, &Wire) -> Verdict + Send {
     let mut rng = Rng::new(s.seed);
     let mut harm = 0;
-    move |_, pkt| {
+    move |_, _pkt| {
         let x = rng.next_u64();
         let roll = (x >> 11) as f64 / (1u64 << 53) as f64;
         if harm < budget {
@@ -94,7 +94,6 @@ fn bounded(s: Schedule, budget: u32) -> impl FnMut(u64, &Wire) -> Verdict + Send
         if roll > 1.0 - s.dup {
             return Verdict::Duplicate { after: 5_000 + x % 50_000 };
         }
-        let _ = pkt;
         Verdict::Pass
     }
 }

@@ -147,6 +147,8 @@ pub struct Engine {
     timers: BinaryHeap<Reverse<(Time, u32)>>,
     /// QPs holding a coalesced ACK, to be sent at the next drain.
     acks: Vec<Qpn>,
+    /// `acks`' other buffer while a drain walks it.
+    acks_scratch: Vec<Qpn>,
     /// QPs with READ responses still to send, served round-robin a burst at a time.
     reads: VecDeque<Qpn>,
 }
@@ -222,6 +224,7 @@ impl Engine {
             events: VecDeque::new(),
             timers: BinaryHeap::new(),
             acks: Vec::new(),
+            acks_scratch: Vec::new(),
             reads: VecDeque::new(),
         }
     }
@@ -636,14 +639,18 @@ impl Engine {
 
     /// Sends the held ACKs and the next burst of READ responses.
     fn generate(&mut self) {
-        for qpn in std::mem::take(&mut self.acks) {
-            // An ACK must not overtake READ responses for earlier PSNs: it waits for them.
+        // An ACK must not overtake READ responses for earlier PSNs: it waits for them.
+        // (Swap with a kept buffer rather than take: no allocation per drain.)
+        let mut acks = std::mem::take(&mut self.acks_scratch);
+        std::mem::swap(&mut acks, &mut self.acks);
+        for qpn in acks.drain(..) {
             if self.qp_mut(qpn).is_some_and(|q| q.reads_queued) {
                 self.acks.push(qpn);
             } else {
                 responder::flush_ack(self, qpn);
             }
         }
+        self.acks_scratch = acks;
         let mut budget = READ_BURST;
         while budget > 0 {
             let Some(qpn) = self.reads.pop_front() else { break };

@@ -128,17 +128,7 @@ pub(super) fn reply_repr(res: &ReadResource, dest_qp: Qpn, msn: u32) -> RoceRepr
         _ => (Opcode::RC_RDMA_READ_RESPONSE_ONLY, None),
     };
     RoceRepr {
-        bth: rnic_wire::bth::BthRepr {
-            opcode,
-            se: false,
-            migreq: false,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qp,
-            ack_req: false,
-            psn: res.psn,
-        },
+        bth: super::responder::response_bth(opcode, dest_qp, res.psn),
         ext: ExtHeaders { aeth: Some(ack_aeth(msn)), atomic_ack_eth, ..ExtHeaders::default() },
         payload_len: 0,
     }

@@ -42,7 +42,8 @@ pub(crate) fn queue_local(qp: &mut Qp, wqe: SendWqe, local_err: Option<WcStatus>
     qp.sq.push_back(InFlight { wqe, first_psn, npkts: 0, sent: 0, read_got: 0, local_err });
 }
 
-fn opcode_for(op: &SendOp, pos: Position) -> Opcode {
+/// The RC opcode of packet `pos` of `op`.
+pub(crate) fn opcode_for(op: &SendOp, pos: Position) -> Opcode {
     use Position::*;
     match (op, pos) {
         (SendOp::Send, First) | (SendOp::SendWithImm { .. }, First) => Opcode::RC_SEND_FIRST,
@@ -104,7 +105,8 @@ fn rd_atomic_request(f: &InFlight, mtu: usize, dest_qpn: u32, psn: Psn) -> RoceR
     RoceRepr { bth: bth(opcode_for(&f.wqe.op, Position::Only), dest_qpn, psn, true, false), ext, payload_len }
 }
 
-fn position(k: u32, n: u32) -> Position {
+/// Where packet `k` of an `n`-packet message stands.
+pub(crate) fn position(k: u32, n: u32) -> Position {
     match (k == 0, k + 1 == n) {
         (true, true) => Position::Only,
         (true, false) => Position::First,

@@ -53,18 +53,9 @@ impl Refusal {
     }
 }
 
-pub(super) fn response_bth(opcode: Opcode, qp: &Qp, psn: Psn) -> BthRepr {
-    BthRepr {
-        opcode,
-        se: false,
-        migreq: false,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: qp.dest_qpn(),
-        ack_req: false,
-        psn,
-    }
+/// The BTH of a response (ACK/NAK, READ response, atomic acknowledgement) to `dest_qp`.
+pub(super) fn response_bth(opcode: Opcode, dest_qp: Qpn, psn: Psn) -> BthRepr {
+    BthRepr { opcode, se: false, migreq: false, pkey: 0xffff, fecn: false, becn: false, dest_qp, ack_req: false, psn }
 }
 
 /// Sends a NAK now, after the acknowledgement the QP may hold (so the peer sees them in
@@ -79,7 +70,7 @@ fn emit_ack(e: &mut Engine, qpn: Qpn, psn: Psn, aeth: AethRepr) {
     let Some(qp) = e.qp_mut(qpn) else { return };
     let Some(dst) = qp.attr.remote_ip else { return };
     let repr = RoceRepr {
-        bth: response_bth(Opcode::RC_ACKNOWLEDGE, qp, psn),
+        bth: response_bth(Opcode::RC_ACKNOWLEDGE, qp.dest_qpn(), psn),
         ext: ExtHeaders { aeth: Some(aeth), ..ExtHeaders::default() },
         payload_len: 0,
     };
@@ -442,12 +433,7 @@ pub(crate) fn pump_reads(e: &mut Engine, qpn: Qpn, budget: usize) -> (usize, boo
         };
         while sent < budget && res.next < res.npkts {
             let k = res.next;
-            let pos = match (k == 0, k + 1 == res.npkts) {
-                (true, true) => Position::Only,
-                (true, false) => Position::First,
-                (false, true) => Position::Last,
-                (false, false) => Position::Middle,
-            };
+            let pos = super::requester::position(k, res.npkts);
             let opcode = match pos {
                 Position::Only => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
                 Position::First => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
@@ -458,17 +444,7 @@ pub(crate) fn pump_reads(e: &mut Engine, qpn: Qpn, budget: usize) -> (usize, boo
             let plen = mtu.min(res.len - offset.min(res.len));
             // IBA 9.7.5.1.2: FIRST, LAST and ONLY carry an AETH, MIDDLE none.
             let aeth = (pos != Position::Middle).then(|| ack_aeth(msn));
-            let bth = BthRepr {
-                opcode,
-                se: false,
-                migreq: false,
-                pkey: 0xffff,
-                fecn: false,
-                becn: false,
-                dest_qp,
-                ack_req: false,
-                psn: res.psn.add(k),
-            };
+            let bth = response_bth(opcode, dest_qp, res.psn.add(k));
             let repr = RoceRepr { bth, ext: ExtHeaders { aeth, ..ExtHeaders::default() }, payload_len: plen };
             let s = slice.as_ref();
             out.emit(&counters, dst, sport, &repr, |p| {

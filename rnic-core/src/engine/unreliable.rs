@@ -20,24 +20,15 @@ use rnic_wire::{Opcode, Psn, Qpn};
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 
-/// The UC opcode of packet `pos` of `op` (IBA 9.2.2 table: UC has no READ or atomics).
+/// The UC opcode of packet `pos` of `op`: UC's SEND and WRITE opcodes are RC's with the
+/// transport bits 001 instead of 000 (IBA 9.2.2 table); UC has no READ or atomics.
 fn uc_opcode(op: &SendOp, pos: Position) -> Option<Opcode> {
-    use Position::*;
-    Some(match (op, pos) {
-        (SendOp::Send | SendOp::SendWithImm { .. }, First) => Opcode::UC_SEND_FIRST,
-        (SendOp::Send | SendOp::SendWithImm { .. }, Middle) => Opcode::UC_SEND_MIDDLE,
-        (SendOp::Send, Last) => Opcode::UC_SEND_LAST,
-        (SendOp::Send, Only) => Opcode::UC_SEND_ONLY,
-        (SendOp::SendWithImm { .. }, Last) => Opcode::UC_SEND_LAST_WITH_IMMEDIATE,
-        (SendOp::SendWithImm { .. }, Only) => Opcode::UC_SEND_ONLY_WITH_IMMEDIATE,
-        (SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }, First) => Opcode::UC_RDMA_WRITE_FIRST,
-        (SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }, Middle) => Opcode::UC_RDMA_WRITE_MIDDLE,
-        (SendOp::RdmaWrite { .. }, Last) => Opcode::UC_RDMA_WRITE_LAST,
-        (SendOp::RdmaWrite { .. }, Only) => Opcode::UC_RDMA_WRITE_ONLY,
-        (SendOp::RdmaWriteWithImm { .. }, Last) => Opcode::UC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-        (SendOp::RdmaWriteWithImm { .. }, Only) => Opcode::UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
-        _ => return None,
-    })
+    match op {
+        SendOp::Send | SendOp::SendWithImm { .. } | SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => {
+            Some(Opcode(super::requester::opcode_for(op, pos).0 | 0x20))
+        }
+        _ => None,
+    }
 }
 
 /// The UD opcode (one packet per message, IBA 9.8.1: SEND ONLY with or without immediate).
@@ -46,15 +37,6 @@ fn ud_opcode(op: &SendOp) -> Option<Opcode> {
         SendOp::Send => Some(Opcode::UD_SEND_ONLY),
         SendOp::SendWithImm { .. } => Some(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE),
         _ => None,
-    }
-}
-
-fn position(k: u32, n: u32) -> Position {
-    match (k == 0, k + 1 == n) {
-        (true, true) => Position::Only,
-        (true, false) => Position::First,
-        (false, true) => Position::Last,
-        (false, false) => Position::Middle,
     }
 }
 
@@ -106,7 +88,7 @@ pub(crate) fn transmit(e: &mut Engine, _now: Time, qpn: Qpn) {
             let f = qp.sq.front_mut().expect("front exists");
             while f.sent < f.npkts {
                 let k = f.sent;
-                let pos = position(k, f.npkts);
+                let pos = super::requester::position(k, f.npkts);
                 let opcode = if ud { ud_opcode(&f.wqe.op) } else { uc_opcode(&f.wqe.op, pos) };
                 let Some(opcode) = opcode else { break };
                 let offset = (k as usize) * mtu;

@@ -55,46 +55,11 @@ fn node(fab: &mut Fabric, ip: &str, cap: QpCap) -> Node {
     Node { ip, mtpt, pd, mem, keys, iova, scq, rcq, qp }
 }
 
+/// INIT, RTR and RTS attributes of an RC QP connecting to `remote` (timeout 10, retries 7,
+/// min_rnr_timer 1, 4 outstanding READs each way).
 pub fn connect_attrs(remote: &Node, mtu_code: u32, sq_psn: u32, rq_psn: u32) -> [QpAttr; 3] {
-    let init = QpAttr {
-        mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-        state: QpState::Init,
-        access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
-        ..QpAttr::default()
-    };
-    let rtr = QpAttr {
-        mask: QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-        state: QpState::Rtr,
-        remote_ip: Some(remote.ip),
-        path_mtu: mtu_code,
-        dest_qpn: remote.qp.qpn.value(),
-        rq_psn,
-        max_dest_rd_atomic: 4,
-        min_rnr_timer: 1,
-        ..QpAttr::default()
-    };
-    let rts = QpAttr {
-        mask: QpAttrMask::STATE
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-        state: QpState::Rts,
-        sq_psn,
-        timeout: 10,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: 4,
-        ..QpAttr::default()
-    };
-    [init, rtr, rts]
+    let s = net::Setup { mtu_code, psn: [sq_psn, rq_psn], timeout: 10, ..net::Setup::default() };
+    net::attrs(&s, 0, remote.ip, remote.qp.qpn.value())
 }
 
 impl Pair {

@@ -61,10 +61,8 @@ pub trait Net {
     /// Counters are exact on virtual time; on real time a scheduling hiccup may add a
     /// spurious retransmission, so only lower bounds hold.
     fn exact(&self) -> bool;
-    fn ip(&self, n: usize) -> IpAddr;
-    fn qpn(&self, n: usize) -> u32;
-    fn keys(&self, n: usize) -> MrKeys;
-    fn iova(&self, n: usize) -> u64;
+    /// Node `n`'s memory, keys, QP and counters (the same on both backends).
+    fn end(&self, n: usize) -> &End;
     /// Adds a rule judging the packets node `from` sends.
     fn add_rule(&mut self, from: usize, f: Fault);
     fn post_send(&mut self, n: usize, wr: SendWr);
@@ -76,19 +74,42 @@ pub trait Net {
     fn idle(&mut self, ns: u64);
     /// Runs until node `n`'s counter `name` reaches `at_least` (or `max_ns` pass).
     fn until_counter(&mut self, n: usize, name: &str, at_least: u64, max_ns: u64) -> bool;
-    fn read(&self, n: usize, off: usize, len: usize) -> Vec<u8>;
-    fn write(&self, n: usize, off: usize, data: &[u8]);
-    fn counter(&self, n: usize, name: &str) -> u64;
-    fn state(&self, n: usize) -> QpState;
     /// Sends a hand-made packet (BTH..ICRC, ICRC filled here) from node `from` to the other.
     fn inject(&mut self, from: usize, data: Vec<u8>);
 
+    fn ip(&self, n: usize) -> IpAddr {
+        self.end(n).ip
+    }
+    fn qpn(&self, n: usize) -> u32 {
+        self.end(n).qp.qpn.value()
+    }
+    fn keys(&self, n: usize) -> MrKeys {
+        self.end(n).keys
+    }
+    fn iova(&self, n: usize) -> u64 {
+        self.end(n).mem.addr()
+    }
+    fn read(&self, n: usize, off: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.end(n).mem.read(off, &mut v).unwrap();
+        v
+    }
+    fn write(&self, n: usize, off: usize, data: &[u8]) {
+        self.end(n).mem.write(off, data).unwrap();
+    }
+    fn counter(&self, n: usize, name: &str) -> u64 {
+        self.end(n).counters.get(name).unwrap_or_else(|| panic!("no counter {name}"))
+    }
+    fn state(&self, n: usize) -> QpState {
+        self.end(n).qp.state()
+    }
     fn sge(&self, n: usize, off: u64, len: u32) -> Sge {
         Sge { addr: self.iova(n) + off, length: len, lkey: self.keys(n).lkey }
     }
 }
 
-fn attrs(s: &Setup, me: usize, remote_ip: IpAddr, dest_qpn: u32) -> [QpAttr; 3] {
+/// INIT, RTR and RTS attributes of node `me`'s RC QP connecting to `dest_qpn` at `remote_ip`.
+pub fn attrs(s: &Setup, me: usize, remote_ip: IpAddr, dest_qpn: u32) -> [QpAttr; 3] {
     let init = QpAttr {
         mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
         state: QpState::Init,
@@ -130,7 +151,7 @@ fn attrs(s: &Setup, me: usize, remote_ip: IpAddr, dest_qpn: u32) -> [QpAttr; 3] 
     [init, rtr, rts]
 }
 
-struct End {
+pub struct End {
     ip: IpAddr,
     mtpt: Arc<Mtpt>,
     mem: Arc<MemBlock>,
@@ -196,17 +217,8 @@ impl Net for FabricNet {
     fn exact(&self) -> bool {
         true
     }
-    fn ip(&self, n: usize) -> IpAddr {
-        self.ends[n].ip
-    }
-    fn qpn(&self, n: usize) -> u32 {
-        self.ends[n].qp.qpn.value()
-    }
-    fn keys(&self, n: usize) -> MrKeys {
-        self.ends[n].keys
-    }
-    fn iova(&self, n: usize) -> u64 {
-        self.ends[n].mem.addr()
+    fn end(&self, n: usize) -> &End {
+        &self.ends[n]
     }
     fn add_rule(&mut self, from: usize, f: Fault) {
         let ip = self.ends[from].ip;
@@ -238,20 +250,6 @@ impl Net for FabricNet {
         let deadline = self.fab.now() + max_ns;
         let c = self.ends[n].counters.clone();
         self.fab.run_while(|_| c.get(name).unwrap_or(0) >= at_least, deadline)
-    }
-    fn read(&self, n: usize, off: usize, len: usize) -> Vec<u8> {
-        let mut v = vec![0; len];
-        self.ends[n].mem.read(off, &mut v).unwrap();
-        v
-    }
-    fn write(&self, n: usize, off: usize, data: &[u8]) {
-        self.ends[n].mem.write(off, data).unwrap();
-    }
-    fn counter(&self, n: usize, name: &str) -> u64 {
-        self.ends[n].counters.get(name).unwrap_or_else(|| panic!("no counter {name}"))
-    }
-    fn state(&self, n: usize) -> QpState {
-        self.ends[n].qp.state()
     }
     fn inject(&mut self, from: usize, data: Vec<u8>) {
         let (src, dst) = (self.ends[from].ip, self.ends[1 - from].ip);
@@ -325,17 +323,8 @@ impl Net for UdpNet {
     fn exact(&self) -> bool {
         false
     }
-    fn ip(&self, n: usize) -> IpAddr {
-        self.ends[n].ip
-    }
-    fn qpn(&self, n: usize) -> u32 {
-        self.ends[n].qp.qpn.value()
-    }
-    fn keys(&self, n: usize) -> MrKeys {
-        self.ends[n].keys
-    }
-    fn iova(&self, n: usize) -> u64 {
-        self.ends[n].mem.addr()
+    fn end(&self, n: usize) -> &End {
+        &self.ends[n]
     }
     fn add_rule(&mut self, from: usize, f: Fault) {
         self.faults[from].lock().add(f);
@@ -372,20 +361,6 @@ impl Net for UdpNet {
             std::thread::sleep(Duration::from_micros(100));
         }
         true
-    }
-    fn read(&self, n: usize, off: usize, len: usize) -> Vec<u8> {
-        let mut v = vec![0; len];
-        self.ends[n].mem.read(off, &mut v).unwrap();
-        v
-    }
-    fn write(&self, n: usize, off: usize, data: &[u8]) {
-        self.ends[n].mem.write(off, data).unwrap();
-    }
-    fn counter(&self, n: usize, name: &str) -> u64 {
-        self.ends[n].counters.get(name).unwrap_or_else(|| panic!("no counter {name}"))
-    }
-    fn state(&self, n: usize) -> QpState {
-        self.ends[n].qp.state()
     }
     fn inject(&mut self, from: usize, mut data: Vec<u8>) {
         // A socket on the sender's address (any port: the receiver checks the IP).
