@@ -8,9 +8,10 @@
 //!  poll_cq: lock-free CQ  <------- completions -----------+--> sendmmsg (+GSO), ICRC filled
 //! ```
 //!
-//! No lock is shared between the posting thread and the progress thread on the
-//! per-packet path: work requests travel through a crossbeam channel, completions
-//! through each CQ's lock-free queue, counters are atomics.
+//! The posting thread and the progress thread share no lock on the per-packet path: work
+//! requests travel through a crossbeam channel, completions through each CQ's lock-free
+//! queue, counters are atomics (the `Core` mutex below is taken by the application only
+//! when it drives a round itself).
 //!
 //! The progress thread polls both its command channel and its socket without blocking;
 //! after `spin` without work it sleeps in `ppoll` on the socket and an eventfd until a
@@ -18,7 +19,7 @@
 //! finds the thread asleep). One thread per device, not two: on a 2-CPU machine every
 //! extra runnable thread costs a context switch per hand-off.
 //!
-//! The engine and both halves of the transport live in one [`Core`] behind a mutex that
+//! The engine and both halves of the transport live in one `Core` behind a mutex that
 //! the progress thread takes for each round. A busy-polling application may run a round
 //! itself with [`Device::progress`] (uncontended `try_lock`, never blocks); while it does,
 //! the progress thread stays away, so the packet, the engine and the poll meet on one

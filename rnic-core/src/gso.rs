@@ -5,7 +5,7 @@
 //! header checksum are masked). An unconnected socket with `IP_PMTUDISC_DO` sends ID 0,
 //! but one UDP GSO send is cut by the kernel into segments with IDs 0, 1, 2, ... (see
 //! `shared/notes/icrc-over-udp-sockets.md`). So the sender fills segment *i*'s ICRC with
-//! ID *i* ([`group`] says which packets go together), and the receiver, which gets no IP
+//! ID *i* ([`run_end`] says which packets go together), and the receiver, which gets no IP
 //! header from a UDP socket, accepts a packet whose ICRC matches ID 0, or the packet's
 //! index inside its GRO batch, or any ID below [`ID_WINDOW`] ([`IdVerifier`]).
 //!

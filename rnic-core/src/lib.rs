@@ -1,8 +1,9 @@
 //! The simulated RoCEv2 HCA.
 //!
 //! - [`mem`]: registered memory blocks the NIC reads and writes ("DMA"), pinning, and the
-//!   8-byte RDMA atomics. The only module with `unsafe` code apart from [`sys`] (one
-//!   socket option std and socket2 lack).
+//!   8-byte RDMA atomics. The only module with `unsafe` code apart from [`sys`] (the
+//!   system calls std and socket2 lack: `IP_MTU_DISCOVER`, UDP GSO/GRO, `sendmmsg` /
+//!   `recvmmsg`, `ppoll`, eventfd, CPU affinity).
 //! - [`mr`]: the memory translation and protection table (lkey / rkey checks).
 //! - [`qp_state`]: the QP state machine, the modify-QP attribute table and value checks.
 //! - [`wr`], [`cq`], [`counters`]: work requests and completions, completion queues,
@@ -13,6 +14,8 @@
 //! - [`faults`]: the fault-injection rules themselves (also applied by the UDP transport).
 //! - [`device`]: the driver running an engine on a progress thread over UDP.
 //! - [`gso`]: UDP GSO/GRO batching and the ICRC check for GSO segments' IPv4 IDs.
+//! - [`rx_icrc`]: the receive-side ICRC check when the IPv4 ID is unknown (Linux rxe's
+//!   packets): solving for the ID, per `RNIC_IPV4_ID`.
 //! - [`capture`]: pcap capture of every packet.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

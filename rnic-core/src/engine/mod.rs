@@ -16,10 +16,10 @@
 //!    asynchronous events come out of `poll_event`.
 //!
 //! Where each protocol rule lives: the requester and completer (one sender state
-//! machine per QP, as rxe merged them) in [`requester`], the responder's pipeline of
-//! checks in [`responder`], the modify-QP table in [`crate::qp_state`]. The unreliable
-//! transports are kept apart: the UC/UD sender in [`unreliable`], the UC responder in
-//! [`uc`], the UD responder and its GRH area in [`ud`].
+//! machine per QP, as rxe merged them) in `requester.rs`, the responder's pipeline of
+//! checks in `responder.rs`, the modify-QP table in [`crate::qp_state`]. The unreliable
+//! transports are kept apart: the UC/UD sender in `unreliable.rs`, the UC responder in
+//! `uc.rs`, the UD responder and its GRH area in `ud.rs`.
 
 pub mod qp;
 mod rd_atomic;
