@@ -43,7 +43,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -228,6 +228,9 @@ struct Inner {
     next_srq: AtomicU32,
     /// The progress thread is (about to be) asleep in `ppoll`: wake it with a datagram.
     sleeping: Arc<AtomicBool>,
+    /// When an application thread last ran a round ([`Device::progress`]), in the
+    /// core's nanoseconds; 0: never. Read by the progress thread without the lock.
+    inline_at: Arc<AtomicU64>,
     /// Wakes the progress thread from its `ppoll` (which also watches the socket).
     waker: Arc<crate::sys::EventFd>,
     /// The engine and the transport; the progress thread locks it for each round.
@@ -326,14 +329,15 @@ impl Device {
                 next_timer,
                 last_work: Instant::now(),
                 shutdown: false,
-                last_inline: None,
             }))
         };
+        let inline_at = Arc::new(AtomicU64::new(0));
         let progress = {
             let (core, sleeping, waker) = (core.clone(), sleeping.clone(), waker.clone());
+            let inline = Inline { at: inline_at.clone(), epoch: core.lock().start };
             std::thread::Builder::new()
                 .name(format!("{}-progress", config.name))
-                .spawn(move || progress_loop(core, cmd_rx, poll_sock, waker, sleeping, transport.spin))
+                .spawn(move || progress_loop(core, cmd_rx, poll_sock, waker, sleeping, inline, transport.spin))
                 .map_err(io_err)?
         };
         Ok(Device {
@@ -349,6 +353,7 @@ impl Device {
                 next_cq: AtomicU32::new(1),
                 next_srq: AtomicU32::new(1),
                 sleeping,
+                inline_at,
                 waker,
                 core,
                 threads: parking_lot::Mutex::new(vec![progress]),
@@ -383,8 +388,9 @@ impl Device {
     pub fn progress(&self) -> bool {
         match self.inner.core.try_lock() {
             Some(mut c) => {
-                c.last_inline = Some(Instant::now());
-                c.round() == Round::Worked
+                let now = c.now();
+                self.inner.inline_at.store(now.max(1), Ordering::Relaxed);
+                c.round(true) == Round::Worked
             }
             None => false,
         }
@@ -604,8 +610,6 @@ struct Core {
     last_work: Instant,
     /// `Cmd::Shutdown` was handled (possibly by an application thread's round).
     shutdown: bool,
-    /// When an application thread last ran a round ([`Device::progress`]).
-    last_inline: Option<Instant>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -621,7 +625,14 @@ impl Core {
     }
 
     /// Takes the queued commands, what the socket holds, the due timers; sends the result.
-    fn round(&mut self) -> Round {
+    ///
+    /// What the commands produced (the application's posts) goes out before the socket
+    /// is read, so that a post is not delayed by a `recvmmsg`. In a round the
+    /// application runs itself (`inline`), the ACKs for what just arrived are held for
+    /// one round ([`Engine::drain_transmits_holding_acks`]): the application's answer,
+    /// posted before its next round, then leaves first. Held ACKs make `poll_timeout`
+    /// say "now", so the next round, whichever thread runs it, sends them.
+    fn round(&mut self, inline: bool) -> Round {
         if self.shutdown {
             return Round::Stop;
         }
@@ -640,21 +651,23 @@ impl Core {
                 }
             }
         }
-        let now = self.now();
-        worked |= self.rx.receive(&mut self.engine, now) > 0;
+        let t = self.now();
+        if worked && self.engine.has_pending_transmit() {
+            self.transmit(t, false);
+        }
+        // An application's own round takes one datagram (a GRO batch of up to 64
+        // packets) per call: a `recvmmsg` of one header is cheaper to call and to return
+        // from than one of 32, and the application calls again at once.
+        let max = if inline { 1 } else { RX_BATCH };
+        let received = self.rx.receive(&mut self.engine, t, max) > 0;
+        worked |= received;
         let t = self.now();
         let timed = self.next_timer.is_some_and(|d| d <= t);
         if timed && self.engine.poll_timeout().is_some_and(|d| d <= t) {
             self.engine.handle_timeout(t);
         }
         if worked || timed {
-            self.engine.drain_transmits(&mut self.batch);
-            let counters = self.engine.counters().clone();
-            self.tx.send(t, &mut self.batch, &counters);
-            for p in self.batch.drain(..) {
-                self.engine.recycle(p.data);
-            }
-            self.tx.release(t, &counters);
+            self.transmit(t, inline && received && !timed);
             while let Some(ev) = self.engine.poll_event() {
                 let _ = self.events.send(ev);
             }
@@ -673,7 +686,35 @@ impl Core {
             Round::Idle
         }
     }
+
+    /// Sends the engine's output (keeping the coalesced ACKs for the next round when
+    /// `hold_acks`) and what the fault chain has due.
+    fn transmit(&mut self, t: Time, hold_acks: bool) {
+        if hold_acks {
+            self.engine.drain_transmits_holding_acks(&mut self.batch);
+        } else {
+            self.engine.drain_transmits(&mut self.batch);
+        }
+        let counters = self.engine.counters().clone();
+        self.tx.send(t, &mut self.batch, &counters);
+        for p in self.batch.drain(..) {
+            self.engine.recycle(p.data);
+        }
+        self.tx.release(t, &counters);
+    }
 }
+
+/// When the application last drove the device itself, as the progress thread sees it.
+struct Inline {
+    at: Arc<AtomicU64>,
+    epoch: Instant,
+}
+
+/// How long the progress thread stays away once it saw the application drive the
+/// device: each look costs a wake-up (and a context switch on a CPU the application
+/// may be polling on), so it looks rarely; when the application stops calling
+/// `progress`, its work resumes within this time.
+const INLINE_BACKOFF: Duration = Duration::from_micros(200);
 
 fn progress_loop(
     core: Arc<parking_lot::Mutex<Core>>,
@@ -681,21 +722,24 @@ fn progress_loop(
     sock: UdpSocket,
     waker: Arc<crate::sys::EventFd>,
     sleeping: Arc<AtomicBool>,
+    inline: Inline,
     spin: Duration,
 ) {
     use std::os::fd::AsFd;
+    let spin_ns = to_ns(spin.max(Duration::from_micros(50)));
     loop {
+        let at = inline.at.load(Ordering::Relaxed);
+        if at != 0 && to_ns(inline.epoch.elapsed()).saturating_sub(at) < spin_ns {
+            // An application thread is driving the device (busy polling through
+            // `Device::progress`): stay out of its way, and off its lock, rather than
+            // compete with it for a CPU. (Shutdown comes as a command: once the
+            // application stops calling `progress`, the next look handles it.)
+            std::thread::sleep(INLINE_BACKOFF);
+            continue;
+        }
         let (round, last_work, wait) = {
             let mut c = core.lock();
-            if c.last_inline.is_some_and(|t| t.elapsed() < spin) && !c.shutdown {
-                // An application thread is driving the device (busy polling through
-                // `Device::progress`): stay out of its way for a while rather than
-                // compete with it for the lock and a CPU.
-                drop(c);
-                std::thread::sleep(spin);
-                continue;
-            }
-            let r = c.round();
+            let r = c.round(false);
             let now = c.now();
             (r, c.last_work, c.next_timer.map(|t| Duration::from_nanos(t.saturating_sub(now))))
         };
@@ -939,11 +983,13 @@ impl Rx {
         }
     }
 
-    /// Takes what the socket holds (one `recvmmsg`, never blocking), checks every
-    /// datagram's ICRC and hands the good ones to the engine straight from the receive
-    /// buffers. Returns the number of messages received.
-    fn receive(&mut self, engine: &mut Engine, now: u64) -> usize {
-        let n = match crate::sys::recv_msgs(&self.sock, &mut self.scratch, &mut self.bufs, &mut self.meta, false) {
+    /// Takes what the socket holds (one `recvmmsg` of up to `max` datagrams, never
+    /// blocking), checks every datagram's ICRC and hands the good ones to the engine
+    /// straight from the receive buffers. Returns the number of messages received.
+    fn receive(&mut self, engine: &mut Engine, now: u64, max: usize) -> usize {
+        let max = max.clamp(1, self.bufs.len());
+        let n = match crate::sys::recv_msgs(&self.sock, &mut self.scratch, &mut self.bufs[..max], &mut self.meta, false)
+        {
             Ok(n) => n,
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => return 0,
             Err(_) => {
