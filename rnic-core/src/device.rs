@@ -390,7 +390,13 @@ impl Device {
             Some(mut c) => {
                 let now = c.now();
                 self.inner.inline_at.store(now.max(1), Ordering::Relaxed);
-                c.round(true) == Round::Worked
+                let worked = c.round(true) == Round::Worked;
+                if worked {
+                    // A round with work can be long (a window of packets to send): say
+                    // so again at its end, lest the progress thread think it stopped.
+                    self.inner.inline_at.store(c.now().max(1), Ordering::Relaxed);
+                }
+                worked
             }
             None => false,
         }
@@ -566,6 +572,9 @@ const RX_BATCH: usize = 32;
 const RX_BUF: usize = 65_536;
 /// Messages per `sendmmsg` (the kernel takes at most UIO_MAXIOV = 1024).
 const TX_MSGS: usize = 512;
+/// In a round that receives many datagrams, the held ACKs are sent after every this
+/// many packets (a quarter of the requester's 128-packet window).
+const ACK_EVERY: usize = 32;
 /// Commands taken per round, so that received packets are not starved.
 const CMD_BATCH: usize = 256;
 
@@ -659,7 +668,19 @@ impl Core {
         // packets) per call: a `recvmmsg` of one header is cheaper to call and to return
         // from than one of 32, and the application calls again at once.
         let max = if inline { 1 } else { RX_BATCH };
-        let received = self.rx.receive(&mut self.engine, t, max) > 0;
+        let n = self.rx.recv(max);
+        let mut since_ack = 0;
+        for i in 0..n {
+            since_ack += self.rx.deliver(i, &mut self.engine, t);
+            if since_ack >= ACK_EVERY && i + 1 < n && self.engine.has_held_acks() {
+                // A long batch (up to 32 GRO datagrams of 64 packets) must not hold the
+                // peer's window shut until its end: the ACKs go out every ACK_EVERY
+                // packets, so the sender keeps sending while this side works.
+                self.transmit(t, false);
+                since_ack = 0;
+            }
+        }
+        let received = n > 0;
         worked |= received;
         let t = self.now();
         let timed = self.next_timer.is_some_and(|d| d <= t);
@@ -710,11 +731,21 @@ struct Inline {
     epoch: Instant,
 }
 
+impl Inline {
+    /// The application ran a round within `window` ns.
+    fn recent(&self, window: u64) -> bool {
+        let at = self.at.load(Ordering::Relaxed);
+        at != 0 && to_ns(self.epoch.elapsed()).saturating_sub(at) < window
+    }
+}
+
 /// How long the progress thread stays away once it saw the application drive the
-/// device: each look costs a wake-up (and a context switch on a CPU the application
-/// may be polling on), so it looks rarely; when the application stops calling
-/// `progress`, its work resumes within this time.
+/// device, doubling up to `INLINE_BACKOFF_MAX` while the application keeps driving:
+/// each look costs a wake-up (and a context switch on a CPU the application may be
+/// polling on), so it looks rarely; when the application stops calling `progress`,
+/// its work resumes within that time.
 const INLINE_BACKOFF: Duration = Duration::from_micros(200);
+const INLINE_BACKOFF_MAX: Duration = Duration::from_millis(2);
 
 fn progress_loop(
     core: Arc<parking_lot::Mutex<Core>>,
@@ -727,22 +758,26 @@ fn progress_loop(
 ) {
     use std::os::fd::AsFd;
     let spin_ns = to_ns(spin.max(Duration::from_micros(50)));
+    let mut backoff = INLINE_BACKOFF;
     loop {
-        let at = inline.at.load(Ordering::Relaxed);
-        if at != 0 && to_ns(inline.epoch.elapsed()).saturating_sub(at) < spin_ns {
-            // An application thread is driving the device (busy polling through
-            // `Device::progress`): stay out of its way, and off its lock, rather than
-            // compete with it for a CPU. (Shutdown comes as a command: once the
-            // application stops calling `progress`, the next look handles it.)
-            std::thread::sleep(INLINE_BACKOFF);
+        // An application thread is driving the device (busy polling through
+        // `Device::progress`), or is running a round right now (the lock is taken):
+        // stay out of its way, and off its lock, rather than compete with it for a
+        // CPU. (Shutdown comes as a command: once the application stops calling
+        // `progress`, the next look handles it.)
+        let guard = if inline.recent(spin_ns) { None } else { core.try_lock() };
+        let Some(mut c) = guard else {
+            std::thread::sleep(backoff);
+            backoff = (backoff * 2).min(INLINE_BACKOFF_MAX);
             continue;
-        }
+        };
+        backoff = INLINE_BACKOFF;
         let (round, last_work, wait) = {
-            let mut c = core.lock();
             let r = c.round(false);
             let now = c.now();
             (r, c.last_work, c.next_timer.map(|t| Duration::from_nanos(t.saturating_sub(now))))
         };
+        drop(c);
         match round {
             Round::Stop => return,
             Round::Worked => continue,
@@ -983,66 +1018,70 @@ impl Rx {
         }
     }
 
-    /// Takes what the socket holds (one `recvmmsg` of up to `max` datagrams, never
-    /// blocking), checks every datagram's ICRC and hands the good ones to the engine
-    /// straight from the receive buffers. Returns the number of messages received.
-    fn receive(&mut self, engine: &mut Engine, now: u64, max: usize) -> usize {
+    /// Takes what the socket holds: one `recvmmsg` of up to `max` datagrams, never
+    /// blocking. Returns the number of datagrams, to be handed on with [`Rx::deliver`].
+    fn recv(&mut self, max: usize) -> usize {
         let max = max.clamp(1, self.bufs.len());
-        let n = match crate::sys::recv_msgs(&self.sock, &mut self.scratch, &mut self.bufs[..max], &mut self.meta, false)
-        {
+        match crate::sys::recv_msgs(&self.sock, &mut self.scratch, &mut self.bufs[..max], &mut self.meta, false) {
             Ok(n) => n,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => return 0,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => 0,
             Err(_) => {
                 self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
-                return 0;
-            }
-        };
-        for i in 0..n {
-            let m = self.meta[i];
-            if m.truncated || m.len == 0 {
-                self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let seg = if m.segment == 0 { m.len } else { m.segment };
-            if m.segment > 0 {
-                self.counters.rx_gro_batches.fetch_add(1, Ordering::Relaxed);
-            }
-            let ctx = IcrcContext::new(m.src.ip(), self.local.ip(), m.src.port(), self.local.port());
-            for (index, off) in (0..m.len).step_by(seg).enumerate() {
-                let pkt = &self.bufs[i][off..(off + seg).min(m.len)];
-                let ident = match self.verifier.verify(ctx, pkt, index) {
-                    Some(id) => {
-                        match id {
-                            crate::gso::IdMatch::Zero => {}
-                            crate::gso::IdMatch::Index(_) => {
-                                self.counters.icrc_gso_index.fetch_add(1, Ordering::Relaxed);
-                            }
-                            crate::gso::IdMatch::Window(_) => {
-                                self.counters.icrc_gso_window.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        Some(id.ident())
-                    }
-                    // Not an ID an rnic sender produces: a peer such as Linux rxe, whose
-                    // IDs come from the kernel's generator; the policy decides (rx_icrc
-                    // counts icrc_err or icrc_ipv4_id_solved).
-                    None if self.ipv4_id == Ipv4IdPolicy::SolveUnknown && ctx.src.is_ipv4() => {
-                        crate::rx_icrc::check(&ctx, pkt, self.ipv4_id, &self.counters)
-                    }
-                    None => {
-                        // IBA C9-3: a bad ICRC is dropped silently (and counted here).
-                        self.counters.icrc_err.fetch_add(1, Ordering::Relaxed);
-                        None
-                    }
-                };
-                let Some(ident) = ident else { continue };
-                if let Some(c) = &self.capture {
-                    let (s, d) = (m.src, self.local);
-                    c.record_rx_ipv4_id(s.ip(), d.ip(), (s.port(), d.port()), ident, pkt);
-                }
-                engine.handle_packet(now, m.src.ip(), pkt);
+                0
             }
         }
-        n
+    }
+
+    /// Checks the ICRC of every packet of received datagram `i` (a GRO batch is cut at
+    /// its segment size) and hands the good ones to the engine straight from the
+    /// receive buffer. Returns the number of packets in the datagram.
+    fn deliver(&mut self, i: usize, engine: &mut Engine, now: u64) -> usize {
+        let m = self.meta[i];
+        if m.truncated || m.len == 0 {
+            self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        }
+        let seg = if m.segment == 0 { m.len } else { m.segment };
+        if m.segment > 0 {
+            self.counters.rx_gro_batches.fetch_add(1, Ordering::Relaxed);
+        }
+        let ctx = IcrcContext::new(m.src.ip(), self.local.ip(), m.src.port(), self.local.port());
+        let mut count = 0;
+        for (index, off) in (0..m.len).step_by(seg).enumerate() {
+            count += 1;
+            let pkt = &self.bufs[i][off..(off + seg).min(m.len)];
+            let ident = match self.verifier.verify(ctx, pkt, index) {
+                Some(id) => {
+                    match id {
+                        crate::gso::IdMatch::Zero => {}
+                        crate::gso::IdMatch::Index(_) => {
+                            self.counters.icrc_gso_index.fetch_add(1, Ordering::Relaxed);
+                        }
+                        crate::gso::IdMatch::Window(_) => {
+                            self.counters.icrc_gso_window.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Some(id.ident())
+                }
+                // Not an ID an rnic sender produces: a peer such as Linux rxe, whose
+                // IDs come from the kernel's generator; the policy decides (rx_icrc
+                // counts icrc_err or icrc_ipv4_id_solved).
+                None if self.ipv4_id == Ipv4IdPolicy::SolveUnknown && ctx.src.is_ipv4() => {
+                    crate::rx_icrc::check(&ctx, pkt, self.ipv4_id, &self.counters)
+                }
+                None => {
+                    // IBA C9-3: a bad ICRC is dropped silently (and counted here).
+                    self.counters.icrc_err.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
+            };
+            let Some(ident) = ident else { continue };
+            if let Some(c) = &self.capture {
+                let (s, d) = (m.src, self.local);
+                c.record_rx_ipv4_id(s.ip(), d.ip(), (s.port(), d.port()), ident, pkt);
+            }
+            engine.handle_packet(now, m.src.ip(), pkt);
+        }
+        count
     }
 }

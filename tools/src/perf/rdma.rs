@@ -310,13 +310,15 @@ fn check_wc(wc: &WorkCompletion) -> Result<(), String> {
     }
 }
 
-/// Waiting for completions in a bandwidth test: poll, yielding the CPU between polls;
-/// after `NAP_AFTER` without one, nap between polls. With a deep queue nothing is lost
-/// by noticing a completion 50 us late, and on a 2-CPU machine the device's threads need
-/// the CPU a spinning application would hold (perftest busy polls: its NIC has its own).
+/// Waiting for completions in a bandwidth test, busy polling as perftest does: the
+/// polling thread runs the device's rounds itself ([`Context::progress`]), so that a
+/// 2-CPU machine holds one busy thread per device (this one, and the peer's) rather
+/// than an application thread spinning beside a progress thread that needs its CPU.
+/// After `NAP_AFTER` with neither a completion nor device work, it naps between polls
+/// (the peer is slow or gone; the stall check still runs).
 struct Idle(Instant);
 
-const NAP_AFTER: Duration = Duration::from_micros(20);
+const NAP_AFTER: Duration = Duration::from_millis(5);
 
 impl Idle {
     fn new() -> Idle {
@@ -325,9 +327,11 @@ impl Idle {
     fn reset(&mut self) {
         self.0 = Instant::now();
     }
-    fn wait(&self) {
-        if self.0.elapsed() < NAP_AFTER {
-            std::thread::yield_now();
+    fn wait(&mut self, ctx: &Context) {
+        if ctx.progress() {
+            self.reset();
+        } else if self.0.elapsed() < NAP_AFTER {
+            std::hint::spin_loop();
         } else {
             std::thread::sleep(Duration::from_micros(20));
         }
@@ -419,7 +423,7 @@ pub fn initiator_bw(side: &Side, p: &Params, kind: TestKind, size: usize, progre
                 return Err(format!("no completion for {} s ({done} of {total} done)", STALL.as_secs()));
             }
             if !side.sleep_on(&side.scq)? {
-                idle.wait();
+                idle.wait(&side.ctx);
             }
         }
         let finished = match duration {
@@ -482,7 +486,7 @@ pub fn target_send(side: &Side, size: usize, target: &AtomicU64, abort: &AtomicB
                 return Err(format!("no SEND arrived for {} s ({got} received)", STALL.as_secs()));
             }
             if !side.sleep_on(&side.rcq)? {
-                idle.wait();
+                idle.wait(&side.ctx);
             }
             continue;
         }
