@@ -41,6 +41,9 @@ pub struct Params {
     /// Unreliable connected QPs (`-c UC`) instead of RC.
     #[serde(default)]
     pub uc: bool,
+    /// Skip the UDP baseline (`--no-baseline`): no ratio is reported.
+    #[serde(default)]
+    pub no_baseline: bool,
 }
 
 /// One control message.

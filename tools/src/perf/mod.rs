@@ -87,6 +87,10 @@ pub struct Args {
     /// The second device's address with --loopback.
     #[arg(long, default_value = "127.0.0.2")]
     pub peer_ip: IpAddr,
+    /// Skip the same-run UDP baseline (for profiling the RDMA path alone); no ratio is
+    /// reported.
+    #[arg(long)]
+    pub no_baseline: bool,
     /// Print one JSON object (an array with -a) instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -197,6 +201,9 @@ impl Args {
             "UD" => return Err("-c UD: not supported yet in this build (RC and UC)".into()),
             other => return Err(format!("-c {other}: not a connection type (RC, UC or UD)")),
         };
+        if self.no_baseline && test.kind == TestKind::Udp {
+            return Err("--no-baseline: the udp tests are the baseline".into());
+        }
         if self.events && test.lat && test.kind == TestKind::Write {
             return Err("-e: write_lat polls memory, not a completion queue (as perftest)".into());
         }
@@ -264,6 +271,7 @@ impl Args {
                 bidirectional: self.bidirectional,
                 events: self.events,
                 uc,
+                no_baseline: self.no_baseline,
             },
         ))
     }
@@ -802,15 +810,18 @@ fn client_inner(
     }
     let mut reports = Vec::new();
     for &size in &p.sizes {
-        let base = client_baseline(ctrl, ip, peer_ip, test, p, size)?;
-        let r = match &side {
-            None => udp_report(test, p, size, &base),
-            Some(s) => {
+        let base = if p.no_baseline { None } else { Some(client_baseline(ctrl, ip, peer_ip, test, p, size)?) };
+        let r = match (&side, base) {
+            (None, Some(base)) => udp_report(test, p, size, &base),
+            (None, None) => return Err("--no-baseline: the udp tests are the baseline".into()),
+            (Some(s), base) => {
                 let mut r = client_size(ctrl, s, test, p, size, progress).map_err(|e| with_counters(e, s))?;
                 // The baseline runs before and after the test; the better of the two is
                 // the ceiling (on a shared machine either can catch a busy moment).
-                let after = client_baseline(ctrl, ip, peer_ip, test, p, size)?;
-                r.set_baseline(best(base, after, test.lat));
+                if let Some(base) = base {
+                    let after = client_baseline(ctrl, ip, peer_ip, test, p, size)?;
+                    r.set_baseline(best(base, after, test.lat));
+                }
                 r
             }
         };
@@ -999,7 +1010,9 @@ fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
     };
     let mut failed = None;
     for &size in &p.sizes {
-        server_baseline(ctrl, ip, peer_ip, test, &p, size)?;
+        if !p.no_baseline {
+            server_baseline(ctrl, ip, peer_ip, test, &p, size)?;
+        }
         let Some(s) = &side else { continue };
         let sz = usize::try_from(size).map_err(|_| format!("-s {size}: too large"))?;
         s.prepare(test.kind, sz)?;
@@ -1064,7 +1077,9 @@ fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
             failed = Some(why.clone());
         }
         ctrl.send(&Msg::Verified { ok, why })?;
-        server_baseline(ctrl, ip, peer_ip, test, &p, size)?;
+        if !p.no_baseline {
+            server_baseline(ctrl, ip, peer_ip, test, &p, size)?;
+        }
     }
     match failed {
         Some(e) => Err(format!("data did not verify: {e}")),

@@ -709,6 +709,7 @@ mod tests {
             bidirectional: false,
             events: false,
             uc: false,
+            no_baseline: false,
         }
     }
 

@@ -44,6 +44,7 @@ fn perftest_letters_mean_what_perftest_means() {
             bidirectional: false,
             events: false,
             uc: false,
+            no_baseline: false,
         }
     );
 }
