@@ -82,6 +82,10 @@ pub struct DeviceConfig {
     /// solves for any other ID and counts it (Linux rxe; see [`crate::rx_icrc`]);
     /// `Strict` drops such packets.
     pub ipv4_id: Ipv4IdPolicy,
+    /// Send payloads of 512 bytes or more from registered memory without copying them
+    /// into the packet first (RC data and READ responses; `RNIC_ZERO_COPY=0` turns it
+    /// off). Off whenever a fault chain is configured.
+    pub zero_copy: bool,
     /// Fault injection on every packet this device sends (real time). When `None`, the
     /// `RNIC_FAULTS` environment variable is read at open (`loss=0.05,seed=7`, see
     /// [`Faults::from_spec`]). With faults, packets are sent one by one (no GSO).
@@ -104,6 +108,7 @@ impl DeviceConfig {
             gso: true,
             gro: true,
             ipv4_id: crate::rx_icrc::policy_from_env().ok().flatten().unwrap_or_default(),
+            zero_copy: std::env::var("RNIC_ZERO_COPY").map_or(true, |v| v != "0"),
             faults: None,
         }
     }
@@ -301,7 +306,11 @@ impl Device {
         let sleeping = Arc::new(AtomicBool::new(false));
         // The one port is up as soon as the socket is bound (IBV_EVENT_PORT_ACTIVE).
         let _ = ev_tx.send(AsyncEvent::PortActive { port: 1 });
-        let engine = Engine::new(EngineConfig::new(local.ip()), mtpt.clone(), counters.clone());
+        // Payloads go to the kernel straight from registered memory, except through a
+        // fault chain (which may keep, corrupt or copy a packet after the round).
+        let zero_copy = config.zero_copy && config.faults.is_none();
+        let engine_config = EngineConfig { zero_copy, ..EngineConfig::new(local.ip()) };
+        let engine = Engine::new(engine_config, mtpt.clone(), counters.clone());
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
         let tx_sock = sock.try_clone().map_err(io_err)?;
         let waker = Arc::new(crate::sys::EventFd::new().map_err(io_err)?);
@@ -313,6 +322,8 @@ impl Device {
                 gso: transport.gso,
                 capture: capture.clone(),
                 parts: Vec::new(),
+                glue: Vec::new(),
+                plan: Vec::new(),
                 faults: config.faults.clone(),
                 delayed: std::collections::BinaryHeap::new(),
                 seq: 0,
@@ -829,10 +840,24 @@ struct Tx {
     capture: Option<Arc<Capture>>,
     /// (first, end) packet index of each message of the current send.
     parts: Vec<(usize, usize)>,
+    /// Small pieces of the current send copied together (see `send_from`).
+    glue: Vec<u8>,
+    /// The current send's iovecs, in order: glued bytes or a packet's piece.
+    plan: Vec<Piece>,
     /// Fault injection: with a chain, every packet goes through it alone (no GSO).
     faults: Option<FaultHandle>,
     delayed: std::collections::BinaryHeap<Delayed>,
     seq: u64,
+}
+
+/// Pieces this small are copied into one iovec with their neighbours.
+const GLUE_MAX: usize = 128;
+
+/// One iovec of a send: `glue[a..e]`, or piece `j` of packet `k`.
+#[derive(Debug, Clone, Copy)]
+enum Piece {
+    Glue(usize, usize),
+    Packet(usize, usize),
 }
 
 fn gso_refused(e: &io::Error) -> bool {
@@ -891,6 +916,7 @@ impl Tx {
     fn send_through_faults(&mut self, now: Time, batch: &mut [TxPacket], counters: &Counters) {
         for p in batch.iter_mut() {
             let ctx = IcrcContext::new(self.local.ip(), p.dst, self.local.port(), ROCEV2_UDP_PORT);
+            p.make_contiguous();
             if ctx.fill(&mut p.data).is_err() {
                 counters.send_err.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -918,7 +944,7 @@ impl Tx {
     /// Sends `batch[start..]`; returns where to resume (the end, or the first packet of a
     /// GSO message the kernel refused, to be sent again without GSO).
     fn send_from(&mut self, batch: &mut [TxPacket], start: usize, counters: &Counters) -> usize {
-        let lens: Vec<usize> = batch.iter().map(|p| p.data.len()).collect();
+        let lens: Vec<usize> = batch.iter().map(TxPacket::len).collect();
         self.parts.clear();
         let mut i = start;
         while i < batch.len() {
@@ -930,24 +956,65 @@ impl Tx {
                     ipv4_ident: ident,
                     ..IcrcContext::new(self.local.ip(), p.dst, self.local.port(), ROCEV2_UDP_PORT)
                 };
-                if ctx.fill(&mut p.data).is_err() {
+                if p.fill_icrc(&ctx).is_err() {
                     counters.send_err.fetch_add(1, Ordering::Relaxed);
                 }
             }
             self.parts.push((i, end));
             i = end;
         }
-        let slices: Vec<io::IoSlice<'_>> = batch[start..].iter().map(|p| io::IoSlice::new(&p.data)).collect();
+        // Each packet is one piece, or three (headers, payload in registered memory, pad
+        // and ICRC). Small pieces next to each other in a message (one packet's pad and
+        // ICRC and the next one's headers; whole ACKs and small packets) are copied
+        // together into `glue`: the kernel's per-iovec cost exceeds copying them.
+        let mut glue = std::mem::take(&mut self.glue);
+        let mut plan = std::mem::take(&mut self.plan);
+        glue.clear();
+        plan.clear();
+        let mut msg_first = Vec::with_capacity(self.parts.len() + 1);
+        for &(a, e) in &self.parts {
+            msg_first.push(plan.len());
+            let mut open: Option<usize> = None;
+            for (k, p) in batch.iter().enumerate().take(e).skip(a) {
+                for (j, x) in p.pieces().into_iter().enumerate() {
+                    if x.is_empty() {
+                        continue;
+                    }
+                    if x.len() <= GLUE_MAX {
+                        open.get_or_insert(glue.len());
+                        glue.extend_from_slice(x);
+                    } else {
+                        if let Some(o) = open.take() {
+                            plan.push(Piece::Glue(o, glue.len()));
+                        }
+                        plan.push(Piece::Packet(k, j));
+                    }
+                }
+            }
+            if let Some(o) = open.take() {
+                plan.push(Piece::Glue(o, glue.len()));
+            }
+        }
+        msg_first.push(plan.len());
+        let slices: Vec<io::IoSlice<'_>> = plan
+            .iter()
+            .map(|&piece| match piece {
+                Piece::Glue(a, e) => io::IoSlice::new(&glue[a..e]),
+                Piece::Packet(k, j) => io::IoSlice::new(batch[k].pieces()[j]),
+            })
+            .collect();
         let msgs: Vec<crate::sys::OutMsg<'_>> = self
             .parts
             .iter()
-            .map(|&(a, e)| crate::sys::OutMsg {
+            .zip(msg_first.windows(2))
+            .map(|(&(a, e), w)| crate::sys::OutMsg {
                 dst: SocketAddr::new(batch[a].dst, ROCEV2_UDP_PORT),
-                parts: &slices[a - start..e - start],
+                parts: &slices[w[0]..w[1]],
                 segment: if e - a > 1 { u16::try_from(lens[a]).unwrap_or(0) } else { 0 },
             })
             .collect();
         let mut m = 0;
+        let mut resume = batch.len();
         while m < msgs.len() {
             let chunk = &msgs[m..msgs.len().min(m + TX_MSGS)];
             match crate::sys::send_msgs(&self.sock, chunk) {
@@ -960,7 +1027,7 @@ impl Tx {
                             for (id, p) in batch[a..e].iter().enumerate() {
                                 let id = if e - a > 1 { u16::try_from(id).unwrap_or(0) } else { 0 };
                                 let ports = (self.local.port(), ROCEV2_UDP_PORT);
-                                c.record_ipv4_id(self.local.ip(), p.dst, ports, id, &p.data);
+                                c.record_ipv4_id(self.local.ip(), p.dst, ports, id, &p.to_vec());
                             }
                         }
                     }
@@ -971,7 +1038,8 @@ impl Tx {
                     // The kernel (or the route's device) does not do GSO after all:
                     // resend from this message one datagram at a time, ICRCs for ID 0.
                     self.gso = false;
-                    return self.parts[m].0;
+                    resume = self.parts[m].0;
+                    break;
                 }
                 _ => {
                     let (a, e) = self.parts[m];
@@ -980,7 +1048,11 @@ impl Tx {
                 }
             }
         }
-        batch.len()
+        drop(msgs);
+        drop(slices);
+        self.glue = glue;
+        self.plan = plan;
+        resume
     }
 }
 

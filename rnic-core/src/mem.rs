@@ -114,7 +114,8 @@ pub struct MemBlock {
 }
 
 // SAFETY: a MemBlock is a base pointer, a length and an owner of the mapping. It hands out no
-// references into its memory: every access is a raw-pointer copy or an atomic, valid from any
+// mutable references into its memory (and shared ones only to the transport's zero-copy
+// send, `bytes`): every other access is a raw-pointer copy or an atomic, valid from any
 // thread because the memory is either our own mapping (alive as long as the block) or foreign
 // memory whose validity for the block's whole lifetime, on any thread, is the `from_raw` contract.
 // The only interior state, the pinned flag, is behind a Mutex.
@@ -196,10 +197,32 @@ impl MemBlock {
         }
         // SAFETY: `src .. src + dst.len()` is inside the block (span), which is valid for reads
         // (owned mapping alive as long as `self`, or the from_raw contract). `dst` is a separate
-        // exclusive borrow: the block never hands out references, and the from_raw contract
+        // exclusive borrow: the block never hands out mutable references, and the from_raw contract
         // forbids a `&mut` into the block while it is alive, so the ranges do not overlap.
         unsafe { ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
         Ok(())
+    }
+
+    /// The bytes `offset .. offset + len`, for the transport to checksum and hand to the
+    /// kernel without copying them first (zero-copy send).
+    ///
+    /// The one place the block lends its memory out, and only for reading, for as long
+    /// as `&self` is borrowed (the transport holds the block's `Arc` until the send
+    /// returns). What the application writes into a buffer under an outstanding send is
+    /// undefined in verbs as on hardware; here such a write can make the kernel copy
+    /// other bytes than the ICRC covered, and the receiver then drops the packet as
+    /// corrupt (RC retransmits it). Memory is never written through the slice.
+    pub(crate) fn bytes(&self, offset: usize, len: usize) -> Result<&[u8], MemError> {
+        let src = self.span(offset, len)?;
+        if len == 0 {
+            return Ok(&[]);
+        }
+        // SAFETY: `src .. src + len` is inside the block (span), valid for reads for as
+        // long as `self` lives (owned mapping, or the from_raw contract), which bounds the
+        // returned lifetime. The NIC writes no part of a block while the engine's round
+        // that sends from it runs (both are the progress round's own work); concurrent
+        // application writes are the DMA caveat above.
+        Ok(unsafe { std::slice::from_raw_parts(src, len) })
     }
 
     /// Copies `src` into the block starting at `offset`.

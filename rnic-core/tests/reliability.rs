@@ -411,6 +411,37 @@ fn read_responses_are_paced_a_burst_per_drain() {
 }
 
 #[test]
+fn a_held_ack_leaves_at_the_next_drain_or_when_the_qp_is_destroyed() {
+    // The UDP driver holds the ACK for what an application's own round received until
+    // the next drain (the answer goes first). Nothing may lose it: the next drain sends
+    // it, and so does destroying the QP (an application that destroys its QP the moment
+    // it sees the last completion must not leave the peer retrying to RETRY_EXC_ERR).
+    for destroy in [false, true] {
+        let mut net = FabricNet::new(Setup::default(), 1);
+        net.post_recv(B, RecvWr { wr_id: 1, sg_list: vec![net.sge(B, 0, 8)] });
+        net.post_send(A, wr(2, SendOp::Send, vec![net.sge(A, 0, 8)]));
+        let mut out = Vec::new();
+        net.fab.engine(A).drain_transmits(&mut out);
+        assert_eq!(out.len(), 1, "one SEND");
+        let src = net.ip(A);
+        net.fab.engine(B).handle_packet(0, src, &out[0].data);
+        let mut first = Vec::new();
+        net.fab.engine(B).drain_transmits_holding_acks(&mut first);
+        assert!(first.is_empty(), "the ACK is held: {first:?}");
+        assert!(net.fab.engine(B).has_held_acks());
+        assert_eq!(net.fab.engine(B).poll_timeout(), Some(0), "a held ACK asks for the next round now");
+        if destroy {
+            let qpn = rnic_wire::Qpn::new(net.qpn(B));
+            net.fab.engine(B).destroy_qp(qpn).unwrap();
+        }
+        let mut next = Vec::new();
+        net.fab.engine(B).drain_transmits(&mut next);
+        assert_eq!(next.len(), 1, "destroy {destroy}: the held ACK left");
+        assert_eq!(common::opcode_psn(&next[0].data).0, 0x11, "an RC ACKNOWLEDGE");
+    }
+}
+
+#[test]
 fn the_requester_waits_the_rnr_timer_the_responder_names() {
     // min_rnr_timer 14 is 1.28 ms in IBA's RNR timer table (Table 45): the retried SEND
     // leaves exactly that long after the RNR NAK arrives (2 us fabric latency).

@@ -34,9 +34,17 @@ const MAX_IPV4_HEADER: usize = 60;
 /// `udp_header` the 8 UDP bytes; `roce` runs from the BTH up to, **not including**, the
 /// ICRC. Masked fields may hold anything. Returns `Err` only if a slice is too short.
 pub fn compute(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) -> Result<Icrc> {
+    compute_parts(ip_header, udp_header, &[roce])
+}
+
+/// [`compute`] for a packet given in pieces: `roce` concatenated is BTH..ICRC with the
+/// ICRC excluded, and its first piece holds at least the BTH (a sender that keeps the
+/// headers and the payload apart, the payload in registered memory).
+pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], roce: &[&[u8]]) -> Result<Icrc> {
+    let head = roce.first().copied().unwrap_or(&[]);
     crate::error::need("IP header", ip_header, 1)?;
     crate::error::need("UDP header", udp_header, udp::HEADER_LEN)?;
-    crate::error::need("BTH", roce, bth::HEADER_LEN)?;
+    crate::error::need("BTH", head, bth::HEADER_LEN)?;
     let mut h = crc32fast::Hasher::new();
     h.update(&LRH_STANDIN);
     match ip_header[0] >> 4 {
@@ -70,10 +78,13 @@ pub fn compute(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) -> Result<Icrc>
     u[7] = 0xff;
     h.update(&u);
     let mut b = [0u8; bth::HEADER_LEN];
-    b.copy_from_slice(&roce[..bth::HEADER_LEN]);
+    b.copy_from_slice(&head[..bth::HEADER_LEN]);
     b[bth::ICRC_MASKED_BYTE] = 0xff;
     h.update(&b);
-    h.update(&roce[bth::HEADER_LEN..]);
+    h.update(&head[bth::HEADER_LEN..]);
+    for part in roce.iter().skip(1) {
+        h.update(part);
+    }
     Ok(h.finalize())
 }
 
@@ -112,7 +123,13 @@ impl IcrcContext {
     /// Builds the IP and UDP headers for a RoCE packet of `roce_len` bytes (BTH..ICRC)
     /// and computes the ICRC over `roce` (BTH..ICRC with the ICRC excluded).
     pub fn compute(&self, roce: &[u8]) -> Result<Icrc> {
-        let roce_len = roce.len() + ICRC_LEN;
+        self.compute_parts(&[roce])
+    }
+
+    /// [`compute`](Self::compute) for a packet given in pieces (BTH..ICRC exclusive,
+    /// concatenated; the first piece holds at least the BTH).
+    pub fn compute_parts(&self, roce: &[&[u8]]) -> Result<Icrc> {
+        let roce_len = roce.iter().map(|p| p.len()).sum::<usize>() + ICRC_LEN;
         let mut u = [0u8; udp::HEADER_LEN];
         let urepr = udp::UdpRepr { src_port: self.src_port, dst_port: self.dst_port, checksum: udp::UdpChecksum::Zero };
         urepr.emit(&mut u, roce_len)?;
@@ -130,7 +147,7 @@ impl IcrcContext {
                     protocol: ipv4::PROTO_UDP,
                 }
                 .emit(&mut ip, udp_len)?;
-                compute(&ip, &u, roce)
+                compute_parts(&ip, &u, roce)
             }
             (src, dst) => {
                 let to6 = |a: IpAddr| match a {
@@ -147,7 +164,7 @@ impl IcrcContext {
                     next_header: ipv4::PROTO_UDP,
                 }
                 .emit(&mut ip, udp_len)?;
-                compute(&ip, &u, roce)
+                compute_parts(&ip, &u, roce)
             }
         }
     }

@@ -277,6 +277,34 @@ impl RoceRepr {
         let len = self.buffer_len();
         crate::error::need("RoCEv2 packet buffer", buf, len)?;
         let buf = &mut buf[..len];
+        self.emit_headers(info, buf);
+        let start = info.payload_offset();
+        let end = start + self.payload_len;
+        fill(&mut buf[start..end]);
+        buf[end..].fill(0);
+        Ok(len)
+    }
+
+    /// Writes the packet without its payload, for a sender that hands the payload to
+    /// the kernel straight from registered memory: `buf` (exactly
+    /// `buffer_len() - payload_len` bytes) gets the headers, then the pad and ICRC as
+    /// zeros. Returns where the payload belongs (the headers' length): the packet is
+    /// `buf[..at]`, the payload, `buf[at..]`.
+    pub fn emit_without_payload(&self, buf: &mut [u8]) -> Result<usize> {
+        let info = self.validate()?;
+        let len = self.buffer_len() - self.payload_len;
+        if buf.len() != len {
+            return Err(Error::FieldRange { field: "header buffer length" });
+        }
+        let at = info.payload_offset();
+        // (The BTH's pad count is that of the whole packet, payload included.)
+        self.emit_headers(info, buf);
+        buf[at..].fill(0);
+        Ok(at)
+    }
+
+    /// BTH and extension headers into `buf[..payload_offset]` (`buf` may be longer).
+    fn emit_headers(&self, info: &OpcodeInfo, buf: &mut [u8]) {
         let pad = self.pad_len();
         self.bth.emit(&mut bth::Packet::new_unchecked(&mut buf[..]), u8::try_from(pad).unwrap_or(0));
         for &kind in info.headers {
@@ -318,11 +346,6 @@ impl RoceRepr {
                 HeaderKind::CnpBody => h.fill(0),
             }
         }
-        let start = info.payload_offset();
-        let end = start + self.payload_len;
-        fill(&mut buf[start..end]);
-        buf[end..].fill(0);
-        Ok(len)
     }
 }
 

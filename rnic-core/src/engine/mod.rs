@@ -63,12 +63,23 @@ pub struct EngineConfig {
     pub max_pkts_per_ack: u32,
     /// Most outstanding READs as requester or responder a QP may be given.
     pub max_rd_atomic: u8,
+    /// Leave payloads of at least 512 bytes that lie in one registered region there
+    /// ([`TxPacket::payload`]) instead of copying them into the packet: the UDP
+    /// transport sends them from registered memory (one copy fewer per byte).
+    pub zero_copy: bool,
 }
 
 impl EngineConfig {
     /// Defaults for a device at `local_ip`.
     pub fn new(local_ip: IpAddr) -> EngineConfig {
-        EngineConfig { local_ip, max_qp: 65536, max_unacked_pkts: 128, max_pkts_per_ack: 64, max_rd_atomic: 16 }
+        EngineConfig {
+            local_ip,
+            max_qp: 65536,
+            max_unacked_pkts: 128,
+            max_pkts_per_ack: 64,
+            max_rd_atomic: 16,
+            zero_copy: false,
+        }
     }
 }
 
@@ -79,9 +90,104 @@ pub struct TxPacket {
     pub dst: IpAddr,
     /// UDP source port (the flow's).
     pub src_port: u16,
-    /// The packet, ICRC to be filled by the transport.
+    /// The packet, ICRC to be filled by the transport; with a [`payload`](Self::payload)
+    /// only its headers, then pad and ICRC.
     pub data: Vec<u8>,
+    /// With [`EngineConfig::zero_copy`]: the payload, left in registered memory for the
+    /// transport to hand to the kernel without copying it. `None`: `data` is the whole
+    /// packet.
+    pub payload: Option<TxPayload>,
 }
+
+/// Payload bytes a packet carries straight from registered memory: on the wire the
+/// packet is `data[..at]`, these bytes, then `data[at..]` (pad and ICRC).
+#[derive(Clone)]
+pub struct TxPayload {
+    block: Arc<crate::mem::MemBlock>,
+    offset: usize,
+    len: usize,
+    at: usize,
+}
+
+impl std::fmt::Debug for TxPayload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxPayload").field("offset", &self.offset).field("len", &self.len).field("at", &self.at).finish()
+    }
+}
+
+impl PartialEq for TxPayload {
+    fn eq(&self, o: &Self) -> bool {
+        Arc::ptr_eq(&self.block, &o.block) && (self.offset, self.len, self.at) == (o.offset, o.len, o.at)
+    }
+}
+impl Eq for TxPayload {}
+
+impl TxPacket {
+    /// Length on the wire (BTH..ICRC).
+    pub fn len(&self) -> usize {
+        self.data.len() + self.payload.as_ref().map_or(0, |p| p.len)
+    }
+
+    /// Whether the packet is empty (never, for a packet the engine built).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The packet in wire order as up to three pieces: headers, payload, pad and ICRC.
+    /// (A packet without a separate payload is one piece.)
+    pub fn pieces(&self) -> [&[u8]; 3] {
+        match &self.payload {
+            None => [&self.data[..], &[], &[]],
+            Some(p) => {
+                // Bounds were checked when the packet was built; an impossible failure
+                // sends zeros' length of nothing rather than panicking.
+                let bytes = p.block.bytes(p.offset, p.len).unwrap_or(&[]);
+                let at = p.at.min(self.data.len());
+                [&self.data[..at], bytes, &self.data[at..]]
+            }
+        }
+    }
+
+    /// The whole packet in one buffer (a copy when the payload is separate).
+    pub fn to_vec(&self) -> Vec<u8> {
+        if self.payload.is_none() {
+            return self.data.clone();
+        }
+        self.pieces().concat()
+    }
+
+    /// Copies a separate payload into `data`, so that `data` is the whole packet.
+    pub fn make_contiguous(&mut self) {
+        if self.payload.is_some() {
+            self.data = self.to_vec();
+            self.payload = None;
+        }
+    }
+
+    /// Writes the ICRC (computed for `ctx`) into the packet's last four bytes.
+    pub fn fill_icrc(&mut self, ctx: &rnic_wire::icrc::IcrcContext) -> Result<(), rnic_wire::Error> {
+        if self.payload.is_none() {
+            return ctx.fill(&mut self.data);
+        }
+        let n = self.data.len();
+        let body = n.checked_sub(rnic_wire::ICRC_LEN).ok_or(rnic_wire::Error::Truncated {
+            what: "RoCEv2 packet",
+            need: rnic_wire::ICRC_LEN,
+            have: n,
+        })?;
+        let icrc = {
+            let [head, payload, tail] = self.pieces();
+            let tail = &tail[..tail.len().saturating_sub(rnic_wire::ICRC_LEN)];
+            ctx.compute_parts(&[head, payload, tail])?
+        };
+        self.data[body..].copy_from_slice(&icrc.to_le_bytes());
+        Ok(())
+    }
+}
+
+/// Payloads shorter than this are copied into the packet even with zero copy: three
+/// pieces per packet cost the kernel more than copying a few hundred bytes.
+pub(crate) const ZERO_COPY_MIN: usize = 512;
 
 /// Asynchronous events (`ibv_event_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,10 +306,44 @@ impl Outbox {
         match repr.emit_with(&mut buf, fill) {
             Ok(_) => {
                 counters.sent_pkts.fetch_add(1, Ordering::Relaxed);
-                self.tx.push_back(TxPacket { dst, src_port, data: buf });
+                self.tx.push_back(TxPacket { dst, src_port, data: buf, payload: None });
             }
             Err(_) => {
                 // A repr inconsistent with its opcode is an engine bug; count, don't send.
+                counters.send_err.fetch_add(1, Ordering::Relaxed);
+                self.put(buf);
+            }
+        }
+    }
+}
+
+impl Outbox {
+    /// Builds one packet whose payload stays in registered memory: `block[offset..]`,
+    /// `repr.payload_len` bytes (bounds checked here).
+    pub(crate) fn emit_zero_copy(
+        &mut self,
+        counters: &Counters,
+        dst: IpAddr,
+        src_port: u16,
+        repr: &RoceRepr,
+        block: &Arc<crate::mem::MemBlock>,
+        offset: usize,
+    ) {
+        if block.bytes(offset, repr.payload_len).is_err() {
+            counters.send_err.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let len = repr.buffer_len() - repr.payload_len;
+        let mut buf = self.small.pop().unwrap_or_default();
+        buf.truncate(len);
+        buf.resize(len, 0);
+        match repr.emit_without_payload(&mut buf) {
+            Ok(at) => {
+                counters.sent_pkts.fetch_add(1, Ordering::Relaxed);
+                let payload = TxPayload { block: block.clone(), offset, len: repr.payload_len, at };
+                self.tx.push_back(TxPacket { dst, src_port, data: buf, payload: Some(payload) });
+            }
+            Err(_) => {
                 counters.send_err.fetch_add(1, Ordering::Relaxed);
                 self.put(buf);
             }
@@ -314,6 +454,10 @@ impl Engine {
     /// semantics: destroy is not a flush).
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), EngineError> {
         let slot = Self::slot(qpn).ok_or(EngineError::NoSuchQp(qpn.value()))?;
+        // What was received is acknowledged, even when the application destroys the QP
+        // the moment it sees the last completion (a held ACK would die with the QP and
+        // the peer retry until RETRY_EXC_ERR).
+        responder::flush_ack(self, qpn);
         match self.qps.get_mut(slot) {
             Some(q @ Some(_)) => {
                 *q = None;
@@ -339,6 +483,8 @@ impl Engine {
 
     /// Modifies a QP, checked against IBA's transition table (`ibv_modify_qp`).
     pub fn modify_qp(&mut self, now: Time, qpn: Qpn, attr: &QpAttr) -> Result<(), EngineError> {
+        // As for destroy: a held ACK leaves before the QP changes state.
+        responder::flush_ack(self, qpn);
         let max_rd = self.config.max_rd_atomic;
         let qp = self.qp_mut(qpn).ok_or(EngineError::NoSuchQp(qpn.value()))?;
         let cur = qp.state;

@@ -319,6 +319,20 @@ impl WqeData {
         }
     }
 
+    /// Where message bytes `off .. off + len` lie when one SGE holds them all: its
+    /// memory block and the offset in it (for a zero-copy send). `None` for inline data
+    /// or bytes that span SGEs.
+    pub(crate) fn contiguous(&self, mut off: usize, len: usize) -> Option<(&Arc<crate::mem::MemBlock>, usize)> {
+        let WqeData::Sges(sl) = self else { return None };
+        for s in sl {
+            if off < s.len() {
+                return (off + len <= s.len()).then(|| (s.block(), s.block_offset() + off));
+            }
+            off -= s.len();
+        }
+        None
+    }
+
     /// Copies `src` into the buffers at message offset `off` (RDMA READ responses,
     /// receive buffers). Returns false if it does not fit.
     pub(crate) fn scatter(&self, mut off: usize, src: &[u8]) -> bool {

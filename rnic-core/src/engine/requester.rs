@@ -118,6 +118,7 @@ pub(crate) fn position(k: u32, n: u32) -> Position {
 /// Transmits what the window, the RNR wait and the READ limit allow.
 pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
     let window = e.config.max_unacked_pkts;
+    let zero_copy = e.config.zero_copy;
     let per_ack = e.config.max_pkts_per_ack;
     let counters = e.counters.clone();
     let Some((qp, out)) = e.qp_and_out(qpn) else { return };
@@ -214,7 +215,10 @@ pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
             let se = f.wqe.solicited && pos.ends() && opcode.info().is_some_and(|i| i.se_allowed);
             let repr = RoceRepr { bth: bth(opcode, qp.attr.dest_qpn, psn, ack_req, se), ext, payload_len: plen };
             let data = &f.wqe.data;
-            out.emit(&counters, dst, qp.src_port, &repr, |p| data.gather(offset, p));
+            match data.contiguous(offset, plen).filter(|_| zero_copy && plen >= super::ZERO_COPY_MIN) {
+                Some((block, at)) => out.emit_zero_copy(&counters, dst, qp.src_port, &repr, block, at),
+                None => out.emit(&counters, dst, qp.src_port, &repr, |p| data.gather(offset, p)),
+            }
             if pos.ends() && matches!(f.wqe.op, SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. })
             {
                 counters.rdma_sends.fetch_add(1, Ordering::Relaxed);

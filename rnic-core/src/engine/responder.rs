@@ -401,6 +401,7 @@ fn finish(e: &mut Engine, qpn: Qpn, repr: &RoceRepr, info: &rnic_wire::OpcodeInf
 /// responses go in request order). Returns the packets sent and whether more remain.
 pub(crate) fn pump_reads(e: &mut Engine, qpn: Qpn, budget: usize) -> (usize, bool) {
     let counters = e.counters.clone();
+    let zero_copy = e.config.zero_copy;
     let Some((qp, out)) = e.qp_and_out(qpn) else { return (0, false) };
     if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
         return (0, false);
@@ -447,11 +448,14 @@ pub(crate) fn pump_reads(e: &mut Engine, qpn: Qpn, budget: usize) -> (usize, boo
             let bth = response_bth(opcode, dest_qp, res.psn.add(k));
             let repr = RoceRepr { bth, ext: ExtHeaders { aeth, ..ExtHeaders::default() }, payload_len: plen };
             let s = slice.as_ref();
-            out.emit(&counters, dst, sport, &repr, |p| {
-                if let Some(s) = s {
-                    let _ = s.read(offset, p);
-                }
-            });
+            match s.filter(|_| zero_copy && plen >= super::ZERO_COPY_MIN) {
+                Some(s) => out.emit_zero_copy(&counters, dst, sport, &repr, s.block(), s.block_offset() + offset),
+                None => out.emit(&counters, dst, sport, &repr, |p| {
+                    if let Some(s) = s {
+                        let _ = s.read(offset, p);
+                    }
+                }),
+            }
             res.next += 1;
             sent += 1;
         }
