@@ -324,6 +324,7 @@ impl Device {
                 parts: Vec::new(),
                 glue: Vec::new(),
                 plan: Vec::new(),
+                icrc: rnic_wire::icrc::IcrcCache::new(),
                 faults: config.faults.clone(),
                 delayed: std::collections::BinaryHeap::new(),
                 seq: 0,
@@ -338,7 +339,7 @@ impl Device {
                 batch: Vec::with_capacity(256),
                 start: Instant::now(),
                 next_timer,
-                last_work: Instant::now(),
+                last_work: 0,
                 shutdown: false,
             }))
         };
@@ -401,7 +402,7 @@ impl Device {
             Some(mut c) => {
                 let now = c.now();
                 self.inner.inline_at.store(now.max(1), Ordering::Relaxed);
-                let worked = c.round(true) == Round::Worked;
+                let worked = c.round(true, now) == Round::Worked;
                 if worked {
                     // A round with work can be long (a window of packets to send): say
                     // so again at its end, lest the progress thread think it stopped.
@@ -627,7 +628,7 @@ struct Core {
     /// piece of work: nothing else changes it.
     next_timer: Option<Time>,
     /// When a round last found work (whichever thread ran it).
-    last_work: Instant,
+    last_work: Time,
     /// `Cmd::Shutdown` was handled (possibly by an application thread's round).
     shutdown: bool,
 }
@@ -652,7 +653,10 @@ impl Core {
     /// one round ([`Engine::drain_transmits_holding_acks`]): the application's answer,
     /// posted before its next round, then leaves first. Held ACKs make `poll_timeout`
     /// say "now", so the next round, whichever thread runs it, sends them.
-    fn round(&mut self, inline: bool) -> Round {
+    ///
+    /// `t` is the time the round started: one clock read per round (about 30 ns each in
+    /// a VM, and an idle busy-polled round is little more than one `recvmmsg`).
+    fn round(&mut self, inline: bool, t: Time) -> Round {
         if self.shutdown {
             return Round::Stop;
         }
@@ -660,8 +664,7 @@ impl Core {
         for _ in 0..CMD_BATCH {
             match self.cmds.try_recv() {
                 Ok(c) => {
-                    let now = self.now();
-                    self.shutdown |= handle(&mut self.engine, now, c);
+                    self.shutdown |= handle(&mut self.engine, t, c);
                     worked = true;
                 }
                 Err(crossbeam_channel::TryRecvError::Empty) => break,
@@ -671,7 +674,6 @@ impl Core {
                 }
             }
         }
-        let t = self.now();
         if worked && self.engine.has_pending_transmit() {
             self.transmit(t, false);
         }
@@ -693,7 +695,6 @@ impl Core {
         }
         let received = n > 0;
         worked |= received;
-        let t = self.now();
         let timed = self.next_timer.is_some_and(|d| d <= t);
         if timed && self.engine.poll_timeout().is_some_and(|d| d <= t) {
             self.engine.handle_timeout(t);
@@ -703,7 +704,7 @@ impl Core {
             while let Some(ev) = self.engine.poll_event() {
                 let _ = self.events.send(ev);
             }
-            self.last_work = Instant::now();
+            self.last_work = t;
             self.next_timer = [self.engine.poll_timeout(), self.tx.next_due()].into_iter().flatten().min();
         }
         if self.shutdown {
@@ -783,9 +784,9 @@ fn progress_loop(
             continue;
         };
         backoff = INLINE_BACKOFF;
+        let now = c.now();
         let (round, last_work, wait) = {
-            let r = c.round(false);
-            let now = c.now();
+            let r = c.round(false, now);
             (r, c.last_work, c.next_timer.map(|t| Duration::from_nanos(t.saturating_sub(now))))
         };
         drop(c);
@@ -794,7 +795,7 @@ fn progress_loop(
             Round::Worked => continue,
             Round::Idle => {}
         }
-        if last_work.elapsed() < spin {
+        if now.saturating_sub(last_work) < to_ns(spin) {
             // Spin before sleeping, yielding so that the other threads of a 2-CPU
             // machine (the peer device, the application) still run.
             std::thread::yield_now();
@@ -844,6 +845,8 @@ struct Tx {
     glue: Vec<u8>,
     /// The current send's iovecs, in order: glued bytes or a packet's piece.
     plan: Vec<Piece>,
+    /// Pseudo-header CRC states of recent flows and lengths.
+    icrc: rnic_wire::icrc::IcrcCache,
     /// Fault injection: with a chain, every packet goes through it alone (no GSO).
     faults: Option<FaultHandle>,
     delayed: std::collections::BinaryHeap<Delayed>,
@@ -956,7 +959,7 @@ impl Tx {
                     ipv4_ident: ident,
                     ..IcrcContext::new(self.local.ip(), p.dst, self.local.port(), ROCEV2_UDP_PORT)
                 };
-                if p.fill_icrc(&ctx).is_err() {
+                if p.fill_icrc(&mut self.icrc, &ctx).is_err() {
                     counters.send_err.fetch_add(1, Ordering::Relaxed);
                 }
             }

@@ -41,10 +41,14 @@ pub fn compute(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) -> Result<Icrc>
 /// ICRC excluded, and its first piece holds at least the BTH (a sender that keeps the
 /// headers and the payload apart, the payload in registered memory).
 pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], roce: &[&[u8]]) -> Result<Icrc> {
-    let head = roce.first().copied().unwrap_or(&[]);
+    finish(prefix(ip_header, udp_header)?, roce)
+}
+
+/// The CRC state after the pseudo-header: the LRH stand-in, then the IP and UDP headers
+/// masked. Every packet of one flow, length and IP ID shares it ([`IcrcCache`]).
+fn prefix(ip_header: &[u8], udp_header: &[u8]) -> Result<crc32fast::Hasher> {
     crate::error::need("IP header", ip_header, 1)?;
     crate::error::need("UDP header", udp_header, udp::HEADER_LEN)?;
-    crate::error::need("BTH", head, bth::HEADER_LEN)?;
     let mut h = crc32fast::Hasher::new();
     h.update(&LRH_STANDIN);
     match ip_header[0] >> 4 {
@@ -77,6 +81,13 @@ pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], roce: &[&[u8]]) -> Res
     u[6] = 0xff;
     u[7] = 0xff;
     h.update(&u);
+    Ok(h)
+}
+
+/// Continues a [`prefix`] over the BTH (masked) and the rest of the packet.
+fn finish(mut h: crc32fast::Hasher, roce: &[&[u8]]) -> Result<Icrc> {
+    let head = roce.first().copied().unwrap_or(&[]);
+    crate::error::need("BTH", head, bth::HEADER_LEN)?;
     let mut b = [0u8; bth::HEADER_LEN];
     b.copy_from_slice(&head[..bth::HEADER_LEN]);
     b[bth::ICRC_MASKED_BYTE] = 0xff;
@@ -86,6 +97,62 @@ pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], roce: &[&[u8]]) -> Res
         h.update(part);
     }
     Ok(h.finalize())
+}
+
+/// Remembers the pseudo-header CRC state of recent (context, length) pairs, so that
+/// the ICRC of a packet costs the CRC of its BTH and body only: a flow's packets share
+/// addresses, ports and, mostly, lengths (a 40-byte WRITE costs ~3x less).
+#[derive(Debug, Clone)]
+pub struct IcrcCache {
+    slots: Vec<Option<(IcrcContext, usize, crc32fast::Hasher)>>,
+}
+
+const CACHE_SLOTS: usize = 64;
+
+impl Default for IcrcCache {
+    fn default() -> IcrcCache {
+        IcrcCache::new()
+    }
+}
+
+impl IcrcCache {
+    /// An empty cache.
+    pub fn new() -> IcrcCache {
+        IcrcCache { slots: vec![None; CACHE_SLOTS] }
+    }
+
+    /// [`IcrcContext::compute_parts`], with the pseudo-header state from the cache.
+    pub fn compute_parts(&mut self, ctx: &IcrcContext, roce: &[&[u8]]) -> Result<Icrc> {
+        let roce_len = roce.iter().map(|p| p.len()).sum::<usize>() + ICRC_LEN;
+        let key = (roce_len ^ usize::from(ctx.ipv4_ident).rotate_left(7) ^ usize::from(ctx.src_port).rotate_left(17))
+            .wrapping_mul(0x9e37_79b9)
+            >> 7;
+        let slot = &mut self.slots[key % CACHE_SLOTS];
+        let h = match slot {
+            Some((c, l, h)) if c == ctx && *l == roce_len => h.clone(),
+            _ => {
+                let h = ctx.prefix(roce_len)?;
+                *slot = Some((*ctx, roce_len, h.clone()));
+                h
+            }
+        };
+        finish(h, roce)
+    }
+
+    /// [`IcrcContext::compute`] through the cache.
+    pub fn compute(&mut self, ctx: &IcrcContext, roce: &[u8]) -> Result<Icrc> {
+        self.compute_parts(ctx, &[roce])
+    }
+
+    /// [`IcrcContext::fill`] through the cache.
+    pub fn fill(&mut self, ctx: &IcrcContext, roce_with_icrc: &mut [u8]) -> Result<()> {
+        let n = roce_with_icrc.len();
+        let body =
+            n.checked_sub(ICRC_LEN).ok_or(Error::Truncated { what: "RoCEv2 packet", need: ICRC_LEN, have: n })?;
+        let c = self.compute(ctx, &roce_with_icrc[..body])?;
+        roce_with_icrc[body..].copy_from_slice(&c.to_le_bytes());
+        Ok(())
+    }
 }
 
 /// Reads the ICRC carried at the end of a BTH..ICRC buffer.
@@ -130,6 +197,11 @@ impl IcrcContext {
     /// concatenated; the first piece holds at least the BTH).
     pub fn compute_parts(&self, roce: &[&[u8]]) -> Result<Icrc> {
         let roce_len = roce.iter().map(|p| p.len()).sum::<usize>() + ICRC_LEN;
+        finish(self.prefix(roce_len)?, roce)
+    }
+
+    /// The CRC state after the pseudo-header of a packet of `roce_len` bytes (BTH..ICRC).
+    fn prefix(&self, roce_len: usize) -> Result<crc32fast::Hasher> {
         let mut u = [0u8; udp::HEADER_LEN];
         let urepr = udp::UdpRepr { src_port: self.src_port, dst_port: self.dst_port, checksum: udp::UdpChecksum::Zero };
         urepr.emit(&mut u, roce_len)?;
@@ -147,7 +219,7 @@ impl IcrcContext {
                     protocol: ipv4::PROTO_UDP,
                 }
                 .emit(&mut ip, udp_len)?;
-                compute_parts(&ip, &u, roce)
+                prefix(&ip, &u)
             }
             (src, dst) => {
                 let to6 = |a: IpAddr| match a {
@@ -164,7 +236,7 @@ impl IcrcContext {
                     next_header: ipv4::PROTO_UDP,
                 }
                 .emit(&mut ip, udp_len)?;
-                compute_parts(&ip, &u, roce)
+                prefix(&ip, &u)
             }
         }
     }
@@ -391,6 +463,31 @@ fn solve_ipv4_id(received: Icrc, computed_id0: Icrc, n_after: usize) -> Option<u
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_cache_gives_what_the_context_computes() {
+        let mut cache = IcrcCache::new();
+        let a = "127.0.0.1".parse().unwrap();
+        let b = "127.0.0.2".parse().unwrap();
+        let v6 = "::1".parse().unwrap();
+        let body: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3).to_le_bytes()[0]).collect();
+        for round in 0..3 {
+            for (src, dst) in [(a, b), (b, a), (v6, v6)] {
+                for ident in [0u16, 1, 5, 63] {
+                    for port in [4791u16, 50000] {
+                        let ctx = IcrcContext { ipv4_ident: ident, ..IcrcContext::new(src, dst, port, 4791) };
+                        for len in [12usize, 13, 40, 100, 300] {
+                            let want = ctx.compute(&body[..len]).unwrap();
+                            assert_eq!(cache.compute(&ctx, &body[..len]).unwrap(), want, "round {round} len {len}");
+                            let (h, t) = body[..len].split_at(12);
+                            assert_eq!(cache.compute_parts(&ctx, &[h, t]).unwrap(), want);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(cache.compute(&IcrcContext::new(a, b, 1, 2), &body[..11]).is_err(), "shorter than a BTH");
+    }
     use super::*;
 
     /// `cnp_ipv4` from shared/vectors (ICRC wire bytes a3 a2 5c d6), whose IPv4 header

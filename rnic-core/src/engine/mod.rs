@@ -164,10 +164,15 @@ impl TxPacket {
         }
     }
 
-    /// Writes the ICRC (computed for `ctx`) into the packet's last four bytes.
-    pub fn fill_icrc(&mut self, ctx: &rnic_wire::icrc::IcrcContext) -> Result<(), rnic_wire::Error> {
+    /// Writes the ICRC (computed for `ctx`, through `cache`) into the packet's last four
+    /// bytes.
+    pub fn fill_icrc(
+        &mut self,
+        cache: &mut rnic_wire::icrc::IcrcCache,
+        ctx: &rnic_wire::icrc::IcrcContext,
+    ) -> Result<(), rnic_wire::Error> {
         if self.payload.is_none() {
-            return ctx.fill(&mut self.data);
+            return cache.fill(ctx, &mut self.data);
         }
         let n = self.data.len();
         let body = n.checked_sub(rnic_wire::ICRC_LEN).ok_or(rnic_wire::Error::Truncated {
@@ -178,7 +183,7 @@ impl TxPacket {
         let icrc = {
             let [head, payload, tail] = self.pieces();
             let tail = &tail[..tail.len().saturating_sub(rnic_wire::ICRC_LEN)];
-            ctx.compute_parts(&[head, payload, tail])?
+            cache.compute_parts(ctx, &[head, payload, tail])?
         };
         self.data[body..].copy_from_slice(&icrc.to_le_bytes());
         Ok(())

@@ -314,23 +314,31 @@ fn check_wc(wc: &WorkCompletion) -> Result<(), String> {
 /// polling thread runs the device's rounds itself ([`Context::progress`]), so that a
 /// 2-CPU machine holds one busy thread per device (this one, and the peer's) rather
 /// than an application thread spinning beside a progress thread that needs its CPU.
-/// After `NAP_AFTER` with neither a completion nor device work, it naps between polls
-/// (the peer is slow or gone; the stall check still runs).
-struct Idle(Instant);
+/// After `NAP_AFTER` polls in a row with neither a completion nor device work (a few
+/// milliseconds), it naps between polls (the peer is slow or gone; the stall check
+/// still runs). Counted, not timed: a clock read costs about as much as a poll's
+/// user-space work.
+struct Idle(u32);
 
-const NAP_AFTER: Duration = Duration::from_millis(5);
+const NAP_AFTER: u32 = 5000;
 
 impl Idle {
     fn new() -> Idle {
-        Idle(Instant::now())
+        Idle(0)
     }
     fn reset(&mut self) {
-        self.0 = Instant::now();
+        self.0 = 0;
+    }
+    /// Whether to look at the clock for the stall check now: when napping, or every
+    /// 1024th empty poll.
+    fn check_due(&self) -> bool {
+        self.0 >= NAP_AFTER || self.0 % 1024 == 1023
     }
     fn wait(&mut self, ctx: &Context) {
         if ctx.progress() {
             self.reset();
-        } else if self.0.elapsed() < NAP_AFTER {
+        } else if self.0 < NAP_AFTER {
+            self.0 += 1;
             std::hint::spin_loop();
         } else {
             std::thread::sleep(Duration::from_micros(20));
@@ -379,9 +387,14 @@ pub fn initiator_bw(side: &Side, p: &Params, kind: TestKind, size: usize, progre
         wr.flags.signaled = sig;
         side.qps[qi].post_send(&wr).map_err(|e| e.to_string())
     };
+    let mut turns = 0u32;
     loop {
+        turns = turns.wrapping_add(1);
         if let Some(d) = duration {
-            stopping |= start.elapsed() >= d;
+            // Every 64th turn: a clock read costs about what a turn's own work does.
+            if turns % 64 == 0 {
+                stopping |= start.elapsed() >= d;
+            }
         }
         for (qi, s) in st.iter_mut().enumerate() {
             let more = |s: &St| if duration.is_some() { !stopping } else { s.posted < p.iters };
@@ -419,7 +432,7 @@ pub fn initiator_bw(side: &Side, p: &Params, kind: TestKind, size: usize, progre
             samples.push((start.elapsed().as_secs_f64(), done));
             bar.tick(done);
         } else {
-            if last_move.elapsed() > STALL {
+            if idle.check_due() && last_move.elapsed() > STALL {
                 return Err(format!("no completion for {} s ({done} of {total} done)", STALL.as_secs()));
             }
             if !side.sleep_on(&side.scq)? {
@@ -482,7 +495,7 @@ pub fn target_send(side: &Side, size: usize, target: &AtomicU64, abort: &AtomicB
         }
         let n = side.rcq.poll(&mut wcs);
         if n == 0 {
-            if last_move.elapsed() > STALL {
+            if idle.check_due() && last_move.elapsed() > STALL {
                 return Err(format!("no SEND arrived for {} s ({got} received)", STALL.as_secs()));
             }
             if !side.sleep_on(&side.rcq)? {
