@@ -325,6 +325,9 @@ impl Device {
                 glue: Vec::new(),
                 plan: Vec::new(),
                 icrc: rnic_wire::icrc::IcrcCache::new(),
+                scratch: crate::sys::SendScratch::default(),
+                lens: Vec::new(),
+                msg_first: Vec::new(),
                 faults: config.faults.clone(),
                 delayed: std::collections::BinaryHeap::new(),
                 seq: 0,
@@ -847,6 +850,10 @@ struct Tx {
     plan: Vec<Piece>,
     /// Pseudo-header CRC states of recent flows and lengths.
     icrc: rnic_wire::icrc::IcrcCache,
+    /// `sendmmsg` headers, packet lengths and message starts, kept between sends.
+    scratch: crate::sys::SendScratch,
+    lens: Vec<usize>,
+    msg_first: Vec<usize>,
     /// Fault injection: with a chain, every packet goes through it alone (no GSO).
     faults: Option<FaultHandle>,
     delayed: std::collections::BinaryHeap<Delayed>,
@@ -947,7 +954,9 @@ impl Tx {
     /// Sends `batch[start..]`; returns where to resume (the end, or the first packet of a
     /// GSO message the kernel refused, to be sent again without GSO).
     fn send_from(&mut self, batch: &mut [TxPacket], start: usize, counters: &Counters) -> usize {
-        let lens: Vec<usize> = batch.iter().map(TxPacket::len).collect();
+        let mut lens = std::mem::take(&mut self.lens);
+        lens.clear();
+        lens.extend(batch.iter().map(TxPacket::len));
         self.parts.clear();
         let mut i = start;
         while i < batch.len() {
@@ -974,7 +983,8 @@ impl Tx {
         let mut plan = std::mem::take(&mut self.plan);
         glue.clear();
         plan.clear();
-        let mut msg_first = Vec::with_capacity(self.parts.len() + 1);
+        let mut msg_first = std::mem::take(&mut self.msg_first);
+        msg_first.clear();
         for &(a, e) in &self.parts {
             msg_first.push(plan.len());
             let mut open: Option<usize> = None;
@@ -1020,7 +1030,7 @@ impl Tx {
         let mut resume = batch.len();
         while m < msgs.len() {
             let chunk = &msgs[m..msgs.len().min(m + TX_MSGS)];
-            match crate::sys::send_msgs(&self.sock, chunk) {
+            match crate::sys::send_msgs_with(&self.sock, &mut self.scratch, chunk) {
                 Ok(k) if k > 0 => {
                     for &(a, e) in &self.parts[m..m + k] {
                         if e - a > 1 {
@@ -1055,6 +1065,8 @@ impl Tx {
         drop(slices);
         self.glue = glue;
         self.plan = plan;
+        self.lens = lens;
+        self.msg_first = msg_first;
         resume
     }
 }

@@ -98,12 +98,41 @@ type CmsgBuf = [u64; 4];
 /// Sends `msgs` with one `sendmmsg`; returns how many messages the kernel took (from the
 /// first; fewer than `msgs.len()` means the caller sends the rest again).
 pub fn send_msgs(sock: &impl AsRawFd, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
+    send_msgs_with(sock, &mut SendScratch::default(), msgs)
+}
+
+/// The per-message structures `sendmmsg` needs, kept by a sending thread between calls
+/// (no allocation per send once they have grown).
+#[derive(Default)]
+pub struct SendScratch {
+    addrs: Vec<socket2::SockAddr>,
+    ctrl: Vec<CmsgBuf>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+impl std::fmt::Debug for SendScratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendScratch").field("messages", &self.hdrs.capacity()).finish()
+    }
+}
+
+// SAFETY: the raw pointers in `hdrs` are written at the start of every `send_msgs_with`
+// call (pointing into this scratch and the call's buffers) and read only by the kernel
+// during that call, which borrows the scratch exclusively; between calls they are dead
+// values never dereferenced. Moving the scratch to another thread is therefore sound.
+unsafe impl Send for SendScratch {}
+
+/// [`send_msgs`] with the headers built in `scratch`.
+pub fn send_msgs_with(sock: &impl AsRawFd, scratch: &mut SendScratch, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
     if msgs.is_empty() {
         return Ok(0);
     }
-    let addrs: Vec<socket2::SockAddr> = msgs.iter().map(|m| socket2::SockAddr::from(m.dst)).collect();
-    let mut ctrl: Vec<CmsgBuf> = vec![[0; 4]; msgs.len()];
-    let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(msgs.len());
+    let SendScratch { addrs, ctrl, hdrs } = scratch;
+    addrs.clear();
+    addrs.extend(msgs.iter().map(|m| socket2::SockAddr::from(m.dst)));
+    ctrl.clear();
+    ctrl.resize(msgs.len(), [0; 4]);
+    hdrs.clear();
     for (i, m) in msgs.iter().enumerate() {
         // SAFETY: msghdr/mmsghdr are plain C structs for which all-zero is a valid value.
         let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
@@ -131,6 +160,12 @@ pub fn send_msgs(sock: &impl AsRawFd, msgs: &[OutMsg<'_>]) -> io::Result<usize> 
             }
         }
         hdrs.push(h);
+    }
+    if hdrs.len() == 1 {
+        // One message: `sendmsg`, a little cheaper than `sendmmsg` (a ping-pong's case).
+        // SAFETY: as below, for the one header.
+        let rc = unsafe { libc::sendmsg(sock.as_raw_fd(), std::ptr::addr_of!(hdrs[0].msg_hdr), 0) };
+        return if rc >= 0 { Ok(1) } else { Err(io::Error::last_os_error()) };
     }
     let n = libc::c_uint::try_from(hdrs.len()).unwrap_or(libc::c_uint::MAX);
     // SAFETY: every header points at memory that lives until this call returns (`addrs`,
@@ -225,14 +260,25 @@ pub fn recv_msgs(
         hdrs[i] = h;
     }
     let flags = if wait { libc::MSG_WAITFORONE } else { libc::MSG_DONTWAIT };
-    let n = libc::c_uint::try_from(count).unwrap_or(libc::c_uint::MAX);
-    // SAFETY: each of the first `count` headers points at a live, exclusively borrowed
-    // buffer (`bufs[i]`, its length in the iovec), a sockaddr_storage and a control
-    // buffer of the sizes given, all owned by `scratch` or the caller for the whole call;
-    // the kernel writes at most those many bytes into each. A null timeout: the socket's
-    // SO_RCVTIMEO bounds the wait.
-    let rc = unsafe { libc::recvmmsg(sock.as_raw_fd(), hdrs.as_mut_ptr(), n, flags, std::ptr::null_mut()) };
-    let got = usize::try_from(rc).map_err(|_| io::Error::last_os_error())?;
+    let got = if count == 1 && !wait {
+        // One message: `recvmsg`, cheaper than `recvmmsg` (a busy poll's common case,
+        // most calls finding nothing).
+        // SAFETY: as below, for the first header; the kernel sets its msg_namelen,
+        // msg_controllen and msg_flags, and the length goes into msg_len here.
+        let rc = unsafe { libc::recvmsg(sock.as_raw_fd(), std::ptr::addr_of_mut!(hdrs[0].msg_hdr), flags) };
+        let len = usize::try_from(rc).map_err(|_| io::Error::last_os_error())?;
+        hdrs[0].msg_len = libc::c_uint::try_from(len).unwrap_or(libc::c_uint::MAX);
+        1
+    } else {
+        let n = libc::c_uint::try_from(count).unwrap_or(libc::c_uint::MAX);
+        // SAFETY: each of the first `count` headers points at a live, exclusively borrowed
+        // buffer (`bufs[i]`, its length in the iovec), a sockaddr_storage and a control
+        // buffer of the sizes given, all owned by `scratch` or the caller for the whole call;
+        // the kernel writes at most those many bytes into each. A null timeout: the socket's
+        // SO_RCVTIMEO bounds the wait.
+        let rc = unsafe { libc::recvmmsg(sock.as_raw_fd(), hdrs.as_mut_ptr(), n, flags, std::ptr::null_mut()) };
+        usize::try_from(rc).map_err(|_| io::Error::last_os_error())?
+    };
     for i in 0..got.min(count) {
         let h = &hdrs[i];
         // SAFETY: the kernel filled `names[i]` and set msg_namelen to its length.

@@ -577,6 +577,9 @@ pub fn latency(
         }
     };
     let mut i = 0u64;
+    // One work request, re-used: only its id changes per message.
+    let mut wr = side.wr(kind, size, 0, true, inline);
+    let mut repost = None;
     loop {
         if pinger {
             match duration {
@@ -589,11 +592,12 @@ pub fn latency(
         }
         let t = tag(i);
         let t0 = Instant::now();
-        let send = |outstanding: &mut u64| -> Result<(), String> {
+        let send = |outstanding: &mut u64, wr: &mut SendWr| -> Result<(), String> {
             if !one_sided_in(kind) {
                 side.mr.write(local + size - 1, &[t]).map_err(|e| e.to_string())?;
             }
-            qp.post_send(&side.wr(kind, size, i, true, inline)).map_err(|e| e.to_string())?;
+            wr.wr_id = i;
+            qp.post_send(wr).map_err(|e| e.to_string())?;
             *outstanding += 1;
             if side.channel.is_none() {
                 side.ctx.progress();
@@ -601,8 +605,14 @@ pub fn latency(
             Ok(())
         };
         // Waits for the peer's message `t` (or, for READ, this side's completion).
-        let wait =
-            |outstanding: &mut u64, byte: &mut [u8; 1], last: &mut Option<(usize, u8)>| -> Result<bool, String> {
+        // A SEND's receive is posted again after the answer is on its way (or the round
+        // trip timed): the next message is a round trip away, and the post stays off
+        // the measured path.
+        let wait = |outstanding: &mut u64,
+                    byte: &mut [u8; 1],
+                    last: &mut Option<(usize, u8)>,
+                    repost: &mut Option<u64>|
+         -> Result<bool, String> {
                 let mut polls = 0u64;
                 loop {
                     // Drive the device from this thread when its progress thread is not
@@ -630,7 +640,7 @@ pub fn latency(
                                     return Err(format!("message {i}: tag {:#04x}, expected {t:#04x}", byte[0]));
                                 }
                                 *last = Some((off, t));
-                                post_recv(qp, &side.mr, off, side.max_size, wc.wr_id)?;
+                                *repost = Some(wc.wr_id);
                                 return Ok(true);
                             }
                         }
@@ -669,16 +679,16 @@ pub fn latency(
             };
         if pinger {
             reap(&mut outstanding, true)?;
-            send(&mut outstanding)?;
-            wait(&mut outstanding, &mut byte, &mut last)?;
+            send(&mut outstanding, &mut wr)?;
+            wait(&mut outstanding, &mut byte, &mut last, &mut repost)?;
             rtts.push(t0.elapsed());
             bar.tick(i + 1);
         } else if !one_sided_in(kind) {
-            if !wait(&mut outstanding, &mut byte, &mut last)? {
+            if !wait(&mut outstanding, &mut byte, &mut last, &mut repost)? {
                 break;
             }
             reap(&mut outstanding, true)?;
-            send(&mut outstanding)?;
+            send(&mut outstanding, &mut wr)?;
         } else {
             // READ / atomic latency: the responder's CPU does nothing; wait for the end.
             if target.load(Ordering::Acquire) != u64::MAX {
@@ -686,6 +696,9 @@ pub fn latency(
             }
             std::thread::sleep(Duration::from_millis(1));
             continue;
+        }
+        if let Some(id) = repost.take() {
+            post_recv(qp, &side.mr, side.slot_offset(0, (id & 0xffff_ffff) as usize), side.max_size, id)?;
         }
         reap(&mut outstanding, false)?;
         i += 1;
