@@ -44,6 +44,9 @@ pub struct Params {
     /// Skip the UDP baseline (`--no-baseline`): no ratio is reported.
     #[serde(default)]
     pub no_baseline: bool,
+    /// Unreliable datagram QPs (`-c UD`, SEND tests only).
+    #[serde(default)]
+    pub ud: bool,
 }
 
 /// One control message.
@@ -89,6 +92,10 @@ pub enum Msg {
         ok: bool,
         /// Why not.
         why: String,
+        /// UD: messages that never arrived (a datagram the receiver had no receive
+        /// posted for is dropped, as IBA says).
+        #[serde(default)]
+        lost: u64,
     },
     /// The other side gave up.
     Error {
@@ -195,7 +202,7 @@ mod tests {
         let m = Msg::UdpReady { port: 4000 };
         assert_eq!(serde_json::to_string(&m).unwrap(), r#"{"msg":"udp_ready","port":4000}"#);
         let back: Msg = serde_json::from_str(r#"{"msg":"verified","ok":false,"why":"byte 3"}"#).unwrap();
-        assert_eq!(back, Msg::Verified { ok: false, why: "byte 3".into() });
+        assert_eq!(back, Msg::Verified { ok: false, why: "byte 3".into(), lost: 0 });
     }
 
     #[test]

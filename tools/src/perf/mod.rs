@@ -193,12 +193,14 @@ impl Args {
             )
         })?;
         let conn = self.connection.to_ascii_uppercase();
-        let uc = match conn.as_str() {
-            "RC" => false,
+        let (uc, ud) = match conn.as_str() {
+            "RC" => (false, false),
             // perftest: UC carries SEND and RDMA WRITE (IBA: no READ, no atomics on UC).
-            "UC" if matches!(test.kind, TestKind::Send | TestKind::Write) => true,
+            "UC" if matches!(test.kind, TestKind::Send | TestKind::Write) => (true, false),
             "UC" => return Err(format!("-c UC: {} needs RC (UC carries SEND and RDMA WRITE only)", self.test)),
-            "UD" => return Err("-c UD: not supported yet in this build (RC and UC)".into()),
+            // UD carries SEND only (IBA 9.8.2), each message one packet.
+            "UD" if test.kind == TestKind::Send => (false, true),
+            "UD" => return Err(format!("-c UD: {} needs RC or UC (UD carries SEND only)", self.test)),
             other => return Err(format!("-c {other}: not a connection type (RC, UC or UD)")),
         };
         if self.no_baseline && test.kind == TestKind::Udp {
@@ -220,6 +222,11 @@ impl Args {
         };
         if let Some(&s) = sizes.iter().find(|&&s| s == 0 || s > 1 << 30) {
             return Err(format!("-s {s}: must be 1 to 2^30 bytes"));
+        }
+        // A UD message is one packet: at most the path MTU (perftest's -a stops there).
+        let sizes = if ud && self.all { sizes.into_iter().filter(|&s| s <= u64::from(self.mtu)).collect() } else { sizes };
+        if let Some(&s) = sizes.iter().find(|&&s| ud && s > u64::from(self.mtu)) {
+            return Err(format!("-s {s}: a UD message is one packet, at most the path MTU (-m {})", self.mtu));
         }
         if test.lat && self.qps != 1 {
             return Err("-q: latency tests use one QP".into());
@@ -272,6 +279,7 @@ impl Args {
                 events: self.events,
                 uc,
                 no_baseline: self.no_baseline,
+                ud,
             },
         ))
     }
@@ -339,6 +347,9 @@ pub struct Report {
     pub baseline_msg_rate_mpps: Option<f64>,
     /// Figure / baseline (bandwidth: higher is better; latency: lower is better).
     pub ratio: Option<f64>,
+    /// UD: messages sent that never arrived (dropped by the receiver for want of a
+    /// posted receive, as IBA says); the bandwidth figures count delivered messages.
+    pub lost: Option<u64>,
     /// Whether every byte checked out.
     pub verified: bool,
     /// Why not.
@@ -445,6 +456,9 @@ impl Report {
         if let Some(e) = &self.error {
             o.insert("error".into(), json!(e));
         }
+        if let Some(l) = self.lost {
+            o.insert("lost".into(), json!(l));
+        }
         v
     }
 }
@@ -502,6 +516,12 @@ fn table_row(r: &Report) -> String {
     }
     if r.baseline.is_none() && !r.baseline_method.is_empty() {
         s += &format!("\n   method: {}", r.baseline_method);
+    }
+    if let Some(l) = r.lost.filter(|&l| l > 0) {
+        s += &format!(
+            "\n   UD: {l} of {} messages lost (no receive posted in time; the figures count delivered ones)",
+            r.iterations
+        );
     }
     if !r.verified {
         s += &format!("\n   NOT VERIFIED: {}", r.error.as_deref().unwrap_or("unknown"));
@@ -866,6 +886,7 @@ fn udp_report(test: Test, p: &Params, size: u64, base: &Baseline) -> Report {
         baseline_method: base.method.clone(),
         baseline_msg_rate_mpps: None,
         ratio: None,
+        lost: None,
         verified: true,
         error: None,
     }
@@ -903,7 +924,7 @@ fn client_size(
         let (run, own) = std::thread::scope(|sc| -> Result<(rdma::BwRun, Result<(), String>), String> {
             // -b: this side is also a target.
             let tgt = (p.bidirectional && test.kind == TestKind::Send)
-                .then(|| sc.spawn(|| rdma::target_send(side, sz, &target, &abort)));
+                .then(|| sc.spawn(|| rdma::target_send(side, sz, &target, &abort, &AtomicU64::new(0))));
             let run = rdma::initiator_bw(side, p, test.kind, sz, progress);
             if run.is_err() {
                 abort.store(true, Ordering::Release);
@@ -954,8 +975,21 @@ fn client_size(
         };
         (figures, run.count, own)
     };
-    let (ok, why) =
-        ctrl.expect("verified", |m| if let Msg::Verified { ok, why } = m { Some((ok, why)) } else { None })?;
+    let (ok, why, lost) = ctrl.expect("verified", |m| {
+        if let Msg::Verified { ok, why, lost } = m {
+            Some((ok, why, lost))
+        } else {
+            None
+        }
+    })?;
+    // UD: what was lost does not count as moved.
+    let figures = match figures {
+        Figures::Bw { peak_mbps, avg_mbps, msg_rate_mpps } if lost > 0 && iterations > 0 => {
+            let f = iterations.saturating_sub(lost) as f64 / iterations as f64;
+            Figures::Bw { peak_mbps: peak_mbps * f, avg_mbps: avg_mbps * f, msg_rate_mpps: msg_rate_mpps * f }
+        }
+        f => f,
+    };
     let error = match (own_check, ok) {
         (Err(e), _) => Some(format!("this side: {e}")),
         (Ok(()), false) => Some(format!("the other side: {why}")),
@@ -970,6 +1004,7 @@ fn client_size(
         baseline_method: String::new(),
         baseline_msg_rate_mpps: None,
         ratio: None,
+        lost: p.ud.then_some(lost),
         verified: error.is_none(),
         error,
     })
@@ -1020,6 +1055,7 @@ fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
         ctrl.expect("ready", |m| matches!(m, Msg::Ready).then_some(()))?;
         let target = AtomicU64::new(u64::MAX);
         let abort = AtomicBool::new(false);
+        let lost = AtomicU64::new(0);
         let check = std::thread::scope(|sc| -> Result<Result<(), String>, String> {
             let worker = sc.spawn(|| -> Result<Option<(usize, u8)>, String> {
                 if test.lat {
@@ -1027,7 +1063,7 @@ fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
                     rdma::latency(s, &p, test.kind, sz, false, &target, false).map(|(_, last)| last)
                 } else if test.kind == TestKind::Send {
                     let pat = rdma::pattern(sz);
-                    rdma::target_send(s, sz, &target, &abort).map(|o| o.map(|o| (o, pat[sz - 1])))
+                    rdma::target_send(s, sz, &target, &abort, &lost).map(|o| o.map(|o| (o, pat[sz - 1])))
                 } else {
                     Ok(None)
                 }
@@ -1076,7 +1112,7 @@ fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
         if !ok {
             failed = Some(why.clone());
         }
-        ctrl.send(&Msg::Verified { ok, why })?;
+        ctrl.send(&Msg::Verified { ok, why, lost: lost.load(Ordering::Acquire) })?;
         if !p.no_baseline {
             server_baseline(ctrl, ip, peer_ip, test, &p, size)?;
         }

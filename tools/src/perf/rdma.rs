@@ -12,8 +12,8 @@ use super::ctrl::Params;
 use super::{Progress, Test, TestKind};
 use rnic_core::device::DeviceConfig;
 use rnic_verbs::{
-    AccessFlags, CompChannel, CompletionQueue, Context, Endpoint, MemoryRegion, PathMtu, PreparedQp, QpCap, QueuePair,
-    RecvWr, RemoteMr, SendOp, SendWr, WcStatus, WorkCompletion,
+    AccessFlags, AddressHandle, CompChannel, CompletionQueue, Context, Endpoint, MemoryRegion, PathMtu, PreparedQp,
+    ProtectionDomain, QpCap, QueuePair, RecvWr, RemoteMr, SendOp, SendWr, UdDest, WcStatus, WorkCompletion,
 };
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,6 +23,13 @@ use std::time::{Duration, Instant};
 const RECV_MEMORY: usize = 64 << 20;
 /// A side gives up when nothing moves for this long.
 const STALL: Duration = Duration::from_secs(30);
+/// UD: the Q_Key both sides use (ibv_ud_pingpong's and perftest's).
+const UD_QKEY: u32 = 0x1111_1111;
+/// UD: the GRH area at the start of every receive buffer (IBA 11.4.1.1).
+const GRH: usize = 40;
+/// UD: once the sender is done, the target waits this long without an arrival before
+/// it counts the missing messages as lost.
+const UD_QUIET: Duration = Duration::from_millis(300);
 
 /// A deterministic byte pattern for messages of `len` bytes (its seed is the size, so a
 /// stale message of another size does not pass).
@@ -54,8 +61,15 @@ pub struct Side {
     max_size: usize,
     nbuf: usize,
     slots: usize,
-    /// UC: a send completes when it leaves, not when it lands.
+    /// UC and UD: a send completes when it leaves, not when it lands.
     uc: bool,
+    /// UD: the GRH area before each received message (0 otherwise).
+    grh: usize,
+    /// UD: QP *i* sends to the peer's QP *i* through this (empty otherwise).
+    dests: Vec<UdDest>,
+    /// UD: the address handles behind `dests`, and the PD that makes them.
+    ahs: Vec<AddressHandle>,
+    pd: ProtectionDomain,
 }
 
 impl Side {
@@ -71,8 +85,11 @@ impl Side {
         let max_size = usize::try_from(params.sizes.iter().copied().max().unwrap_or(1).max(1))
             .map_err(|_| "message size too large".to_string())?;
         let test = Test::parse(&params.test).ok_or_else(|| format!("unknown test {}", params.test))?;
+        let grh = if params.ud { GRH } else { 0 };
+        // Receive slots hold a message after the GRH area (UD); the local area follows.
+        let stride = max_size + grh;
         let (nbuf, slots) = if test.kind == TestKind::Send {
-            let nbuf = (RECV_MEMORY / max_size).clamp(1, q * params.rx_depth as usize);
+            let nbuf = (RECV_MEMORY / stride).clamp(1, q * params.rx_depth as usize);
             (nbuf, (params.rx_depth as usize).min(nbuf.div_ceil(q).max(1)).max(1))
         } else {
             (1, 0)
@@ -89,7 +106,7 @@ impl Side {
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_ATOMIC;
-        let mr = pd.allocate_mr(nbuf * max_size + max_size, access).map_err(|e| e.to_string())?;
+        let mr = pd.allocate_mr(nbuf * stride + max_size, access).map_err(|e| e.to_string())?;
         let mtu = PathMtu::from_bytes(params.mtu).ok_or_else(|| format!("-m {}: not a path MTU", params.mtu))?;
         let cap = QpCap {
             max_send_wr: params.tx_depth,
@@ -101,7 +118,9 @@ impl Side {
         let mut prepared = Vec::with_capacity(q);
         for _ in 0..q {
             let b = pd.qp_builder(&scq, &rcq).cap(cap).mtu(mtu);
-            let b = if params.uc {
+            let b = if params.ud {
+                b.qp_type(rnic_verbs::QpType::Ud).qkey(UD_QKEY)
+            } else if params.uc {
                 b.qp_type(rnic_verbs::QpType::Uc).access(AccessFlags::REMOTE_WRITE)
             } else {
                 b.access(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
@@ -122,7 +141,11 @@ impl Side {
             max_size,
             nbuf,
             slots,
-            uc: params.uc,
+            uc: params.uc || params.ud,
+            grh,
+            dests: Vec::new(),
+            ahs: Vec::new(),
+            pd,
         })
     }
 
@@ -149,7 +172,7 @@ impl Side {
     /// What the peer may RDMA into: the target area.
     pub fn remote_mr(&self) -> RemoteMr {
         let mut r = self.mr.remote();
-        r.len = (self.nbuf * self.max_size) as u64;
+        r.len = (self.nbuf * self.stride()) as u64;
         r
     }
 
@@ -159,12 +182,20 @@ impl Side {
             return Err(format!("the peer has {} QPs, this side {}", peer.len(), self.prepared.len()));
         }
         for (p, ep) in self.prepared.drain(..).zip(peer) {
-            self.qps.push(p.connect(ep).map_err(|e| e.to_string())?);
+            if self.grh > 0 {
+                // UD: no connection; every send names the peer's QP through an AH.
+                self.qps.push(p.activate().map_err(|e| e.to_string())?);
+                let ah = self.pd.create_ah(ep.gid).map_err(|e| e.to_string())?;
+                self.dests.push(ah.dest(ep.qpn, UD_QKEY));
+                self.ahs.push(ah);
+            } else {
+                self.qps.push(p.connect(ep).map_err(|e| e.to_string())?);
+            }
         }
         self.remote = Some(mr);
         for (qi, qp) in self.qps.iter().enumerate() {
             for s in 0..self.slots {
-                post_recv(qp, &self.mr, self.slot_offset(qi, s), self.max_size, ((qi as u64) << 32) | s as u64)?;
+                post_recv(qp, &self.mr, self.slot_offset(qi, s), self.stride(), ((qi as u64) << 32) | s as u64)?;
             }
         }
         Ok(())
@@ -175,12 +206,18 @@ impl Side {
         peer.first().map(|e| e.gid.to_ip())
     }
 
+    /// Bytes per receive slot: the largest message, after the GRH area under UD.
+    fn stride(&self) -> usize {
+        self.max_size + self.grh
+    }
+
+    /// Where receive slot `slot` of QP `qp` starts (a UD message lands `grh` further).
     fn slot_offset(&self, qp: usize, slot: usize) -> usize {
-        ((qp * self.slots + slot) % self.nbuf) * self.max_size
+        ((qp * self.slots + slot) % self.nbuf) * self.stride()
     }
 
     fn local_offset(&self) -> usize {
-        self.nbuf * self.max_size
+        self.nbuf * self.stride()
     }
 
     /// Fills the buffers for a run of `size`-byte messages: the source with the pattern
@@ -199,7 +236,7 @@ impl Side {
         } else {
             w(self.local_offset(), &pat)?;
             for b in 0..self.nbuf {
-                w(b * self.max_size, &zero)?;
+                w(b * self.stride() + self.grh, &zero)?;
             }
         }
         Ok(())
@@ -230,7 +267,7 @@ impl Side {
         let pat = pattern(size);
         let (off, what) = match (kind, last) {
             (TestKind::Read, _) => (self.local_offset(), "READ destination"),
-            (TestKind::Send, Some((slot, _))) => (slot, "last received SEND"),
+            (TestKind::Send, Some((slot, _))) => (slot + self.grh, "last received SEND"),
             (TestKind::Send, None) => return Err("no SEND was received".into()),
             _ => (0, "WRITE target"),
         };
@@ -286,6 +323,7 @@ impl Side {
             _ => SendOp::Send,
         };
         let mut wr = SendWr::new(wr_id, op, vec![sge]);
+        wr.ud = self.dests.first().copied();
         wr.flags.signaled = signaled;
         wr.flags.inline = inline && !one_sided_in(kind);
         wr
@@ -385,6 +423,9 @@ pub fn initiator_bw(side: &Side, p: &Params, kind: TestKind, size: usize, progre
     let mut post = |qi: usize, wr_id: u64, sig: bool| {
         wr.wr_id = wr_id;
         wr.flags.signaled = sig;
+        if let Some(d) = side.dests.get(qi) {
+            wr.ud = Some(*d);
+        }
         side.qps[qi].post_send(&wr).map_err(|e| e.to_string())
     };
     let mut turns = 0u32;
@@ -479,7 +520,17 @@ fn peak(samples: &[(f64, u64)], total: u64) -> f64 {
 /// SEND target: counts and checks every received message (length, and the first and last
 /// 8 bytes against the pattern), re-posting each receive at once, until `target` messages
 /// arrived. Returns the slot offset of the last one, for the full check.
-pub fn target_send(side: &Side, size: usize, target: &AtomicU64, abort: &AtomicBool) -> Result<Option<usize>, String> {
+///
+/// UD has no retransmission: a datagram that finds no receive posted is dropped (IBA
+/// 9.8.3.2). Once the sender is done, a UD target that sees nothing arrive for
+/// `UD_QUIET` stops and stores the number missing in `lost`.
+pub fn target_send(
+    side: &Side,
+    size: usize,
+    target: &AtomicU64,
+    abort: &AtomicBool,
+    lost: &AtomicU64,
+) -> Result<Option<usize>, String> {
     let pat = pattern(size);
     let edge = size.min(8);
     let mut wcs = vec![WorkCompletion::new(0, WcStatus::Success, rnic_verbs::WcOpcode::Recv, 0); 256];
@@ -495,6 +546,14 @@ pub fn target_send(side: &Side, size: usize, target: &AtomicU64, abort: &AtomicB
         }
         let n = side.rcq.poll(&mut wcs);
         if n == 0 {
+            let want = target.load(Ordering::Acquire);
+            if side.grh > 0 && want != u64::MAX && idle.check_due() && last_move.elapsed() > UD_QUIET {
+                lost.store(want.saturating_sub(got), Ordering::Release);
+                if got == 0 {
+                    return Err(format!("UD: none of {want} SENDs arrived"));
+                }
+                break;
+            }
             if idle.check_due() && last_move.elapsed() > STALL {
                 return Err(format!("no SEND arrived for {} s ({got} received)", STALL.as_secs()));
             }
@@ -507,20 +566,22 @@ pub fn target_send(side: &Side, size: usize, target: &AtomicU64, abort: &AtomicB
         idle.reset();
         for wc in &wcs[..n] {
             check_wc(wc)?;
-            if wc.byte_len as usize != size {
-                return Err(format!("a SEND of {} bytes arrived, expected {size}", wc.byte_len));
+            // UD: byte_len counts the 40-byte GRH area too (IBA 11.4.1.1).
+            if wc.byte_len as usize != size + side.grh {
+                return Err(format!("a SEND of {} bytes arrived, expected {}", wc.byte_len, size + side.grh));
             }
             let qi = (wc.wr_id >> 32) as usize;
             let off = side.slot_offset(qi, (wc.wr_id & 0xffff_ffff) as usize);
-            side.mr.read(off, &mut head).map_err(|e| e.to_string())?;
-            side.mr.read(off + size - edge, &mut tail).map_err(|e| e.to_string())?;
+            let data = off + side.grh;
+            side.mr.read(data, &mut head).map_err(|e| e.to_string())?;
+            side.mr.read(data + size - edge, &mut tail).map_err(|e| e.to_string())?;
             if head[..] != pat[..edge] || tail[..] != pat[size - edge..] {
                 return Err(format!("SEND {got}: its first/last bytes differ from what was sent"));
             }
             last = Some(off);
             got += 1;
             let qp = side.qps.get(qi).ok_or("completion for an unknown QP")?;
-            post_recv(qp, &side.mr, off, side.max_size, wc.wr_id)?;
+            post_recv(qp, &side.mr, off, side.stride(), wc.wr_id)?;
         }
     }
     Ok(last)
@@ -631,11 +692,15 @@ pub fn latency(
                         TestKind::Send => {
                             if let Some(wc) = side.rcq.poll_one() {
                                 check_wc(&wc)?;
-                                if wc.byte_len as usize != size {
-                                    return Err(format!("a SEND of {} bytes arrived, expected {size}", wc.byte_len));
+                                if wc.byte_len as usize != size + side.grh {
+                                    return Err(format!(
+                                        "a SEND of {} bytes arrived, expected {}",
+                                        wc.byte_len,
+                                        size + side.grh
+                                    ));
                                 }
                                 let off = side.slot_offset(0, (wc.wr_id & 0xffff_ffff) as usize);
-                                side.mr.read(off + size - 1, byte).map_err(|e| e.to_string())?;
+                                side.mr.read(off + side.grh + size - 1, byte).map_err(|e| e.to_string())?;
                                 if byte[0] != t {
                                     return Err(format!("message {i}: tag {:#04x}, expected {t:#04x}", byte[0]));
                                 }
@@ -698,7 +763,7 @@ pub fn latency(
             continue;
         }
         if let Some(id) = repost.take() {
-            post_recv(qp, &side.mr, side.slot_offset(0, (id & 0xffff_ffff) as usize), side.max_size, id)?;
+            post_recv(qp, &side.mr, side.slot_offset(0, (id & 0xffff_ffff) as usize), side.stride(), id)?;
         }
         reap(&mut outstanding, false)?;
         i += 1;
@@ -736,6 +801,7 @@ mod tests {
             events: false,
             uc: false,
             no_baseline: false,
+            ud: false,
         }
     }
 

@@ -45,6 +45,7 @@ fn perftest_letters_mean_what_perftest_means() {
             events: false,
             uc: false,
             no_baseline: false,
+            ud: false,
         }
     );
 }
@@ -74,6 +75,17 @@ fn defaults_follow_perftest() {
 }
 
 #[test]
+fn ud_is_send_only_and_one_packet_per_message() {
+    let (_, p) = params("send_bw -c UD -s 1024 -m 1024").unwrap();
+    assert!(p.ud && !p.uc);
+    assert_eq!(p.sizes, vec![1024]);
+    // -a under UD stops at the path MTU, as perftest.
+    let (_, p) = params("send_lat -c ud -a -m 2048").unwrap();
+    assert_eq!(p.sizes.last(), Some(&2048));
+    assert!(params("send_lat -c UD -s 2049 -m 2048").is_err());
+}
+
+#[test]
 fn modes_host_server_loopback() {
     let a = parse("write_bw 10.0.0.1 --ip 10.0.0.2").unwrap();
     assert_eq!(a.host.as_deref(), Some("10.0.0.1"));
@@ -89,7 +101,9 @@ fn modes_host_server_loopback() {
 #[test]
 fn what_this_build_cannot_do_is_refused_by_name() {
     for (line, says) in [
-        ("write_bw -c UD", "-c UD: not supported yet in this build"),
+        ("write_bw -c UD", "-c UD: write_bw needs RC or UC (UD carries SEND only)"),
+        ("send_bw -c UD -s 8192 -m 4096", "-s 8192: a UD message is one packet, at most the path MTU (-m 4096)"),
+        ("udp_bw --no-baseline", "--no-baseline: the udp tests are the baseline"),
         ("read_bw -c uc", "-c UC: read_bw needs RC"),
         ("write_bw -c XY", "not a connection type"),
         ("write_lat -e", "-e: write_lat polls memory"),
@@ -132,6 +146,7 @@ fn json_has_exactly_the_issue_fields() {
         baseline_method: "m".into(),
         baseline_msg_rate_mpps: Some(0.08),
         ratio: Some(0.5),
+        lost: None,
         verified: true,
         error: None,
     };
