@@ -224,7 +224,8 @@ impl Args {
             return Err(format!("-s {s}: must be 1 to 2^30 bytes"));
         }
         // A UD message is one packet: at most the path MTU (perftest's -a stops there).
-        let sizes = if ud && self.all { sizes.into_iter().filter(|&s| s <= u64::from(self.mtu)).collect() } else { sizes };
+        let sizes =
+            if ud && self.all { sizes.into_iter().filter(|&s| s <= u64::from(self.mtu)).collect() } else { sizes };
         if let Some(&s) = sizes.iter().find(|&&s| ud && s > u64::from(self.mtu)) {
             return Err(format!("-s {s}: a UD message is one packet, at most the path MTU (-m {})", self.mtu));
         }
@@ -975,13 +976,17 @@ fn client_size(
         };
         (figures, run.count, own)
     };
-    let (ok, why, lost) = ctrl.expect("verified", |m| {
-        if let Msg::Verified { ok, why, lost } = m {
-            Some((ok, why, lost))
-        } else {
-            None
-        }
-    })?;
+    let (ok, why, lost) =
+        ctrl.expect(
+            "verified",
+            |m| {
+                if let Msg::Verified { ok, why, lost } = m {
+                    Some((ok, why, lost))
+                } else {
+                    None
+                }
+            },
+        )?;
     // UD: what was lost does not count as moved.
     let figures = match figures {
         Figures::Bw { peak_mbps, avg_mbps, msg_rate_mpps } if lost > 0 && iterations > 0 => {

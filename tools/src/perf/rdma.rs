@@ -674,74 +674,74 @@ pub fn latency(
                     last: &mut Option<(usize, u8)>,
                     repost: &mut Option<u64>|
          -> Result<bool, String> {
-                let mut polls = 0u64;
-                loop {
-                    // Drive the device from this thread when its progress thread is not
-                    // running a round: no hand-off between the packet and this poll.
-                    if side.channel.is_none() {
-                        side.ctx.progress();
-                    }
-                    match kind {
-                        TestKind::Write => {
-                            side.mr.read(size - 1, byte).map_err(|e| e.to_string())?;
-                            if byte[0] == t {
-                                *last = Some((0, t));
-                                return Ok(true);
-                            }
-                        }
-                        TestKind::Send => {
-                            if let Some(wc) = side.rcq.poll_one() {
-                                check_wc(&wc)?;
-                                if wc.byte_len as usize != size + side.grh {
-                                    return Err(format!(
-                                        "a SEND of {} bytes arrived, expected {}",
-                                        wc.byte_len,
-                                        size + side.grh
-                                    ));
-                                }
-                                let off = side.slot_offset(0, (wc.wr_id & 0xffff_ffff) as usize);
-                                side.mr.read(off + side.grh + size - 1, byte).map_err(|e| e.to_string())?;
-                                if byte[0] != t {
-                                    return Err(format!("message {i}: tag {:#04x}, expected {t:#04x}", byte[0]));
-                                }
-                                *last = Some((off, t));
-                                *repost = Some(wc.wr_id);
-                                return Ok(true);
-                            }
-                        }
-                        _ => {
-                            if let Some(wc) = side.scq.poll_one() {
-                                check_wc(&wc)?;
-                                *outstanding -= 1;
-                                return Ok(true);
-                            }
+            let mut polls = 0u64;
+            loop {
+                // Drive the device from this thread when its progress thread is not
+                // running a round: no hand-off between the packet and this poll.
+                if side.channel.is_none() {
+                    side.ctx.progress();
+                }
+                match kind {
+                    TestKind::Write => {
+                        side.mr.read(size - 1, byte).map_err(|e| e.to_string())?;
+                        if byte[0] == t {
+                            *last = Some((0, t));
+                            return Ok(true);
                         }
                     }
-                    // -e: sleep on the CQ the answer completes on.
-                    match kind {
-                        TestKind::Send => {
-                            side.sleep_on(&side.rcq)?;
-                        }
-                        TestKind::Write => {}
-                        _ => {
-                            side.sleep_on(&side.scq)?;
+                    TestKind::Send => {
+                        if let Some(wc) = side.rcq.poll_one() {
+                            check_wc(&wc)?;
+                            if wc.byte_len as usize != size + side.grh {
+                                return Err(format!(
+                                    "a SEND of {} bytes arrived, expected {}",
+                                    wc.byte_len,
+                                    size + side.grh
+                                ));
+                            }
+                            let off = side.slot_offset(0, (wc.wr_id & 0xffff_ffff) as usize);
+                            side.mr.read(off + side.grh + size - 1, byte).map_err(|e| e.to_string())?;
+                            if byte[0] != t {
+                                return Err(format!("message {i}: tag {:#04x}, expected {t:#04x}", byte[0]));
+                            }
+                            *last = Some((off, t));
+                            *repost = Some(wc.wr_id);
+                            return Ok(true);
                         }
                     }
-                    polls += 1;
-                    // Busy polling, yielding every 64 polls (each runs a device round, a
-                    // system call): often enough for a thread sharing this CPU, not so
-                    // often that other processes' time slices come between two polls.
-                    if polls % 64 == 0 {
-                        if !pinger && i >= target.load(Ordering::Acquire) {
-                            return Ok(false);
+                    _ => {
+                        if let Some(wc) = side.scq.poll_one() {
+                            check_wc(&wc)?;
+                            *outstanding -= 1;
+                            return Ok(true);
                         }
-                        if t0.elapsed() > STALL {
-                            return Err(format!("no answer to message {i} for {} s", STALL.as_secs()));
-                        }
-                        std::thread::yield_now();
                     }
                 }
-            };
+                // -e: sleep on the CQ the answer completes on.
+                match kind {
+                    TestKind::Send => {
+                        side.sleep_on(&side.rcq)?;
+                    }
+                    TestKind::Write => {}
+                    _ => {
+                        side.sleep_on(&side.scq)?;
+                    }
+                }
+                polls += 1;
+                // Busy polling, yielding every 64 polls (each runs a device round, a
+                // system call): often enough for a thread sharing this CPU, not so
+                // often that other processes' time slices come between two polls.
+                if polls % 64 == 0 {
+                    if !pinger && i >= target.load(Ordering::Acquire) {
+                        return Ok(false);
+                    }
+                    if t0.elapsed() > STALL {
+                        return Err(format!("no answer to message {i} for {} s", STALL.as_secs()));
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        };
         if pinger {
             reap(&mut outstanding, true)?;
             send(&mut outstanding, &mut wr)?;
