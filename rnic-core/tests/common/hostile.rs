@@ -115,7 +115,9 @@ pub fn run_as(data: &[u8], qp_type: QpType) {
     let peer: IpAddr = "10.9.0.1".parse().unwrap();
     let mtpt = Arc::new(Mtpt::new(16));
     let counters = Arc::new(Counters::default());
-    let mut e = Engine::new(EngineConfig::new(me), mtpt.clone(), counters);
+    // Half the sessions leave payloads in registered memory, as the UDP driver does.
+    let zero_copy = data.first().is_some_and(|b| b & 1 == 1);
+    let mut e = Engine::new(EngineConfig { zero_copy, ..EngineConfig::new(me) }, mtpt.clone(), counters);
     let mem = Arc::new(MemBlock::new(BLOCK).unwrap());
     mem.fill(0, BLOCK, GUARD).unwrap();
     let base = mem.addr();
@@ -319,7 +321,8 @@ pub fn run_as(data: &[u8], qp_type: QpType) {
             e.drain_transmits(&mut out);
         }
         for p in &out {
-            let pkt = RocePacket::new_checked(&p.data[..]).expect("the engine emitted a malformed packet");
+            let wire = p.to_vec();
+            let pkt = RocePacket::new_checked(&wire[..]).expect("the engine emitted a malformed packet");
             RoceRepr::parse(&pkt).expect("the engine emitted an unparsable packet");
         }
         for p in out.drain(..) {
