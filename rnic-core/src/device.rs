@@ -772,6 +772,8 @@ fn progress_loop(
     spin: Duration,
 ) {
     use std::os::fd::AsFd;
+    // "Recently" is the spin period, at least 50 us even when spinning is off: an
+    // application polling in a loop calls far more often than that.
     let spin_ns = to_ns(spin.max(Duration::from_micros(50)));
     let mut backoff = INLINE_BACKOFF;
     loop {
@@ -978,7 +980,9 @@ impl Tx {
         // Each packet is one piece, or three (headers, payload in registered memory, pad
         // and ICRC). Small pieces next to each other in a message (one packet's pad and
         // ICRC and the next one's headers; whole ACKs and small packets) are copied
-        // together into `glue`: the kernel's per-iovec cost exceeds copying them.
+        // together into `glue`: 64 one-piece SENDs of 64 bytes in one iovec instead of
+        // 64 made `send_bw -s 64` ~15% faster (A/B runs); for 4 KiB segments the iovec
+        // count made no difference.
         let mut glue = std::mem::take(&mut self.glue);
         let mut plan = std::mem::take(&mut self.plan);
         glue.clear();

@@ -219,9 +219,10 @@ impl MemBlock {
         }
         // SAFETY: `src .. src + len` is inside the block (span), valid for reads for as
         // long as `self` lives (owned mapping, or the from_raw contract), which bounds the
-        // returned lifetime. The NIC writes no part of a block while the engine's round
-        // that sends from it runs (both are the progress round's own work); concurrent
-        // application writes are the DMA caveat above.
+        // returned lifetime. The engine holding the slice writes nothing while it does (a
+        // round sends after it has placed what it received); writes by anyone else (the
+        // application, another device over the same memory) race as they would with DMA:
+        // the caveat above.
         Ok(unsafe { std::slice::from_raw_parts(src, len) })
     }
 

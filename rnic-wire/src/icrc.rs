@@ -146,13 +146,18 @@ impl IcrcCache {
 
     /// [`IcrcContext::fill`] through the cache.
     pub fn fill(&mut self, ctx: &IcrcContext, roce_with_icrc: &mut [u8]) -> Result<()> {
-        let n = roce_with_icrc.len();
-        let body =
-            n.checked_sub(ICRC_LEN).ok_or(Error::Truncated { what: "RoCEv2 packet", need: ICRC_LEN, have: n })?;
-        let c = self.compute(ctx, &roce_with_icrc[..body])?;
-        roce_with_icrc[body..].copy_from_slice(&c.to_le_bytes());
-        Ok(())
+        fill_with(roce_with_icrc, |body| self.compute(ctx, body))
     }
+}
+
+/// Computes the ICRC of a BTH..ICRC buffer's body with `compute` and writes it into
+/// the last four bytes.
+fn fill_with(roce_with_icrc: &mut [u8], compute: impl FnOnce(&[u8]) -> Result<Icrc>) -> Result<()> {
+    let n = roce_with_icrc.len();
+    let body = n.checked_sub(ICRC_LEN).ok_or(Error::Truncated { what: "RoCEv2 packet", need: ICRC_LEN, have: n })?;
+    let c = compute(&roce_with_icrc[..body])?;
+    roce_with_icrc[body..].copy_from_slice(&c.to_le_bytes());
+    Ok(())
 }
 
 /// Reads the ICRC carried at the end of a BTH..ICRC buffer.
@@ -244,12 +249,7 @@ impl IcrcContext {
     /// Computes the ICRC of a complete BTH..ICRC buffer and writes it into its last
     /// four bytes.
     pub fn fill(&self, roce_with_icrc: &mut [u8]) -> Result<()> {
-        let n = roce_with_icrc.len();
-        let body =
-            n.checked_sub(ICRC_LEN).ok_or(Error::Truncated { what: "RoCEv2 packet", need: ICRC_LEN, have: n })?;
-        let c = self.compute(&roce_with_icrc[..body])?;
-        roce_with_icrc[body..].copy_from_slice(&c.to_le_bytes());
-        Ok(())
+        fill_with(roce_with_icrc, |body| self.compute(body))
     }
 
     /// Verifies the ICRC of a complete BTH..ICRC buffer.

@@ -139,8 +139,8 @@ impl TxPacket {
         match &self.payload {
             None => [&self.data[..], &[], &[]],
             Some(p) => {
-                // Bounds were checked when the packet was built; an impossible failure
-                // sends zeros' length of nothing rather than panicking.
+                // Bounds were checked when the packet was built (`emit_zero_copy`) and a
+                // block never shrinks: the empty fallback is never taken, only no panic.
                 let bytes = p.block.bytes(p.offset, p.len).unwrap_or(&[]);
                 let at = p.at.min(self.data.len());
                 [&self.data[..at], bytes, &self.data[at..]]
@@ -190,8 +190,9 @@ impl TxPacket {
     }
 }
 
-/// Payloads shorter than this are copied into the packet even with zero copy: three
-/// pieces per packet cost the kernel more than copying a few hundred bytes.
+/// Payloads shorter than this are copied into the packet even with zero copy: copying a
+/// few hundred bytes costs about what the block's reference count, the bounds check and
+/// a third piece per packet do, and small packets then glue into one iovec.
 pub(crate) const ZERO_COPY_MIN: usize = 512;
 
 /// Asynchronous events (`ibv_event_type`).
@@ -299,32 +300,13 @@ impl Outbox {
         repr: &RoceRepr,
         fill: impl FnOnce(&mut [u8]),
     ) {
-        let len = repr.buffer_len();
-        // Small (ACK-sized) and large buffers are pooled apart, so that a data packet
-        // reuses a buffer that is already long enough and nothing is zero-filled.
-        let pool = if len <= SMALL_BUF { &mut self.small } else { &mut self.pool };
-        let mut buf = pool.pop().unwrap_or_default();
-        // `emit_with` writes every byte (headers, payload through `fill`, pad and ICRC),
-        // so a recycled buffer is not zeroed first: only its length is set.
-        buf.truncate(len);
-        buf.resize(len, 0);
-        match repr.emit_with(&mut buf, fill) {
-            Ok(_) => {
-                counters.sent_pkts.fetch_add(1, Ordering::Relaxed);
-                self.tx.push_back(TxPacket { dst, src_port, data: buf, payload: None });
-            }
-            Err(_) => {
-                // A repr inconsistent with its opcode is an engine bug; count, don't send.
-                counters.send_err.fetch_add(1, Ordering::Relaxed);
-                self.put(buf);
-            }
-        }
+        let mut buf = self.buffer(repr.buffer_len());
+        let ok = repr.emit_with(&mut buf, fill).is_ok();
+        self.queue(counters, TxPacket { dst, src_port, data: buf, payload: None }, ok);
     }
-}
 
-impl Outbox {
     /// Builds one packet whose payload stays in registered memory: `block[offset..]`,
-    /// `repr.payload_len` bytes (bounds checked here).
+    /// `repr.payload_len` bytes (bounds checked here, once: a block never shrinks).
     pub(crate) fn emit_zero_copy(
         &mut self,
         counters: &Counters,
@@ -338,20 +320,32 @@ impl Outbox {
             counters.send_err.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let len = repr.buffer_len() - repr.payload_len;
-        let mut buf = self.small.pop().unwrap_or_default();
+        let mut buf = self.buffer(repr.buffer_len() - repr.payload_len);
+        let at = repr.emit_without_payload(&mut buf);
+        let payload = at.as_ref().ok().map(|&at| TxPayload { block: block.clone(), offset, len: repr.payload_len, at });
+        self.queue(counters, TxPacket { dst, src_port, data: buf, payload }, at.is_ok());
+    }
+
+    /// A buffer of `len` bytes from the pool. Small (ACK-sized) and large buffers are
+    /// pooled apart, so that a data packet reuses one already long enough; it is not
+    /// zeroed, since the emitters write every byte.
+    fn buffer(&mut self, len: usize) -> Vec<u8> {
+        let pool = if len <= SMALL_BUF { &mut self.small } else { &mut self.pool };
+        let mut buf = pool.pop().unwrap_or_default();
         buf.truncate(len);
         buf.resize(len, 0);
-        match repr.emit_without_payload(&mut buf) {
-            Ok(at) => {
-                counters.sent_pkts.fetch_add(1, Ordering::Relaxed);
-                let payload = TxPayload { block: block.clone(), offset, len: repr.payload_len, at };
-                self.tx.push_back(TxPacket { dst, src_port, data: buf, payload: Some(payload) });
-            }
-            Err(_) => {
-                counters.send_err.fetch_add(1, Ordering::Relaxed);
-                self.put(buf);
-            }
+        buf
+    }
+
+    /// Queues an emitted packet, or (`ok` false: a repr inconsistent with its opcode, an
+    /// engine bug) counts it and keeps its buffer.
+    fn queue(&mut self, counters: &Counters, p: TxPacket, ok: bool) {
+        if ok {
+            counters.sent_pkts.fetch_add(1, Ordering::Relaxed);
+            self.tx.push_back(p);
+        } else {
+            counters.send_err.fetch_add(1, Ordering::Relaxed);
+            self.put(p.data);
         }
     }
 }
@@ -986,22 +980,23 @@ mod tests {
         let counters = Counters::default();
         let ctx = IcrcContext::new("127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap(), 49152, 4791);
         let mut cache = IcrcCache::new();
+        let send_only = |len: usize| RoceRepr {
+            bth: rnic_wire::bth::BthRepr {
+                opcode: rnic_wire::opcode::Opcode::RC_SEND_ONLY,
+                se: false,
+                migreq: false,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qp: Qpn::new(0x11),
+                ack_req: true,
+                psn: Psn::new(42),
+            },
+            ext: rnic_wire::roce::ExtHeaders::default(),
+            payload_len: len,
+        };
         for (len, offset) in [(512usize, 0usize), (513, 7), (1023, 100), (4096, 4096)] {
-            let repr = RoceRepr {
-                bth: rnic_wire::bth::BthRepr {
-                    opcode: rnic_wire::opcode::Opcode::RC_SEND_ONLY,
-                    se: false,
-                    migreq: false,
-                    pkey: 0xffff,
-                    fecn: false,
-                    becn: false,
-                    dest_qp: Qpn::new(0x11),
-                    ack_req: true,
-                    psn: Psn::new(42),
-                },
-                ext: rnic_wire::roce::ExtHeaders::default(),
-                payload_len: len,
-            };
+            let repr = send_only(len);
             let mut out = Outbox::default();
             out.emit(&counters, ctx.dst, 49152, &repr, |p| p.copy_from_slice(&bytes[offset..offset + len]));
             out.emit_zero_copy(&counters, ctx.dst, 49152, &repr, &block, offset);
@@ -1015,20 +1010,8 @@ mod tests {
             ctx.verify(&split.to_vec()).unwrap();
         }
         let mut out = Outbox::default();
-        let mut repr = RoceRepr::parse(&rnic_wire::roce::RocePacket::new_checked(&spare(&ctx)[..]).unwrap()).unwrap();
-        repr.payload_len = 600;
-        out.emit_zero_copy(&counters, ctx.dst, 1, &repr, &block, 8000);
+        out.emit_zero_copy(&counters, ctx.dst, 1, &send_only(600), &block, 8000);
         assert!(out.tx.is_empty(), "a payload past the block's end is not sent");
         assert_eq!(counters.send_err.load(Ordering::Relaxed), 1);
-    }
-
-    /// A valid 600-byte SEND ONLY packet to parse a repr from.
-    fn spare(ctx: &IcrcContext) -> Vec<u8> {
-        let mut p = vec![0u8; 12 + 600 + 4];
-        p[0] = 0x04; // RC SEND ONLY
-        p[2] = 0xff;
-        p[3] = 0xff;
-        ctx.fill(&mut p).unwrap();
-        p
     }
 }

@@ -25,7 +25,8 @@ const RECV_MEMORY: usize = 64 << 20;
 const STALL: Duration = Duration::from_secs(30);
 /// UD: the Q_Key both sides use (ibv_ud_pingpong's and perftest's).
 const UD_QKEY: u32 = 0x1111_1111;
-/// UD: the GRH area at the start of every receive buffer (IBA 11.4.1.1).
+/// UD: the 40-byte GRH area at the start of every receive buffer (as rxe fills it; see
+/// rnic-core/src/engine/ud.rs).
 const GRH: usize = 40;
 /// UD: once the sender is done, the target waits this long without an arrival before
 /// it counts the missing messages as lost.
@@ -522,8 +523,8 @@ fn peak(samples: &[(f64, u64)], total: u64) -> f64 {
 /// arrived. Returns the slot offset of the last one, for the full check.
 ///
 /// UD has no retransmission: a datagram that finds no receive posted is dropped (IBA
-/// 9.8.3.2). Once the sender is done, a UD target that sees nothing arrive for
-/// `UD_QUIET` stops and stores the number missing in `lost`.
+/// 9.9.3 class D, rxe check_resource). Once the sender is done, a UD target that sees
+/// nothing arrive for `UD_QUIET` stops and stores the number missing in `lost`.
 pub fn target_send(
     side: &Side,
     size: usize,
@@ -566,7 +567,7 @@ pub fn target_send(
         idle.reset();
         for wc in &wcs[..n] {
             check_wc(wc)?;
-            // UD: byte_len counts the 40-byte GRH area too (IBA 11.4.1.1).
+            // UD: byte_len counts the 40-byte GRH area too (as rxe reports it).
             if wc.byte_len as usize != size + side.grh {
                 return Err(format!("a SEND of {} bytes arrived, expected {}", wc.byte_len, size + side.grh));
             }
