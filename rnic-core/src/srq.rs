@@ -90,16 +90,8 @@ impl Srq {
         if wr.sg_list.len() > self.max_sge as usize {
             return Err(PostError::TooManySges { given: wr.sg_list.len(), max: self.max_sge });
         }
-        let mut slices = Vec::with_capacity(wr.sg_list.len());
-        let mut len = 0usize;
-        for (index, s) in wr.sg_list.iter().enumerate() {
-            let l = usize::try_from(s.length).unwrap_or(usize::MAX);
-            let slice = mtpt
-                .check_local(s.lkey, self.pd, s.addr, l, AccessFlags::LOCAL_WRITE)
-                .map_err(|source| PostError::Sge { index, source })?;
-            len = len.saturating_add(l);
-            slices.push(slice);
-        }
+        // The same checks as a QP's receive queue (validate_recv).
+        let (slices, len) = crate::engine::qp::check_sges(mtpt, self.pd, &wr.sg_list, AccessFlags::LOCAL_WRITE)?;
         let wqe = RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(slices), len };
         self.queue.push(wqe).map_err(|_| PostError::QueueFull { queue: "shared receive", depth: self.max_wr() })
     }

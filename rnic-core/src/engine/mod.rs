@@ -697,7 +697,7 @@ impl Engine {
         }
         // P_Key (IBA C9-42/43): the default partition's low 15 bits must match.
         if repr.bth.pkey & 0x7fff != 0x7fff {
-            counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
             return;
         }
         match qp_type {

@@ -284,11 +284,15 @@ fn check_ud_len(qp_type: QpType, len: usize) -> Result<(), PostError> {
     Ok(())
 }
 
+/// The checked SGEs of a work request. Most WRs have one, kept in place: no allocation
+/// when it is posted, no free when it completes.
+pub(crate) type Sges = smallvec::SmallVec<[MrSlice; 1]>;
+
 /// The bytes of a work request: copied at post time (inline) or checked SGEs.
 #[derive(Debug, Clone)]
 pub(crate) enum WqeData {
     Inline(Vec<u8>),
-    Sges(Vec<MrSlice>),
+    Sges(Sges),
 }
 
 impl WqeData {
@@ -382,13 +386,13 @@ pub struct RecvWqe {
 /// Largest RDMA message (IBA: DMA length is 32 bits, verbs cap messages at 2^31).
 pub const MAX_MSG_LEN: u64 = 1 << 31;
 
-fn check_sges(
+pub(crate) fn check_sges(
     mtpt: &Mtpt,
     pd: PdId,
     sges: &[crate::wr::Sge],
     need: AccessFlags,
-) -> Result<(Vec<MrSlice>, usize), PostError> {
-    let mut out = Vec::with_capacity(sges.len());
+) -> Result<(Sges, usize), PostError> {
+    let mut out = Sges::with_capacity(sges.len());
     let mut total: u64 = 0;
     for (index, s) in sges.iter().enumerate() {
         let len = usize::try_from(s.length).unwrap_or(usize::MAX);
