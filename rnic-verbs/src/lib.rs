@@ -1083,17 +1083,15 @@ impl QpBuilder {
         // The INIT attributes of the QP type's column of the modify-QP table: a UD QP
         // takes a Q_Key and no access flags.
         let init = QpAttr {
-            mask: QpAttrMask::STATE
-                | QpAttrMask::PKEY_INDEX
-                | QpAttrMask::PORT
-                | if self.qp_type == QpType::Ud { QpAttrMask::QKEY } else { QpAttrMask::ACCESS_FLAGS },
             state: QpState::Init,
             access: self.access,
             qkey: self.qkey,
             pkey_index: 0,
             port: 1,
             ..QpAttr::default()
-        };
+        }
+        .required_from(self.qp_type, QpState::Reset)
+        .ok_or_else(|| Error::InvalidArgument { op: "create QP", why: "no RESET->INIT transition".into() })?;
         qp.modify(&init)?;
         let psn = self.psn.unwrap_or_else(random_psn);
         Ok(PreparedQp { qp, psn, b: self })
@@ -1150,41 +1148,19 @@ impl PreparedQp {
                 why: format!("QP {qpn:#x} is {}: connected QPs use connect(peer endpoint)", self.b.qp_type),
             });
         }
-        let rtr = QpAttr { mask: QpAttrMask::STATE, state: QpState::Rtr, ..QpAttr::default() };
-        self.qp.raw_modify(&rtr).map_err(|source| Error::Connect { qpn, step: "INIT->RTR", source })?;
-        let rts = QpAttr {
-            mask: QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-            state: QpState::Rts,
-            sq_psn: self.psn,
-            ..QpAttr::default()
-        };
-        self.qp.raw_modify(&rts).map_err(|source| Error::Connect { qpn, step: "RTR->RTS", source })?;
-        Ok(self.qp)
+        self.bring_up(QpAttr::default())
     }
 
     /// Connects to `remote`: INIT -> RTR -> RTS.
     pub fn connect(self, remote: &Endpoint) -> Result<QueuePair> {
-        let qpn = self.qp.qpn();
-        let b = &self.b;
-        match b.qp_type {
-            QpType::Rc => {}
-            QpType::Uc => return self.connect_uc(remote),
-            QpType::Ud => {
-                return Err(Error::InvalidArgument {
-                    op: "connect QP",
-                    why: format!("QP {qpn:#x} is UD, which is not connected: use activate()"),
-                })
-            }
+        if self.b.qp_type == QpType::Ud {
+            return Err(Error::InvalidArgument {
+                op: "connect QP",
+                why: format!("QP {:#x} is UD, which is not connected: use activate()", self.qp.qpn()),
+            });
         }
-        let rtr = QpAttr {
-            mask: QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER,
-            state: QpState::Rtr,
+        let b = &self.b;
+        let path = QpAttr {
             remote_ip: Some(remote.gid.to_ip()),
             path_mtu: b.mtu.to_ibv(),
             dest_qpn: remote.qpn,
@@ -1193,14 +1169,24 @@ impl PreparedQp {
             min_rnr_timer: b.min_rnr_timer,
             ..QpAttr::default()
         };
-        self.qp.raw_modify(&rtr).map_err(|source| Error::Connect { qpn, step: "INIT->RTR", source })?;
+        self.bring_up(path)
+    }
+
+    /// INIT -> RTR with the attributes in `rtr`, then RTS with this side's PSN and retry
+    /// settings; each step takes what the QP type's column of the modify-QP table
+    /// requires (RC: everything; UC: no READ/atomic, RNR or acknowledgement-timer
+    /// attributes; UD: only the PSN).
+    fn bring_up(self, rtr: QpAttr) -> Result<QueuePair> {
+        let (qpn, t, b) = (self.qp.qpn(), self.b.qp_type, &self.b);
+        let step = |a: QpAttr, from: QpState, name: &'static str| {
+            let a = a.required_from(t, from).ok_or_else(|| Error::InvalidArgument {
+                op: "connect QP",
+                why: format!("{t} has no {name} transition"),
+            })?;
+            self.qp.raw_modify(&a).map_err(|source| Error::Connect { qpn, step: name, source })
+        };
+        step(QpAttr { state: QpState::Rtr, ..rtr }, QpState::Init, "INIT->RTR")?;
         let rts = QpAttr {
-            mask: QpAttrMask::STATE
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC,
             state: QpState::Rts,
             sq_psn: self.psn,
             timeout: b.timeout,
@@ -1209,31 +1195,7 @@ impl PreparedQp {
             max_rd_atomic: b.max_rd_atomic,
             ..QpAttr::default()
         };
-        self.qp.raw_modify(&rts).map_err(|source| Error::Connect { qpn, step: "RTR->RTS", source })?;
-        Ok(self.qp)
-    }
-
-    /// UC: the UC column of the modify-QP table (no READ/atomic or RNR attributes, no
-    /// acknowledgement timers).
-    fn connect_uc(self, remote: &Endpoint) -> Result<QueuePair> {
-        let qpn = self.qp.qpn();
-        let rtr = QpAttr {
-            mask: QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN,
-            state: QpState::Rtr,
-            remote_ip: Some(remote.gid.to_ip()),
-            path_mtu: self.b.mtu.to_ibv(),
-            dest_qpn: remote.qpn,
-            rq_psn: remote.psn,
-            ..QpAttr::default()
-        };
-        self.qp.raw_modify(&rtr).map_err(|source| Error::Connect { qpn, step: "INIT->RTR", source })?;
-        let rts = QpAttr {
-            mask: QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-            state: QpState::Rts,
-            sq_psn: self.psn,
-            ..QpAttr::default()
-        };
-        self.qp.raw_modify(&rts).map_err(|source| Error::Connect { qpn, step: "RTR->RTS", source })?;
+        step(rts, QpState::Rtr, "RTR->RTS")?;
         Ok(self.qp)
     }
 }

@@ -96,6 +96,30 @@ impl Default for QpAttr {
     }
 }
 
+impl QpAttr {
+    /// These attributes with `mask` set to exactly what the modify-QP table requires of a
+    /// `qp_type` QP going from `from` to `self.state`, plus `STATE`
+    /// ([`crate::qp_state::transition`]): one set of values serves every QP type, and what a
+    /// type's column does not take stays out of the mask. `None` for an illegal transition.
+    pub fn required_from(self, qp_type: QpType, from: QpState) -> Option<QpAttr> {
+        let t = crate::qp_state::transition(qp_type, from, self.state)?;
+        Some(QpAttr { mask: QpAttrMask::STATE | t.required, ..self })
+    }
+
+    /// The three modify-QP calls that bring a fresh `qp_type` QP from RESET to RTS
+    /// (INIT, RTR, RTS), each taking from these values what its transition requires.
+    pub fn bring_up(self, qp_type: QpType) -> [QpAttr; 3] {
+        [(QpState::Reset, QpState::Init), (QpState::Init, QpState::Rtr), (QpState::Rtr, QpState::Rts)].map(
+            |(from, to)| {
+                let a = QpAttr { state: to, ..self };
+                // Every QP type has these three transitions; were one missing, the bare
+                // state change would fail in modify_qp with the table's error.
+                a.required_from(qp_type, from).unwrap_or(QpAttr { mask: QpAttrMask::STATE, ..a })
+            },
+        )
+    }
+}
+
 /// The part of a QP both the application's handle and the engine see.
 #[derive(Debug)]
 pub struct QpShared {
@@ -797,5 +821,40 @@ mod tests {
         assert_eq!(rc_udp_sport(0x11, 0x11), 49441);
         assert_eq!(rc_udp_sport(0x11, 0xa1), 51889);
         assert_eq!(rc_udp_sport(0xa1, 0x11), 51889);
+    }
+
+    /// `bring_up` asks each step for exactly the attributes ibv_rc_pingpong,
+    /// ibv_uc_pingpong and ibv_ud_pingpong pass (written out here by hand, not taken from
+    /// the table it reads).
+    #[test]
+    fn bring_up_masks_are_the_pingpongs_for_each_qp_type() {
+        use QpAttrMask as A;
+        let masks = |t| QpAttr::default().bring_up(t).map(|a| (a.state, a.mask));
+        let rc_rtr = A::AV | A::PATH_MTU | A::DEST_QPN | A::RQ_PSN | A::MAX_DEST_RD_ATOMIC | A::MIN_RNR_TIMER;
+        let rc_rts = A::SQ_PSN | A::TIMEOUT | A::RETRY_CNT | A::RNR_RETRY | A::MAX_QP_RD_ATOMIC;
+        let init = A::STATE | A::PKEY_INDEX | A::PORT;
+        assert_eq!(
+            masks(QpType::Rc),
+            [
+                (QpState::Init, init | A::ACCESS_FLAGS),
+                (QpState::Rtr, A::STATE | rc_rtr),
+                (QpState::Rts, A::STATE | rc_rts)
+            ]
+        );
+        assert_eq!(
+            masks(QpType::Uc),
+            [
+                (QpState::Init, init | A::ACCESS_FLAGS),
+                (QpState::Rtr, A::STATE | A::AV | A::PATH_MTU | A::DEST_QPN | A::RQ_PSN),
+                (QpState::Rts, A::STATE | A::SQ_PSN)
+            ]
+        );
+        assert_eq!(
+            masks(QpType::Ud),
+            [(QpState::Init, init | A::QKEY), (QpState::Rtr, A::STATE), (QpState::Rts, A::STATE | A::SQ_PSN)]
+        );
+        // Values pass through untouched; only the mask and state are set.
+        let v = QpAttr { dest_qpn: 0x42, sq_psn: 7, ..QpAttr::default() };
+        assert!(v.bring_up(QpType::Rc).iter().all(|a| a.dest_qpn == 0x42 && a.sq_psn == 7));
     }
 }

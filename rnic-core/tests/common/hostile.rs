@@ -59,56 +59,6 @@ pub fn run(data: &[u8]) {
 /// The Q_Key of the victim when it is a UD QP (hostile DETHs carry it or 0).
 const UD_QKEY: u32 = 0x1111_1111;
 
-/// The victim's bring-up for its QP type: RC with everything, UC and UD with their own
-/// columns of the modify-QP table.
-fn bring_up(qp_type: QpType, peer: IpAddr, mtu_code: u32) -> Vec<QpAttr> {
-    match qp_type {
-        QpType::Rc => Vec::new(),
-        QpType::Uc => vec![
-            QpAttr {
-                mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-                state: QpState::Init,
-                access: AccessFlags::REMOTE_WRITE,
-                ..QpAttr::default()
-            },
-            QpAttr {
-                mask: QpAttrMask::STATE
-                    | QpAttrMask::AV
-                    | QpAttrMask::PATH_MTU
-                    | QpAttrMask::DEST_QPN
-                    | QpAttrMask::RQ_PSN,
-                state: QpState::Rtr,
-                remote_ip: Some(peer),
-                path_mtu: mtu_code,
-                dest_qpn: 0x11,
-                rq_psn: 0xFF_FFF0,
-                ..QpAttr::default()
-            },
-            QpAttr {
-                mask: QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-                state: QpState::Rts,
-                sq_psn: 0x10,
-                ..QpAttr::default()
-            },
-        ],
-        QpType::Ud => vec![
-            QpAttr {
-                mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
-                state: QpState::Init,
-                qkey: UD_QKEY,
-                ..QpAttr::default()
-            },
-            QpAttr { mask: QpAttrMask::STATE, state: QpState::Rtr, ..QpAttr::default() },
-            QpAttr {
-                mask: QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-                state: QpState::Rts,
-                sq_psn: 0x10,
-                ..QpAttr::default()
-            },
-        ],
-    }
-}
-
 /// Runs one hostile session described by `data` against a QP of `qp_type`.
 pub fn run_as(data: &[u8], qp_type: QpType) {
     let me: IpAddr = "10.9.0.2".parse().unwrap();
@@ -128,47 +78,29 @@ pub fn run_as(data: &[u8], qp_type: QpType) {
     let qp = e.create_qp(qp_type, PdId(1), cap, false, cq.clone(), cq.clone()).unwrap();
     let qpn = qp.qpn;
     let mtu_code = 1; // 256 bytes: many packets per message from few input bytes
-    let steps = [
-        QpAttr {
-            mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-            state: QpState::Init,
-            access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
-            ..QpAttr::default()
-        },
-        QpAttr {
-            mask: QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER,
-            state: QpState::Rtr,
-            remote_ip: Some(peer),
-            path_mtu: mtu_code,
-            dest_qpn: 0x11,
-            rq_psn: 0xFF_FFF0,
-            max_dest_rd_atomic: 4,
-            min_rnr_timer: 1,
-            ..QpAttr::default()
-        },
-        QpAttr {
-            mask: QpAttrMask::STATE
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC,
-            state: QpState::Rts,
-            sq_psn: 0x10,
-            timeout: 4,
-            retry_cnt: 3,
-            rnr_retry: 3,
-            max_rd_atomic: 4,
-            ..QpAttr::default()
-        },
-    ];
-    let steps = if qp_type == QpType::Rc { steps.to_vec() } else { bring_up(qp_type, peer, mtu_code) };
+                      // The victim's bring-up for its QP type: each step takes what its column of the
+                      // modify-QP table requires (UC: no READ or atomic access, nothing RC-only).
+    let access = match qp_type {
+        QpType::Uc => AccessFlags::REMOTE_WRITE,
+        _ => AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+    };
+    let steps = QpAttr {
+        access,
+        qkey: UD_QKEY,
+        remote_ip: Some(peer),
+        path_mtu: mtu_code,
+        dest_qpn: 0x11,
+        rq_psn: 0xFF_FFF0,
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 1,
+        sq_psn: 0x10,
+        timeout: 4,
+        retry_cnt: 3,
+        rnr_retry: 3,
+        max_rd_atomic: 4,
+        ..QpAttr::default()
+    }
+    .bring_up(qp_type);
     for a in &steps {
         e.modify_qp(0, qpn, a).unwrap();
     }

@@ -12,7 +12,7 @@ use rnic_core::engine::{Engine, EngineConfig};
 use rnic_core::fabric::Fabric;
 use rnic_core::mem::MemBlock;
 use rnic_core::mr::{AccessFlags, MrKeys, Mtpt, PdId};
-use rnic_core::qp_state::{QpAttrMask, QpState, QpType};
+use rnic_core::qp_state::QpType;
 use rnic_core::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, WorkCompletion};
 use rnic_wire::roce::{RocePacket, RoceRepr};
 use std::net::IpAddr;
@@ -200,37 +200,22 @@ pub fn typed_node(fab: &mut Fabric, ip: &str, cap: QpCap, qp_type: QpType) -> No
 
 /// The UC bring-up: IBA's UC column of the modify-QP table (no RC-only attribute).
 pub fn uc_connect_attrs(remote: &Node, mtu_code: u32, sq_psn: u32, rq_psn: u32) -> [QpAttr; 3] {
-    let init = QpAttr {
-        mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-        state: QpState::Init,
+    QpAttr {
         access: AccessFlags::REMOTE_WRITE,
-        ..QpAttr::default()
-    };
-    let rtr = QpAttr {
-        mask: QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN,
-        state: QpState::Rtr,
         remote_ip: Some(remote.ip),
         path_mtu: mtu_code,
         dest_qpn: remote.qp.qpn.value(),
         rq_psn,
+        sq_psn,
         ..QpAttr::default()
-    };
-    let rts = QpAttr { mask: QpAttrMask::STATE | QpAttrMask::SQ_PSN, state: QpState::Rts, sq_psn, ..QpAttr::default() };
-    [init, rtr, rts]
+    }
+    .bring_up(QpType::Uc)
 }
 
 /// The UD bring-up (ibv_ud_pingpong's): INIT with P_Key index, port and Q_Key; RTR with
 /// nothing; RTS with the send PSN.
 pub fn ud_attrs(qkey: u32, sq_psn: u32) -> [QpAttr; 3] {
-    let init = QpAttr {
-        mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
-        state: QpState::Init,
-        qkey,
-        ..QpAttr::default()
-    };
-    let rtr = QpAttr { mask: QpAttrMask::STATE, state: QpState::Rtr, ..QpAttr::default() };
-    let rts = QpAttr { mask: QpAttrMask::STATE | QpAttrMask::SQ_PSN, state: QpState::Rts, sq_psn, ..QpAttr::default() };
-    [init, rtr, rts]
+    QpAttr { qkey, sq_psn, ..QpAttr::default() }.bring_up(QpType::Ud)
 }
 
 impl Pair {

@@ -13,7 +13,7 @@ use rnic_core::fabric::Fabric;
 use rnic_core::faults::{Fault, FaultHandle, Faults, Wire};
 use rnic_core::mem::MemBlock;
 use rnic_core::mr::{AccessFlags, MrKeys, Mtpt, PdId};
-use rnic_core::qp_state::{QpAttrMask, QpState, QpType};
+use rnic_core::qp_state::{QpState, QpType};
 use rnic_core::wr::{RecvWr, SendWr, Sge, WorkCompletion};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -110,45 +110,22 @@ pub trait Net {
 
 /// INIT, RTR and RTS attributes of node `me`'s RC QP connecting to `dest_qpn` at `remote_ip`.
 pub fn attrs(s: &Setup, me: usize, remote_ip: IpAddr, dest_qpn: u32) -> [QpAttr; 3] {
-    let init = QpAttr {
-        mask: QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-        state: QpState::Init,
+    QpAttr {
         access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
-        ..QpAttr::default()
-    };
-    let rtr = QpAttr {
-        mask: QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-        state: QpState::Rtr,
         remote_ip: Some(remote_ip),
         path_mtu: s.mtu_code,
         dest_qpn,
         rq_psn: s.psn[1 - me],
         max_dest_rd_atomic: s.max_rd_atomic,
         min_rnr_timer: s.min_rnr_timer,
-        ..QpAttr::default()
-    };
-    let rts = QpAttr {
-        mask: QpAttrMask::STATE
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-        state: QpState::Rts,
         sq_psn: s.psn[me],
         timeout: s.timeout,
         retry_cnt: s.retry_cnt,
         rnr_retry: s.rnr_retry,
         max_rd_atomic: s.max_rd_atomic,
         ..QpAttr::default()
-    };
-    [init, rtr, rts]
+    }
+    .bring_up(QpType::Rc)
 }
 
 pub struct End {
