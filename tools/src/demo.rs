@@ -100,7 +100,9 @@ fn open(name: &str, ip: IpAddr, pcap: &Option<PathBuf>, faults: Option<FaultHand
     Ok(Side { ctx, pd, cq, mr })
 }
 
-fn pattern(seed: u32, len: usize) -> Vec<u8> {
+/// A deterministic xorshift byte pattern of `len` bytes from `seed` (also `rnic perf`'s
+/// message data).
+pub(crate) fn pattern(seed: u32, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(2_654_435_761) | 1;
     (0..len)
         .map(|_| {

@@ -240,7 +240,9 @@ pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
     }
 }
 
-fn bth(opcode: Opcode, dest_qpn: u32, psn: Psn, ack_req: bool, se: bool) -> BthRepr {
+/// The BTH of a request packet (the default partition, no migration, no congestion
+/// marks); UC and UD sends use it with `ack_req` false.
+pub(crate) fn bth(opcode: Opcode, dest_qpn: u32, psn: Psn, ack_req: bool, se: bool) -> BthRepr {
     BthRepr {
         opcode,
         se,

@@ -11,7 +11,6 @@ use super::qp::{InFlight, Qp, PORT_MTU};
 use super::{Engine, Time};
 use crate::qp_state::{QpState, QpType};
 use crate::wr::{SendOp, WcStatus, WorkCompletion};
-use rnic_wire::bth::BthRepr;
 use rnic_wire::deth::DethRepr;
 use rnic_wire::opcode::Position;
 use rnic_wire::reth::RethRepr;
@@ -114,7 +113,8 @@ pub(crate) fn transmit(e: &mut Engine, _now: Time, qpn: Qpn) {
                 let se = f.wqe.solicited && pos.ends() && opcode.info().is_some_and(|i| i.se_allowed);
                 let psn = f.first_psn.add(k);
                 // No AckReq: nobody acknowledges an unreliable packet.
-                let repr = RoceRepr { bth: bth(opcode, dest_qpn, psn, se), ext, payload_len: plen };
+                let repr =
+                    RoceRepr { bth: super::requester::bth(opcode, dest_qpn, psn, false, se), ext, payload_len: plen };
                 let data = &f.wqe.data;
                 out.emit(&counters, dst, qp.src_port, &repr, |p| data.gather(offset, p));
                 if pos.ends() && matches!(f.wqe.op, SendOp::Send | SendOp::SendWithImm { .. }) {
@@ -140,19 +140,5 @@ pub(crate) fn transmit(e: &mut Engine, _now: Time, qpn: Qpn) {
     let Some(cq) = e.qp_mut(qpn).map(|q| q.send_cq.clone()) else { return };
     for wc in completions {
         e.push_wc(&cq, qpn, wc, false);
-    }
-}
-
-fn bth(opcode: Opcode, dest_qpn: u32, psn: Psn, se: bool) -> BthRepr {
-    BthRepr {
-        opcode,
-        se,
-        migreq: false,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: Qpn::new(dest_qpn),
-        ack_req: false,
-        psn,
     }
 }

@@ -35,15 +35,7 @@ const UD_QUIET: Duration = Duration::from_millis(300);
 /// A deterministic byte pattern for messages of `len` bytes (its seed is the size, so a
 /// stale message of another size does not pass).
 pub fn pattern(len: usize) -> Vec<u8> {
-    let mut x = u32::try_from(len & 0xffff_ffff).unwrap_or(0).wrapping_mul(2_654_435_761) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x.to_le_bytes()[1]
-        })
-        .collect()
+    crate::demo::pattern(u32::try_from(len & 0xffff_ffff).unwrap_or(0), len)
 }
 
 /// One side of the test.
