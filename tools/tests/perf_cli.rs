@@ -40,7 +40,11 @@ fn loopback_write_bw_json_is_verified_and_complete() {
     for k in ["bw_peak_mbps", "bw_avg_mbps", "msg_rate_mpps", "baseline", "ratio"] {
         positive(&v, k);
     }
+    // Three interleaved rounds by default: the median ratio inside its spread.
+    assert_eq!(v["rounds"], 3, "{v}");
+    let (lo, hi) = (v["ratio_min"].as_f64().unwrap(), v["ratio_max"].as_f64().unwrap());
     let ratio = v["ratio"].as_f64().unwrap();
+    assert!(lo <= ratio && ratio <= hi, "{v}");
     let (avg, base) = (v["bw_avg_mbps"].as_f64().unwrap(), v["baseline"].as_f64().unwrap());
     assert!((ratio - avg / base).abs() < 1e-9 * ratio.max(1.0));
     assert!(v["baseline_method"].as_str().unwrap().contains("send"), "{v}");
@@ -50,7 +54,7 @@ fn loopback_write_bw_json_is_verified_and_complete() {
 #[test]
 fn loopback_send_lat_and_read_bw_verify() {
     let out = rnic()
-        .args(["perf", "send_lat", "-s", "3000", "-m", "1024", "-n", "20", "--json"])
+        .args(["perf", "send_lat", "-s", "3000", "-m", "1024", "-n", "20", "--json", "--rounds", "1"])
         .args(["--ip", "127.0.32.5", "--peer-ip", "127.0.32.6"])
         .output()
         .unwrap();
@@ -71,6 +75,8 @@ fn loopback_send_lat_and_read_bw_verify() {
             "-n",
             "20",
             "--json",
+            "--rounds",
+            "1",
             "--ip",
             "127.0.32.5",
             "--peer-ip",
@@ -80,7 +86,7 @@ fn loopback_send_lat_and_read_bw_verify() {
         .unwrap();
     assert_eq!(json(&out)["verified"], true);
     let out = rnic()
-        .args(["perf", "read_bw", "-s", "10000", "-m", "1024", "-n", "30", "-q", "2", "--json"])
+        .args(["perf", "read_bw", "-s", "10000", "-m", "1024", "-n", "30", "-q", "2", "--json", "--rounds", "1"])
         .args(["--ip", "127.0.32.5", "--peer-ip", "127.0.32.6"])
         .output()
         .unwrap();
@@ -127,7 +133,7 @@ fn two_processes_send_bw() {
         .unwrap();
     let out = rnic()
         .args(["perf", "send_bw", "127.0.32.9", "--ip", "127.0.32.10", "-p", &port])
-        .args(["-s", "64", "-n", "200", "-t", "32", "-Q", "8", "--json"])
+        .args(["-s", "64", "-n", "200", "-t", "32", "-Q", "8", "--json", "--rounds", "2"])
         .output()
         .unwrap();
     let status = server.wait().unwrap();
@@ -136,6 +142,7 @@ fn two_processes_send_bw() {
         (v["bytes"].as_u64(), v["iterations"].as_u64(), v["verified"].as_bool()),
         (Some(64), Some(200), Some(true))
     );
+    assert_eq!(v["rounds"], 2, "the server followed the client's --rounds: {v}");
     positive(&v, "baseline_msg_rate_mpps");
     assert!(status.success(), "server exited {status:?}");
 }
@@ -161,7 +168,7 @@ fn unsupported_options_exit_2_with_the_reason() {
 fn uc_send_and_write_verify_and_read_is_refused() {
     for test in ["write_bw", "send_bw", "send_lat"] {
         let out = rnic()
-            .args(["perf", test, "-c", "UC", "-n", "50", "-s", "3000", "-m", "1024", "--json"])
+            .args(["perf", test, "-c", "UC", "-n", "50", "-s", "3000", "-m", "1024", "--json", "--rounds", "1"])
             .args(["--ip", "127.0.32.17", "--peer-ip", "127.0.32.18"])
             .output()
             .unwrap();
@@ -180,7 +187,7 @@ fn uc_send_and_write_verify_and_read_is_refused() {
 #[test]
 fn ud_send_lat_and_send_bw_verify() {
     let out = rnic()
-        .args(["perf", "send_lat", "-c", "UD", "-n", "200", "-s", "1000", "-m", "1024", "--json"])
+        .args(["perf", "send_lat", "-c", "UD", "-n", "200", "-s", "1000", "-m", "1024", "--json", "--rounds", "1"])
         .args(["--ip", "127.0.32.19", "--peer-ip", "127.0.32.20"])
         .output()
         .unwrap();
@@ -188,7 +195,7 @@ fn ud_send_lat_and_send_bw_verify() {
     assert_eq!(v["verified"].as_bool(), Some(true), "{v}");
     positive(&v, "lat_typical_us");
     let out = rnic()
-        .args(["perf", "send_bw", "-c", "UD", "-n", "2000", "-s", "512", "-m", "1024", "--json"])
+        .args(["perf", "send_bw", "-c", "UD", "-n", "2000", "-s", "512", "-m", "1024", "--json", "--rounds", "1"])
         .args(["--ip", "127.0.32.19", "--peer-ip", "127.0.32.20"])
         .output()
         .unwrap();

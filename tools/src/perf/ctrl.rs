@@ -47,6 +47,14 @@ pub struct Params {
     /// Unreliable datagram QPs (`-c UD`, SEND tests only).
     #[serde(default)]
     pub ud: bool,
+    /// Interleaved rounds per size (`--rounds`): baseline, test, baseline, test, ...,
+    /// baseline; each test run is compared with the better of the baselines beside it.
+    #[serde(default = "one")]
+    pub rounds: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// One control message.

@@ -6,7 +6,10 @@
 //! rnic perf write_bw --server [--ip A]          one side; the other runs:
 //! rnic perf write_bw HOST [--ip B] -s 65536     the client, which chooses the parameters
 //! ```
-//! Each size runs: the UDP baseline, then the RDMA test, then a data check on both sides.
+//! Each size runs `--rounds` interleaved rounds: the UDP baseline, then the RDMA test and
+//! a data check on both sides, then the baseline again, and so on; each RDMA run is
+//! compared with the better of the two baselines beside it, and the median ratio is
+//! reported with the smallest and largest (`median_round`).
 //! Out of band, the sides talk JSON lines over TCP (`ctrl`), not perftest's format.
 
 mod ctrl;
@@ -91,10 +94,19 @@ pub struct Args {
     /// reported.
     #[arg(long)]
     pub no_baseline: bool,
+    /// Interleaved rounds per size: the baseline and the test take turns (baseline, test,
+    /// baseline, ..., baseline), each test run is compared with the better of the two
+    /// baselines beside it, and the median ratio is reported with its min and max. Each
+    /// round runs the whole -n or -D.
+    #[arg(long, default_value_t = DEFAULT_ROUNDS)]
+    pub rounds: u32,
     /// Print one JSON object (an array with -a) instead of the table.
     #[arg(long)]
     pub json: bool,
 }
+
+/// `--rounds` unless given: enough for a median and a spread, short enough for `-a`.
+pub const DEFAULT_ROUNDS: u32 = 3;
 
 /// What a test does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -235,6 +247,9 @@ impl Args {
         if test.lat && self.bidirectional {
             return Err("-b: latency tests are ping-pong, already both ways".into());
         }
+        if self.rounds == 0 || self.rounds > 1000 {
+            return Err(format!("--rounds {}: must be 1 to 1000", self.rounds));
+        }
         if self.qps == 0 || self.qps > 16384 {
             return Err(format!("-q {}: must be 1 to 16384", self.qps));
         }
@@ -281,6 +296,7 @@ impl Args {
                 uc,
                 no_baseline: self.no_baseline,
                 ud,
+                rounds: self.rounds,
             },
         ))
     }
@@ -346,8 +362,15 @@ pub struct Report {
     pub baseline_method: String,
     /// The baseline's message rate (bandwidth tests), Mpps.
     pub baseline_msg_rate_mpps: Option<f64>,
-    /// Figure / baseline (bandwidth: higher is better; latency: lower is better).
+    /// Figure / baseline (bandwidth: higher is better; latency: lower is better): the
+    /// median over the rounds.
     pub ratio: Option<f64>,
+    /// The smallest and largest ratio of the rounds (the spread of `ratio`).
+    pub ratio_min: Option<f64>,
+    /// See `ratio_min`.
+    pub ratio_max: Option<f64>,
+    /// Rounds measured (the figures are those of the median round).
+    pub rounds: u32,
     /// UD: messages sent that never arrived (dropped by the receiver for want of a
     /// posted receive, as IBA says); the bandwidth figures count delivered messages.
     pub lost: Option<u64>,
@@ -435,6 +458,9 @@ impl Report {
             "baseline": self.baseline,
             "baseline_method": self.baseline_method,
             "ratio": self.ratio,
+            "ratio_min": self.ratio_min,
+            "ratio_max": self.ratio_max,
+            "rounds": self.rounds,
             "verified": self.verified,
         });
         let o = v.as_object_mut().expect("an object");
@@ -511,6 +537,9 @@ fn table_row(r: &Report) -> String {
     if let (Some(b), Some(ratio)) = (r.baseline, r.ratio) {
         let unit = if matches!(r.figures, Figures::Lat(_)) { "usec typical" } else { "MB/sec" };
         s += &format!("\n   udp baseline: {b:.2} {unit} ({}); ratio {ratio:.3}", r.baseline_method);
+        if let (Some(lo), Some(hi)) = (r.ratio_min, r.ratio_max) {
+            s += &format!(" (median of {} rounds, {lo:.3}-{hi:.3})", r.rounds);
+        }
         if let Some(m) = r.baseline_msg_rate_mpps {
             s += &format!(", baseline {m:.6} Mpps");
         }
@@ -715,6 +744,7 @@ fn best(a: Baseline, b: Baseline, lat: bool) -> Baseline {
     }
 }
 
+#[derive(Clone)]
 struct Baseline {
     value: f64,
     lat: Option<LatStats>,
@@ -830,20 +860,34 @@ fn client_inner(
         println!("{}", table_head(test.lat));
     }
     let mut reports = Vec::new();
+    let rounds = p.rounds.max(1);
     for &size in &p.sizes {
-        let base = if p.no_baseline { None } else { Some(client_baseline(ctrl, ip, peer_ip, test, p, size)?) };
-        let r = match (&side, base) {
-            (None, Some(base)) => udp_report(test, p, size, &base),
-            (None, None) => return Err("--no-baseline: the udp tests are the baseline".into()),
-            (Some(s), base) => {
-                let mut r = client_size(ctrl, s, test, p, size, progress).map_err(|e| with_counters(e, s))?;
-                // The baseline runs before and after the test; the better of the two is
-                // the ceiling (on a shared machine either can catch a busy moment).
-                if let Some(base) = base {
-                    let after = client_baseline(ctrl, ip, peer_ip, test, p, size)?;
-                    r.set_baseline(best(base, after, test.lat));
+        let r = match &side {
+            None if p.no_baseline => return Err("--no-baseline: the udp tests are the baseline".into()),
+            None => {
+                let mut runs = Vec::new();
+                for _ in 0..rounds {
+                    runs.push(udp_report(test, p, size, &client_baseline(ctrl, ip, peer_ip, test, p, size)?));
                 }
-                r
+                median_round(runs, test.lat)
+            }
+            Some(s) => {
+                // baseline, test, baseline, ..., test, baseline: each test run against the
+                // better of the two baselines beside it (on a shared machine either can
+                // catch a busy moment), so slow drifts of the machine cancel out.
+                let mut before =
+                    if p.no_baseline { None } else { Some(client_baseline(ctrl, ip, peer_ip, test, p, size)?) };
+                let mut runs = Vec::new();
+                for _ in 0..rounds {
+                    let mut r = client_size(ctrl, s, test, p, size, progress).map_err(|e| with_counters(e, s))?;
+                    if let Some(b) = before.take() {
+                        let after = client_baseline(ctrl, ip, peer_ip, test, p, size)?;
+                        r.set_baseline(best(b, after.clone(), test.lat));
+                        before = Some(after);
+                    }
+                    runs.push(r);
+                }
+                median_round(runs, test.lat)
             }
         };
         if !quiet {
@@ -887,10 +931,44 @@ fn udp_report(test: Test, p: &Params, size: u64, base: &Baseline) -> Report {
         baseline_method: base.method.clone(),
         baseline_msg_rate_mpps: None,
         ratio: None,
+        ratio_min: None,
+        ratio_max: None,
+        rounds: 1,
         lost: None,
         verified: true,
         error: None,
     }
+}
+
+/// The round whose ratio (or, without a baseline, whose figure) is the median, carrying
+/// the spread of the ratios and the number of rounds. A round that did not verify wins:
+/// the run fails with its reason.
+fn median_round(mut runs: Vec<Report>, lat: bool) -> Report {
+    let n = u32::try_from(runs.len()).unwrap_or(u32::MAX);
+    if let Some(i) = runs.iter().position(|r| !r.verified) {
+        let mut r = runs.swap_remove(i);
+        r.rounds = n;
+        return r;
+    }
+    let key = |r: &Report| {
+        r.ratio.unwrap_or(match &r.figures {
+            Figures::Bw { avg_mbps, .. } => *avg_mbps,
+            Figures::Lat(l) => l.typical,
+        })
+    };
+    let ratios: Vec<f64> = runs.iter().filter_map(|r| r.ratio).collect();
+    let (lo, hi) = ratios.iter().fold((None, None), |(lo, hi): (Option<f64>, Option<f64>), &x| {
+        (Some(lo.map_or(x, |l| l.min(x))), Some(hi.map_or(x, |h| h.max(x))))
+    });
+    runs.sort_by(|a, b| key(a).total_cmp(&key(b)));
+    // The lower middle for an even count of latency rounds and the upper for bandwidth:
+    // either way the pessimistic one of the two middles.
+    let mid = if lat { runs.len() / 2 } else { (runs.len() - 1) / 2 };
+    let mut r = runs.swap_remove(mid.min(runs.len().saturating_sub(1)));
+    r.ratio_min = lo;
+    r.ratio_max = hi;
+    r.rounds = n;
+    r
 }
 
 fn client_size(
@@ -1009,6 +1087,9 @@ fn client_size(
         baseline_method: String::new(),
         baseline_msg_rate_mpps: None,
         ratio: None,
+        ratio_min: None,
+        ratio_max: None,
+        rounds: 1,
         lost: p.ud.then_some(lost),
         verified: error.is_none(),
         error,
@@ -1050,76 +1131,87 @@ fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
     };
     let mut failed = None;
     for &size in &p.sizes {
+        let Some(s) = &side else {
+            // The UDP tests: one baseline per round.
+            for _ in 0..p.rounds.max(1) {
+                server_baseline(ctrl, ip, peer_ip, test, &p, size)?;
+            }
+            continue;
+        };
         if !p.no_baseline {
             server_baseline(ctrl, ip, peer_ip, test, &p, size)?;
         }
-        let Some(s) = &side else { continue };
-        let sz = usize::try_from(size).map_err(|_| format!("-s {size}: too large"))?;
-        s.prepare(test.kind, sz)?;
-        ctrl.send(&Msg::Ready)?;
-        ctrl.expect("ready", |m| matches!(m, Msg::Ready).then_some(()))?;
-        let target = AtomicU64::new(u64::MAX);
-        let abort = AtomicBool::new(false);
-        let lost = AtomicU64::new(0);
-        let check = std::thread::scope(|sc| -> Result<Result<(), String>, String> {
-            let worker = sc.spawn(|| -> Result<Option<(usize, u8)>, String> {
-                if test.lat {
-                    pin(1);
-                    rdma::latency(s, &p, test.kind, sz, false, &target, false).map(|(_, last)| last)
-                } else if test.kind == TestKind::Send {
-                    let pat = rdma::pattern(sz);
-                    rdma::target_send(s, sz, &target, &abort, &lost).map(|o| o.map(|o| (o, pat[sz - 1])))
-                } else {
-                    Ok(None)
+        for _ in 0..p.rounds.max(1) {
+            let sz = usize::try_from(size).map_err(|_| format!("-s {size}: too large"))?;
+            s.prepare(test.kind, sz)?;
+            ctrl.send(&Msg::Ready)?;
+            ctrl.expect("ready", |m| matches!(m, Msg::Ready).then_some(()))?;
+            let target = AtomicU64::new(u64::MAX);
+            let abort = AtomicBool::new(false);
+            let lost = AtomicU64::new(0);
+            let check = std::thread::scope(|sc| -> Result<Result<(), String>, String> {
+                let worker = sc.spawn(|| -> Result<Option<(usize, u8)>, String> {
+                    if test.lat {
+                        pin(1);
+                        rdma::latency(s, &p, test.kind, sz, false, &target, false).map(|(_, last)| last)
+                    } else if test.kind == TestKind::Send {
+                        let pat = rdma::pattern(sz);
+                        rdma::target_send(s, sz, &target, &abort, &lost).map(|o| o.map(|o| (o, pat[sz - 1])))
+                    } else {
+                        Ok(None)
+                    }
+                });
+                if p.bidirectional {
+                    let run = rdma::initiator_bw(s, &p, test.kind, sz, false);
+                    let run = match run {
+                        Ok(r) => r,
+                        Err(e) => {
+                            abort.store(true, Ordering::Release);
+                            return Err(e);
+                        }
+                    };
+                    ctrl.send(&Msg::Finished { count: run.count, secs: run.secs })?;
                 }
-            });
-            if p.bidirectional {
-                let run = rdma::initiator_bw(s, &p, test.kind, sz, false);
-                let run = match run {
-                    Ok(r) => r,
+                let count =
+                    ctrl.expect_end(
+                        "finished",
+                        |m| if let Msg::Finished { count, .. } = m { Some(count) } else { None },
+                    );
+                let count = match count {
+                    Ok(c) => c,
                     Err(e) => {
                         abort.store(true, Ordering::Release);
+                        target.store(0, Ordering::Release);
                         return Err(e);
                     }
                 };
-                ctrl.send(&Msg::Finished { count: run.count, secs: run.secs })?;
-            }
-            let count =
-                ctrl.expect_end("finished", |m| if let Msg::Finished { count, .. } = m { Some(count) } else { None });
-            let count = match count {
-                Ok(c) => c,
-                Err(e) => {
-                    abort.store(true, Ordering::Release);
-                    target.store(0, Ordering::Release);
-                    return Err(e);
-                }
-            };
-            target.store(count, Ordering::Release);
-            let last = worker.join().map_err(|_| "the server's worker panicked".to_string())?;
-            Ok(last.and_then(|last| match (test.lat, test.kind) {
-                (_, TestKind::Read) => {
-                    if test.lat || !p.bidirectional {
-                        Ok(()) // nothing arrived at this side
-                    } else {
-                        s.verify(test.kind, sz, None)
+                target.store(count, Ordering::Release);
+                let last = worker.join().map_err(|_| "the server's worker panicked".to_string())?;
+                Ok(last.and_then(|last| match (test.lat, test.kind) {
+                    (_, TestKind::Read) => {
+                        if test.lat || !p.bidirectional {
+                            Ok(()) // nothing arrived at this side
+                        } else {
+                            s.verify(test.kind, sz, None)
+                        }
                     }
-                }
-                (false, TestKind::Write) => s.verify(test.kind, sz, None),
-                (_, TestKind::Atomic) => s.verify_counter(count),
-                (true, _) if count == 0 => Ok(()),
-                _ => s.verify(test.kind, sz, last),
-            }))
-        })?;
-        let (ok, why) = match &check {
-            Ok(()) => (true, String::new()),
-            Err(e) => (false, e.clone()),
-        };
-        if !ok {
-            failed = Some(why.clone());
-        }
-        ctrl.send(&Msg::Verified { ok, why, lost: lost.load(Ordering::Acquire) })?;
-        if !p.no_baseline {
-            server_baseline(ctrl, ip, peer_ip, test, &p, size)?;
+                    (false, TestKind::Write) => s.verify(test.kind, sz, None),
+                    (_, TestKind::Atomic) => s.verify_counter(count),
+                    (true, _) if count == 0 => Ok(()),
+                    _ => s.verify(test.kind, sz, last),
+                }))
+            })?;
+            let (ok, why) = match &check {
+                Ok(()) => (true, String::new()),
+                Err(e) => (false, e.clone()),
+            };
+            if !ok {
+                failed = Some(why.clone());
+            }
+            ctrl.send(&Msg::Verified { ok, why, lost: lost.load(Ordering::Acquire) })?;
+            if !p.no_baseline {
+                server_baseline(ctrl, ip, peer_ip, test, &p, size)?;
+            }
         }
     }
     match failed {

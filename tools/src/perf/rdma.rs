@@ -795,6 +795,7 @@ mod tests {
             uc: false,
             no_baseline: false,
             ud: false,
+            rounds: 3,
         }
     }
 

@@ -46,6 +46,7 @@ fn perftest_letters_mean_what_perftest_means() {
             uc: false,
             no_baseline: false,
             ud: false,
+            rounds: 3,
         }
     );
 }
@@ -146,6 +147,9 @@ fn json_has_exactly_the_issue_fields() {
         baseline_method: "m".into(),
         baseline_msg_rate_mpps: Some(0.08),
         ratio: Some(0.5),
+        ratio_min: Some(0.4),
+        ratio_max: Some(0.6),
+        rounds: 5,
         lost: None,
         verified: true,
         error: None,
@@ -165,11 +169,14 @@ fn json_has_exactly_the_issue_fields() {
             "iterations",
             "msg_rate_mpps",
             "ratio",
+            "ratio_max",
+            "ratio_min",
+            "rounds",
             "test",
             "verified"
         ]
     );
-    assert_eq!(v["ratio"], 0.5);
+    assert_eq!((v["ratio"].as_f64(), v["ratio_min"].as_f64(), v["rounds"].as_u64()), (Some(0.5), Some(0.4), Some(5)));
     let lat = Report {
         figures: Figures::Lat(LatStats { min: 1.0, typical: 2.0, avg: 2.5, p99: 4.0, p999: 5.0, max: 9.0 }),
         verified: false,
@@ -194,4 +201,48 @@ fn latency_statistics() {
     assert!(near(l.p99, 495.0) && near(l.p999, 499.5), "{l:?}");
     assert!(near(l.avg, 250.25), "{l:?}");
     assert_eq!(LatStats::from(&[], 1.0), LatStats::default());
+}
+
+fn round(ratio: Option<f64>, avg: f64, verified: bool) -> Report {
+    Report {
+        test: "write_bw".into(),
+        bytes: 8,
+        iterations: 1,
+        figures: Figures::Bw { peak_mbps: avg, avg_mbps: avg, msg_rate_mpps: 0.0 },
+        baseline: ratio.map(|r| avg / r),
+        baseline_method: String::new(),
+        baseline_msg_rate_mpps: None,
+        ratio,
+        ratio_min: None,
+        ratio_max: None,
+        rounds: 1,
+        lost: None,
+        verified,
+        error: (!verified).then(|| "bad byte".to_string()),
+    }
+}
+
+#[test]
+fn the_median_round_carries_the_spread() {
+    let r = median_round(
+        vec![round(Some(0.5), 5.0, true), round(Some(0.2), 2.0, true), round(Some(0.9), 9.0, true)],
+        false,
+    );
+    assert_eq!((r.ratio, r.ratio_min, r.ratio_max, r.rounds), (Some(0.5), Some(0.2), Some(0.9), 3));
+    assert_eq!(
+        r.figures,
+        Figures::Bw { peak_mbps: 5.0, avg_mbps: 5.0, msg_rate_mpps: 0.0 },
+        "the median round's own figures"
+    );
+    // Even count: the pessimistic middle (bandwidth: the lower ratio; latency: the higher).
+    let two = || vec![round(Some(0.4), 4.0, true), round(Some(0.6), 6.0, true)];
+    assert_eq!(median_round(two(), false).ratio, Some(0.4));
+    assert_eq!(median_round(two(), true).ratio, Some(0.6));
+    // Without a baseline the figure itself picks the median; no spread is claimed.
+    let r = median_round(vec![round(None, 3.0, true), round(None, 1.0, true), round(None, 2.0, true)], false);
+    assert_eq!((r.ratio, r.ratio_min, r.rounds), (None, None, 3));
+    assert_eq!(r.figures, Figures::Bw { peak_mbps: 2.0, avg_mbps: 2.0, msg_rate_mpps: 0.0 });
+    // A round that did not verify decides the result.
+    let r = median_round(vec![round(Some(0.5), 5.0, true), round(Some(0.6), 6.0, false)], false);
+    assert!(!r.verified && r.error.as_deref() == Some("bad byte"));
 }
