@@ -33,15 +33,17 @@ pub mod method {
     pub const RESPONSE: u8 = 0x80;
 }
 
-/// MAD status values a receiver answers with (IBA 13.4.7, Table 135; bits 2..4 are the
-/// invalid-field code).
+/// MAD status values (IBA 13.4.7, Table 135: bits 2..4 are the invalid-field code).
 pub mod status {
     /// Bad version: the class or base version is not supported.
-    pub const BAD_VERSION: u16 = 0x0001 << 2;
-    /// The method or method/attribute combination is not supported.
-    pub const METHOD_NOT_SUPPORTED: u16 = 0x0002 << 2;
-    /// The attribute or its modifier is not supported.
-    pub const ATTRIBUTE_NOT_SUPPORTED: u16 = 0x0003 << 2;
+    pub const BAD_VERSION: u16 = 1 << 2;
+    /// The method is not supported.
+    pub const METHOD_NOT_SUPPORTED: u16 = 2 << 2;
+    /// The method/attribute combination is not supported (Linux's
+    /// `IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB`).
+    pub const METHOD_ATTRIB_NOT_SUPPORTED: u16 = 3 << 2;
+    /// An attribute or modifier value is invalid.
+    pub const INVALID_ATTRIB_VALUE: u16 = 7 << 2;
 }
 
 mod field {
