@@ -17,6 +17,8 @@
 //! - [`rx_icrc`]: the receive-side ICRC check when the IPv4 ID is unknown (Linux rxe's
 //!   packets): solving for the ID, per `RNIC_IPV4_ID`.
 //! - [`capture`]: pcap capture of every packet.
+//! - [`cc`]: congestion control, DCQCN's notification and reaction points, sans-IO.
+//! - [`cm`]: the Communication Manager (connection set-up over QP1 MADs), sans-IO.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -28,6 +30,8 @@ pub mod mr;
 pub mod qp_state;
 
 pub mod capture;
+pub mod cc;
+pub mod cm;
 pub mod counters;
 pub mod cq;
 pub mod device;

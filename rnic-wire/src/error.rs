@@ -60,6 +60,14 @@ pub enum Error {
         /// The field.
         field: &'static str,
     },
+    /// A received field holds a value this implementation does not accept (a MAD of
+    /// another class or version).
+    BadValue {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: u64,
+    },
     /// The Ethernet type is neither IPv4, IPv6 nor 802.1Q.
     NotIp {
         /// The EtherType found.
@@ -120,6 +128,7 @@ impl fmt::Display for Error {
                 write!(f, "opcode 0x{opcode:02x} and the {header} header disagree")
             }
             Error::FieldRange { field } => write!(f, "{field} is out of range for its field"),
+            Error::BadValue { field, value } => write!(f, "{field} {value:#x} is not accepted"),
             Error::NotIp { ethertype } => write!(f, "EtherType 0x{ethertype:04x} is not IP"),
             Error::BadIpVersion(v) => write!(f, "IP version {v} not expected here"),
             Error::BadIpLength { what, value } => write!(f, "bad IP {what}: {value}"),

@@ -28,6 +28,8 @@
 //! * [`icrc`]: the invariant CRC over the masked IP/UDP/BTH pseudo-header.
 //! * [`ethernet`], [`ipv4`], [`ipv6`], [`udp`] and [`frame`]: full frames, as a raw
 //!   Ethernet transport or a capture file sees them.
+//! * [`mad`] and [`cm`]: the management datagrams a UD SEND to QP1 carries, and the
+//!   Communication Manager's messages (connection set-up as rdma_cm speaks it).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -38,12 +40,14 @@ mod seq;
 pub mod aeth;
 pub mod atomic;
 pub mod bth;
+pub mod cm;
 pub mod deth;
 pub mod ethernet;
 pub mod frame;
 pub mod icrc;
 pub mod ipv4;
 pub mod ipv6;
+pub mod mad;
 pub mod opcode;
 pub mod reth;
 pub mod roce;

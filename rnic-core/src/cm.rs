@@ -1,0 +1,995 @@
+//! The Communication Manager (IBA chapter 12) as rdma_cm speaks it, sans-IO.
+//!
+//! A [`CmAgent`] is one device's CM: it turns the application's `listen` / `connect` /
+//! `accept` / `reject` / `ready_to_use` / `disconnect` into MADs, and the MADs its GSI
+//! (QP1) receives into [`CmEvent`]s. Like the engine it does no I/O and reads no clock:
+//! MADs and time go in (`handle_mad`, `handle_timeout`), MADs and events come out
+//! (`poll_transmit`, `poll_event`), `poll_timeout` says when to call back. It never
+//! touches a QP: as with Linux's ib_cm, the owner moves its QP through INIT/RTR/RTS from
+//! the parameters an event carries (the passive side before `accept`, the active side on
+//! [`CmEvent::ConnectReply`] before `ready_to_use`).
+//!
+//! Protocol (IBA 12.9; behaviour as Linux's `drivers/infiniband/core/cm.c`):
+//! - Every connection keeps one transaction ID, the active side's, for all its MADs (as
+//!   Linux's cm_id does: rping's REQ, REP, RTU, DREQ and DREP all carry the REQ's).
+//! - A REQ, REP or DREQ waits for its answer `2 x packet lifetime + 4.096 us x 2^t` (t: the
+//!   peer's CM response timeout from the REQ; rdma_cm sends 20, about 4.3 s) and is sent
+//!   again up to Max CM Retries times (rdma_cm: 15); then the connection times out.
+//! - Duplicates are answered from state: a repeated REQ after the REP by the REP again (in
+//!   REQ received, nothing: the application has not answered yet), a repeated REP after the
+//!   RTU by the RTU again, a repeated DREQ by the DREP again; a REQ for a connection in
+//!   TimeWait by REJ "stale connection" (cm_dup_req_handler, cm_dup_rep_handler).
+//! - A REQ for a service nobody listens on is rejected with "invalid service ID"; a REQ
+//!   from a QP that already has a live connection with this agent with "stale
+//!   connection" (cm_insert_remote_qpn); a REP for an unknown communication ID with
+//!   "invalid comm ID"; a DREQ for an unknown ID is answered with a DREP (cm_issue_drep).
+//! - After a disconnect a connection waits in TimeWait before its ID is forgotten.
+//!
+//! What is not a CM MAD the GSI answers as Linux's MAD layer does (`generate_unmatched_resp`):
+//! a Get or Set for a class/version nobody serves gets a GetResp with status "unsupported
+//! method/attribute"; anything else is dropped. Both are counted in [`CmStats`].
+
+use crate::engine::Time;
+use rnic_wire::cm::{
+    self, rej_reason, CmDreq, CmIds, CmMessage, CmMra, CmPath, CmRej, CmRep, CmReq, CmTransport, MsgRef,
+};
+use rnic_wire::mad::{self, MadHeader, Packet as MadPacket, MAD_LEN};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::net::IpAddr;
+
+/// A MAD on its way out: to `dst`'s QP `dst_qpn` (1 for every CM MAD).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MadOut {
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Destination QP (the GSI, 1, except for answers to a MAD from another QP).
+    pub dst_qpn: u32,
+    /// The 256 bytes.
+    pub mad: [u8; MAD_LEN],
+}
+
+/// Configuration of an agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CmConfig {
+    /// The device's address (its GID's IP).
+    pub local_ip: IpAddr,
+    /// The device's CA GUID (rxe: the EUI-64 of its MAC).
+    pub ca_guid: u64,
+    /// Packet lifetime, ns, counted twice into every MAD's wait (rdma_cm's RoCE default
+    /// 4.096 us x 2^16 = 268 ms).
+    pub packet_lifetime_ns: u64,
+    /// How long a closed connection stays in TimeWait.
+    pub timewait_ns: u64,
+    /// Seeds the communication IDs and transaction IDs (tests replay exactly).
+    pub seed: u64,
+}
+
+impl CmConfig {
+    /// rdma_cm's defaults for a device at `local_ip`.
+    pub fn new(local_ip: IpAddr, ca_guid: u64) -> CmConfig {
+        CmConfig { local_ip, ca_guid, packet_lifetime_ns: 4096 << 16, timewait_ns: 1_000_000_000, seed: 0x5eed }
+    }
+}
+
+/// 4.096 us x 2^t in ns (IBA's timeout encoding; t above 31 is clamped).
+pub fn timeout_ns(t: u8) -> u64 {
+    4096u64 << u32::from(t.min(31))
+}
+
+/// What the active side asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectParams {
+    /// The passive side's address.
+    pub dst: IpAddr,
+    /// Its service ID ([`cm::service_id`]).
+    pub service_id: u64,
+    /// RC or UC.
+    pub transport: CmTransport,
+    /// The active side's QP.
+    pub qpn: u32,
+    /// Its first send PSN.
+    pub psn: u32,
+    /// READ/atomic requests it answers at once.
+    pub responder_resources: u8,
+    /// READ/atomic requests it will have outstanding.
+    pub initiator_depth: u8,
+    /// Path MTU (ibv enum: 1 = 256 .. 5 = 4096).
+    pub path_mtu: u8,
+    /// Transport retry count (3 bits).
+    pub retry_count: u8,
+    /// RNR retry count (3 bits).
+    pub rnr_retry_count: u8,
+    /// The QP's local ACK timeout (5 bits).
+    pub local_ack_timeout: u8,
+    /// CM response timeout, both ways (rdma_cm: 20).
+    pub response_timeout: u8,
+    /// MAD retries (rdma_cm: 15; 4 bits).
+    pub max_cm_retries: u8,
+    /// The QP takes receives from an SRQ.
+    pub srq: bool,
+    /// Private data, at most 92 bytes (rdma_cm's header, then the application's).
+    pub private_data: Vec<u8>,
+}
+
+/// What the passive side answers with.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AcceptParams {
+    /// The passive side's QP.
+    pub qpn: u32,
+    /// Its first send PSN.
+    pub psn: u32,
+    /// READ/atomic requests it answers at once.
+    pub responder_resources: u8,
+    /// READ/atomic requests it will have outstanding.
+    pub initiator_depth: u8,
+    /// RNR retry count the active side should use (3 bits).
+    pub rnr_retry_count: u8,
+    /// Target ACK delay (5 bits).
+    pub target_ack_delay: u8,
+    /// The QP takes receives from an SRQ.
+    pub srq: bool,
+    /// Private data, at most 196 bytes.
+    pub private_data: Vec<u8>,
+}
+
+/// A connection request as the passive side sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReqInfo {
+    /// Where it came from.
+    pub src: IpAddr,
+    /// The service asked for.
+    pub service_id: u64,
+    /// RC or UC.
+    pub transport: CmTransport,
+    /// The active side's QP (the passive QP's destination).
+    pub remote_qpn: u32,
+    /// The active side's first PSN (the passive QP's expected PSN).
+    pub remote_psn: u32,
+    /// Path MTU (ibv enum).
+    pub path_mtu: u8,
+    /// READ/atomic requests the active side answers at once (bounds the passive side's
+    /// initiator depth).
+    pub responder_resources: u8,
+    /// READ/atomic requests the active side will have outstanding (bounds the passive
+    /// side's responder resources).
+    pub initiator_depth: u8,
+    /// Transport retry count for the passive QP.
+    pub retry_count: u8,
+    /// RNR retry count for the passive QP.
+    pub rnr_retry_count: u8,
+    /// Local ACK timeout for the passive QP.
+    pub local_ack_timeout: u8,
+    /// The active side's CA GUID.
+    pub remote_ca_guid: u64,
+    /// The REQ's private data (92 bytes).
+    pub private_data: Vec<u8>,
+}
+
+/// A reply as the active side sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepInfo {
+    /// The passive side's QP (the active QP's destination).
+    pub remote_qpn: u32,
+    /// Its first PSN (the active QP's expected PSN).
+    pub remote_psn: u32,
+    /// READ/atomic requests the passive side answers at once.
+    pub responder_resources: u8,
+    /// READ/atomic requests the passive side will have outstanding.
+    pub initiator_depth: u8,
+    /// RNR retry count for the active QP.
+    pub rnr_retry_count: u8,
+    /// Target ACK delay.
+    pub target_ack_delay: u8,
+    /// The REP's private data (196 bytes).
+    pub private_data: Vec<u8>,
+}
+
+/// What happened, for the owner of a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmEvent {
+    /// A REQ for a service this agent listens on: answer with `accept` or `reject`.
+    ConnectRequest {
+        /// The new connection.
+        id: u32,
+        /// What was asked.
+        req: Box<ReqInfo>,
+    },
+    /// The passive side accepted: bring the QP to RTR and RTS, then `ready_to_use`.
+    ConnectReply {
+        /// The connection.
+        id: u32,
+        /// What was answered.
+        rep: Box<RepInfo>,
+    },
+    /// The connection is up (active: RTU sent; passive: RTU received or the QP saw the
+    /// peer's first packet).
+    Established {
+        /// The connection.
+        id: u32,
+        /// The RTU's private data (passive side; empty on the active side).
+        private_data: Vec<u8>,
+    },
+    /// The peer rejected (or nobody listens: reason [`rej_reason::INVALID_SERVICE_ID`]).
+    Rejected {
+        /// The connection.
+        id: u32,
+        /// IBA Table 109.
+        reason: u16,
+        /// The REJ's private data.
+        private_data: Vec<u8>,
+    },
+    /// The connection is closed (DREQ received, or DREP received / timed out after ours).
+    Disconnected {
+        /// The connection.
+        id: u32,
+        /// The DREQ's or DREP's private data (empty after a timeout).
+        private_data: Vec<u8>,
+    },
+    /// The peer stopped answering: the named message was sent Max CM Retries + 1 times.
+    TimedOut {
+        /// The connection.
+        id: u32,
+        /// "REQ" or "REP".
+        waiting_for_answer_to: &'static str,
+    },
+}
+
+/// A connection's state (IBA 12.9.6 / Linux's `enum ib_cm_state`, the states rnic uses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmState {
+    /// Active: REQ sent, waiting for REP (or MRA, which only extends the wait).
+    ReqSent,
+    /// Passive: REQ received, the application has not answered.
+    ReqRcvd,
+    /// Passive: REP sent, waiting for RTU.
+    RepSent,
+    /// Active: REP received, the application has not sent the RTU.
+    RepRcvd,
+    /// Both: connected.
+    Established,
+    /// DREQ sent, waiting for DREP.
+    DreqSent,
+    /// Closed, the ID kept a while so late MADs are recognised.
+    TimeWait,
+}
+
+/// Why a call was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CmError {
+    /// No such connection.
+    #[error("no CM connection with ID {0:#x}")]
+    NoSuchConnection(u32),
+    /// The call does not fit the connection's state.
+    #[error("CM connection {id:#x} is in state {state:?}; {call} needs {needs}")]
+    WrongState {
+        /// The connection.
+        id: u32,
+        /// Its state.
+        state: CmState,
+        /// The call.
+        call: &'static str,
+        /// The state(s) it needs.
+        needs: &'static str,
+    },
+    /// Someone already listens on the service.
+    #[error("service ID {0:#x} already has a listener")]
+    AlreadyListening(u64),
+    /// Private data longer than the message carries.
+    #[error("{what}: {len} bytes of private data, at most {max}")]
+    PrivateDataTooLong {
+        /// The message.
+        what: &'static str,
+        /// Given.
+        len: usize,
+        /// Allowed.
+        max: usize,
+    },
+    /// Only RC and UC connect through the CM here.
+    #[error("the CM connects RC and UC QPs only")]
+    Transport,
+}
+
+/// What the agent counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CmStats {
+    /// CM MADs received and understood.
+    pub mads_rcvd: u64,
+    /// MADs sent (first transmissions and answers).
+    pub mads_sent: u64,
+    /// REQ, REP and DREQ sent again after their wait ran out.
+    pub retransmits: u64,
+    /// Duplicate REQ/REP/DREQ answered from state (or ignored while the application decides).
+    pub duplicates: u64,
+    /// REJs sent.
+    pub rej_sent: u64,
+    /// MADs for a communication ID this agent does not know (REP rejected, DREQ answered,
+    /// others dropped).
+    pub unknown_comm_id: u64,
+    /// CM messages that do not fit the connection's state, dropped.
+    pub out_of_state: u64,
+    /// MADs that do not parse (short, wrong base or CM class version), dropped.
+    pub bad_mads: u64,
+    /// MADs of another class: answered "unsupported" (Get/Set) or dropped.
+    pub non_cm_mads: u64,
+    /// CM attributes rnic does not implement (SIDR, LAP, APR, ClassPortInfo), dropped.
+    pub unsupported_attrs: u64,
+    /// Connections whose peer stopped answering.
+    pub timeouts: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Conn {
+    state: CmState,
+    peer: IpAddr,
+    remote_id: u32,
+    tid: u64,
+    /// The peer's QPN (its REQ's or REP's), for the stale-connection check and DREQ.
+    remote_qpn: u32,
+    /// This side's QPN.
+    local_qpn: u32,
+    /// The MAD to send again when the wait runs out (REQ, REP, DREQ) or to answer a
+    /// duplicate with (REP, RTU, DREP, REJ).
+    last: Option<[u8; MAD_LEN]>,
+    retries_left: u8,
+    /// The wait for an answer to `last`.
+    wait_ns: u64,
+    deadline: Option<Time>,
+    /// Retries granted by the peer's REQ (the passive side's REP and DREQ use them).
+    max_retries: u8,
+}
+
+/// One device's Communication Manager. See the module documentation.
+#[derive(Debug)]
+pub struct CmAgent {
+    cfg: CmConfig,
+    conns: HashMap<u32, Conn>,
+    /// (peer, peer's comm ID) -> our comm ID: duplicate REQs.
+    by_remote: HashMap<(IpAddr, u32), u32>,
+    listeners: HashSet<u64>,
+    timers: BTreeSet<(Time, u32)>,
+    out: VecDeque<MadOut>,
+    events: VecDeque<CmEvent>,
+    stats: CmStats,
+    rng: u64,
+}
+
+impl CmAgent {
+    /// A new agent with no listener and no connection.
+    pub fn new(cfg: CmConfig) -> CmAgent {
+        CmAgent {
+            cfg,
+            conns: HashMap::new(),
+            by_remote: HashMap::new(),
+            listeners: HashSet::new(),
+            timers: BTreeSet::new(),
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: CmStats::default(),
+            rng: cfg.seed | 1,
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> CmStats {
+        self.stats
+    }
+
+    /// A connection's state (`None` once forgotten).
+    pub fn state(&self, id: u32) -> Option<CmState> {
+        self.conns.get(&id).map(|c| c.state)
+    }
+
+    /// The peer's QPN on connection `id` (the REQ's or REP's).
+    pub fn remote_qpn(&self, id: u32) -> Option<u32> {
+        self.conns.get(&id).map(|c| c.remote_qpn)
+    }
+
+    /// Accepts REQs for `service_id` from now on.
+    pub fn listen(&mut self, service_id: u64) -> Result<(), CmError> {
+        if !self.listeners.insert(service_id) {
+            return Err(CmError::AlreadyListening(service_id));
+        }
+        Ok(())
+    }
+
+    /// Stops accepting REQs for `service_id` (connections already made stay).
+    pub fn unlisten(&mut self, service_id: u64) {
+        self.listeners.remove(&service_id);
+    }
+
+    fn next_rand(&mut self) -> u64 {
+        // xorshift64*: IDs need only be unlikely to repeat, not secret.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn new_comm_id(&mut self) -> u32 {
+        loop {
+            let id = (self.next_rand() >> 32) as u32;
+            if id != 0 && !self.conns.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// Sends a REQ: the connection starts in [`CmState::ReqSent`]; its ID names it in
+    /// every event.
+    pub fn connect(&mut self, now: Time, p: &ConnectParams) -> Result<u32, CmError> {
+        if !matches!(p.transport, CmTransport::Rc | CmTransport::Uc) {
+            return Err(CmError::Transport);
+        }
+        let private_data = fixed::<{ cm::private_len::REQ }>("REQ", &p.private_data)?;
+        let id = self.new_comm_id();
+        let tid = self.next_rand() & 0xffff_ffff_ffff;
+        let gid = |ip: IpAddr| match ip {
+            IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+            IpAddr::V6(a) => a.octets(),
+        };
+        let req = CmReq {
+            local_comm_id: id,
+            service_id: p.service_id,
+            local_ca_guid: self.cfg.ca_guid,
+            local_qkey: 0,
+            local_qpn: p.qpn & 0xff_ffff,
+            responder_resources: p.responder_resources,
+            local_eecn: 0,
+            initiator_depth: p.initiator_depth,
+            remote_eecn: 0,
+            remote_cm_response_timeout: p.response_timeout & 0x1f,
+            transport: p.transport,
+            end_to_end_flow_control: false,
+            starting_psn: p.psn & 0xff_ffff,
+            local_cm_response_timeout: p.response_timeout & 0x1f,
+            retry_count: p.retry_count & 7,
+            pkey: 0xffff,
+            path_mtu: p.path_mtu & 0xf,
+            rdc_exists: false,
+            rnr_retry_count: p.rnr_retry_count & 7,
+            max_cm_retries: p.max_cm_retries & 0xf,
+            srq: p.srq,
+            extended_transport_type: 0,
+            // RoCE: LIDs are the permissive LID, the GIDs the IP addresses (as Linux's CM
+            // fills them; rping's REQ carries 0xffff).
+            primary: CmPath {
+                local_lid: 0xffff,
+                remote_lid: 0xffff,
+                local_gid: gid(self.cfg.local_ip),
+                remote_gid: gid(p.dst),
+                hop_limit: 64,
+                local_ack_timeout: p.local_ack_timeout & 0x1f,
+                ..CmPath::default()
+            },
+            alternate: CmPath::default(),
+            sap_supported: false,
+            private_data,
+        };
+        let mad = CmMessage::Req(Box::new(req)).to_mad(tid);
+        let wait_ns = 2 * self.cfg.packet_lifetime_ns + timeout_ns(p.response_timeout);
+        let conn = Conn {
+            state: CmState::ReqSent,
+            peer: p.dst,
+            remote_id: 0,
+            tid,
+            remote_qpn: 0,
+            local_qpn: p.qpn,
+            last: Some(mad),
+            retries_left: p.max_cm_retries & 0xf,
+            wait_ns,
+            deadline: None,
+            max_retries: p.max_cm_retries & 0xf,
+        };
+        self.conns.insert(id, conn);
+        self.send(p.dst, mad);
+        self.arm(id, now + wait_ns);
+        Ok(id)
+    }
+
+    /// Answers a [`CmEvent::ConnectRequest`] with a REP: the connection waits for the RTU in
+    /// [`CmState::RepSent`]. The QP must already be in RTR (the peer may send as soon as it
+    /// has the REP).
+    pub fn accept(&mut self, now: Time, id: u32, p: &AcceptParams) -> Result<(), CmError> {
+        let private_data = fixed::<{ cm::private_len::REP }>("REP", &p.private_data)?;
+        let ca_guid = self.cfg.ca_guid;
+        let c = self.conn_in(id, CmState::ReqRcvd, "accept", "ReqRcvd")?;
+        let rep = CmRep {
+            local_comm_id: id,
+            remote_comm_id: c.remote_id,
+            local_qkey: 0,
+            local_qpn: p.qpn & 0xff_ffff,
+            local_eecn: 0,
+            starting_psn: p.psn & 0xff_ffff,
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            target_ack_delay: p.target_ack_delay & 0x1f,
+            failover_accepted: 0,
+            end_to_end_flow_control: false,
+            rnr_retry_count: p.rnr_retry_count & 7,
+            srq: p.srq,
+            local_ca_guid: ca_guid,
+            private_data,
+        };
+        let mad = CmMessage::Rep(Box::new(rep)).to_mad(c.tid);
+        let (peer, wait) = (c.peer, c.wait_ns);
+        c.state = CmState::RepSent;
+        c.local_qpn = p.qpn;
+        c.last = Some(mad);
+        c.retries_left = c.max_retries;
+        self.send(peer, mad);
+        self.arm(id, now + wait);
+        Ok(())
+    }
+
+    /// Rejects: a REQ (passive, [`CmState::ReqRcvd`]) or a REP (active,
+    /// [`CmState::RepRcvd`]), with reason "consumer reject" and `private_data` (at most
+    /// 148 bytes). The connection goes to TimeWait.
+    pub fn reject(&mut self, now: Time, id: u32, private_data: &[u8]) -> Result<(), CmError> {
+        let pd = fixed::<{ cm::private_len::REJ }>("REJ", private_data)?;
+        let c = self.conns.get(&id).ok_or(CmError::NoSuchConnection(id))?;
+        let which = match c.state {
+            CmState::ReqRcvd => MsgRef::Req,
+            CmState::RepRcvd => MsgRef::Rep,
+            state => return Err(CmError::WrongState { id, state, call: "reject", needs: "ReqRcvd or RepRcvd" }),
+        };
+        let (peer, remote, tid) = (c.peer, c.remote_id, c.tid);
+        let mad = rej(id, remote, which, rej_reason::CONSUMER_REJECT, pd).to_mad(tid);
+        self.stats.rej_sent += 1;
+        self.send(peer, mad);
+        self.enter_timewait(now, id, Some(mad));
+        Ok(())
+    }
+
+    /// Active side, after the QP is in RTS: sends the RTU; the connection is established.
+    pub fn ready_to_use(&mut self, now: Time, id: u32, private_data: &[u8]) -> Result<(), CmError> {
+        let pd = fixed::<{ cm::private_len::RTU }>("RTU", private_data)?;
+        let c = self.conn_in(id, CmState::RepRcvd, "ready_to_use", "RepRcvd")?;
+        let mad = CmMessage::Rtu(Box::new(CmIds { local_comm_id: id, remote_comm_id: c.remote_id, private_data: pd }))
+            .to_mad(c.tid);
+        let peer = c.peer;
+        c.state = CmState::Established;
+        c.last = Some(mad);
+        self.send(peer, mad);
+        self.disarm(id);
+        let _ = now;
+        self.events.push_back(CmEvent::Established { id, private_data: Vec::new() });
+        Ok(())
+    }
+
+    /// Passive side: the QP received the peer's first packet before the RTU (verbs'
+    /// communication-established event, IBA 12.9.7.2): the connection is established.
+    pub fn notify_established(&mut self, id: u32) -> Result<(), CmError> {
+        let c = self.conn_in(id, CmState::RepSent, "notify_established", "RepSent")?;
+        c.state = CmState::Established;
+        self.disarm(id);
+        self.events.push_back(CmEvent::Established { id, private_data: Vec::new() });
+        Ok(())
+    }
+
+    /// Sends a DREQ on an established connection; [`CmEvent::Disconnected`] follows the
+    /// DREP (or the last retry).
+    pub fn disconnect(&mut self, now: Time, id: u32, private_data: &[u8]) -> Result<(), CmError> {
+        let pd = fixed::<{ cm::private_len::DREQ }>("DREQ", private_data)?;
+        let c = self.conn_in(id, CmState::Established, "disconnect", "Established")?;
+        let mad = CmMessage::Dreq(Box::new(CmDreq {
+            ids: CmIds { local_comm_id: id, remote_comm_id: c.remote_id, private_data: pd },
+            remote_qpn: c.remote_qpn,
+        }))
+        .to_mad(c.tid);
+        let (peer, wait) = (c.peer, c.wait_ns);
+        c.state = CmState::DreqSent;
+        c.last = Some(mad);
+        c.retries_left = c.max_retries;
+        self.send(peer, mad);
+        self.arm(id, now + wait);
+        Ok(())
+    }
+
+    fn conn_in(
+        &mut self,
+        id: u32,
+        want: CmState,
+        call: &'static str,
+        needs: &'static str,
+    ) -> Result<&mut Conn, CmError> {
+        let c = self.conns.get_mut(&id).ok_or(CmError::NoSuchConnection(id))?;
+        if c.state != want {
+            return Err(CmError::WrongState { id, state: c.state, call, needs });
+        }
+        Ok(c)
+    }
+
+    fn send(&mut self, dst: IpAddr, mad: [u8; MAD_LEN]) {
+        self.stats.mads_sent += 1;
+        self.out.push_back(MadOut { dst, dst_qpn: mad::GSI_QPN, mad });
+    }
+
+    fn arm(&mut self, id: u32, at: Time) {
+        self.disarm(id);
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.deadline = Some(at);
+            self.timers.insert((at, id));
+        }
+    }
+
+    fn disarm(&mut self, id: u32) {
+        if let Some(at) = self.conns.get_mut(&id).and_then(|c| c.deadline.take()) {
+            self.timers.remove(&(at, id));
+        }
+    }
+
+    fn enter_timewait(&mut self, now: Time, id: u32, answer: Option<[u8; MAD_LEN]>) {
+        let tw = self.cfg.timewait_ns;
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.state = CmState::TimeWait;
+            if answer.is_some() {
+                c.last = answer;
+            }
+        }
+        self.arm(id, now + tw);
+    }
+
+    /// The next MAD to send.
+    pub fn poll_transmit(&mut self) -> Option<MadOut> {
+        self.out.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<CmEvent> {
+        self.events.pop_front()
+    }
+
+    /// When `handle_timeout` wants to run next.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.timers.first().map(|&(at, _)| at)
+    }
+
+    /// Runs every wait that has run out: resends, times out, or forgets a TimeWait.
+    pub fn handle_timeout(&mut self, now: Time) {
+        while let Some(&(at, id)) = self.timers.first() {
+            if at > now {
+                break;
+            }
+            self.timers.remove(&(at, id));
+            let Some(c) = self.conns.get_mut(&id) else { continue };
+            c.deadline = None;
+            match c.state {
+                CmState::TimeWait => {
+                    let key = (c.peer, c.remote_id);
+                    self.conns.remove(&id);
+                    if self.by_remote.get(&key) == Some(&id) {
+                        self.by_remote.remove(&key);
+                    }
+                }
+                CmState::ReqSent | CmState::RepSent | CmState::DreqSent if c.retries_left > 0 => {
+                    c.retries_left -= 1;
+                    let (peer, wait, mad) = (c.peer, c.wait_ns, c.last);
+                    self.stats.retransmits += 1;
+                    if let Some(m) = mad {
+                        self.send(peer, m);
+                    }
+                    self.arm(id, now + wait);
+                }
+                CmState::ReqSent | CmState::RepSent => {
+                    let what = if c.state == CmState::ReqSent { "REQ" } else { "REP" };
+                    self.stats.timeouts += 1;
+                    self.events.push_back(CmEvent::TimedOut { id, waiting_for_answer_to: what });
+                    self.enter_timewait(now, id, None);
+                }
+                CmState::DreqSent => {
+                    // No DREP: the connection is gone all the same (Linux: DREQ_ERROR ->
+                    // rdma_cm's DISCONNECTED).
+                    self.stats.timeouts += 1;
+                    self.events.push_back(CmEvent::Disconnected { id, private_data: Vec::new() });
+                    self.enter_timewait(now, id, None);
+                }
+                CmState::ReqRcvd | CmState::RepRcvd | CmState::Established => {}
+            }
+        }
+    }
+
+    /// Takes one MAD the GSI received from `src` (QP `src_qpn`).
+    pub fn handle_mad(&mut self, now: Time, src: IpAddr, src_qpn: u32, bytes: &[u8]) {
+        let Ok(hp) = MadPacket::new_checked(bytes) else {
+            self.stats.bad_mads += 1;
+            return;
+        };
+        let Ok(h) = MadHeader::parse(&hp) else {
+            self.stats.bad_mads += 1;
+            return;
+        };
+        if h.mgmt_class != mad::CLASS_CM
+            || h.base_version != mad::BASE_VERSION
+            || h.class_version != mad::CM_CLASS_VERSION
+        {
+            self.unmatched(src, src_qpn, &h, bytes);
+            return;
+        }
+        let msg = match CmMessage::from_mad(bytes) {
+            Ok((_, Some(m))) => m,
+            Ok((_, None)) => {
+                self.stats.unsupported_attrs += 1;
+                return;
+            }
+            Err(_) => {
+                self.stats.bad_mads += 1;
+                return;
+            }
+        };
+        self.stats.mads_rcvd += 1;
+        match msg {
+            CmMessage::Req(r) => self.on_req(now, src, h.tid, *r),
+            CmMessage::Rep(r) => self.on_rep(now, src, h.tid, *r),
+            CmMessage::Rtu(r) => self.on_rtu(r.remote_comm_id, src, r.private_data.to_vec()),
+            CmMessage::Rej(r) => self.on_rej(now, src, *r),
+            CmMessage::Mra(r) => self.on_mra(now, *r),
+            CmMessage::Dreq(r) => self.on_dreq(now, src, h.tid, *r),
+            CmMessage::Drep(r) => self.on_drep(now, r.remote_comm_id, r.private_data.to_vec()),
+        }
+    }
+
+    /// A MAD for a class/version the GSI does not serve (Linux `generate_unmatched_resp`).
+    fn unmatched(&mut self, src: IpAddr, src_qpn: u32, h: &MadHeader, bytes: &[u8]) {
+        self.stats.non_cm_mads += 1;
+        if (h.method == mad::method::GET || h.method == mad::method::SET) && bytes.len() >= MAD_LEN {
+            let mut m = [0u8; MAD_LEN];
+            m.copy_from_slice(&bytes[..MAD_LEN]);
+            let resp = MadHeader {
+                method: mad::method::GET | mad::method::RESPONSE,
+                status: mad::status::METHOD_ATTRIB_NOT_SUPPORTED,
+                ..*h
+            };
+            resp.emit(&mut MadPacket::new_unchecked(&mut m[..]));
+            self.stats.mads_sent += 1;
+            self.out.push_back(MadOut { dst: src, dst_qpn: src_qpn, mad: m });
+        }
+    }
+
+    fn reject_unknown(&mut self, src: IpAddr, tid: u64, remote: u32, which: MsgRef, reason: u16) {
+        self.stats.rej_sent += 1;
+        let mad = rej(0, remote, which, reason, [0; cm::private_len::REJ]).to_mad(tid);
+        self.send(src, mad);
+    }
+
+    fn on_req(&mut self, now: Time, src: IpAddr, tid: u64, r: CmReq) {
+        if let Some(&id) = self.by_remote.get(&(src, r.local_comm_id)) {
+            self.stats.duplicates += 1;
+            let Some(c) = self.conns.get(&id) else { return };
+            match c.state {
+                // The REP (or our REJ) again; in ReqRcvd the application has not answered.
+                CmState::RepSent | CmState::Established => {
+                    if let Some(m) = c.last.filter(|_| c.state == CmState::RepSent) {
+                        let peer = c.peer;
+                        self.send(peer, m);
+                    }
+                }
+                CmState::TimeWait => {
+                    let remote = c.remote_id;
+                    self.reject_unknown(src, tid, remote, MsgRef::Req, rej_reason::STALE_CONN);
+                }
+                _ => {}
+            }
+            return;
+        }
+        if !self.listeners.contains(&r.service_id) {
+            self.reject_unknown(src, tid, r.local_comm_id, MsgRef::Req, rej_reason::INVALID_SERVICE_ID);
+            return;
+        }
+        if !matches!(r.transport, CmTransport::Rc | CmTransport::Uc) {
+            self.reject_unknown(src, tid, r.local_comm_id, MsgRef::Req, rej_reason::INVALID_TRANSPORT_TYPE);
+            return;
+        }
+        // A QP of the peer's that already has a live connection here (cm_insert_remote_qpn).
+        let stale = self.conns.values().any(|c| {
+            c.peer == src && c.remote_qpn == r.local_qpn && c.state != CmState::TimeWait && c.state != CmState::ReqSent
+        });
+        if stale {
+            self.reject_unknown(src, tid, r.local_comm_id, MsgRef::Req, rej_reason::STALE_CONN);
+            return;
+        }
+        let id = self.new_comm_id();
+        // The passive side waits as long as the active side said it may take to answer.
+        let wait_ns = 2 * self.cfg.packet_lifetime_ns + timeout_ns(r.local_cm_response_timeout);
+        self.conns.insert(
+            id,
+            Conn {
+                state: CmState::ReqRcvd,
+                peer: src,
+                remote_id: r.local_comm_id,
+                tid,
+                remote_qpn: r.local_qpn,
+                local_qpn: 0,
+                last: None,
+                retries_left: r.max_cm_retries,
+                wait_ns,
+                deadline: None,
+                max_retries: r.max_cm_retries,
+            },
+        );
+        self.by_remote.insert((src, r.local_comm_id), id);
+        let _ = now;
+        self.events.push_back(CmEvent::ConnectRequest {
+            id,
+            req: Box::new(ReqInfo {
+                src,
+                service_id: r.service_id,
+                transport: r.transport,
+                remote_qpn: r.local_qpn,
+                remote_psn: r.starting_psn,
+                path_mtu: r.path_mtu,
+                responder_resources: r.responder_resources,
+                initiator_depth: r.initiator_depth,
+                retry_count: r.retry_count,
+                rnr_retry_count: r.rnr_retry_count,
+                local_ack_timeout: r.primary.local_ack_timeout,
+                remote_ca_guid: r.local_ca_guid,
+                private_data: r.private_data.to_vec(),
+            }),
+        });
+    }
+
+    fn on_rep(&mut self, now: Time, src: IpAddr, tid: u64, r: CmRep) {
+        let Some(c) = self.conns.get_mut(&r.remote_comm_id).filter(|c| c.peer == src) else {
+            self.stats.unknown_comm_id += 1;
+            self.reject_unknown(src, tid, r.local_comm_id, MsgRef::Rep, rej_reason::INVALID_COMM_ID);
+            return;
+        };
+        let id = r.remote_comm_id;
+        match c.state {
+            CmState::ReqSent => {
+                c.state = CmState::RepRcvd;
+                c.remote_id = r.local_comm_id;
+                c.remote_qpn = r.local_qpn;
+                c.last = None;
+                let key = (src, r.local_comm_id);
+                self.disarm(id);
+                self.by_remote.insert(key, id);
+                self.events.push_back(CmEvent::ConnectReply {
+                    id,
+                    rep: Box::new(RepInfo {
+                        remote_qpn: r.local_qpn,
+                        remote_psn: r.starting_psn,
+                        responder_resources: r.responder_resources,
+                        initiator_depth: r.initiator_depth,
+                        rnr_retry_count: r.rnr_retry_count,
+                        target_ack_delay: r.target_ack_delay,
+                        private_data: r.private_data.to_vec(),
+                    }),
+                });
+            }
+            // Our RTU (or REJ) was lost: the same answer again (cm_dup_rep_handler).
+            CmState::Established | CmState::TimeWait if c.remote_id == r.local_comm_id => {
+                self.stats.duplicates += 1;
+                if let Some(m) = c.last {
+                    let peer = c.peer;
+                    self.send(peer, m);
+                }
+            }
+            // The application has not answered the first REP yet.
+            CmState::RepRcvd => self.stats.duplicates += 1,
+            _ => self.stats.out_of_state += 1,
+        }
+        let _ = now;
+    }
+
+    fn on_rtu(&mut self, id: u32, src: IpAddr, private_data: Vec<u8>) {
+        let Some(c) = self.conns.get_mut(&id).filter(|c| c.peer == src) else {
+            self.stats.unknown_comm_id += 1;
+            return;
+        };
+        if c.state != CmState::RepSent {
+            // A late duplicate after notify_established, or out of place.
+            if c.state == CmState::Established {
+                self.stats.duplicates += 1;
+            } else {
+                self.stats.out_of_state += 1;
+            }
+            return;
+        }
+        c.state = CmState::Established;
+        c.last = None;
+        self.disarm(id);
+        self.events.push_back(CmEvent::Established { id, private_data });
+    }
+
+    fn on_rej(&mut self, now: Time, src: IpAddr, r: CmRej) {
+        let Some(c) = self.conns.get(&r.remote_comm_id).filter(|c| c.peer == src) else {
+            self.stats.unknown_comm_id += 1;
+            return;
+        };
+        let id = r.remote_comm_id;
+        match c.state {
+            CmState::ReqSent | CmState::RepSent | CmState::RepRcvd | CmState::ReqRcvd => {
+                self.events.push_back(CmEvent::Rejected {
+                    id,
+                    reason: r.reason,
+                    private_data: r.private_data.to_vec(),
+                });
+                self.enter_timewait(now, id, None);
+            }
+            _ => self.stats.out_of_state += 1,
+        }
+    }
+
+    fn on_mra(&mut self, now: Time, r: CmMra) {
+        let Some(c) = self.conns.get(&r.remote_comm_id) else {
+            self.stats.unknown_comm_id += 1;
+            return;
+        };
+        // The peer needs longer (IBA 12.6.6): wait its service timeout before resending.
+        let waiting =
+            matches!((c.state, r.message_mraed), (CmState::ReqSent, MsgRef::Req) | (CmState::RepSent, MsgRef::Rep));
+        if waiting {
+            let at = now + 2 * self.cfg.packet_lifetime_ns + timeout_ns(r.service_timeout);
+            let id = r.remote_comm_id;
+            self.arm(id, at);
+        } else {
+            self.stats.out_of_state += 1;
+        }
+    }
+
+    fn on_dreq(&mut self, now: Time, src: IpAddr, tid: u64, r: CmDreq) {
+        let id = r.ids.remote_comm_id;
+        let drep = |local: u32, remote: u32| {
+            CmMessage::Drep(Box::new(CmIds { local_comm_id: local, remote_comm_id: remote, private_data: [0; 224] }))
+        };
+        let Some(c) = self.conns.get(&id).filter(|c| c.peer == src) else {
+            // Answered anyway, so the peer stops resending (cm_issue_drep).
+            self.stats.unknown_comm_id += 1;
+            let m = drep(id, r.ids.local_comm_id).to_mad(tid);
+            self.send(src, m);
+            return;
+        };
+        match c.state {
+            CmState::Established | CmState::RepSent | CmState::DreqSent => {
+                let m = drep(id, c.remote_id).to_mad(c.tid);
+                let peer = c.peer;
+                self.send(peer, m);
+                self.events.push_back(CmEvent::Disconnected { id, private_data: r.ids.private_data.to_vec() });
+                self.enter_timewait(now, id, Some(m));
+            }
+            CmState::TimeWait => {
+                // Our DREP was lost: again.
+                self.stats.duplicates += 1;
+                let m = drep(id, c.remote_id).to_mad(c.tid);
+                let peer = c.peer;
+                self.send(peer, m);
+            }
+            _ => self.stats.out_of_state += 1,
+        }
+    }
+
+    fn on_drep(&mut self, now: Time, id: u32, private_data: Vec<u8>) {
+        match self.conns.get(&id).map(|c| c.state) {
+            Some(CmState::DreqSent) => {
+                self.events.push_back(CmEvent::Disconnected { id, private_data });
+                self.enter_timewait(now, id, None);
+            }
+            Some(_) => self.stats.duplicates += 1,
+            None => self.stats.unknown_comm_id += 1,
+        }
+    }
+}
+
+fn rej(local: u32, remote: u32, which: MsgRef, reason: u16, private_data: [u8; cm::private_len::REJ]) -> CmMessage {
+    CmMessage::Rej(Box::new(CmRej {
+        local_comm_id: local,
+        remote_comm_id: remote,
+        message_rejected: which,
+        rejected_info_length: 0,
+        reason,
+        ari: [0; 72],
+        private_data,
+    }))
+}
+
+/// `data` in a zero-padded array of the message's private data length.
+fn fixed<const N: usize>(what: &'static str, data: &[u8]) -> Result<[u8; N], CmError> {
+    if data.len() > N {
+        return Err(CmError::PrivateDataTooLong { what, len: data.len(), max: N });
+    }
+    let mut a = [0u8; N];
+    a[..data.len()].copy_from_slice(data);
+    Ok(a)
+}

@@ -1,0 +1,424 @@
+//! The Communication Manager's stories on virtual time: two agents, a link that loses the
+//! MADs a test names, and the clock jumping to the next arrival or wait. Each loss is
+//! recovered by the retry IBA 12.9 prescribes, duplicates are answered from state, and a
+//! peer that stops answering ends in a defined state with a counter.
+
+use rnic_core::cm::{timeout_ns, AcceptParams, CmAgent, CmConfig, CmEvent, CmState, ConnectParams, MadOut};
+use rnic_wire::cm::{attr, port_space, rej_reason, service_id, CmMessage, CmTransport, CmaHeader};
+use rnic_wire::mad::{self, MadHeader, Packet, MAD_LEN};
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+const LATENCY: u64 = 10_000;
+const A: usize = 0;
+const B: usize = 1;
+
+fn ip(i: usize) -> IpAddr {
+    format!("10.0.0.{}", i + 1).parse().unwrap()
+}
+
+struct Link {
+    agents: [CmAgent; 2],
+    now: u64,
+    /// (arrival, to, MAD)
+    wire: Vec<(u64, usize, MadOut)>,
+    /// How many of each message (by IBA name) from each side to lose.
+    lose: HashMap<(usize, &'static str), usize>,
+    /// Every MAD that went on the wire: (time, from, name).
+    log: Vec<(u64, usize, &'static str)>,
+    events: [Vec<CmEvent>; 2],
+}
+
+fn name(mad: &[u8; MAD_LEN]) -> &'static str {
+    match CmMessage::from_mad(mad) {
+        Ok((_, Some(m))) => m.name(),
+        _ => "MAD",
+    }
+}
+
+impl Link {
+    fn new() -> Link {
+        let cfg = |i: usize| CmConfig { seed: 7 + i as u64, ..CmConfig::new(ip(i), 0x0200_00ff_fe00_0000 + i as u64) };
+        Link {
+            agents: [CmAgent::new(cfg(A)), CmAgent::new(cfg(B))],
+            now: 0,
+            wire: Vec::new(),
+            lose: HashMap::new(),
+            log: Vec::new(),
+            events: [Vec::new(), Vec::new()],
+        }
+    }
+
+    fn lose(&mut self, from: usize, msg: &'static str, n: usize) {
+        self.lose.insert((from, msg), n);
+    }
+
+    fn collect(&mut self) {
+        for from in [A, B] {
+            while let Some(o) = self.agents[from].poll_transmit() {
+                let n = name(&o.mad);
+                self.log.push((self.now, from, n));
+                if let Some(k) = self.lose.get_mut(&(from, n)).filter(|k| **k > 0) {
+                    *k -= 1;
+                    continue;
+                }
+                let to = if o.dst == ip(A) {
+                    A
+                } else if o.dst == ip(B) {
+                    B
+                } else {
+                    continue;
+                };
+                self.wire.push((self.now + LATENCY, to, o));
+            }
+            while let Some(e) = self.agents[from].poll_event() {
+                self.events[from].push(e);
+            }
+        }
+    }
+
+    /// One step: the earliest arrival or wait; false when nothing is left before `until`.
+    fn step(&mut self, until: u64) -> bool {
+        self.collect();
+        let arrival = self.wire.iter().map(|w| w.0).min();
+        let timer = [A, B].iter().filter_map(|&i| self.agents[i].poll_timeout()).min();
+        let Some(next) = [arrival, timer].into_iter().flatten().min().filter(|&t| t <= until) else {
+            return false;
+        };
+        self.now = self.now.max(next);
+        if arrival == Some(next) {
+            let i = self.wire.iter().position(|w| w.0 == next).unwrap();
+            let (_, to, o) = self.wire.remove(i);
+            let from = if to == A { ip(B) } else { ip(A) };
+            self.agents[to].handle_mad(self.now, from, 1, &o.mad);
+        } else {
+            for i in [A, B] {
+                self.agents[i].handle_timeout(self.now);
+            }
+        }
+        self.collect();
+        true
+    }
+
+    fn run(&mut self, ns: u64) {
+        let until = self.now + ns;
+        while self.step(until) {}
+        self.now = until;
+    }
+
+    /// Runs until side `who` has an event matching `f`, taking it (and the ones before it).
+    fn until(&mut self, who: usize, max_ns: u64, f: impl Fn(&CmEvent) -> bool) -> CmEvent {
+        let until = self.now + max_ns;
+        loop {
+            self.collect();
+            if let Some(i) = self.events[who].iter().position(&f) {
+                return self.events[who].drain(..=i).next_back().unwrap();
+            }
+            assert!(
+                self.step(until),
+                "side {who}: no such event by t={until}; events {:?}; log {:?}",
+                self.events,
+                self.log
+            );
+        }
+    }
+
+    fn sent(&self, from: usize, msg: &str) -> usize {
+        self.log.iter().filter(|l| l.1 == from && l.2 == msg).count()
+    }
+}
+
+const PORT: u16 = 7174;
+
+fn params(dst: IpAddr) -> ConnectParams {
+    let mut pd = vec![0u8; 92];
+    CmaHeader { src_port: 0xdba8, src: ip(A), dst }.emit(&mut pd).unwrap();
+    pd[36..41].copy_from_slice(b"hello");
+    ConnectParams {
+        dst,
+        service_id: service_id(port_space::TCP, PORT),
+        transport: CmTransport::Rc,
+        qpn: 0x11,
+        psn: 0x0abcde,
+        responder_resources: 4,
+        initiator_depth: 2,
+        path_mtu: 3,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        local_ack_timeout: 14,
+        response_timeout: 20,
+        max_cm_retries: 15,
+        srq: false,
+        private_data: pd,
+    }
+}
+
+fn accept_params() -> AcceptParams {
+    AcceptParams {
+        qpn: 0x22,
+        psn: 0x123456,
+        responder_resources: 2,
+        initiator_depth: 4,
+        rnr_retry_count: 7,
+        private_data: b"welcome".to_vec(),
+        ..AcceptParams::default()
+    }
+}
+
+/// The wait of a REQ/REP: 2 x packet lifetime + 4.096 us x 2^20.
+fn wait() -> u64 {
+    2 * CmConfig::new(ip(A), 0).packet_lifetime_ns + timeout_ns(20)
+}
+
+fn is_req(e: &CmEvent) -> bool {
+    matches!(e, CmEvent::ConnectRequest { .. })
+}
+fn is_rep(e: &CmEvent) -> bool {
+    matches!(e, CmEvent::ConnectReply { .. })
+}
+fn is_est(e: &CmEvent) -> bool {
+    matches!(e, CmEvent::Established { .. })
+}
+fn is_disc(e: &CmEvent) -> bool {
+    matches!(e, CmEvent::Disconnected { .. })
+}
+
+/// Connects A to B through every step; returns (A's ID, B's ID).
+fn establish(l: &mut Link) -> (u32, u32) {
+    let a = l.agents[A].connect(l.now, &params(ip(B))).unwrap();
+    let CmEvent::ConnectRequest { id: b, req } = l.until(B, 200 * wait(), is_req) else { unreachable!() };
+    assert_eq!((req.remote_qpn, req.remote_psn, req.path_mtu, req.src), (0x11, 0x0abcde, 3, ip(A)));
+    assert_eq!((req.responder_resources, req.initiator_depth, req.local_ack_timeout), (4, 2, 14));
+    assert_eq!(&req.private_data[36..41], b"hello");
+    l.agents[B].accept(l.now, b, &accept_params()).unwrap();
+    let CmEvent::ConnectReply { id, rep } = l.until(A, 200 * wait(), is_rep) else { unreachable!() };
+    assert_eq!(
+        (id, rep.remote_qpn, rep.remote_psn, rep.responder_resources, rep.initiator_depth),
+        (a, 0x22, 0x123456, 2, 4)
+    );
+    assert_eq!(&rep.private_data[..7], b"welcome");
+    l.agents[A].ready_to_use(l.now, a, b"rtu").unwrap();
+    assert!(matches!(l.until(A, 0, is_est), CmEvent::Established { id, .. } if id == a));
+    let CmEvent::Established { id, private_data } = l.until(B, 200 * wait(), is_est) else { unreachable!() };
+    assert_eq!((id, &private_data[..3]), (b, &b"rtu"[..]));
+    (a, b)
+}
+
+fn listening() -> Link {
+    let mut l = Link::new();
+    l.agents[B].listen(service_id(port_space::TCP, PORT)).unwrap();
+    l
+}
+
+#[test]
+fn connect_and_disconnect_with_private_data_both_ways() {
+    let mut l = listening();
+    let (a, b) = establish(&mut l);
+    assert_eq!((l.agents[A].state(a), l.agents[B].state(b)), (Some(CmState::Established), Some(CmState::Established)));
+    assert_eq!(l.agents[A].remote_qpn(a), Some(0x22));
+    l.agents[B].disconnect(l.now, b, b"bye").unwrap();
+    let CmEvent::Disconnected { id, private_data } = l.until(A, wait(), is_disc) else { unreachable!() };
+    assert_eq!((id, &private_data[..3]), (a, &b"bye"[..]));
+    assert!(matches!(l.until(B, wait(), is_disc), CmEvent::Disconnected { id, .. } if id == b));
+    assert_eq!((l.agents[A].state(a), l.agents[B].state(b)), (Some(CmState::TimeWait), Some(CmState::TimeWait)));
+    // TimeWait ends: the IDs are forgotten.
+    l.run(2_000_000_000);
+    assert_eq!((l.agents[A].state(a), l.agents[B].state(b)), (None, None));
+    assert_eq!(l.log.iter().map(|x| x.2).collect::<Vec<_>>(), ["REQ", "REP", "RTU", "DREQ", "DREP"]);
+    assert_eq!(l.agents[A].stats().retransmits + l.agents[B].stats().retransmits, 0);
+}
+
+#[test]
+fn a_lost_req_is_sent_again_after_its_wait() {
+    let mut l = listening();
+    l.lose(A, "REQ", 1);
+    establish(&mut l);
+    assert_eq!(l.sent(A, "REQ"), 2);
+    let second = l.log.iter().filter(|x| x.2 == "REQ").nth(1).unwrap().0;
+    assert_eq!(second, wait(), "resent exactly one wait later");
+    assert_eq!(l.agents[A].stats().retransmits, 1);
+}
+
+#[test]
+fn a_lost_rep_is_recovered_and_the_repeated_req_answered_from_state() {
+    let mut l = listening();
+    l.lose(B, "REP", 1);
+    let (_, b) = establish(&mut l);
+    // A's REQ came again (B's REP was lost); B answered it with the REP it had sent.
+    assert!(l.sent(B, "REP") >= 2, "{:?}", l.log);
+    assert_eq!(l.agents[B].state(b), Some(CmState::Established));
+    assert!(l.agents[B].stats().duplicates + l.agents[B].stats().retransmits >= 1);
+}
+
+#[test]
+fn a_lost_rtu_makes_the_rep_come_again_and_the_rtu_is_repeated() {
+    let mut l = listening();
+    l.lose(A, "RTU", 1);
+    let (a, b) = establish(&mut l);
+    assert_eq!((l.sent(A, "RTU"), l.sent(B, "REP")), (2, 2));
+    assert_eq!(l.agents[A].stats().duplicates, 1, "the duplicate REP was answered with the RTU again");
+    assert_eq!((l.agents[A].state(a), l.agents[B].state(b)), (Some(CmState::Established), Some(CmState::Established)));
+}
+
+#[test]
+fn a_lost_dreq_is_sent_again() {
+    let mut l = listening();
+    let (a, b) = establish(&mut l);
+    l.lose(A, "DREQ", 1);
+    l.agents[A].disconnect(l.now, a, b"").unwrap();
+    l.until(B, 3 * wait(), is_disc);
+    l.until(A, 3 * wait(), is_disc);
+    assert_eq!(l.sent(A, "DREQ"), 2);
+    assert_eq!((l.agents[A].state(a), l.agents[B].state(b)), (Some(CmState::TimeWait), Some(CmState::TimeWait)));
+}
+
+#[test]
+fn a_lost_drep_is_answered_again_even_after_timewait() {
+    let mut l = listening();
+    let (a, _) = establish(&mut l);
+    l.lose(B, "DREP", 1);
+    l.agents[A].disconnect(l.now, a, b"").unwrap();
+    l.until(A, 3 * wait(), is_disc);
+    assert_eq!((l.sent(A, "DREQ"), l.sent(B, "DREP")), (2, 2));
+    // The DREQ came again after B's TimeWait (1 s < the 4.8 s wait): answered all the same
+    // (Linux's cm_issue_drep), as an unknown ID.
+    let s = l.agents[B].stats();
+    assert_eq!((s.duplicates, s.unknown_comm_id), (0, 1));
+}
+
+#[test]
+fn a_duplicate_req_after_the_rep_gets_the_rep_again_and_no_second_connection() {
+    let mut l = listening();
+    let a = l.agents[A].connect(0, &params(ip(B))).unwrap();
+    l.collect();
+    let req = l.wire[0].2.clone();
+    let CmEvent::ConnectRequest { id: b, .. } = l.until(B, wait(), is_req) else { unreachable!() };
+    l.agents[B].accept(l.now, b, &accept_params()).unwrap();
+    // The same REQ arrives again (duplicated by the network).
+    l.agents[B].handle_mad(l.now, ip(A), 1, &req.mad);
+    l.collect();
+    assert_eq!(l.sent(B, "REP"), 2);
+    assert_eq!(l.agents[B].stats().duplicates, 1);
+    assert!(l.events[B].iter().all(|e| !is_req(e)), "no second connect request");
+    l.until(A, wait(), is_rep);
+    l.agents[A].ready_to_use(l.now, a, b"").unwrap();
+    l.until(B, wait(), is_est);
+}
+
+#[test]
+fn a_peer_that_is_gone_times_out_after_every_retry() {
+    let mut l = listening();
+    // Nothing is at 10.0.0.9: the REQ is sent 1 + 15 times, then the connection times out.
+    let a = l.agents[A].connect(0, &params("10.0.0.9".parse().unwrap())).unwrap();
+    let e = l.until(A, 17 * wait(), |e| matches!(e, CmEvent::TimedOut { .. }));
+    assert_eq!(e, CmEvent::TimedOut { id: a, waiting_for_answer_to: "REQ" });
+    assert_eq!(l.sent(A, "REQ"), 16);
+    assert_eq!(l.now, 16 * wait());
+    assert_eq!((l.agents[A].state(a), l.agents[A].stats().timeouts), (Some(CmState::TimeWait), 1));
+    l.run(2_000_000_000);
+    assert_eq!(l.agents[A].state(a), None, "forgotten after TimeWait: no half-open state");
+}
+
+#[test]
+fn an_active_side_that_vanishes_after_the_rep_times_the_passive_side_out() {
+    let mut l = listening();
+    l.lose(A, "REQ", 0);
+    l.agents[A].connect(0, &params(ip(B))).unwrap();
+    let CmEvent::ConnectRequest { id: b, .. } = l.until(B, wait(), is_req) else { unreachable!() };
+    l.lose(A, "RTU", usize::MAX);
+    l.lose(A, "REQ", usize::MAX);
+    l.agents[B].accept(l.now, b, &accept_params()).unwrap();
+    // A never calls ready_to_use: no RTU ever comes.
+    let e = l.until(B, 20 * wait(), |e| matches!(e, CmEvent::TimedOut { .. }));
+    assert_eq!(e, CmEvent::TimedOut { id: b, waiting_for_answer_to: "REP" });
+    assert_eq!(l.sent(B, "REP"), 16);
+}
+
+#[test]
+fn a_req_nobody_listens_for_is_rejected_invalid_service_id() {
+    let mut l = Link::new();
+    let a = l.agents[A].connect(0, &params(ip(B))).unwrap();
+    let e = l.until(A, wait(), |e| matches!(e, CmEvent::Rejected { .. }));
+    assert!(matches!(e, CmEvent::Rejected { id, reason: rej_reason::INVALID_SERVICE_ID, .. } if id == a), "{e:?}");
+    assert_eq!(l.agents[A].state(a), Some(CmState::TimeWait));
+}
+
+#[test]
+fn a_consumer_reject_carries_its_private_data() {
+    let mut l = listening();
+    let a = l.agents[A].connect(0, &params(ip(B))).unwrap();
+    let CmEvent::ConnectRequest { id: b, .. } = l.until(B, wait(), is_req) else { unreachable!() };
+    assert!(l.agents[B].reject(l.now, b, &[0u8; 149]).is_err(), "149 bytes do not fit a REJ");
+    l.agents[B].reject(l.now, b, b"go away").unwrap();
+    let CmEvent::Rejected { id, reason, private_data } = l.until(A, wait(), |e| matches!(e, CmEvent::Rejected { .. }))
+    else {
+        unreachable!()
+    };
+    assert_eq!((id, reason, &private_data[..7]), (a, rej_reason::CONSUMER_REJECT, &b"go away"[..]));
+    // Calls that do not fit the state are refused, naming it.
+    let err = l.agents[B].accept(l.now, b, &accept_params()).unwrap_err().to_string();
+    assert!(err.contains("TimeWait") && err.contains("accept"), "{err}");
+}
+
+#[test]
+fn a_second_req_from_a_connected_qp_is_a_stale_connection() {
+    let mut l = listening();
+    establish(&mut l);
+    // The same QP (0x11) asks again under a new communication ID.
+    let again = l.agents[A].connect(l.now, &params(ip(B))).unwrap();
+    let e = l.until(A, wait(), |e| matches!(e, CmEvent::Rejected { .. }));
+    assert!(matches!(e, CmEvent::Rejected { id, reason: rej_reason::STALE_CONN, .. } if id == again), "{e:?}");
+}
+
+#[test]
+fn hostile_mads_are_counted_and_answered_as_the_gsi_does() {
+    let mut l = listening();
+    let b = &mut l.agents[B];
+    // Too short, and a CM MAD of class version 1: dropped (the latter as an unserved class).
+    b.handle_mad(0, ip(A), 1, &[1, 7, 2]);
+    let mut v1 = [0u8; MAD_LEN];
+    MadHeader { class_version: 1, ..MadHeader::cm(attr::REQ, 9) }.emit(&mut Packet::new_unchecked(&mut v1[..]));
+    b.handle_mad(0, ip(A), 1, &v1);
+    // A Get for the Performance Management class from QP 7: GetResp, "unsupported".
+    let mut get = [0u8; MAD_LEN];
+    MadHeader { mgmt_class: 0x04, class_version: 1, method: mad::method::GET, ..MadHeader::cm(0x0012, 0x77) }
+        .emit(&mut Packet::new_unchecked(&mut get[..]));
+    b.handle_mad(0, ip(A), 7, &get);
+    let resp = b.poll_transmit().expect("a GetResp");
+    let h = MadHeader::parse(&Packet::new_checked(&resp.mad[..]).unwrap()).unwrap();
+    assert_eq!((resp.dst_qpn, h.method, h.status, h.tid, h.mgmt_class), (7, 0x81, 0x000c, 0x77, 0x04));
+    // A REP and an RTU for connections nobody has; a DREQ likewise; a SIDR_REQ.
+    let mut rep = [0u8; MAD_LEN];
+    MadHeader::cm(attr::REP, 5).emit(&mut Packet::new_unchecked(&mut rep[..]));
+    rep[24..28].copy_from_slice(&0xdead_beef_u32.to_be_bytes());
+    rep[28..32].copy_from_slice(&0x1234_5678_u32.to_be_bytes());
+    b.handle_mad(0, ip(A), 1, &rep);
+    let rej = b.poll_transmit().expect("REJ");
+    let Ok((_, Some(CmMessage::Rej(r)))) = CmMessage::from_mad(&rej.mad) else { panic!("not a REJ") };
+    assert_eq!((r.reason, r.remote_comm_id), (rej_reason::INVALID_COMM_ID, 0xdead_beef));
+    let mut dreq = [0u8; MAD_LEN];
+    MadHeader::cm(attr::DREQ, 6).emit(&mut Packet::new_unchecked(&mut dreq[..]));
+    b.handle_mad(0, ip(A), 1, &dreq);
+    assert_eq!(name(&b.poll_transmit().expect("DREP").mad), "DREP");
+    let mut sidr = [0u8; MAD_LEN];
+    MadHeader::cm(attr::SIDR_REQ, 8).emit(&mut Packet::new_unchecked(&mut sidr[..]));
+    b.handle_mad(0, ip(A), 1, &sidr);
+    let s = b.stats();
+    assert_eq!((s.bad_mads, s.non_cm_mads, s.unknown_comm_id, s.unsupported_attrs), (1, 2, 2, 1), "{s:?}");
+    assert!(b.poll_transmit().is_none() && b.poll_event().is_none());
+    // Random bytes never panic.
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    for _ in 0..2000 {
+        let mut m = [0u8; MAD_LEN];
+        for byte in m.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *byte = x.to_le_bytes()[0];
+        }
+        m[..3].copy_from_slice(&[1, 7, 2]);
+        m[16] = 0;
+        m[17] = 0x10 + x.to_le_bytes()[1] % 8;
+        l.agents[B].handle_mad(0, ip(A), 1, &m);
+    }
+}
