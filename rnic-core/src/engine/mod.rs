@@ -22,6 +22,7 @@
 //! `uc.rs`, the UD responder and its GRH area in `ud.rs`.
 
 pub mod qp;
+mod qp_table;
 mod rd_atomic;
 mod requester;
 mod responder;
@@ -249,8 +250,7 @@ pub struct Engine {
     config: EngineConfig,
     mtpt: Arc<Mtpt>,
     counters: Arc<Counters>,
-    qps: Vec<Option<Qp>>,
-    free_slots: VecDeque<usize>,
+    qps: qp_table::QpTable,
     pub(crate) out: Outbox,
     events: VecDeque<AsyncEvent>,
     /// Armed timers, earliest first: (deadline, QPN). An entry is live only while it is
@@ -357,8 +357,7 @@ impl Engine {
             config,
             mtpt,
             counters,
-            qps: Vec::new(),
-            free_slots: VecDeque::new(),
+            qps: qp_table::QpTable::new(),
             out: Outbox::default(),
             events: VecDeque::new(),
             timers: BinaryHeap::new(),
@@ -383,17 +382,13 @@ impl Engine {
         &self.mtpt
     }
 
-    fn slot(qpn: Qpn) -> Option<usize> {
-        usize::try_from(qpn.value().checked_sub(FIRST_QPN)?).ok()
-    }
-
     pub(crate) fn qp_mut(&mut self, qpn: Qpn) -> Option<&mut Qp> {
-        self.qps.get_mut(Self::slot(qpn)?)?.as_mut()
+        self.qps.get_mut(qpn)
     }
 
     /// A QP and the outbox, borrowed together.
     pub(crate) fn qp_and_out(&mut self, qpn: Qpn) -> Option<(&mut Qp, &mut Outbox)> {
-        let qp = self.qps.get_mut(Self::slot(qpn)?)?.as_mut()?;
+        let qp = self.qps.get_mut(qpn)?;
         Some((qp, &mut self.out))
     }
 
@@ -432,47 +427,37 @@ impl Engine {
                 )));
             }
         }
-        let live = self.qps.len() - self.free_slots.len();
-        if u32::try_from(live).unwrap_or(u32::MAX) >= self.config.max_qp {
+        if u32::try_from(self.qps.len()).unwrap_or(u32::MAX) >= self.config.max_qp {
             return Err(EngineError::TooManyQps(self.config.max_qp));
         }
-        let slot = match self.free_slots.pop_front() {
-            Some(s) => s,
-            None => {
-                self.qps.push(None);
-                self.qps.len() - 1
-            }
-        };
-        let qpn = Qpn::new(FIRST_QPN + u32::try_from(slot).map_err(|_| EngineError::TooManyQps(self.config.max_qp))?);
-        let shared = Arc::new(QpShared::new(qpn, qp_type, pd, cap, sq_sig_all, srq));
-        self.qps[slot] = Some(Qp::new(shared.clone(), self.mtpt.clone(), send_cq, recv_cq));
-        Ok(shared)
+        let mut shared = None;
+        let mtpt = self.mtpt.clone();
+        self.qps
+            .insert(|qpn| {
+                let s = Arc::new(QpShared::new(qpn, qp_type, pd, cap, sq_sig_all, srq));
+                shared = Some(s.clone());
+                Qp::new(s, mtpt, send_cq, recv_cq)
+            })
+            .ok_or(EngineError::TooManyQps(self.config.max_qp))?;
+        shared.ok_or(EngineError::TooManyQps(self.config.max_qp))
     }
 
     /// Destroys a QP; its outstanding work is dropped without completions (verbs
     /// semantics: destroy is not a flush).
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), EngineError> {
-        let slot = Self::slot(qpn).ok_or(EngineError::NoSuchQp(qpn.value()))?;
         // What was received is acknowledged, even when the application destroys the QP
         // the moment it sees the last completion (a held ACK would die with the QP and
         // the peer retry until RETRY_EXC_ERR).
         responder::flush_ack(self, qpn);
-        match self.qps.get_mut(slot) {
-            Some(q @ Some(_)) => {
-                *q = None;
-                self.free_slots.push_back(slot);
-                Ok(())
-            }
-            _ => Err(EngineError::NoSuchQp(qpn.value())),
-        }
+        // Its number is not handed out again until the cursor has walked the whole QPN
+        // space (qp_table: rxe's cyclic allocation), so the peer's late packets for it
+        // find no QP.
+        self.qps.remove(qpn).map(drop).ok_or(EngineError::NoSuchQp(qpn.value()))
     }
 
     /// The QP's current attributes and state.
     pub fn query_qp(&self, qpn: Qpn) -> Result<QpAttr, EngineError> {
-        let qp = Self::slot(qpn)
-            .and_then(|s| self.qps.get(s))
-            .and_then(Option::as_ref)
-            .ok_or(EngineError::NoSuchQp(qpn.value()))?;
+        let qp = self.qps.get(qpn).ok_or(EngineError::NoSuchQp(qpn.value()))?;
         let mut a = qp.attr;
         a.state = qp.state;
         a.sq_psn = qp.next_psn.value();
@@ -697,7 +682,7 @@ impl Engine {
         }
         // P_Key (IBA C9-42/43): the default partition's low 15 bits must match.
         if repr.bth.pkey & 0x7fff != 0x7fff {
-            self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            self.counters.bad_pkey_cntr.fetch_add(1, Ordering::Relaxed);
             return;
         }
         match qp_type {
