@@ -21,9 +21,11 @@
 //! transports are kept apart: the UC/UD sender in `unreliable.rs`, the UC responder in
 //! `uc.rs`, the UD responder and its GRH area in `ud.rs`.
 
+mod packet;
 pub mod qp;
 mod qp_table;
 mod rd_atomic;
+mod refusal;
 mod requester;
 mod responder;
 mod uc;

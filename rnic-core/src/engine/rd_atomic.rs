@@ -5,15 +5,12 @@
 //! READ RESPONSE ONLY (ATOMIC WRITE, FLUSH).
 
 use super::qp::{Qp, ReadResource, ResourceKind};
-use super::requester::ack_aeth;
-use super::responder::Refusal;
+use super::refusal::Refusal;
 use crate::mem::MemError;
 use crate::mr::{AccessError, AccessFlags, MrSlice};
 use crate::wr::{FLUSH_GLOBAL, FLUSH_PERSISTENT};
-use rnic_wire::atomic::AtomicAckEthRepr;
 use rnic_wire::opcode::Operation;
-use rnic_wire::roce::{ExtHeaders, RoceRepr};
-use rnic_wire::{Opcode, Qpn};
+use rnic_wire::roce::RoceRepr;
 
 /// The QP access flags a FLUSH of placement type `placement` needs (rxe
 /// `check_qp_attr_access`; the region needs the same ones).
@@ -115,21 +112,4 @@ pub(super) fn execute_flush(qp: &Qp, repr: &RoceRepr) -> Result<ReadResource, Re
         kind: ResourceKind::Acked,
         next: 0,
     })
-}
-
-/// The answer to an executed (or duplicate) atomic, ATOMIC WRITE or FLUSH: an ATOMIC
-/// ACKNOWLEDGE with the saved original value, or a zero-length RDMA READ RESPONSE ONLY
-/// (rxe `send_read_response_ack`). Sent through the responder's paced reply queue.
-pub(super) fn reply_repr(res: &ReadResource, dest_qp: Qpn, msn: u32) -> RoceRepr {
-    let (opcode, atomic_ack_eth) = match res.kind {
-        ResourceKind::Atomic { orig } => {
-            (Opcode::RC_ATOMIC_ACKNOWLEDGE, Some(AtomicAckEthRepr { orig_remote_data: orig }))
-        }
-        _ => (Opcode::RC_RDMA_READ_RESPONSE_ONLY, None),
-    };
-    RoceRepr {
-        bth: super::responder::response_bth(opcode, dest_qp, res.psn),
-        ext: ExtHeaders { aeth: Some(ack_aeth(msn)), atomic_ack_eth, ..ExtHeaders::default() },
-        payload_len: 0,
-    }
 }

@@ -2,24 +2,16 @@
 //! merged them in 2024): segmentation, PSN assignment, the unacknowledged window,
 //! ACK/NAK processing, RDMA READ responses, retransmission and completion.
 
+use super::packet::{self, packets_for, position};
 use super::qp::{InFlight, Qp, SendWqe};
 use super::{Engine, Time};
 use crate::qp_state::{local_ack_timeout_ns, rnr_timer_ns, QpState, RNR_RETRY_INFINITE};
 use crate::wr::{SendOp, WcStatus, WorkCompletion};
-use rnic_wire::aeth::{AethRepr, NakCode, Syndrome, CREDITS_INVALID};
-use rnic_wire::atomic::AtomicEthRepr;
-use rnic_wire::bth::BthRepr;
-use rnic_wire::opcode::{Operation, Position};
-use rnic_wire::reth::RethRepr;
-use rnic_wire::roce::{ExtHeaders, RoceRepr};
-use rnic_wire::small::FethRepr;
-use rnic_wire::{Opcode, Psn};
+use rnic_wire::aeth::{AethRepr, NakCode, Syndrome};
+use rnic_wire::opcode::{Operation, Position, Transport};
+use rnic_wire::roce::RoceRepr;
+use rnic_wire::Psn;
 use std::sync::atomic::Ordering;
-
-/// Packets a message of `len` bytes takes at `mtu` (a zero-length message is one packet).
-pub(crate) fn packets_for(len: usize, mtu: usize) -> u32 {
-    u32::try_from(len.div_ceil(mtu).max(1)).unwrap_or(u32::MAX)
-}
 
 /// Appends a WQE to the send queue and assigns its PSNs (IBA 9.7.1: consecutive PSNs per
 /// packet; a READ request reserves one PSN per response packet).
@@ -40,79 +32,6 @@ pub(crate) fn queue(qp: &mut Qp, wqe: SendWqe) {
 pub(crate) fn queue_local(qp: &mut Qp, wqe: SendWqe, local_err: Option<WcStatus>) {
     let first_psn = qp.next_psn;
     qp.sq.push_back(InFlight { wqe, first_psn, npkts: 0, sent: 0, read_got: 0, local_err });
-}
-
-/// The RC opcode of packet `pos` of `op`.
-pub(crate) fn opcode_for(op: &SendOp, pos: Position) -> Opcode {
-    use Position::*;
-    match (op, pos) {
-        (SendOp::Send, First) | (SendOp::SendWithImm { .. }, First) => Opcode::RC_SEND_FIRST,
-        (SendOp::Send, Middle) | (SendOp::SendWithImm { .. }, Middle) => Opcode::RC_SEND_MIDDLE,
-        (SendOp::Send, Last) => Opcode::RC_SEND_LAST,
-        (SendOp::Send, Only) => Opcode::RC_SEND_ONLY,
-        (SendOp::SendWithImm { .. }, Last) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
-        (SendOp::SendWithImm { .. }, Only) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
-        (SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }, First) => Opcode::RC_RDMA_WRITE_FIRST,
-        (SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }, Middle) => Opcode::RC_RDMA_WRITE_MIDDLE,
-        (SendOp::RdmaWrite { .. }, Last) => Opcode::RC_RDMA_WRITE_LAST,
-        (SendOp::RdmaWrite { .. }, Only) => Opcode::RC_RDMA_WRITE_ONLY,
-        (SendOp::RdmaWriteWithImm { .. }, Last) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-        (SendOp::RdmaWriteWithImm { .. }, Only) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
-        (SendOp::SendWithInv { .. }, First) => Opcode::RC_SEND_FIRST,
-        (SendOp::SendWithInv { .. }, Middle) => Opcode::RC_SEND_MIDDLE,
-        (SendOp::SendWithInv { .. }, Last) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
-        (SendOp::SendWithInv { .. }, Only) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
-        // One-packet requests are built by `rd_atomic_request`; local operations send nothing.
-        (SendOp::RdmaRead { .. }, _) => Opcode::RC_RDMA_READ_REQUEST,
-        (SendOp::AtomicCmpSwap { .. }, _) => Opcode::RC_COMPARE_SWAP,
-        (SendOp::AtomicFetchAdd { .. }, _) => Opcode::RC_FETCH_ADD,
-        (SendOp::AtomicWrite { .. }, _) => Opcode::RC_ATOMIC_WRITE,
-        (SendOp::Flush { .. }, _) => Opcode::RC_FLUSH,
-        (SendOp::LocalInv { .. }, _) => Opcode::RC_SEND_ONLY,
-    }
-}
-
-/// The request packet of a READ (asking for the responses from `got` on), an atomic, an
-/// ATOMIC WRITE or a FLUSH.
-fn rd_atomic_request(f: &InFlight, mtu: usize, dest_qpn: u32, psn: Psn) -> RoceRepr {
-    let mut ext = ExtHeaders::default();
-    let mut payload_len = 0;
-    match f.wqe.op {
-        SendOp::AtomicCmpSwap { remote_addr, rkey, compare, swap } => {
-            ext.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: swap, compare });
-        }
-        SendOp::AtomicFetchAdd { remote_addr, rkey, add } => {
-            ext.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: add, compare: 0 });
-        }
-        SendOp::AtomicWrite { remote_addr, rkey, .. } => {
-            ext.reth = Some(RethRepr { va: remote_addr, rkey, dma_len: 8 });
-            payload_len = 8;
-        }
-        SendOp::Flush { remote_addr, rkey, len, placement, whole_region } => {
-            ext.feth = Some(FethRepr { placement_type: placement, selectivity: u8::from(whole_region) });
-            ext.reth = Some(RethRepr { va: remote_addr, rkey, dma_len: len });
-        }
-        SendOp::RdmaRead { remote_addr, rkey } => {
-            let done = (f.read_got as usize).saturating_mul(mtu).min(f.wqe.len);
-            ext.reth = Some(RethRepr {
-                va: remote_addr.wrapping_add(done as u64),
-                rkey,
-                dma_len: u32::try_from(f.wqe.len - done).unwrap_or(u32::MAX),
-            });
-        }
-        _ => {}
-    }
-    RoceRepr { bth: bth(opcode_for(&f.wqe.op, Position::Only), dest_qpn, psn, true, false), ext, payload_len }
-}
-
-/// Where packet `k` of an `n`-packet message stands.
-pub(crate) fn position(k: u32, n: u32) -> Position {
-    match (k == 0, k + 1 == n) {
-        (true, true) => Position::Only,
-        (true, false) => Position::First,
-        (false, true) => Position::Last,
-        (false, false) => Position::Middle,
-    }
 }
 
 /// Transmits what the window, the RNR wait and the READ limit allow.
@@ -153,7 +72,7 @@ pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
             if qp.una.distance(psn) >= i32::try_from(window).unwrap_or(i32::MAX) {
                 break;
             }
-            let repr = rd_atomic_request(f, mtu, qp.attr.dest_qpn, psn);
+            let repr = packet::rd_atomic_request(f, mtu, qp.attr.dest_qpn, psn);
             let data = &f.wqe.data;
             let with_payload = repr.payload_len > 0;
             out.emit(&counters, dst, qp.src_port, &repr, |p| {
@@ -182,9 +101,7 @@ pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
                 break;
             }
             let pos = position(k, f.npkts);
-            let offset = (k as usize) * mtu;
-            let plen = mtu.min(f.wqe.len - offset.min(f.wqe.len));
-            let opcode = opcode_for(&f.wqe.op, pos);
+            let (offset, plen) = packet::segment(k, f.wqe.len, mtu);
             qp.pkts_since_ackreq += 1;
             // AckReq on the last packet, and every `per_ack` packets of a long message so
             // the window keeps moving (rxe RXE_MAX_PKT_PER_ACK).
@@ -192,28 +109,13 @@ pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
             if ack_req {
                 qp.pkts_since_ackreq = 0;
             }
-            let mut ext = ExtHeaders::default();
-            match f.wqe.op {
-                SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaWriteWithImm { remote_addr, rkey, .. }
-                    if pos.starts() =>
-                {
-                    ext.reth =
-                        Some(RethRepr { va: remote_addr, rkey, dma_len: u32::try_from(f.wqe.len).unwrap_or(u32::MAX) });
-                }
-                _ => {}
-            }
-            if let SendOp::SendWithImm { imm } | SendOp::RdmaWriteWithImm { imm, .. } = f.wqe.op {
-                if pos.ends() {
-                    ext.imm_data = Some(imm);
-                }
-            }
-            if let SendOp::SendWithInv { invalidate_rkey } = f.wqe.op {
-                if pos.ends() {
-                    ext.ieth = Some(invalidate_rkey);
-                }
-            }
-            let se = f.wqe.solicited && pos.ends() && opcode.info().is_some_and(|i| i.se_allowed);
-            let repr = RoceRepr { bth: bth(opcode, qp.attr.dest_qpn, psn, ack_req, se), ext, payload_len: plen };
+            let Some(repr) =
+                packet::data_request(Transport::Rc, &f.wqe, pos, plen, qp.attr.dest_qpn, psn, ack_req, None)
+            else {
+                // Validation lets only packet-carrying operations reach here.
+                blocked = true;
+                break;
+            };
             let data = &f.wqe.data;
             match data.contiguous(offset, plen).filter(|_| zero_copy && plen >= super::ZERO_COPY_MIN) {
                 Some((block, at)) => out.emit_zero_copy(&counters, dst, qp.src_port, &repr, block, at),
@@ -237,22 +139,6 @@ pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
     }
     if sent_any {
         arm_rto(qp, now);
-    }
-}
-
-/// The BTH of a request packet (the default partition, no migration, no congestion
-/// marks); UC and UD sends use it with `ack_req` false.
-pub(crate) fn bth(opcode: Opcode, dest_qpn: u32, psn: Psn, ack_req: bool, se: bool) -> BthRepr {
-    BthRepr {
-        opcode,
-        se,
-        migreq: false,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: rnic_wire::Qpn::new(dest_qpn),
-        ack_req,
-        psn,
     }
 }
 
@@ -615,9 +501,4 @@ fn start_retry(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, from: Option<Psn>
             arm_rto(qp, now);
         }
     }
-}
-
-/// Builds the AETH of an ACK for a responder (credit field "invalid", as rxe sends).
-pub(crate) fn ack_aeth(msn: u32) -> AethRepr {
-    AethRepr { syndrome: Syndrome::Ack { credits: CREDITS_INVALID }, msn }
 }

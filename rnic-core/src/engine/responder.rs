@@ -6,57 +6,19 @@
 //!     -> length -> R_Key / PD / bounds / access -> execute -> complete -> acknowledge
 //! ```
 
+use super::packet::{ack_aeth, ack_repr, packets_for, position, rd_atomic_reply, read_response, segment};
 use super::qp::{InProgress, Qp, ReadResource, ResourceKind};
 use super::rd_atomic;
-use super::requester::{ack_aeth, packets_for};
+use super::refusal::Refusal;
 use super::{Engine, Time};
 use crate::mr::{AccessError, AccessFlags};
 use crate::qp_state::QpState;
 use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use rnic_wire::aeth::{AethRepr, NakCode, Syndrome};
-use rnic_wire::bth::BthRepr;
 use rnic_wire::opcode::{Operation, Position};
-use rnic_wire::roce::{ExtHeaders, RoceRepr};
-use rnic_wire::{Opcode, Psn, Qpn};
+use rnic_wire::roce::RoceRepr;
+use rnic_wire::{Psn, Qpn};
 use std::sync::atomic::Ordering;
-
-/// Why the responder refused a request: the one place where check failures become NAKs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Refusal {
-    /// Opcode out of sequence, unsupported, or a length error (NAK invalid request).
-    InvalidRequest,
-    /// The receive buffers are too small for the SEND: the receive WQE completes with
-    /// LOC_LEN_ERR and the requester gets NAK invalid request (rxe RESPST_ERR_LENGTH).
-    LengthError,
-    /// R_Key, PD, access right or bounds (NAK remote access error).
-    RemoteAccess(Option<AccessError>),
-    /// The responder could not carry it out (NAK remote operational error).
-    RemoteOperational,
-    /// No receive WQE: RNR NAK; the QP stays usable.
-    Rnr,
-    /// The R_Key of a SEND with Invalidate names no region of the QP's PD: the receive
-    /// WQE completes with REM_INV_REQ_ERR (rxe `RESPST_ERR_INVALIDATE_RKEY`, class J) and
-    /// the requester gets NAK invalid request.
-    InvalidateRkey,
-}
-
-impl Refusal {
-    fn syndrome(self, min_rnr_timer: u8) -> Syndrome {
-        match self {
-            Refusal::InvalidRequest | Refusal::LengthError | Refusal::InvalidateRkey => {
-                Syndrome::Nak(NakCode::InvalidRequest)
-            }
-            Refusal::RemoteAccess(_) => Syndrome::Nak(NakCode::RemoteAccessError),
-            Refusal::RemoteOperational => Syndrome::Nak(NakCode::RemoteOperationalError),
-            Refusal::Rnr => Syndrome::RnrNak { timer: min_rnr_timer },
-        }
-    }
-}
-
-/// The BTH of a response (ACK/NAK, READ response, atomic acknowledgement) to `dest_qp`.
-pub(super) fn response_bth(opcode: Opcode, dest_qp: Qpn, psn: Psn) -> BthRepr {
-    BthRepr { opcode, se: false, migreq: false, pkey: 0xffff, fecn: false, becn: false, dest_qp, ack_req: false, psn }
-}
 
 /// Sends a NAK now, after the acknowledgement the QP may hold (so the peer sees them in
 /// PSN order).
@@ -69,11 +31,7 @@ fn emit_ack(e: &mut Engine, qpn: Qpn, psn: Psn, aeth: AethRepr) {
     let counters = e.counters.clone();
     let Some(qp) = e.qp_mut(qpn) else { return };
     let Some(dst) = qp.attr.remote_ip else { return };
-    let repr = RoceRepr {
-        bth: response_bth(Opcode::RC_ACKNOWLEDGE, qp.dest_qpn(), psn),
-        ext: ExtHeaders { aeth: Some(aeth), ..ExtHeaders::default() },
-        payload_len: 0,
-    };
+    let repr = ack_repr(qp.dest_qpn(), psn, aeth);
     let sport = qp.src_port;
     e.out.emit(&counters, dst, sport, &repr, |_| {});
 }
@@ -413,7 +371,7 @@ pub(crate) fn pump_reads(e: &mut Engine, qpn: Qpn, budget: usize) -> (usize, boo
         let Some(res) = qp.reads.iter_mut().find(|r| r.next < r.npkts) else { break };
         if res.kind != ResourceKind::Read {
             // One packet: the atomic acknowledgement or the zero-length response.
-            let repr = rd_atomic::reply_repr(res, dest_qp, msn);
+            let repr = rd_atomic_reply(res, dest_qp, msn);
             out.emit(&counters, dst, sport, &repr, |_| {});
             res.next = res.npkts;
             sent += 1;
@@ -434,19 +392,9 @@ pub(crate) fn pump_reads(e: &mut Engine, qpn: Qpn, budget: usize) -> (usize, boo
         };
         while sent < budget && res.next < res.npkts {
             let k = res.next;
-            let pos = super::requester::position(k, res.npkts);
-            let opcode = match pos {
-                Position::Only => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-                Position::First => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-                Position::Middle => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-                Position::Last => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-            };
-            let offset = (k as usize) * mtu;
-            let plen = mtu.min(res.len - offset.min(res.len));
-            // IBA 9.7.5.1.2: FIRST, LAST and ONLY carry an AETH, MIDDLE none.
-            let aeth = (pos != Position::Middle).then(|| ack_aeth(msn));
-            let bth = response_bth(opcode, dest_qp, res.psn.add(k));
-            let repr = RoceRepr { bth, ext: ExtHeaders { aeth, ..ExtHeaders::default() }, payload_len: plen };
+            let pos = position(k, res.npkts);
+            let (offset, plen) = segment(k, res.len, mtu);
+            let repr = read_response(dest_qp, res.psn, k, pos, plen, msn);
             let s = slice.as_ref();
             match s.filter(|_| zero_copy && plen >= super::ZERO_COPY_MIN) {
                 Some(s) => out.emit_zero_copy(&counters, dst, sport, &repr, s.block(), s.block_offset() + offset),
