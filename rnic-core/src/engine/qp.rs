@@ -7,13 +7,14 @@ use crate::mr::{AccessFlags, MrSlice, Mtpt, PdId};
 use crate::post::{check_sges, check_transport, check_ud_len, reserve, WqeData};
 use crate::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
 use crate::wr::{RecvWr, SendOp, SendWr, UdDest};
-use rnic_wire::{Psn, Qpn};
-use std::collections::VecDeque;
+use rnic_wire::Qpn;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 // The posting types live in `crate::post` (shared with the SRQ); this is their old path.
+pub(crate) use super::qp_req::{InFlight, ReqState};
+pub(crate) use super::qp_resp::{InProgress, ReadResource, ResourceKind, RespState};
 pub use crate::post::{PostError, RecvWqe, SendWqe, MAX_MSG_LEN, PORT_MTU};
 
 /// Queue sizes and limits of a QP (`ibv_qp_cap`).
@@ -334,150 +335,31 @@ pub fn validate_recv(shared: &QpShared, mtpt: &Mtpt, wr: &RecvWr) -> Result<Recv
     Ok(RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(slices), len })
 }
 
-/// A send WQE in the engine, with its place in the PSN space.
-#[derive(Debug)]
-pub(crate) struct InFlight {
-    pub(crate) wqe: SendWqe,
-    /// PSN of the first packet (READ: of the request; responses use the same range).
-    pub(crate) first_psn: Psn,
-    /// Packets (READ: response packets) the message spans.
-    pub(crate) npkts: u32,
-    /// Packets transmitted in the current pass (READ: 0 or 1 for the request).
-    pub(crate) sent: u32,
-    /// READ: response packets received so far.
-    pub(crate) read_got: u32,
-    /// A local operation (LOCAL_INV, no packets) that failed with this status when the
-    /// engine executed it; it completes with it when it reaches the front of the queue.
-    pub(crate) local_err: Option<crate::wr::WcStatus>,
-}
-
-impl InFlight {
-    pub(crate) fn last_psn(&self) -> Psn {
-        self.first_psn.add(self.npkts.saturating_sub(1))
-    }
-    /// READ or any other request answered by responses rather than ACKs (atomics,
-    /// ATOMIC WRITE, FLUSH): one request packet, counted against `max_rd_atomic`,
-    /// completed when its responses arrived (`read_got == npkts`).
-    pub(crate) fn is_read(&self) -> bool {
-        self.wqe.op.is_rd_atomic()
-    }
-    /// Bytes of response payload expected (READ: the message; the others: none, an
-    /// atomic's 8 bytes come in the AtomicAckETH).
-    pub(crate) fn response_len(&self) -> usize {
-        if matches!(self.wqe.op, SendOp::RdmaRead { .. }) {
-            self.wqe.len
-        } else {
-            0
-        }
-    }
-    /// True once every packet (READ: every response) is accounted for.
-    pub(crate) fn contains(&self, psn: Psn) -> bool {
-        let d = self.first_psn.distance(psn);
-        d >= 0 && (d as u64) < u64::from(self.npkts)
-    }
-}
-
-/// A message the responder is in the middle of.
-#[derive(Debug)]
-pub(crate) enum InProgress {
-    Send { rwqe: RecvWqe, offset: usize },
-    Write { target: Option<MrSlice>, offset: usize, dma_len: usize },
-}
-
-/// A READ (or atomic, ATOMIC WRITE, FLUSH) the responder executed, kept to answer a
-/// duplicate (IBA 9.7.5.1.5; rxe `resp_res`): at most `max_dest_rd_atomic` of them.
-#[derive(Debug, Clone)]
-pub(crate) struct ReadResource {
-    pub(crate) psn: Psn,
-    pub(crate) npkts: u32,
-    pub(crate) va: u64,
-    pub(crate) rkey: u32,
-    pub(crate) len: usize,
-    /// The next response packet to send (`npkts` once all are out): responses are paced
-    /// out a burst at a time, not queued all at once.
-    pub(crate) next: u32,
-    /// What was executed; for atomics the saved result a duplicate gets again.
-    pub(crate) kind: ResourceKind,
-}
-
-/// The operation a responder resource belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ResourceKind {
-    /// RDMA READ: a duplicate is answered by reading the memory again.
-    Read,
-    /// COMPARE & SWAP / FETCH & ADD: a duplicate gets the saved original value and is
-    /// never executed again (IBA 9.7.5.1.5 / C9-?: atomics are not idempotent).
-    Atomic {
-        /// The value the target held before the operation.
-        orig: u64,
-    },
-    /// ATOMIC WRITE or FLUSH: a duplicate is acknowledged again, not executed (rxe
-    /// replays the zero-length READ RESPONSE; IBA oA19-14/15 for FLUSH).
-    Acked,
-}
-
-/// The engine's QP context.
+/// The engine's QP context, split as rxe splits it (`qp->req`/`qp->comp`,
+/// `qp->resp`): the attributes both sides read here, the sender's state in
+/// [`ReqState`] (`qp_req.rs`), the responder's in [`RespState`] (`qp_resp.rs`).
 #[derive(Debug)]
 pub(crate) struct Qp {
     pub(crate) shared: Arc<QpShared>,
-    pub(crate) mtpt: Arc<Mtpt>,
     pub(crate) send_cq: Arc<Cq>,
     pub(crate) recv_cq: Arc<Cq>,
     pub(crate) state: QpState,
     pub(crate) attr: QpAttr,
     pub(crate) mtu: usize,
     pub(crate) src_port: u16,
-    // Requester.
-    pub(crate) sq: VecDeque<InFlight>,
-    /// Index in `sq` of the first WQE with packets left to send.
-    pub(crate) next_send: usize,
-    /// PSN the next new WQE starts at.
-    pub(crate) next_psn: Psn,
-    /// Oldest unacknowledged PSN.
-    pub(crate) una: Psn,
-    /// One past the highest PSN transmitted.
-    pub(crate) sent_end: Psn,
-    pub(crate) retry_left: u8,
-    pub(crate) rnr_left: u8,
-    /// A retransmission is under way: further NAKs or gaps start no other until
-    /// progress is made or the timer fires (rxe `comp.started_retry`).
-    pub(crate) started_retry: bool,
-    pub(crate) rto_deadline: Option<u64>,
-    pub(crate) rnr_deadline: Option<u64>,
     /// The deadline this QP has in the engine's timer heap, if any.
     pub(crate) timer_key: Option<u64>,
-    pub(crate) pkts_since_ackreq: u32,
-    pub(crate) reads_outstanding: u32,
-    // Responder.
-    pub(crate) rq: VecDeque<RecvWqe>,
-    pub(crate) epsn: Psn,
-    pub(crate) msn: u32,
-    pub(crate) cur: Option<InProgress>,
-    pub(crate) nak_seq_sent: bool,
-    pub(crate) reads: VecDeque<ReadResource>,
-    /// UC responder: the message in progress is being dropped until the next FIRST or
-    /// ONLY packet (rxe `resp.drop_msg`).
-    pub(crate) uc_drop: bool,
-    /// An acknowledgement the responder owes but holds back so that several can be
-    /// coalesced into one; sent when the engine's output is drained.
-    pub(crate) pending_ack: Option<(Psn, rnic_wire::aeth::AethRepr)>,
-    /// Whether this QP is in the engine's list of QPs with READ responses to send.
-    pub(crate) reads_queued: bool,
-    /// The responder refused a request while READ responses were still going out: it
-    /// takes no more requests, and the QP enters the error state once they are sent and
-    /// the NAK after them (rxe finishes a READ reply before it looks at the next packet).
-    pub(crate) halted: bool,
-    /// The responder took a WQE from the SRQ that crossed its limit: the engine raises
-    /// the event.
-    pub(crate) srq_limit_hit: bool,
+    /// Requester and completer.
+    pub(crate) req: ReqState,
+    /// Responder.
+    pub(crate) resp: RespState,
 }
 
 impl Qp {
-    pub(crate) fn new(shared: Arc<QpShared>, mtpt: Arc<Mtpt>, send_cq: Arc<Cq>, recv_cq: Arc<Cq>) -> Qp {
+    pub(crate) fn new(shared: Arc<QpShared>, send_cq: Arc<Cq>, recv_cq: Arc<Cq>) -> Qp {
         let (qp_type, qpn) = (shared.qp_type, shared.qpn.value());
         Qp {
             shared,
-            mtpt,
             send_cq,
             recv_cq,
             state: QpState::Reset,
@@ -487,30 +369,9 @@ impl Qp {
             // rxe sets every QP's port from its QPN at creation; RC/UC replace it with the
             // flow's port when the address vector is given, UD keeps it.
             src_port: ud_udp_sport(qpn),
-            sq: VecDeque::new(),
-            next_send: 0,
-            next_psn: Psn::new(0),
-            una: Psn::new(0),
-            sent_end: Psn::new(0),
-            retry_left: 7,
-            rnr_left: 7,
-            started_retry: false,
-            rto_deadline: None,
-            rnr_deadline: None,
             timer_key: None,
-            pkts_since_ackreq: 0,
-            reads_outstanding: 0,
-            rq: VecDeque::new(),
-            epsn: Psn::new(0),
-            msn: 0,
-            cur: None,
-            nak_seq_sent: false,
-            reads: VecDeque::new(),
-            uc_drop: false,
-            pending_ack: None,
-            reads_queued: false,
-            halted: false,
-            srq_limit_hit: false,
+            req: ReqState::new(),
+            resp: RespState::new(),
         }
     }
 
@@ -520,6 +381,12 @@ impl Qp {
 
     pub(crate) fn dest_qpn(&self) -> Qpn {
         Qpn::new(self.attr.dest_qpn)
+    }
+
+    /// IBA 10.3.1 (rxe `check_type_state`): a QP takes incoming requests in RTR, RTS and
+    /// SQD; the one place that rule is checked (`Engine::handle_packet`).
+    pub(crate) fn receives(&self) -> bool {
+        matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
     }
 }
 

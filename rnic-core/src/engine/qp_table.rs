@@ -13,7 +13,8 @@
 //! holds. Two live QPs never share a slot: allocation skips a number whose slot is taken.
 
 use super::qp::Qp;
-use super::FIRST_QPN;
+/// The first QPN handed out, as rxe does (QP0 and QP1 are special; rxe starts at 0x11).
+pub const FIRST_QPN: u32 = 0x11;
 use rnic_wire::Qpn;
 
 /// The last QPN handed out before the cursor wraps to [`FIRST_QPN`]. QPN 0xFFFFFF is the
@@ -118,15 +119,15 @@ mod tests {
     use super::*;
     use crate::cq::Cq;
     use crate::engine::qp::{QpCap, QpShared};
-    use crate::mr::{Mtpt, PdId};
+    use crate::mr::PdId;
     use crate::qp_state::QpType;
     use std::sync::Arc;
 
     fn add(t: &mut QpTable) -> Qpn {
-        let (mtpt, cq) = (Arc::new(Mtpt::new(1)), Arc::new(Cq::new(1, 1)));
+        let cq = Arc::new(Cq::new(1, 1));
         t.insert(|qpn| {
             let s = Arc::new(QpShared::new(qpn, QpType::Rc, PdId(1), QpCap::default(), false, None));
-            Qp::new(s, mtpt, cq.clone(), cq)
+            Qp::new(s, cq.clone(), cq)
         })
         .unwrap()
     }

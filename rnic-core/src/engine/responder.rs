@@ -6,58 +6,49 @@
 //!     -> length -> R_Key / PD / bounds / access -> execute -> complete -> acknowledge
 //! ```
 
+use super::ctx::{CqSide, Ctx, Time};
+use super::out::ZERO_COPY_MIN;
 use super::packet::{ack_aeth, ack_repr, packets_for, position, rd_atomic_reply, read_response, segment};
 use super::qp::{InProgress, Qp, ReadResource, ResourceKind};
 use super::rd_atomic;
 use super::refusal::Refusal;
-use super::{Engine, Time};
+use crate::mr::Mtpt;
 use crate::mr::{AccessError, AccessFlags};
 use crate::qp_state::QpState;
 use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use rnic_wire::aeth::{AethRepr, NakCode, Syndrome};
 use rnic_wire::opcode::{Operation, Position};
 use rnic_wire::roce::RoceRepr;
-use rnic_wire::{Psn, Qpn};
+use rnic_wire::Psn;
 use std::sync::atomic::Ordering;
 
 /// Sends a NAK now, after the acknowledgement the QP may hold (so the peer sees them in
 /// PSN order).
-fn send_ack(e: &mut Engine, qpn: Qpn, psn: Psn, aeth: AethRepr) {
-    flush_ack(e, qpn);
-    emit_ack(e, qpn, psn, aeth);
+fn send_ack(qp: &mut Qp, cx: &mut Ctx, psn: Psn, aeth: AethRepr) {
+    flush_ack(qp, cx);
+    emit_ack(qp, cx, psn, aeth);
 }
 
-fn emit_ack(e: &mut Engine, qpn: Qpn, psn: Psn, aeth: AethRepr) {
-    let counters = e.counters.clone();
-    let Some(qp) = e.qp_mut(qpn) else { return };
+fn emit_ack(qp: &mut Qp, cx: &mut Ctx, psn: Psn, aeth: AethRepr) {
     let Some(dst) = qp.attr.remote_ip else { return };
     let repr = ack_repr(qp.dest_qpn(), psn, aeth);
-    let sport = qp.src_port;
-    e.out.emit(&counters, dst, sport, &repr, |_| {});
+    cx.out.emit(&cx.counters, dst, qp.src_port, &repr, |_| {});
 }
 
 /// Sends the ACK the QP holds, if any. IBA 9.7.5.1.1 lets a responder coalesce: one ACK
 /// for PSN n acknowledges every request up to n, so a burst of AckReq packets handled
 /// together is answered once, for the newest.
-pub(crate) fn flush_ack(e: &mut Engine, qpn: Qpn) {
-    let Some(qp) = e.qp_mut(qpn) else { return };
-    let Some((psn, aeth)) = qp.pending_ack.take() else { return };
+pub(crate) fn flush_ack(qp: &mut Qp, cx: &mut Ctx) {
+    let Some((psn, aeth)) = qp.resp.pending_ack.take() else { return };
     if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Err) {
         return;
     }
-    emit_ack(e, qpn, psn, aeth);
+    emit_ack(qp, cx, psn, aeth);
 }
 
 /// Handles a request packet for `qpn`.
-pub(crate) fn handle_request(e: &mut Engine, now: Time, qpn: Qpn, repr: &RoceRepr, payload: &[u8]) {
-    let counters = e.counters.clone();
-    let Some(qp) = e.qp_mut(qpn) else { return };
-    // IBA 10.3.1: a QP receives in RTR, RTS and SQD.
-    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
-        counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    if qp.halted {
+pub(crate) fn handle_request(qp: &mut Qp, cx: &mut Ctx, now: Time, repr: &RoceRepr, payload: &[u8]) {
+    if qp.resp.halted {
         // A refusal is waiting for READ responses to drain; later requests are void.
         return;
     }
@@ -65,28 +56,28 @@ pub(crate) fn handle_request(e: &mut Engine, now: Time, qpn: Qpn, repr: &RoceRep
     let psn = repr.bth.psn;
 
     // 1. PSN (IBA 9.7.5.1): ahead -> sequence NAK once; behind -> duplicate.
-    let d = qp.epsn.distance(psn);
+    let d = qp.resp.epsn.distance(psn);
     if d > 0 {
-        counters.out_of_seq_request.fetch_add(1, Ordering::Relaxed);
-        if !qp.nak_seq_sent {
-            qp.nak_seq_sent = true;
-            let (epsn, msn) = (qp.epsn, qp.msn);
+        cx.counters.out_of_seq_request.fetch_add(1, Ordering::Relaxed);
+        if !qp.resp.nak_seq_sent {
+            qp.resp.nak_seq_sent = true;
+            let (epsn, msn) = (qp.resp.epsn, qp.resp.msn);
             // IBA C9-?: the NAK carries the expected PSN.
-            e.defer_ack(qpn, epsn, AethRepr { syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn });
+            cx.defer_ack(qp, epsn, AethRepr { syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn });
         }
         return;
     }
     if d < 0 {
-        counters.duplicate_request.fetch_add(1, Ordering::Relaxed);
-        duplicate(e, now, qpn, repr);
+        cx.counters.duplicate_request.fetch_add(1, Ordering::Relaxed);
+        duplicate(qp, cx, now, repr);
         return;
     }
-    qp.nak_seq_sent = false;
+    qp.resp.nak_seq_sent = false;
     take_srq_wqe(qp, info);
 
-    match check_and_execute(qp, repr, payload) {
-        Ok(done) => finish(e, qpn, repr, info, done),
-        Err(refusal) => refuse(e, qpn, psn, refusal),
+    match check_and_execute(qp, &cx.mtpt, repr, payload) {
+        Ok(done) => finish(qp, cx, repr, info, done),
+        Err(refusal) => refuse(qp, cx, psn, refusal),
     }
 }
 
@@ -95,13 +86,13 @@ pub(crate) fn handle_request(e: &mut Engine, now: Time, qpn: Qpn, repr: &RoceRep
 /// its receive queue. Crossing the armed SRQ limit is noted for the engine's event.
 pub(super) fn take_srq_wqe(qp: &mut Qp, info: &rnic_wire::OpcodeInfo) {
     let Some(srq) = &qp.shared.srq else { return };
-    if !info.consumes_rwqe || !qp.rq.is_empty() || matches!(qp.cur, Some(InProgress::Send { .. })) {
+    if !info.consumes_rwqe || !qp.resp.rq.is_empty() || matches!(qp.resp.cur, Some(InProgress::Send { .. })) {
         return;
     }
     if let Some((wqe, limit_hit)) = srq.take() {
         qp.shared.rq_outstanding.fetch_add(1, Ordering::AcqRel);
-        qp.rq.push_back(wqe);
-        qp.srq_limit_hit |= limit_hit;
+        qp.resp.rq.push_back(wqe);
+        qp.resp.srq_limit_hit |= limit_hit;
     }
 }
 
@@ -114,14 +105,14 @@ struct Done {
 }
 
 /// Checks 2 to 7 and execution. Nothing is written unless every check passed.
-fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Done, Refusal> {
+fn check_and_execute(qp: &mut Qp, mtpt: &Mtpt, repr: &RoceRepr, payload: &[u8]) -> Result<Done, Refusal> {
     let info = repr.bth.opcode.info().expect("checked packet");
     let op = info.operation;
     let pos = info.position;
 
     // 2. Opcode sequence (IBA 9.8.3.1, rxe check_op_seq): MIDDLE/LAST only continue a
     //    message of the same kind; FIRST/ONLY only start one.
-    let continuing = match qp.cur {
+    let continuing = match qp.resp.cur {
         Some(InProgress::Send { .. }) => Some(Operation::Send),
         Some(InProgress::Write { .. }) => Some(Operation::RdmaWrite),
         None => None,
@@ -148,10 +139,10 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
     }
 
     // 4. Resources: a receive WQE for SEND FIRST/ONLY and WRITE with immediate.
-    if info.consumes_rwqe && op == Operation::Send && qp.rq.is_empty() {
+    if info.consumes_rwqe && op == Operation::Send && qp.resp.rq.is_empty() {
         return Err(Refusal::Rnr);
     }
-    if info.consumes_rwqe && op == Operation::RdmaWrite && qp.rq.is_empty() {
+    if info.consumes_rwqe && op == Operation::RdmaWrite && qp.resp.rq.is_empty() {
         return Err(Refusal::Rnr);
     }
     let rd_atomic = matches!(
@@ -162,10 +153,10 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
             | Operation::AtomicWrite
             | Operation::Flush
     );
-    if rd_atomic && qp.reads.len() >= usize::from(qp.attr.max_dest_rd_atomic.max(1)) {
+    if rd_atomic && qp.resp.reads.len() >= usize::from(qp.attr.max_dest_rd_atomic.max(1)) {
         // More outstanding READs than negotiated: drop the oldest saved resource (it can
         // no longer be answered as a duplicate), as rxe reuses its resource ring.
-        qp.reads.pop_front();
+        qp.resp.reads.pop_front();
     }
 
     // 5. Length (IBA 9.7.4.1.?, C9-?): FIRST and MIDDLE carry exactly one MTU, LAST
@@ -182,28 +173,28 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
 
     match op {
         Operation::Send => {
-            let offset = match &qp.cur {
+            let offset = match &qp.resp.cur {
                 Some(InProgress::Send { offset, .. }) => *offset,
                 _ => 0,
             };
-            let rwqe_len = match &qp.cur {
+            let rwqe_len = match &qp.resp.cur {
                 Some(InProgress::Send { rwqe, .. }) => rwqe.len,
-                _ => qp.rq.front().map_or(0, |r| r.len),
+                _ => qp.resp.rq.front().map_or(0, |r| r.len),
             };
             if offset + payload.len() > rwqe_len {
                 return Err(Refusal::LengthError);
             }
             // 7. Execute: scatter into the receive buffers.
-            let cur = match qp.cur.take() {
+            let cur = match qp.resp.cur.take() {
                 Some(InProgress::Send { rwqe, offset }) => InProgress::Send { rwqe, offset },
                 _ => {
-                    let rwqe = qp.rq.pop_front().expect("checked above");
+                    let rwqe = qp.resp.rq.pop_front().expect("checked above");
                     InProgress::Send { rwqe, offset: 0 }
                 }
             };
             let InProgress::Send { rwqe, offset } = cur else { unreachable!() };
             if !rwqe.data.scatter(offset, payload) {
-                qp.cur = Some(InProgress::Send { rwqe, offset });
+                qp.resp.cur = Some(InProgress::Send { rwqe, offset });
                 return Err(Refusal::RemoteOperational);
             }
             let offset = offset + payload.len();
@@ -211,8 +202,8 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
                 if let Some(rkey) = repr.ext.ieth {
                     // IBA 10.6.7 / rxe `invalidate_rkey`: after the data is placed, the
                     // region named by the IETH becomes invalid.
-                    if qp.mtpt.invalidate_for(rkey, qp.shared.pd).is_err() {
-                        qp.cur = Some(InProgress::Send { rwqe, offset });
+                    if mtpt.invalidate_for(rkey, qp.shared.pd).is_err() {
+                        qp.resp.cur = Some(InProgress::Send { rwqe, offset });
                         return Err(Refusal::InvalidateRkey);
                     }
                 }
@@ -231,12 +222,12 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
                 qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
                 Ok(Done { wc: Some(wc), read: None })
             } else {
-                qp.cur = Some(InProgress::Send { rwqe, offset });
+                qp.resp.cur = Some(InProgress::Send { rwqe, offset });
                 Ok(Done { wc: None, read: None })
             }
         }
         Operation::RdmaWrite => {
-            let (target, offset, dma_len) = match qp.cur.take() {
+            let (target, offset, dma_len) = match qp.resp.cur.take() {
                 Some(InProgress::Write { target, offset, dma_len }) => (target, offset, dma_len),
                 _ => {
                     // 6. R_Key on the first packet (IBA C9-88: a zero-length WRITE is not
@@ -247,7 +238,7 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
                         None
                     } else {
                         Some(
-                            e_check(qp, reth.rkey, reth.va, dma_len, AccessFlags::REMOTE_WRITE)
+                            e_check(qp, mtpt, reth.rkey, reth.va, dma_len, AccessFlags::REMOTE_WRITE)
                                 .map_err(|a| Refusal::RemoteAccess(Some(a)))?,
                         )
                     };
@@ -258,7 +249,7 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
             // packet must end it exactly (rxe: resid must reach 0).
             let end = offset + payload.len();
             if end > dma_len || (pos.ends() && end != dma_len) {
-                qp.cur = None;
+                qp.resp.cur = None;
                 return Err(Refusal::InvalidRequest);
             }
             if let Some(t) = &target {
@@ -268,7 +259,7 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
             }
             if pos.ends() {
                 let wc = if repr.ext.imm_data.is_some() {
-                    let rwqe = qp.rq.pop_front().expect("checked above");
+                    let rwqe = qp.resp.rq.pop_front().expect("checked above");
                     qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
                     Some(WorkCompletion {
                         byte_len: u32::try_from(dma_len).unwrap_or(u32::MAX),
@@ -287,7 +278,7 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
                 };
                 Ok(Done { wc, read: None })
             } else {
-                qp.cur = Some(InProgress::Write { target, offset: end, dma_len });
+                qp.resp.cur = Some(InProgress::Write { target, offset: end, dma_len });
                 Ok(Done { wc: None, read: None })
             }
         }
@@ -295,7 +286,7 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
             let reth = repr.ext.reth.expect("READ carries a RETH");
             let len = reth.dma_len as usize;
             if len > 0 {
-                e_check(qp, reth.rkey, reth.va, len, AccessFlags::REMOTE_READ)
+                e_check(qp, mtpt, reth.rkey, reth.va, len, AccessFlags::REMOTE_READ)
                     .map_err(|a| Refusal::RemoteAccess(Some(a)))?;
             }
             let res = ReadResource {
@@ -310,75 +301,78 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
             Ok(Done { wc: None, read: Some(res) })
         }
         Operation::CompareSwap | Operation::FetchAdd => {
-            Ok(Done { wc: None, read: Some(rd_atomic::execute_atomic(qp, repr, op)?) })
+            Ok(Done { wc: None, read: Some(rd_atomic::execute_atomic(qp, mtpt, repr, op)?) })
         }
         Operation::AtomicWrite => {
-            Ok(Done { wc: None, read: Some(rd_atomic::execute_atomic_write(qp, repr, payload)?) })
+            Ok(Done { wc: None, read: Some(rd_atomic::execute_atomic_write(qp, mtpt, repr, payload)?) })
         }
-        Operation::Flush => Ok(Done { wc: None, read: Some(rd_atomic::execute_flush(qp, repr)?) }),
+        Operation::Flush => Ok(Done { wc: None, read: Some(rd_atomic::execute_flush(qp, mtpt, repr)?) }),
         _ => Err(Refusal::InvalidRequest),
     }
 }
 
-fn e_check(qp: &Qp, rkey: u32, va: u64, len: usize, need: AccessFlags) -> Result<crate::mr::MrSlice, AccessError> {
-    qp.mtpt.check_remote(rkey, qp.shared.pd, va, len, need)
+fn e_check(
+    qp: &Qp,
+    mtpt: &Mtpt,
+    rkey: u32,
+    va: u64,
+    len: usize,
+    need: AccessFlags,
+) -> Result<crate::mr::MrSlice, AccessError> {
+    mtpt.check_remote(rkey, qp.shared.pd, va, len, need)
 }
 
 /// Step 8 and 9: completions, MSN, ePSN, acknowledgement, READ responses.
-fn finish(e: &mut Engine, qpn: Qpn, repr: &RoceRepr, info: &rnic_wire::OpcodeInfo, done: Done) {
-    let counters = e.counters.clone();
-    let Some(qp) = e.qp_mut(qpn) else { return };
+fn finish(qp: &mut Qp, cx: &mut Ctx, repr: &RoceRepr, info: &rnic_wire::OpcodeInfo, done: Done) {
     let psn = repr.bth.psn;
     if let Some(res) = done.read {
-        qp.epsn = psn.add(res.npkts);
-        qp.msn = (qp.msn + 1) & 0x00FF_FFFF;
+        qp.resp.epsn = psn.add(res.npkts);
+        qp.resp.msn = (qp.resp.msn + 1) & 0x00FF_FFFF;
         // Every reply (READ responses, atomic acknowledgement) goes out through the
         // paced queue, so none overtakes an earlier one.
-        qp.reads.push_back(res);
-        e.queue_reads(qpn);
+        qp.resp.reads.push_back(res);
+        cx.queue_reads(qp);
         return;
     }
-    qp.epsn = psn.next();
+    qp.resp.epsn = psn.next();
     if info.position.ends() {
-        qp.msn = (qp.msn + 1) & 0x00FF_FFFF;
+        qp.resp.msn = (qp.resp.msn + 1) & 0x00FF_FFFF;
     }
-    let msn = qp.msn;
+    let msn = qp.resp.msn;
     if let Some(wc) = done.wc {
         if info.operation == Operation::Send {
-            counters.rdma_recvs.fetch_add(1, Ordering::Relaxed);
+            cx.counters.rdma_recvs.fetch_add(1, Ordering::Relaxed);
         }
-        let cq = qp.recv_cq.clone();
-        e.push_wc(&cq, qpn, wc, repr.bth.se);
+        cx.push_wc(qp, CqSide::Recv, wc, repr.bth.se);
     }
     if repr.bth.ack_req {
-        e.defer_ack(qpn, psn, ack_aeth(msn));
+        cx.defer_ack(qp, psn, ack_aeth(msn));
     }
 }
 
 /// Sends up to `budget` READ response packets of the QP, oldest READ first (IBA 9.7.5.1:
 /// responses go in request order). Returns the packets sent and whether more remain.
-pub(crate) fn pump_reads(e: &mut Engine, qpn: Qpn, budget: usize) -> (usize, bool) {
-    let counters = e.counters.clone();
-    let zero_copy = e.config.zero_copy;
-    let Some((qp, out)) = e.qp_and_out(qpn) else { return (0, false) };
-    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+pub(crate) fn pump_reads(qp: &mut Qp, cx: &mut Ctx, budget: usize) -> (usize, bool) {
+    let zero_copy = cx.config.zero_copy;
+    let (out, counters, mtpt) = (&mut cx.out, &*cx.counters, &*cx.mtpt);
+    if !qp.receives() {
         return (0, false);
     }
     let Some(dst) = qp.attr.remote_ip else { return (0, false) };
-    let (mtu, msn, sport, dest_qp) = (qp.mtu, qp.msn, qp.src_port, qp.dest_qpn());
+    let (mtu, msn, sport, dest_qp) = (qp.mtu, qp.resp.msn, qp.src_port, qp.dest_qpn());
     let mut sent = 0;
     while sent < budget {
-        let Some(res) = qp.reads.iter_mut().find(|r| r.next < r.npkts) else { break };
+        let Some(res) = qp.resp.reads.iter_mut().find(|r| r.next < r.npkts) else { break };
         if res.kind != ResourceKind::Read {
             // One packet: the atomic acknowledgement or the zero-length response.
             let repr = rd_atomic_reply(res, dest_qp, msn);
-            out.emit(&counters, dst, sport, &repr, |_| {});
+            out.emit(counters, dst, sport, &repr, |_| {});
             res.next = res.npkts;
             sent += 1;
             continue;
         }
         let slice = if res.len > 0 {
-            match qp.mtpt.check_remote(res.rkey, qp.shared.pd, res.va, res.len, AccessFlags::REMOTE_READ) {
+            match mtpt.check_remote(res.rkey, qp.shared.pd, res.va, res.len, AccessFlags::REMOTE_READ) {
                 Ok(s) => Some(s),
                 Err(_) => {
                     // The region went away since the READ was accepted (deregistered or
@@ -396,9 +390,9 @@ pub(crate) fn pump_reads(e: &mut Engine, qpn: Qpn, budget: usize) -> (usize, boo
             let (offset, plen) = segment(k, res.len, mtu);
             let repr = read_response(dest_qp, res.psn, k, pos, plen, msn);
             let s = slice.as_ref();
-            match s.filter(|_| zero_copy && plen >= super::ZERO_COPY_MIN) {
-                Some(s) => out.emit_zero_copy(&counters, dst, sport, &repr, s.block(), s.block_offset() + offset),
-                None => out.emit(&counters, dst, sport, &repr, |p| {
+            match s.filter(|_| zero_copy && plen >= ZERO_COPY_MIN) {
+                Some(s) => out.emit_zero_copy(counters, dst, sport, &repr, s.block(), s.block_offset() + offset),
+                None => out.emit(counters, dst, sport, &repr, |p| {
                     if let Some(s) = s {
                         let _ = s.read(offset, p);
                     }
@@ -408,18 +402,17 @@ pub(crate) fn pump_reads(e: &mut Engine, qpn: Qpn, budget: usize) -> (usize, boo
             sent += 1;
         }
     }
-    let more = qp.reads.iter().any(|r| r.next < r.npkts);
+    let more = qp.resp.reads.iter().any(|r| r.next < r.npkts);
     (sent, more)
 }
 
 /// A duplicate request (IBA 9.7.5.1.5): SEND and WRITE are acknowledged again and not
 /// executed; a READ is answered again from the saved resource.
-fn duplicate(e: &mut Engine, _now: Time, qpn: Qpn, repr: &RoceRepr) {
-    let Some(qp) = e.qp_mut(qpn) else { return };
+fn duplicate(qp: &mut Qp, cx: &mut Ctx, _now: Time, repr: &RoceRepr) {
     let info = repr.bth.opcode.info().expect("checked packet");
     if info.operation == Operation::RdmaReadRequest {
         let psn = repr.bth.psn;
-        let found = qp.reads.iter_mut().find(|r| {
+        let found = qp.resp.reads.iter_mut().find(|r| {
             let d = r.psn.distance(psn);
             d >= 0 && (d as u64) < u64::from(r.npkts)
         });
@@ -427,7 +420,7 @@ fn duplicate(e: &mut Engine, _now: Time, qpn: Qpn, repr: &RoceRepr) {
             // Answer again from the requested packet on (the requester asks from its
             // first missing response), replacing whatever of it was still to go.
             r.next = u32::try_from(r.psn.distance(psn)).unwrap_or(0);
-            e.queue_reads(qpn);
+            cx.queue_reads(qp);
         }
         return;
     }
@@ -440,79 +433,72 @@ fn duplicate(e: &mut Engine, _now: Time, qpn: Qpn, repr: &RoceRepr) {
         // resource). No resource left (evicted): class D, dropped silently (rxe).
         let psn = repr.bth.psn;
         let atomic = matches!(info.operation, Operation::CompareSwap | Operation::FetchAdd);
-        let found = qp.reads.iter_mut().find(|r| {
+        let found = qp.resp.reads.iter_mut().find(|r| {
             r.psn == psn && matches!(r.kind, ResourceKind::Atomic { .. }) == atomic && r.kind != ResourceKind::Read
         });
         if let Some(r) = found {
             r.next = 0;
-            e.queue_reads(qpn);
+            cx.queue_reads(qp);
         }
         return;
     }
     // rxe: acknowledge the most recent PSN received, whatever the duplicate's AckReq; a
     // burst of duplicates (a go-back-N retransmission) is answered by one coalesced ACK.
-    let (last, msn) = (qp.epsn.sub(1), qp.msn);
-    e.defer_ack(qpn, last, ack_aeth(msn));
+    let (last, msn) = (qp.resp.epsn.sub(1), qp.resp.msn);
+    cx.defer_ack(qp, last, ack_aeth(msn));
 }
 
 /// Sends the NAK for a refusal; every refusal but RNR puts the QP in the error state
 /// (IBA 9.9.3.1, rxe `goto_error`).
-fn refuse(e: &mut Engine, qpn: Qpn, psn: Psn, refusal: Refusal) {
-    let counters = e.counters.clone();
-    let Some(qp) = e.qp_mut(qpn) else { return };
+fn refuse(qp: &mut Qp, cx: &mut Ctx, psn: Psn, refusal: Refusal) {
     let syndrome = refusal.syndrome(qp.attr.min_rnr_timer);
-    let msn = qp.msn;
+    let msn = qp.resp.msn;
     let len_err_wc = if matches!(refusal, Refusal::LengthError | Refusal::InvalidateRkey) {
         let status = if refusal == Refusal::LengthError { WcStatus::LocLenErr } else { WcStatus::RemInvReqErr };
         // The SEND in progress (or the one about to start) completes with LOC_LEN_ERR
         // (or REM_INV_REQ_ERR for a bad IETH).
-        let rwqe = match qp.cur.take() {
+        let rwqe = match qp.resp.cur.take() {
             Some(InProgress::Send { rwqe, .. }) => Some(rwqe),
-            _ => qp.rq.pop_front(),
+            _ => qp.resp.rq.pop_front(),
         };
         rwqe.map(|r| {
             qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
             WorkCompletion {
                 src_qp: qp.attr.dest_qpn,
-                ..WorkCompletion::new(r.wr_id, status, WcOpcode::Recv, qpn.value())
+                ..WorkCompletion::new(r.wr_id, status, WcOpcode::Recv, qp.qpn().value())
             }
         })
     } else {
         None
     };
     if refusal == Refusal::Rnr {
-        counters.send_rnr_err.fetch_add(1, Ordering::Relaxed);
+        cx.counters.send_rnr_err.fetch_add(1, Ordering::Relaxed);
     } else {
-        counters.send_nak_err.fetch_add(1, Ordering::Relaxed);
+        cx.counters.send_nak_err.fetch_add(1, Ordering::Relaxed);
     }
-    let reads_going = qp.reads_queued;
+    let reads_going = qp.resp.reads_queued;
     if refusal == Refusal::Rnr {
         // The QP stays usable: the RNR NAK queues behind READ responses like an ACK. It
         // also stands for the one NAK of this gap: the packets behind the refused one
         // are now out of sequence, and the RNR NAK already sends the requester back to
         // its PSN, so they draw no sequence NAK (which would cost a transport retry).
-        qp.nak_seq_sent = true;
-        e.defer_ack(qpn, psn, AethRepr { syndrome, msn });
+        qp.resp.nak_seq_sent = true;
+        cx.defer_ack(qp, psn, AethRepr { syndrome, msn });
     } else if reads_going {
         // Earlier READ responses are still going out: the NAK follows them, and the QP
         // enters the error state then (see `Engine::generate`).
-        if let Some(qp) = e.qp_mut(qpn) {
-            qp.halted = true;
-            qp.pending_ack = None;
-        }
-        e.defer_ack(qpn, psn, AethRepr { syndrome, msn });
+        qp.resp.halted = true;
+        qp.resp.pending_ack = None;
+        cx.defer_ack(qp, psn, AethRepr { syndrome, msn });
     } else {
-        send_ack(e, qpn, psn, AethRepr { syndrome, msn });
+        send_ack(qp, cx, psn, AethRepr { syndrome, msn });
     }
     if refusal != Refusal::Rnr {
         if let Some(wc) = len_err_wc {
-            let cq = e.qp_mut(qpn).map(|q| q.recv_cq.clone());
-            if let Some(cq) = cq {
-                e.push_wc(&cq, qpn, wc, false);
-            }
+            cx.push_wc(qp, CqSide::Recv, wc, false);
         }
         if !reads_going {
-            e.enter_error(qpn, None);
+            cx.enter_error(qp, None);
         }
     }
 }

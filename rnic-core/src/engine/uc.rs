@@ -12,26 +12,18 @@
 //! reused by the next message (IBA 9.8.3 / rxe class D1); RDMA WRITE data already placed
 //! stays placed, as IBA allows. The sender is never told.
 
+use super::ctx::{CqSide, Ctx};
 use super::qp::{InProgress, Qp};
-use super::Engine;
 use crate::counters::Counters;
 use crate::mr::AccessFlags;
-use crate::qp_state::QpState;
+use crate::mr::Mtpt;
 use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use rnic_wire::opcode::{Operation, Position};
 use rnic_wire::roce::RoceRepr;
-use rnic_wire::Qpn;
 use std::sync::atomic::Ordering;
 
 /// Handles a UC request packet for `qpn`.
-pub(crate) fn handle_request(e: &mut Engine, qpn: Qpn, repr: &RoceRepr, payload: &[u8]) {
-    let counters = e.counters.clone();
-    let Some(qp) = e.qp_mut(qpn) else { return };
-    // IBA 10.3.1: a QP receives in RTR, RTS and SQD.
-    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
-        counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
+pub(crate) fn handle_request(qp: &mut Qp, cx: &mut Ctx, repr: &RoceRepr, payload: &[u8]) {
     let Some(info) = repr.bth.opcode.info() else { return };
     let psn = repr.bth.psn;
     let starts = info.position.starts();
@@ -39,27 +31,27 @@ pub(crate) fn handle_request(e: &mut Engine, qpn: Qpn, repr: &RoceRepr, payload:
     // 1. PSN (IBA 9.8.3.1, rxe check_psn for UC): after a gap, or while a message is being
     //    dropped, only a FIRST or ONLY packet is accepted, whatever its PSN: it resynchronises
     //    the responder. Anything else is dropped and keeps the message dropped.
-    if qp.uc_drop || psn != qp.epsn {
+    if qp.resp.uc_drop || psn != qp.resp.epsn {
         if !starts {
-            drop_message(qp, &counters);
+            drop_message(qp, &cx.counters);
             return;
         }
-        qp.uc_drop = false;
+        qp.resp.uc_drop = false;
     }
 
     // 2. Opcode sequence (IBA 9.8.3.1): MIDDLE/LAST must continue a message of their kind.
     //    A FIRST/ONLY while a message is in progress means that message's tail was lost: it
     //    is abandoned and the new one starts (where rxe also drops the new FIRST).
-    let continuing = match qp.cur {
+    let continuing = match qp.resp.cur {
         Some(InProgress::Send { .. }) => Some(Operation::Send),
         Some(InProgress::Write { .. }) => Some(Operation::RdmaWrite),
         None => None,
     };
     match (continuing, starts) {
-        (Some(_), true) => abandon(qp, &counters),
+        (Some(_), true) => abandon(qp, &cx.counters),
         (Some(kind), false) if kind == info.operation => {}
         (_, false) => {
-            drop_message(qp, &counters);
+            drop_message(qp, &cx.counters);
             return;
         }
         (None, true) => {}
@@ -67,18 +59,17 @@ pub(crate) fn handle_request(e: &mut Engine, qpn: Qpn, repr: &RoceRepr, payload:
 
     // A QP on an SRQ takes its receive WQE from it when a message needing one starts.
     super::responder::take_srq_wqe(qp, info);
-    match execute(qp, repr, payload, info.operation, info.position) {
+    match execute(qp, &cx.mtpt, repr, payload, info.operation, info.position) {
         Some(done) => {
-            qp.epsn = psn.next();
+            qp.resp.epsn = psn.next();
             if let Some(wc) = done {
                 if info.operation == Operation::Send {
-                    counters.rdma_recvs.fetch_add(1, Ordering::Relaxed);
+                    cx.counters.rdma_recvs.fetch_add(1, Ordering::Relaxed);
                 }
-                let cq = qp.recv_cq.clone();
-                e.push_wc(&cq, qpn, wc, repr.bth.se);
+                cx.push_wc(qp, CqSide::Recv, wc, repr.bth.se);
             }
         }
-        None => drop_message(qp, &counters),
+        None => drop_message(qp, &cx.counters),
     }
 }
 
@@ -86,16 +77,16 @@ pub(crate) fn handle_request(e: &mut Engine, qpn: Qpn, repr: &RoceRepr, payload:
 fn drop_message(qp: &mut Qp, counters: &Counters) {
     counters.uc_dropped_pkts.fetch_add(1, Ordering::Relaxed);
     abandon(qp, counters);
-    qp.uc_drop = true;
+    qp.resp.uc_drop = true;
 }
 
 /// Forgets the message in progress; a SEND's receive WQE goes back to the head of the
 /// receive queue for the next message (rxe `do_class_d1e_error` resets it).
 fn abandon(qp: &mut Qp, counters: &Counters) {
-    match qp.cur.take() {
+    match qp.resp.cur.take() {
         Some(InProgress::Send { rwqe, .. }) => {
             counters.uc_abandoned_msgs.fetch_add(1, Ordering::Relaxed);
-            qp.rq.push_front(rwqe);
+            qp.resp.rq.push_front(rwqe);
         }
         Some(InProgress::Write { .. }) => {
             counters.uc_abandoned_msgs.fetch_add(1, Ordering::Relaxed);
@@ -108,6 +99,7 @@ fn abandon(qp: &mut Qp, counters: &Counters) {
 /// with the receive completion if it ended a message that consumes a receive WQE.
 fn execute(
     qp: &mut Qp,
+    mtpt: &Mtpt,
     repr: &RoceRepr,
     payload: &[u8],
     op: Operation,
@@ -133,19 +125,19 @@ fn execute(
     match op {
         Operation::Send => {
             // 5. A receive WQE for FIRST/ONLY (none: class D, dropped; UC has no RNR).
-            let (rwqe, offset) = match qp.cur.take() {
+            let (rwqe, offset) = match qp.resp.cur.take() {
                 Some(InProgress::Send { rwqe, offset }) => (rwqe, offset),
-                _ => (qp.rq.pop_front()?, 0),
+                _ => (qp.resp.rq.pop_front()?, 0),
             };
             // Receive buffer too small: class D, the message is dropped (rxe ERR_LENGTH for
             // UC); the WQE is reused.
             if offset + payload.len() > rwqe.len || !rwqe.data.scatter(offset, payload) {
-                qp.cur = Some(InProgress::Send { rwqe, offset });
+                qp.resp.cur = Some(InProgress::Send { rwqe, offset });
                 return None;
             }
             let offset = offset + payload.len();
             if !pos.ends() {
-                qp.cur = Some(InProgress::Send { rwqe, offset });
+                qp.resp.cur = Some(InProgress::Send { rwqe, offset });
                 return Some(None);
             }
             qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
@@ -158,7 +150,7 @@ fn execute(
             }))
         }
         Operation::RdmaWrite => {
-            let (target, offset, dma_len) = match qp.cur.take() {
+            let (target, offset, dma_len) = match qp.resp.cur.take() {
                 Some(InProgress::Write { target, offset, dma_len }) => (target, offset, dma_len),
                 _ => {
                     // 6. R_Key on FIRST/ONLY (IBA C9-88: a zero-length WRITE is not checked); a
@@ -169,8 +161,7 @@ fn execute(
                         None
                     } else {
                         Some(
-                            qp.mtpt
-                                .check_remote(reth.rkey, qp.shared.pd, reth.va, dma_len, AccessFlags::REMOTE_WRITE)
+                            mtpt.check_remote(reth.rkey, qp.shared.pd, reth.va, dma_len, AccessFlags::REMOTE_WRITE)
                                 .ok()?,
                         )
                     };
@@ -185,7 +176,7 @@ fn execute(
             }
             // 5 (WRITE with immediate). The receive WQE is taken by the packet carrying the
             // immediate (rxe RXE_RWR_MASK); none: the message is dropped, its data stays.
-            if pos.ends() && repr.ext.imm_data.is_some() && qp.rq.is_empty() {
+            if pos.ends() && repr.ext.imm_data.is_some() && qp.resp.rq.is_empty() {
                 return None;
             }
             if let Some(t) = &target {
@@ -194,11 +185,11 @@ fn execute(
                 }
             }
             if !pos.ends() {
-                qp.cur = Some(InProgress::Write { target, offset: end, dma_len });
+                qp.resp.cur = Some(InProgress::Write { target, offset: end, dma_len });
                 return Some(None);
             }
             let Some(imm) = repr.ext.imm_data else { return Some(None) };
-            let rwqe = qp.rq.pop_front()?;
+            let rwqe = qp.resp.rq.pop_front()?;
             qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
             Some(Some(WorkCompletion {
                 byte_len: u32::try_from(dma_len).unwrap_or(u32::MAX),

@@ -7,14 +7,14 @@
 //! Kept apart from the RC requester (`requester.rs`) on purpose: segmentation is the same
 //! idea, but nothing of the reliability machinery applies.
 
+use super::ctx::{CqSide, Ctx, Time};
 use super::packet::{self, opcode_for, position};
 use super::qp::{InFlight, Qp, PORT_MTU};
-use super::{Engine, Time};
 use crate::qp_state::{QpState, QpType};
 use crate::wr::{SendOp, WcStatus, WorkCompletion};
 use rnic_wire::deth::DethRepr;
 use rnic_wire::opcode::{Position, Transport};
-use rnic_wire::{Psn, Qpn};
+use rnic_wire::Psn;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 
@@ -31,32 +31,31 @@ fn route(qp: &Qp, f: &InFlight) -> Option<(IpAddr, u32, Option<DethRepr>, usize)
 }
 
 /// Emits every queued WQE of a UC or UD QP and completes each once its last packet is out.
-pub(crate) fn transmit(e: &mut Engine, _now: Time, qpn: Qpn) {
-    let counters = e.counters.clone();
+pub(crate) fn transmit(qp: &mut Qp, cx: &mut Ctx, _now: Time) {
     let mut completions = Vec::new();
     {
-        let Some((qp, out)) = e.qp_and_out(qpn) else { return };
+        let (out, counters) = (&mut cx.out, &*cx.counters);
         if qp.state != QpState::Rts {
             return;
         }
         let transport = if qp.shared.qp_type == QpType::Ud { Transport::Ud } else { Transport::Uc };
-        while let Some(front) = qp.sq.front() {
+        while let Some(front) = qp.req.sq.front() {
             // Validation guarantees a route (UD destination, UC address vector in RTS) and an
             // operation the transport carries; a WQE without them fails rather than blocking
             // the queue.
             let routed = route(qp, front).filter(|_| opcode_for(transport, &front.wqe.op, Position::Only).is_some());
             let Some((dst, dest_qpn, deth, mtu)) = routed else {
-                let f = qp.sq.pop_front().expect("front exists");
+                let f = qp.req.sq.pop_front().expect("front exists");
                 qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
                 completions.push(WorkCompletion::new(
                     f.wqe.wr_id,
                     WcStatus::LocQpOpErr,
                     f.wqe.op.wc_opcode(),
-                    qpn.value(),
+                    qp.qpn().value(),
                 ));
                 continue;
             };
-            let f = qp.sq.front_mut().expect("front exists");
+            let f = qp.req.sq.front_mut().expect("front exists");
             while f.sent < f.npkts {
                 let k = f.sent;
                 let pos = position(k, f.npkts);
@@ -67,29 +66,28 @@ pub(crate) fn transmit(e: &mut Engine, _now: Time, qpn: Qpn) {
                     break;
                 };
                 let data = &f.wqe.data;
-                out.emit(&counters, dst, qp.src_port, &repr, |p| data.gather(offset, p));
+                out.emit(counters, dst, qp.src_port, &repr, |p| data.gather(offset, p));
                 if pos.ends() && matches!(f.wqe.op, SendOp::Send | SendOp::SendWithImm { .. }) {
                     counters.rdma_sends.fetch_add(1, Ordering::Relaxed);
                 }
                 f.sent += 1;
             }
-            let f = qp.sq.pop_front().expect("front exists");
+            let f = qp.req.sq.pop_front().expect("front exists");
             let end: Psn = f.last_psn().next();
-            qp.una = end;
-            qp.sent_end = end;
+            qp.req.una = end;
+            qp.req.sent_end = end;
             qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
             if f.wqe.signaled {
                 completions.push(WorkCompletion {
                     byte_len: u32::try_from(f.wqe.len).unwrap_or(u32::MAX),
                     src_qp: dest_qpn,
-                    ..WorkCompletion::new(f.wqe.wr_id, WcStatus::Success, f.wqe.op.wc_opcode(), qpn.value())
+                    ..WorkCompletion::new(f.wqe.wr_id, WcStatus::Success, f.wqe.op.wc_opcode(), qp.qpn().value())
                 });
             }
         }
-        qp.next_send = 0;
+        qp.req.next_send = 0;
     }
-    let Some(cq) = e.qp_mut(qpn).map(|q| q.send_cq.clone()) else { return };
     for wc in completions {
-        e.push_wc(&cq, qpn, wc, false);
+        cx.push_wc(qp, CqSide::Send, wc, false);
     }
 }
