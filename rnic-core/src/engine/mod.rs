@@ -32,7 +32,6 @@ mod rd_atomic;
 mod refusal;
 mod requester;
 mod responder;
-mod uc;
 pub mod ud;
 mod unreliable;
 
@@ -397,8 +396,7 @@ impl Engine {
         }
         match qp_type {
             QpType::Ud => ud::handle_request(qp, cx, src, &repr, pkt.payload(), data.len()),
-            QpType::Uc => uc::handle_request(qp, cx, &repr, pkt.payload()),
-            QpType::Rc => responder::handle_request(qp, cx, now, &repr, pkt.payload()),
+            QpType::Rc | QpType::Uc => responder::handle_request(qp, cx, now, &repr, pkt.payload()),
         }
         cx.raise_srq_events(qp);
         if qp_type == QpType::Rc {

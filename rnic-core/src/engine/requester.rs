@@ -215,13 +215,7 @@ fn ack(qp: &mut Qp, cx: &mut Ctx, now: Time, psn: Psn, aeth: AethRepr) {
         Syndrome::Nak(code) => {
             cx.counters.rcvd_nak_err.fetch_add(1, Ordering::Relaxed);
             acknowledge_through(qp, cx, now, psn.sub(1));
-            let status = match code {
-                NakCode::InvalidRequest => WcStatus::RemInvReqErr,
-                NakCode::RemoteAccessError => WcStatus::RemAccessErr,
-                NakCode::RemoteOperationalError => WcStatus::RemOpErr,
-                _ => WcStatus::BadRespErr,
-            };
-            fail_front(qp, cx, status);
+            fail_front(qp, cx, super::refusal::nak_status(code));
         }
         Syndrome::Reserved(_) => {
             cx.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);

@@ -1,10 +1,23 @@
-//! The RC responder: a pipeline of checks, each failure mapped to its NAK in one place
-//! (after rxe's `rxe_resp.c`).
+//! The responder of RC and UC QPs: one pipeline of checks (after rxe's `rxe_resp.c`,
+//! which serves both), each check its own function, each failure a [`Refusal`] whose
+//! meaning lives in `refusal.rs`.
 //!
 //! ```text
-//! PSN -> opcode sequence -> opcode valid for the QP -> receive WQE available
+//! PSN -> opcode sequence -> opcode valid for the QP -> resources (receive WQE, READ slot)
 //!     -> length -> R_Key / PD / bounds / access -> execute -> complete -> acknowledge
 //! ```
+//!
+//! The two transports differ where rxe's do: in the PSN check (RC: sequence NAK once or
+//! duplicate; UC: resynchronise on the next FIRST or ONLY) and in what a failed check does
+//! (`fail`). RC NAKs (`nak`; every refusal but RNR puts the QP in the error state). UC
+//! drops the whole message silently (IBA 9.9.3 class D, rxe `resp.drop_msg`): once a
+//! packet is lost, out of sequence or bad, every packet up to the next FIRST or ONLY is
+//! discarded; a SEND dropped part-way gives its receive WQE back to the head of the
+//! receive queue for the next message (rxe `do_class_d1e_error`); RDMA WRITE data already
+//! placed stays placed, as IBA allows. The UC sender is never told, and UC is never
+//! acknowledged. UD keeps its own small responder (`ud.rs`).
+//!
+//! The QP's state (RTR, RTS or SQD) was checked once, by `Engine::handle_packet`.
 
 use super::ctx::{CqSide, Ctx, Time};
 use super::out::ZERO_COPY_MIN;
@@ -12,14 +25,14 @@ use super::packet::{ack_aeth, ack_repr, packets_for, position, rd_atomic_reply, 
 use super::qp::{InProgress, Qp, ReadResource, ResourceKind};
 use super::rd_atomic;
 use super::refusal::Refusal;
-use crate::mr::Mtpt;
-use crate::mr::{AccessError, AccessFlags};
-use crate::qp_state::QpState;
+use crate::counters::Counters;
+use crate::mr::{AccessFlags, MrSlice, Mtpt};
+use crate::qp_state::{QpState, QpType};
 use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use rnic_wire::aeth::{AethRepr, NakCode, Syndrome};
 use rnic_wire::opcode::{Operation, Position};
 use rnic_wire::roce::RoceRepr;
-use rnic_wire::Psn;
+use rnic_wire::{OpcodeInfo, Psn};
 use std::sync::atomic::Ordering;
 
 /// Sends a NAK now, after the acknowledgement the QP may hold (so the peer sees them in
@@ -46,16 +59,64 @@ pub(crate) fn flush_ack(qp: &mut Qp, cx: &mut Ctx) {
     emit_ack(qp, cx, psn, aeth);
 }
 
-/// Handles a request packet for `qpn`.
+/// Handles an RC or UC request packet.
 pub(crate) fn handle_request(qp: &mut Qp, cx: &mut Ctx, now: Time, repr: &RoceRepr, payload: &[u8]) {
+    let Some(info) = repr.bth.opcode.info() else { return };
     if qp.resp.halted {
         // A refusal is waiting for READ responses to drain; later requests are void.
         return;
     }
-    let info = repr.bth.opcode.info().expect("checked packet");
-    let psn = repr.bth.psn;
+    let uc = qp.shared.qp_type == QpType::Uc;
+    if uc {
+        if !check_psn_uc(qp, &cx.counters, info, repr.bth.psn) {
+            return;
+        }
+    } else {
+        if !check_psn(qp, cx, now, repr, info) {
+            return;
+        }
+        // RC takes an SRQ's WQE as soon as the PSN is the expected one.
+        take_srq_wqe(qp, info);
+    }
+    match checks(qp, cx, repr, info, payload, uc) {
+        Ok(done) => complete(qp, cx, repr, info, done, uc),
+        Err(refusal) => fail(qp, cx, repr.bth.psn, refusal, uc),
+    }
+}
 
-    // 1. PSN (IBA 9.7.5.1): ahead -> sequence NAK once; behind -> duplicate.
+/// Checks 2 to 6 and execution (7). Nothing is written unless every check passed.
+fn checks(
+    qp: &mut Qp,
+    cx: &Ctx,
+    repr: &RoceRepr,
+    info: &OpcodeInfo,
+    payload: &[u8],
+    uc: bool,
+) -> Result<Done, Refusal> {
+    check_op_seq(qp, &cx.counters, info, uc)?;
+    if uc {
+        // UC takes an SRQ's WQE once the packet continues or starts a message.
+        take_srq_wqe(qp, info);
+    }
+    check_op_valid(qp, repr, info)?;
+    check_resources(qp, info, uc)?;
+    check_length(qp, info, payload)?;
+    execute(qp, &cx.mtpt, repr, info, payload)
+}
+
+/// What a failed check does: RC NAKs, UC drops the message.
+fn fail(qp: &mut Qp, cx: &mut Ctx, psn: Psn, refusal: Refusal, uc: bool) {
+    if uc {
+        drop_message(qp, &cx.counters);
+    } else {
+        nak(qp, cx, psn, refusal);
+    }
+}
+
+/// Check 1: PSN, RC (IBA 9.7.5.1, rxe `check_psn`): ahead -> sequence NAK once; behind ->
+/// duplicate. True when the packet is the expected one.
+fn check_psn(qp: &mut Qp, cx: &mut Ctx, now: Time, repr: &RoceRepr, info: &OpcodeInfo) -> bool {
+    let psn = repr.bth.psn;
     let d = qp.resp.epsn.distance(psn);
     if d > 0 {
         cx.counters.out_of_seq_request.fetch_add(1, Ordering::Relaxed);
@@ -65,84 +126,78 @@ pub(crate) fn handle_request(qp: &mut Qp, cx: &mut Ctx, now: Time, repr: &RoceRe
             // IBA C9-?: the NAK carries the expected PSN.
             cx.defer_ack(qp, epsn, AethRepr { syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn });
         }
-        return;
+        return false;
     }
     if d < 0 {
         cx.counters.duplicate_request.fetch_add(1, Ordering::Relaxed);
-        duplicate(qp, cx, now, repr);
-        return;
+        duplicate(qp, cx, now, repr, info);
+        return false;
     }
     qp.resp.nak_seq_sent = false;
-    take_srq_wqe(qp, info);
-
-    match check_and_execute(qp, &cx.mtpt, repr, payload) {
-        Ok(done) => finish(qp, cx, repr, info, done),
-        Err(refusal) => refuse(qp, cx, psn, refusal),
-    }
+    true
 }
 
-/// A QP with a shared receive queue takes a WQE from it when a message that needs one
-/// starts and the QP holds none (rxe `get_srq_wqe`); the WQE is then the QP's, counted in
-/// its receive queue. Crossing the armed SRQ limit is noted for the engine's event.
-pub(super) fn take_srq_wqe(qp: &mut Qp, info: &rnic_wire::OpcodeInfo) {
-    let Some(srq) = &qp.shared.srq else { return };
-    if !info.consumes_rwqe || !qp.resp.rq.is_empty() || matches!(qp.resp.cur, Some(InProgress::Send { .. })) {
-        return;
+/// Check 1: PSN, UC (IBA 9.8.3.1, rxe `check_psn` for UC): after a gap, or while a message is
+/// being dropped, only a FIRST or ONLY packet is accepted, whatever its PSN: it
+/// resynchronises the responder. Anything else is dropped and keeps the message dropped.
+fn check_psn_uc(qp: &mut Qp, counters: &Counters, info: &OpcodeInfo, psn: Psn) -> bool {
+    if qp.resp.uc_drop || psn != qp.resp.epsn {
+        if !info.position.starts() {
+            drop_message(qp, counters);
+            return false;
+        }
+        qp.resp.uc_drop = false;
     }
-    if let Some((wqe, limit_hit)) = srq.take() {
-        qp.shared.rq_outstanding.fetch_add(1, Ordering::AcqRel);
-        qp.resp.rq.push_back(wqe);
-        qp.resp.srq_limit_hit |= limit_hit;
-    }
+    true
 }
 
-/// What executing a packet produced.
-struct Done {
-    /// A receive completion to queue.
-    wc: Option<WorkCompletion>,
-    /// A READ to answer.
-    read: Option<ReadResource>,
-}
-
-/// Checks 2 to 7 and execution. Nothing is written unless every check passed.
-fn check_and_execute(qp: &mut Qp, mtpt: &Mtpt, repr: &RoceRepr, payload: &[u8]) -> Result<Done, Refusal> {
-    let info = repr.bth.opcode.info().expect("checked packet");
-    let op = info.operation;
-    let pos = info.position;
-
-    // 2. Opcode sequence (IBA 9.8.3.1, rxe check_op_seq): MIDDLE/LAST only continue a
-    //    message of the same kind; FIRST/ONLY only start one.
+/// Check 2: Opcode sequence (IBA 9.8.3.1, rxe `check_op_seq`): MIDDLE/LAST only continue a
+/// message of the same kind; FIRST/ONLY only start one. On UC a FIRST/ONLY while a
+/// message is in progress means that message's tail was lost: it is abandoned and the new
+/// one starts (where rxe also drops the new FIRST).
+fn check_op_seq(qp: &mut Qp, counters: &Counters, info: &OpcodeInfo, uc: bool) -> Result<(), Refusal> {
     let continuing = match qp.resp.cur {
         Some(InProgress::Send { .. }) => Some(Operation::Send),
         Some(InProgress::Write { .. }) => Some(Operation::RdmaWrite),
         None => None,
     };
-    match (continuing, pos) {
-        (Some(kind), Position::Middle | Position::Last) if kind == op => {}
-        (None, Position::First | Position::Only) => {}
-        _ => return Err(Refusal::InvalidRequest),
+    match (continuing, info.position.starts()) {
+        (None, true) => Ok(()),
+        (Some(kind), false) if kind == info.operation => Ok(()),
+        (Some(_), true) if uc => {
+            abandon(qp, counters);
+            Ok(())
+        }
+        _ => Err(Refusal::InvalidRequest),
     }
+}
 
-    // 3. Opcode valid for this QP: the QP's remote access flags (IBA 10.2.?, rxe
-    //    check_op_valid) and the operations this device implements.
+/// Check 3: Opcode valid for this QP: the QP's remote access flags (rxe `check_op_valid`) and the operations this device implements.
+fn check_op_valid(qp: &Qp, repr: &RoceRepr, info: &OpcodeInfo) -> Result<(), Refusal> {
     let access = qp.attr.access;
-    match op {
-        Operation::Send => {}
-        Operation::RdmaWrite if access.contains(AccessFlags::REMOTE_WRITE) => {}
-        Operation::RdmaReadRequest if access.contains(AccessFlags::REMOTE_READ) => {}
-        Operation::CompareSwap | Operation::FetchAdd if access.contains(AccessFlags::REMOTE_ATOMIC) => {}
+    match info.operation {
+        Operation::Send => Ok(()),
+        Operation::RdmaWrite if access.contains(AccessFlags::REMOTE_WRITE) => Ok(()),
+        Operation::RdmaReadRequest if access.contains(AccessFlags::REMOTE_READ) => Ok(()),
+        Operation::CompareSwap | Operation::FetchAdd if access.contains(AccessFlags::REMOTE_ATOMIC) => Ok(()),
         // rxe: ATOMIC WRITE needs remote write; FLUSH the flush rights of its placement.
-        Operation::AtomicWrite if access.contains(AccessFlags::REMOTE_WRITE) => {}
+        Operation::AtomicWrite if access.contains(AccessFlags::REMOTE_WRITE) => Ok(()),
         Operation::Flush
-            if repr.ext.feth.is_some_and(|f| access.contains(rd_atomic::flush_access(f.placement_type))) => {}
-        _ => return Err(Refusal::InvalidRequest),
+            if repr.ext.feth.is_some_and(|f| access.contains(rd_atomic::flush_access(f.placement_type))) =>
+        {
+            Ok(())
+        }
+        _ => Err(Refusal::InvalidRequest),
     }
+}
 
-    // 4. Resources: a receive WQE for SEND FIRST/ONLY and WRITE with immediate.
-    if info.consumes_rwqe && op == Operation::Send && qp.resp.rq.is_empty() {
-        return Err(Refusal::Rnr);
-    }
-    if info.consumes_rwqe && op == Operation::RdmaWrite && qp.resp.rq.is_empty() {
+/// Check 4: Resources (rxe `check_resource`): a receive WQE for SEND FIRST/ONLY (none: RNR on
+/// RC, a drop on UC) and, on RC, for the packet of a WRITE with immediate (UC checks
+/// that one where it places the packet: `execute_write`); a slot for a READ or atomic.
+fn check_resources(qp: &mut Qp, info: &OpcodeInfo, uc: bool) -> Result<(), Refusal> {
+    let op = info.operation;
+    let needs_rwqe = info.consumes_rwqe && (op == Operation::Send || (op == Operation::RdmaWrite && !uc));
+    if needs_rwqe && qp.resp.rq.is_empty() {
         return Err(Refusal::Rnr);
     }
     let rd_atomic = matches!(
@@ -158,172 +213,176 @@ fn check_and_execute(qp: &mut Qp, mtpt: &Mtpt, repr: &RoceRepr, payload: &[u8]) 
         // no longer be answered as a duplicate), as rxe reuses its resource ring.
         qp.resp.reads.pop_front();
     }
+    Ok(())
+}
 
-    // 5. Length (IBA 9.7.4.1.?, C9-?): FIRST and MIDDLE carry exactly one MTU, LAST
-    //    between 1 and MTU, ONLY at most MTU.
+/// Check 5: Length (rxe `check_length`): FIRST and MIDDLE carry
+/// exactly one MTU, LAST between 1 and MTU, ONLY at most MTU. A READ request carries none.
+fn check_length(qp: &Qp, info: &OpcodeInfo, payload: &[u8]) -> Result<(), Refusal> {
     let mtu = qp.mtu;
-    let len_ok = match pos {
+    let len_ok = match info.position {
         Position::First | Position::Middle => payload.len() == mtu,
         Position::Last => !payload.is_empty() && payload.len() <= mtu,
         Position::Only => payload.len() <= mtu,
     };
-    if !len_ok && op != Operation::RdmaReadRequest {
+    if !len_ok && info.operation != Operation::RdmaReadRequest {
         return Err(Refusal::InvalidRequest);
     }
+    Ok(())
+}
 
-    match op {
-        Operation::Send => {
-            let offset = match &qp.resp.cur {
-                Some(InProgress::Send { offset, .. }) => *offset,
-                _ => 0,
-            };
-            let rwqe_len = match &qp.resp.cur {
-                Some(InProgress::Send { rwqe, .. }) => rwqe.len,
-                _ => qp.resp.rq.front().map_or(0, |r| r.len),
-            };
-            if offset + payload.len() > rwqe_len {
-                return Err(Refusal::LengthError);
-            }
-            // 7. Execute: scatter into the receive buffers.
-            let cur = match qp.resp.cur.take() {
-                Some(InProgress::Send { rwqe, offset }) => InProgress::Send { rwqe, offset },
-                _ => {
-                    let rwqe = qp.resp.rq.pop_front().expect("checked above");
-                    InProgress::Send { rwqe, offset: 0 }
-                }
-            };
-            let InProgress::Send { rwqe, offset } = cur else { unreachable!() };
-            if !rwqe.data.scatter(offset, payload) {
-                qp.resp.cur = Some(InProgress::Send { rwqe, offset });
-                return Err(Refusal::RemoteOperational);
-            }
-            let offset = offset + payload.len();
-            if pos.ends() {
-                if let Some(rkey) = repr.ext.ieth {
-                    // IBA 10.6.7 / rxe `invalidate_rkey`: after the data is placed, the
-                    // region named by the IETH becomes invalid.
-                    if mtpt.invalidate_for(rkey, qp.shared.pd).is_err() {
-                        qp.resp.cur = Some(InProgress::Send { rwqe, offset });
-                        return Err(Refusal::InvalidateRkey);
-                    }
-                }
-                let wc = WorkCompletion {
-                    byte_len: u32::try_from(offset).unwrap_or(u32::MAX),
-                    imm_data: repr.ext.imm_data.unwrap_or(0),
-                    src_qp: qp.attr.dest_qpn,
-                    wc_flags: WcFlags {
-                        with_imm: repr.ext.imm_data.is_some(),
-                        with_inv: repr.ext.ieth.is_some(),
-                        ..WcFlags::default()
-                    },
-                    invalidated_rkey: repr.ext.ieth.unwrap_or(0),
-                    ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn().value())
-                };
-                qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
-                Ok(Done { wc: Some(wc), read: None })
-            } else {
-                qp.resp.cur = Some(InProgress::Send { rwqe, offset });
-                Ok(Done { wc: None, read: None })
-            }
-        }
-        Operation::RdmaWrite => {
-            let (target, offset, dma_len) = match qp.resp.cur.take() {
-                Some(InProgress::Write { target, offset, dma_len }) => (target, offset, dma_len),
-                _ => {
-                    // 6. R_Key on the first packet (IBA C9-88: a zero-length WRITE is not
-                    //    checked).
-                    let reth = repr.ext.reth.expect("FIRST/ONLY WRITE carries a RETH");
-                    let dma_len = reth.dma_len as usize;
-                    let target = if dma_len == 0 {
-                        None
-                    } else {
-                        Some(
-                            e_check(qp, mtpt, reth.rkey, reth.va, dma_len, AccessFlags::REMOTE_WRITE)
-                                .map_err(|a| Refusal::RemoteAccess(Some(a)))?,
-                        )
-                    };
-                    (target, 0, dma_len)
-                }
-            };
-            // 5 (cont.). The payload must stay inside the RETH's DMA length, and the last
-            // packet must end it exactly (rxe: resid must reach 0).
-            let end = offset + payload.len();
-            if end > dma_len || (pos.ends() && end != dma_len) {
-                qp.resp.cur = None;
-                return Err(Refusal::InvalidRequest);
-            }
-            if let Some(t) = &target {
-                if !payload.is_empty() && t.write(offset, payload).is_err() {
-                    return Err(Refusal::RemoteOperational);
-                }
-            }
-            if pos.ends() {
-                let wc = if repr.ext.imm_data.is_some() {
-                    let rwqe = qp.resp.rq.pop_front().expect("checked above");
-                    qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
-                    Some(WorkCompletion {
-                        byte_len: u32::try_from(dma_len).unwrap_or(u32::MAX),
-                        imm_data: repr.ext.imm_data.unwrap_or(0),
-                        src_qp: qp.attr.dest_qpn,
-                        wc_flags: WcFlags { with_imm: true, ..WcFlags::default() },
-                        ..WorkCompletion::new(
-                            rwqe.wr_id,
-                            WcStatus::Success,
-                            WcOpcode::RecvRdmaWithImm,
-                            qp.qpn().value(),
-                        )
-                    })
-                } else {
-                    None
-                };
-                Ok(Done { wc, read: None })
-            } else {
-                qp.resp.cur = Some(InProgress::Write { target, offset: end, dma_len });
-                Ok(Done { wc: None, read: None })
-            }
-        }
-        Operation::RdmaReadRequest => {
-            let reth = repr.ext.reth.expect("READ carries a RETH");
-            let len = reth.dma_len as usize;
-            if len > 0 {
-                e_check(qp, mtpt, reth.rkey, reth.va, len, AccessFlags::REMOTE_READ)
-                    .map_err(|a| Refusal::RemoteAccess(Some(a)))?;
-            }
-            let res = ReadResource {
-                psn: repr.bth.psn,
-                npkts: packets_for(len, mtu),
-                va: reth.va,
-                rkey: reth.rkey,
-                len,
-                next: 0,
-                kind: ResourceKind::Read,
-            };
-            Ok(Done { wc: None, read: Some(res) })
-        }
-        Operation::CompareSwap | Operation::FetchAdd => {
-            Ok(Done { wc: None, read: Some(rd_atomic::execute_atomic(qp, mtpt, repr, op)?) })
-        }
-        Operation::AtomicWrite => {
-            Ok(Done { wc: None, read: Some(rd_atomic::execute_atomic_write(qp, mtpt, repr, payload)?) })
-        }
-        Operation::Flush => Ok(Done { wc: None, read: Some(rd_atomic::execute_flush(qp, mtpt, repr)?) }),
+/// What executing a packet produced.
+struct Done {
+    /// A receive completion to queue.
+    wc: Option<WorkCompletion>,
+    /// A READ to answer.
+    read: Option<ReadResource>,
+}
+
+/// Checks 6 and 7: R_Key checks and execution, per operation.
+fn execute(qp: &mut Qp, mtpt: &Mtpt, repr: &RoceRepr, info: &OpcodeInfo, payload: &[u8]) -> Result<Done, Refusal> {
+    let reply = |res| Ok(Done { wc: None, read: Some(res) });
+    match info.operation {
+        Operation::Send => Ok(Done { wc: execute_send(qp, mtpt, repr, info.position, payload)?, read: None }),
+        Operation::RdmaWrite => Ok(Done { wc: execute_write(qp, mtpt, repr, info.position, payload)?, read: None }),
+        Operation::RdmaReadRequest => reply(execute_read(qp, mtpt, repr)?),
+        op @ (Operation::CompareSwap | Operation::FetchAdd) => reply(rd_atomic::execute_atomic(qp, mtpt, repr, op)?),
+        Operation::AtomicWrite => reply(rd_atomic::execute_atomic_write(qp, mtpt, repr, payload)?),
+        Operation::Flush => reply(rd_atomic::execute_flush(qp, mtpt, repr)?),
         _ => Err(Refusal::InvalidRequest),
     }
 }
 
-fn e_check(
-    qp: &Qp,
+/// SEND: the payload is scattered into the receive WQE the message took; the last packet
+/// completes it (after invalidating the IETH's region, IBA 10.6.7 / rxe
+/// `invalidate_rkey`). A receive buffer too small is a length error (rxe
+/// `RESPST_ERR_LENGTH`); the WQE stays the message's for `fail` to complete or give back.
+fn execute_send(
+    qp: &mut Qp,
     mtpt: &Mtpt,
-    rkey: u32,
-    va: u64,
-    len: usize,
-    need: AccessFlags,
-) -> Result<crate::mr::MrSlice, AccessError> {
-    mtpt.check_remote(rkey, qp.shared.pd, va, len, need)
+    repr: &RoceRepr,
+    pos: Position,
+    payload: &[u8],
+) -> Result<Option<WorkCompletion>, Refusal> {
+    let (rwqe, offset) = match qp.resp.cur.take() {
+        Some(InProgress::Send { rwqe, offset }) => (rwqe, offset),
+        _ => (qp.resp.rq.pop_front().ok_or(Refusal::Rnr)?, 0),
+    };
+    if offset + payload.len() > rwqe.len {
+        qp.resp.cur = Some(InProgress::Send { rwqe, offset });
+        return Err(Refusal::LengthError);
+    }
+    if !rwqe.data.scatter(offset, payload) {
+        qp.resp.cur = Some(InProgress::Send { rwqe, offset });
+        return Err(Refusal::RemoteOperational);
+    }
+    let offset = offset + payload.len();
+    if !pos.ends() {
+        qp.resp.cur = Some(InProgress::Send { rwqe, offset });
+        return Ok(None);
+    }
+    if let Some(rkey) = repr.ext.ieth {
+        if mtpt.invalidate_for(rkey, qp.shared.pd).is_err() {
+            qp.resp.cur = Some(InProgress::Send { rwqe, offset });
+            return Err(Refusal::InvalidateRkey);
+        }
+    }
+    qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
+    Ok(Some(WorkCompletion {
+        byte_len: u32::try_from(offset).unwrap_or(u32::MAX),
+        imm_data: repr.ext.imm_data.unwrap_or(0),
+        src_qp: qp.attr.dest_qpn,
+        wc_flags: WcFlags {
+            with_imm: repr.ext.imm_data.is_some(),
+            with_inv: repr.ext.ieth.is_some(),
+            ..WcFlags::default()
+        },
+        invalidated_rkey: repr.ext.ieth.unwrap_or(0),
+        ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn().value())
+    }))
 }
 
-/// Step 8 and 9: completions, MSN, ePSN, acknowledgement, READ responses.
-fn finish(qp: &mut Qp, cx: &mut Ctx, repr: &RoceRepr, info: &rnic_wire::OpcodeInfo, done: Done) {
+/// RDMA WRITE: the R_Key is checked on the first packet (IBA C9-88: a zero-length WRITE
+/// is not checked); every packet must stay inside the RETH's DMA length and the last must
+/// end it exactly (rxe: resid must reach 0); the immediate-carrying packet takes a receive
+/// WQE (rxe `RXE_RWR_MASK`) and completes it.
+fn execute_write(
+    qp: &mut Qp,
+    mtpt: &Mtpt,
+    repr: &RoceRepr,
+    pos: Position,
+    payload: &[u8],
+) -> Result<Option<WorkCompletion>, Refusal> {
+    let (target, offset, dma_len) = match qp.resp.cur.take() {
+        Some(InProgress::Write { target, offset, dma_len }) => (target, offset, dma_len),
+        _ => {
+            let reth = repr.ext.reth.ok_or(Refusal::InvalidRequest)?;
+            let dma_len = reth.dma_len as usize;
+            let target = if dma_len == 0 {
+                None
+            } else {
+                Some(remote(qp, mtpt, reth.rkey, reth.va, dma_len, AccessFlags::REMOTE_WRITE)?)
+            };
+            (target, 0, dma_len)
+        }
+    };
+    let end = offset + payload.len();
+    if end > dma_len || (pos.ends() && end != dma_len) {
+        return Err(Refusal::InvalidRequest);
+    }
+    // UC's receive-WQE check for a WRITE with immediate (RC's was `check_resources`):
+    // none, and the message is dropped; its earlier data stays.
+    if pos.ends() && repr.ext.imm_data.is_some() && qp.resp.rq.is_empty() {
+        return Err(Refusal::Rnr);
+    }
+    if let Some(t) = &target {
+        if !payload.is_empty() && t.write(offset, payload).is_err() {
+            return Err(Refusal::RemoteOperational);
+        }
+    }
+    if !pos.ends() {
+        qp.resp.cur = Some(InProgress::Write { target, offset: end, dma_len });
+        return Ok(None);
+    }
+    let Some(imm) = repr.ext.imm_data else { return Ok(None) };
+    let rwqe = qp.resp.rq.pop_front().ok_or(Refusal::Rnr)?;
+    qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
+    Ok(Some(WorkCompletion {
+        byte_len: u32::try_from(dma_len).unwrap_or(u32::MAX),
+        imm_data: imm,
+        src_qp: qp.attr.dest_qpn,
+        wc_flags: WcFlags { with_imm: true, ..WcFlags::default() },
+        ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, qp.qpn().value())
+    }))
+}
+
+/// RDMA READ request: the R_Key is checked now (a zero-length READ is not); the responses
+/// are paced out later from the saved resource (`pump_reads`).
+fn execute_read(qp: &Qp, mtpt: &Mtpt, repr: &RoceRepr) -> Result<ReadResource, Refusal> {
+    let reth = repr.ext.reth.ok_or(Refusal::InvalidRequest)?;
+    let len = reth.dma_len as usize;
+    if len > 0 {
+        remote(qp, mtpt, reth.rkey, reth.va, len, AccessFlags::REMOTE_READ)?;
+    }
+    Ok(ReadResource {
+        psn: repr.bth.psn,
+        npkts: packets_for(len, qp.mtu),
+        va: reth.va,
+        rkey: reth.rkey,
+        len,
+        next: 0,
+        kind: ResourceKind::Read,
+    })
+}
+
+/// The R_Key check of a remote access (key, PD, access right, bounds), refused as a
+/// remote access error.
+fn remote(qp: &Qp, mtpt: &Mtpt, rkey: u32, va: u64, len: usize, need: AccessFlags) -> Result<MrSlice, Refusal> {
+    mtpt.check_remote(rkey, qp.shared.pd, va, len, need).map_err(|a| Refusal::RemoteAccess(Some(a)))
+}
+
+/// Steps 8 and 9: completions, MSN, ePSN, acknowledgement (RC only), READ responses.
+fn complete(qp: &mut Qp, cx: &mut Ctx, repr: &RoceRepr, info: &OpcodeInfo, done: Done, uc: bool) {
     let psn = repr.bth.psn;
     if let Some(res) = done.read {
         qp.resp.epsn = psn.add(res.npkts);
@@ -345,8 +404,46 @@ fn finish(qp: &mut Qp, cx: &mut Ctx, repr: &RoceRepr, info: &rnic_wire::OpcodeIn
         }
         cx.push_wc(qp, CqSide::Recv, wc, repr.bth.se);
     }
-    if repr.bth.ack_req {
+    // Nobody acknowledges a UC packet, whatever its AckReq bit says.
+    if repr.bth.ack_req && !uc {
         cx.defer_ack(qp, psn, ack_aeth(msn));
+    }
+}
+
+/// UC: drops the current packet and the rest of its message (class D).
+fn drop_message(qp: &mut Qp, counters: &Counters) {
+    counters.uc_dropped_pkts.fetch_add(1, Ordering::Relaxed);
+    abandon(qp, counters);
+    qp.resp.uc_drop = true;
+}
+
+/// UC: forgets the message in progress; a SEND's receive WQE goes back to the head of the
+/// receive queue for the next message (rxe `do_class_d1e_error` resets it).
+fn abandon(qp: &mut Qp, counters: &Counters) {
+    match qp.resp.cur.take() {
+        Some(InProgress::Send { rwqe, .. }) => {
+            counters.uc_abandoned_msgs.fetch_add(1, Ordering::Relaxed);
+            qp.resp.rq.push_front(rwqe);
+        }
+        Some(InProgress::Write { .. }) => {
+            counters.uc_abandoned_msgs.fetch_add(1, Ordering::Relaxed);
+        }
+        None => {}
+    }
+}
+
+/// A QP with a shared receive queue takes a WQE from it when a message that needs one
+/// starts and the QP holds none (rxe `get_srq_wqe`); the WQE is then the QP's, counted in
+/// its receive queue. Crossing the armed SRQ limit is noted for the engine's event.
+pub(super) fn take_srq_wqe(qp: &mut Qp, info: &OpcodeInfo) {
+    let Some(srq) = &qp.shared.srq else { return };
+    if !info.consumes_rwqe || !qp.resp.rq.is_empty() || matches!(qp.resp.cur, Some(InProgress::Send { .. })) {
+        return;
+    }
+    if let Some((wqe, limit_hit)) = srq.take() {
+        qp.shared.rq_outstanding.fetch_add(1, Ordering::AcqRel);
+        qp.resp.rq.push_back(wqe);
+        qp.resp.srq_limit_hit |= limit_hit;
     }
 }
 
@@ -408,8 +505,7 @@ pub(crate) fn pump_reads(qp: &mut Qp, cx: &mut Ctx, budget: usize) -> (usize, bo
 
 /// A duplicate request (IBA 9.7.5.1.5): SEND and WRITE are acknowledged again and not
 /// executed; a READ is answered again from the saved resource.
-fn duplicate(qp: &mut Qp, cx: &mut Ctx, _now: Time, repr: &RoceRepr) {
-    let info = repr.bth.opcode.info().expect("checked packet");
+fn duplicate(qp: &mut Qp, cx: &mut Ctx, _now: Time, repr: &RoceRepr, info: &OpcodeInfo) {
     if info.operation == Operation::RdmaReadRequest {
         let psn = repr.bth.psn;
         let found = qp.resp.reads.iter_mut().find(|r| {
@@ -448,13 +544,12 @@ fn duplicate(qp: &mut Qp, cx: &mut Ctx, _now: Time, repr: &RoceRepr) {
     cx.defer_ack(qp, last, ack_aeth(msn));
 }
 
-/// Sends the NAK for a refusal; every refusal but RNR puts the QP in the error state
+/// RC: sends the NAK for a refusal; every refusal but RNR puts the QP in the error state
 /// (IBA 9.9.3.1, rxe `goto_error`).
-fn refuse(qp: &mut Qp, cx: &mut Ctx, psn: Psn, refusal: Refusal) {
+fn nak(qp: &mut Qp, cx: &mut Ctx, psn: Psn, refusal: Refusal) {
     let syndrome = refusal.syndrome(qp.attr.min_rnr_timer);
     let msn = qp.resp.msn;
-    let len_err_wc = if matches!(refusal, Refusal::LengthError | Refusal::InvalidateRkey) {
-        let status = if refusal == Refusal::LengthError { WcStatus::LocLenErr } else { WcStatus::RemInvReqErr };
+    let len_err_wc = if let Some(status) = refusal.recv_status() {
         // The SEND in progress (or the one about to start) completes with LOC_LEN_ERR
         // (or REM_INV_REQ_ERR for a bad IETH).
         let rwqe = match qp.resp.cur.take() {
@@ -493,7 +588,7 @@ fn refuse(qp: &mut Qp, cx: &mut Ctx, psn: Psn, refusal: Refusal) {
     } else {
         send_ack(qp, cx, psn, AethRepr { syndrome, msn });
     }
-    if refusal != Refusal::Rnr {
+    if refusal.is_fatal() {
         if let Some(wc) = len_err_wc {
             cx.push_wc(qp, CqSide::Recv, wc, false);
         }
