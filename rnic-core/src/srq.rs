@@ -98,7 +98,7 @@ impl Srq {
 
     /// Arms the limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): once a WQE is taken and
     /// fewer than `limit` remain, the SRQ-limit event is raised once and the limit
-    /// disarms (IBA 11.5.2.? / rxe `get_srq_wqe`). 0 disarms.
+    /// disarms (rxe `get_srq_wqe`). 0 disarms.
     pub fn set_limit(&self, limit: u32) -> Result<(), SrqError> {
         if limit > self.max_wr() {
             return Err(SrqError::LimitTooLarge { limit, max_wr: self.max_wr() });

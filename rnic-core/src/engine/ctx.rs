@@ -145,7 +145,8 @@ impl Ctx {
     }
 
     /// Moves a QP to the error state and flushes every outstanding WQE of both queues
-    /// with a flush error, in order (IBA 10.3.1, C10-?). `first` is a completion that
+    /// with a flush error, in order (IBA 10.3.1; rxe flushes with
+    /// IB_WC_WR_FLUSH_ERR in `rxe_drain_resp_pkts` and `check_resource`'s error state). `first` is a completion that
     /// must come before the flushes (the one that caused the error).
     pub(crate) fn enter_error(&mut self, qp: &mut Qp, first: Option<WorkCompletion>) {
         if qp.state == QpState::Err && first.is_none() {

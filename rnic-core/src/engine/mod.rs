@@ -362,7 +362,7 @@ impl Engine {
             cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        // rxe check_type_state / check_addr (IBA 9.6.1.1): a QP takes only its
+        // rxe `check_type_state` / `check_addr`: a QP takes only its
         // transport's opcodes; a connected (RC, UC) QP only from its peer, a UD QP from
         // anyone (the DETH says who).
         let qp_type = qp.shared.qp_type;

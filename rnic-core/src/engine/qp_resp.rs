@@ -80,7 +80,8 @@ pub(crate) enum ResourceKind {
     /// RDMA READ: a duplicate is answered by reading the memory again.
     Read,
     /// COMPARE & SWAP / FETCH & ADD: a duplicate gets the saved original value and is
-    /// never executed again (IBA 9.7.5.1.5 / C9-?: atomics are not idempotent).
+    /// never executed again (IBA 9.7.5.1.5: atomics are not idempotent; rxe
+    /// `duplicate_request` replays the saved resource).
     Atomic {
         /// The value the target held before the operation.
         orig: u64,

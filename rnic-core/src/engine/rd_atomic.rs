@@ -29,7 +29,7 @@ fn remote(qp: &Qp, mtpt: &Mtpt, rkey: u32, va: u64, len: usize, need: AccessFlag
     mtpt.check_remote(rkey, qp.shared.pd, va, len, need).map_err(|a: AccessError| Refusal::RemoteAccess(Some(a)))
 }
 
-/// A misaligned target is an invalid request (IBA 9.4.5 / C9-?: atomics need an 8-byte
+/// A misaligned target is an invalid request (IBA 9.4.5; rxe `atomic_reply`: atomics need an 8-byte
 /// aligned VA; rxe `RESPST_ERR_MISALIGNED_ATOMIC`, a class C NAK invalid request).
 fn mem_refusal(e: MemError) -> Refusal {
     match e {

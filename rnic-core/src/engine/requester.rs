@@ -57,7 +57,8 @@ pub(crate) fn transmit(qp: &mut Qp, cx: &mut Ctx, now: Time) {
             continue;
         }
         if f.is_read() {
-            // IBA C9-? / o9-?: at most max_rd_atomic READs outstanding.
+            // At most max_rd_atomic READs/atomics outstanding (rxe: `req.rd_atomic`,
+            // `need_rd_atomic` wait in rxe_req.c / rxe_comp.c `complete_ack`).
             if f.sent == 0 && qp.req.reads_outstanding >= max_rd {
                 break;
             }

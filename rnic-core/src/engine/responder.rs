@@ -123,7 +123,8 @@ fn check_psn(qp: &mut Qp, cx: &mut Ctx, now: Time, repr: &RoceRepr, info: &Opcod
         if !qp.resp.nak_seq_sent {
             qp.resp.nak_seq_sent = true;
             let (epsn, msn) = (qp.resp.epsn, qp.resp.msn);
-            // IBA C9-?: the NAK carries the expected PSN.
+            // The NAK carries the expected PSN (rxe `rxe_responder`, ERR_PSN_OUT_OF_SEQ:
+            // class B, `send_ack(.., qp->resp.psn)`).
             cx.defer_ack(qp, epsn, AethRepr { syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn });
         }
         return false;
@@ -386,6 +387,8 @@ fn complete(qp: &mut Qp, cx: &mut Ctx, repr: &RoceRepr, info: &OpcodeInfo, done:
     let psn = repr.bth.psn;
     if let Some(res) = done.read {
         qp.resp.epsn = psn.add(res.npkts);
+        // A READ counts as a message when it is accepted (IBA C9-148, quoted by rxe
+        // `execute`).
         qp.resp.msn = (qp.resp.msn + 1) & 0x00FF_FFFF;
         // Every reply (READ responses, atomic acknowledgement) goes out through the
         // paced queue, so none overtakes an earlier one.
@@ -538,8 +541,10 @@ fn duplicate(qp: &mut Qp, cx: &mut Ctx, _now: Time, repr: &RoceRepr, info: &Opco
         }
         return;
     }
-    // rxe: acknowledge the most recent PSN received, whatever the duplicate's AckReq; a
-    // burst of duplicates (a go-back-N retransmission) is answered by one coalesced ACK.
+    // IBA C9-105 (quoted by rxe `duplicate_request`): a duplicate SEND or WRITE is
+    // acknowledged again. rxe acknowledges the most recent PSN received, whatever the
+    // duplicate's AckReq; a burst of duplicates (a go-back-N retransmission) is
+    // answered by one coalesced ACK.
     let (last, msn) = (qp.resp.epsn.sub(1), qp.resp.msn);
     cx.defer_ack(qp, last, ack_aeth(msn));
 }
