@@ -65,6 +65,10 @@ counters! {
     malformed_pkts,
     /// Packets for a QP that does not exist or is not receiving (rnic).
     unknown_qp_pkts,
+    /// Packets dropped for a P_Key that is not the default partition's (the name of
+    /// `ibv_port_attr.bad_pkey_cntr`, which rxe's `check_keys` increments for the same
+    /// reason; IBA C9-42/43).
+    bad_pkey_cntr,
     /// ACKs for PSNs never sent, ignored (rnic).
     ghost_acks,
     /// Other NAKs received (invalid request, remote access, remote operational) (rnic).

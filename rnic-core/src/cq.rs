@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// A completion queue of fixed depth.
 ///
-/// IBA 11.4.2.1 / C11-?: a CQ that overflows is in error; the QPs that tried to complete
+/// IBA 11.4.2.1 (rxe `rxe_cq_post`: IB_EVENT_CQ_ERR): a CQ that overflows is in error; the QPs that tried to complete
 /// into it are moved to the error state and an asynchronous CQ error is raised. Nothing
 /// is silently dropped: [`Cq::push`] reports the overflow to the engine.
 #[derive(Debug)]

@@ -154,7 +154,10 @@ impl Fabric {
                 self.engines[i].drain_transmits(&mut self.scratch);
             }
             let batch: Vec<TxPacket> = self.scratch.drain(..).collect();
-            for tx in batch {
+            for mut tx in batch {
+                // A zero-copy packet carries its payload apart (TxPacket::payload): the
+                // wire gets the whole packet, as the UDP transport's iovecs make it.
+                tx.make_contiguous();
                 let mut data = tx.data;
                 let ctx = IcrcContext::new(src, tx.dst, tx.src_port, rnic_wire::ROCEV2_UDP_PORT);
                 if ctx.fill(&mut data).is_err() {

@@ -8,6 +8,8 @@
 //! - [`qp_state`]: the QP state machine, the modify-QP attribute table and value checks.
 //! - [`wr`], [`cq`], [`counters`]: work requests and completions, completion queues,
 //!   rxe-named counters.
+//! - [`post`]: validated work requests and the checks a post makes (used by the engine
+//!   and the SRQ).
 //! - [`srq`]: shared receive queues.
 //! - [`engine`]: the sans-IO protocol engine (requester/completer and responder).
 //! - [`fabric`]: engines on virtual time with fault-injection rules, for tests.
@@ -27,6 +29,7 @@ mod bits;
 #[allow(unsafe_code)]
 pub mod mem;
 pub mod mr;
+pub mod post;
 pub mod qp_state;
 
 pub mod capture;

@@ -6,8 +6,8 @@
 //! takes the oldest WQE when a SEND (or WRITE with immediate) starts on a QP attached to the
 //! SRQ (rxe `get_srq_wqe`). No lock is shared between the two.
 
-use crate::engine::qp::{PostError, RecvWqe, WqeData};
 use crate::mr::{AccessFlags, Mtpt, PdId};
+use crate::post::{check_sges, PostError, RecvWqe, WqeData};
 use crate::wr::RecvWr;
 use crossbeam_queue::ArrayQueue;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -91,14 +91,14 @@ impl Srq {
             return Err(PostError::TooManySges { given: wr.sg_list.len(), max: self.max_sge });
         }
         // The same checks as a QP's receive queue (validate_recv).
-        let (slices, len) = crate::engine::qp::check_sges(mtpt, self.pd, &wr.sg_list, AccessFlags::LOCAL_WRITE)?;
+        let (slices, len) = check_sges(mtpt, self.pd, &wr.sg_list, AccessFlags::LOCAL_WRITE)?;
         let wqe = RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(slices), len };
         self.queue.push(wqe).map_err(|_| PostError::QueueFull { queue: "shared receive", depth: self.max_wr() })
     }
 
     /// Arms the limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): once a WQE is taken and
     /// fewer than `limit` remain, the SRQ-limit event is raised once and the limit
-    /// disarms (IBA 11.5.2.? / rxe `get_srq_wqe`). 0 disarms.
+    /// disarms (rxe `get_srq_wqe`). 0 disarms.
     pub fn set_limit(&self, limit: u32) -> Result<(), SrqError> {
         if limit > self.max_wr() {
             return Err(SrqError::LimitTooLarge { limit, max_wr: self.max_wr() });

@@ -23,7 +23,8 @@ fixed_view!(
 );
 
 impl<T: AsRef<[u8]>> AtomicEthPacket<T> {
-    /// Virtual address (must be 8-byte aligned, IBA C9-?; the responder checks).
+    /// Virtual address (must be 8-byte aligned, IBA 9.4.5; the responder checks,
+    /// as rxe `atomic_reply` does).
     pub fn va(&self) -> u64 {
         u64_at(self.buffer.as_ref(), field::VA)
     }

@@ -456,6 +456,72 @@ const fn build_table() -> [Option<OpcodeInfo>; 256] {
 
 static TABLE: [Option<OpcodeInfo>; 256] = build_table();
 
+/// What the last packet of a SEND or RDMA WRITE message carries besides its data: the
+/// part of an opcode's name after `LAST` / `ONLY`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Suffix {
+    /// Plain (`SEND_LAST`, `RDMA_WRITE_ONLY`, and every opcode that has no variants).
+    None,
+    /// `..._WITH_IMMEDIATE` (an ImmDt header).
+    Immediate,
+    /// `..._WITH_INVALIDATE` (an IETH header).
+    Invalidate,
+}
+
+impl Suffix {
+    const COUNT: usize = 3;
+
+    const fn of(headers: &[HeaderKind]) -> Suffix {
+        if contains(headers, H::ImmDt) {
+            Suffix::Immediate
+        } else if contains(headers, H::Ieth) {
+            Suffix::Invalidate
+        } else {
+            Suffix::None
+        }
+    }
+}
+
+const N_TRANSPORT: usize = 4;
+const N_OPERATION: usize = 11;
+const N_POSITION: usize = 4;
+// A new operation or transport must grow the composition table with it.
+const _: () = assert!(Operation::Cnp as usize + 1 == N_OPERATION && Transport::Cnp as usize + 1 == N_TRANSPORT);
+const N_COMPOSE: usize = N_TRANSPORT * N_OPERATION * N_POSITION * Suffix::COUNT;
+
+const fn compose_index(t: Transport, o: Operation, p: Position, s: Suffix) -> usize {
+    ((t as usize * N_OPERATION + o as usize) * N_POSITION + p as usize) * Suffix::COUNT + s as usize
+}
+
+/// The opcode table read the other way: (transport, operation, position, suffix) to the
+/// opcode, derived from the same entries (no opcode is composed by hand).
+const fn build_compose() -> [Option<Opcode>; N_COMPOSE] {
+    let mut c = [None; N_COMPOSE];
+    let mut i = 0;
+    while i < TABLE_CONST.len() {
+        if let Some(e) = &TABLE_CONST[i] {
+            c[compose_index(e.transport, e.operation, e.position, Suffix::of(e.headers))] = Some(e.opcode);
+        }
+        i += 1;
+    }
+    c
+}
+
+const TABLE_CONST: [Option<OpcodeInfo>; 256] = build_table();
+static COMPOSE: [Option<Opcode>; N_COMPOSE] = build_compose();
+
+impl Opcode {
+    /// The opcode of a packet of `transport` doing `operation` at `position` in its
+    /// message, whose last packet carries `suffix` (ignored for FIRST and MIDDLE, which
+    /// never carry one): `compose(Uc, Send, Last, Immediate)` is `UC_SEND_LAST_WITH_IMMEDIATE`.
+    /// `None` for a combination the table does not have (a UC READ, a UD WRITE, a MIDDLE
+    /// READ request). One look-up, for the requester and the responders alike.
+    pub fn compose(transport: Transport, operation: Operation, position: Position, suffix: Suffix) -> Option<Opcode> {
+        let suffix = if position.ends() { suffix } else { Suffix::None };
+        COMPOSE[compose_index(transport, operation, position, suffix)]
+    }
+}
+
 /// Every known opcode's entry, in opcode order.
 pub fn all() -> impl Iterator<Item = &'static OpcodeInfo> {
     TABLE.iter().filter_map(Option::as_ref)
@@ -466,6 +532,48 @@ mod tests {
     use super::*;
 
     /// The table's invariants, checked over every entry rather than trusted.
+    #[test]
+    fn compose_reads_the_table_backwards() {
+        // Every entry is found from its own description.
+        for info in all() {
+            let got = Opcode::compose(info.transport, info.operation, info.position, Suffix::of(info.headers));
+            assert_eq!(got, Some(info.opcode), "{}", info.name);
+        }
+        // UC's SEND and WRITE opcodes are RC's with the transport bits 001 (IBA 9.2.2).
+        use Position::*;
+        for op in [Operation::Send, Operation::RdmaWrite] {
+            for pos in [First, Middle, Last, Only] {
+                for suf in [Suffix::None, Suffix::Immediate] {
+                    let rc = Opcode::compose(Transport::Rc, op, pos, suf).unwrap();
+                    assert_eq!(Opcode::compose(Transport::Uc, op, pos, suf), Some(Opcode(rc.0 | 0x20)));
+                }
+            }
+        }
+        // FIRST and MIDDLE carry no suffix, whatever the message's last packet carries.
+        assert_eq!(
+            Opcode::compose(Transport::Rc, Operation::Send, First, Suffix::Invalidate),
+            Some(Opcode::RC_SEND_FIRST)
+        );
+        assert_eq!(
+            Opcode::compose(Transport::Rc, Operation::Send, Last, Suffix::Invalidate),
+            Some(Opcode::RC_SEND_LAST_WITH_INVALIDATE)
+        );
+        assert_eq!(
+            Opcode::compose(Transport::Ud, Operation::Send, Only, Suffix::Immediate),
+            Some(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE)
+        );
+        assert_eq!(
+            Opcode::compose(Transport::Rc, Operation::RdmaReadResponse, Middle, Suffix::None),
+            Some(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE)
+        );
+        // What the table does not have.
+        assert_eq!(Opcode::compose(Transport::Uc, Operation::RdmaReadRequest, Only, Suffix::None), None);
+        assert_eq!(Opcode::compose(Transport::Uc, Operation::Send, Last, Suffix::Invalidate), None);
+        assert_eq!(Opcode::compose(Transport::Ud, Operation::Send, First, Suffix::None), None);
+        assert_eq!(Opcode::compose(Transport::Ud, Operation::RdmaWrite, Only, Suffix::None), None);
+        assert_eq!(Opcode::compose(Transport::Rc, Operation::CompareSwap, Middle, Suffix::None), None);
+    }
+
     #[test]
     fn table_invariants() {
         let mut n = 0;

@@ -49,7 +49,7 @@ impl Psn {
     /// Signed distance from `self` to `other`: how many steps forward (positive) or
     /// backward (negative) `other` is, in `-2^23 .. 2^23`.
     ///
-    /// IBA 9.7.2 / C9-?: a responder treats PSNs up to 2^23 behind its expected PSN as
+    /// IBA 9.7.2 (rxe `psn_compare`, `check_psn`): a responder treats PSNs up to 2^23 behind its expected PSN as
     /// duplicates and those ahead as out of sequence; this is that split.
     pub const fn distance(self, other: Psn) -> i32 {
         let d = other.0.wrapping_sub(self.0) & MASK;

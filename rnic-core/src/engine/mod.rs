@@ -21,206 +21,37 @@
 //! transports are kept apart: the UC/UD sender in `unreliable.rs`, the UC responder in
 //! `uc.rs`, the UD responder and its GRH area in `ud.rs`.
 
+mod ctx;
+mod out;
+mod packet;
 pub mod qp;
+mod qp_req;
+mod qp_resp;
+mod qp_table;
 mod rd_atomic;
+mod refusal;
 mod requester;
 mod responder;
-mod uc;
 pub mod ud;
 mod unreliable;
+
+pub use ctx::{AsyncEvent, EngineConfig, Time};
+pub use out::{TxPacket, TxPayload};
+pub use qp_table::FIRST_QPN;
 
 use crate::counters::Counters;
 use crate::cq::Cq;
 use crate::mr::Mtpt;
 use crate::qp_state::{self, PathMtu, QpAttrMask, QpAttrValues, QpState, QpType};
-use crate::wr::{WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::{WcOpcode, WcStatus};
+use ctx::{flush_wc, CqSide, Ctx};
 use qp::{Qp, QpAttr, QpCap, QpShared, RecvWqe, SendWqe};
-use rnic_wire::aeth::AethRepr;
 use rnic_wire::roce::{RocePacket, RoceRepr};
 use rnic_wire::{Psn, Qpn};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-/// Nanoseconds on the engine's clock (virtual in tests, monotonic in the driver).
-pub type Time = u64;
-
-/// The first QPN handed out, as rxe does (QP0 and QP1 are special; rxe starts at 0x11).
-pub const FIRST_QPN: u32 = 0x11;
-
-/// Static limits of an engine (what `query_device` reports).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EngineConfig {
-    /// The device's IP address (source of every packet).
-    pub local_ip: IpAddr,
-    /// Most QPs.
-    pub max_qp: u32,
-    /// Unacknowledged packets a QP may have in flight (rxe: 128).
-    pub max_unacked_pkts: u32,
-    /// Packets between forced AckReq bits in a long message (rxe: 64).
-    pub max_pkts_per_ack: u32,
-    /// Most outstanding READs as requester or responder a QP may be given.
-    pub max_rd_atomic: u8,
-    /// Leave payloads of at least 512 bytes that lie in one registered region there
-    /// ([`TxPacket::payload`]) instead of copying them into the packet: the UDP
-    /// transport sends them from registered memory (one copy fewer per byte).
-    pub zero_copy: bool,
-}
-
-impl EngineConfig {
-    /// Defaults for a device at `local_ip`.
-    pub fn new(local_ip: IpAddr) -> EngineConfig {
-        EngineConfig {
-            local_ip,
-            max_qp: 65536,
-            max_unacked_pkts: 128,
-            max_pkts_per_ack: 64,
-            max_rd_atomic: 16,
-            zero_copy: false,
-        }
-    }
-}
-
-/// A packet for the transport: BTH..ICRC with the ICRC bytes zero.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TxPacket {
-    /// Destination IP.
-    pub dst: IpAddr,
-    /// UDP source port (the flow's).
-    pub src_port: u16,
-    /// The packet, ICRC to be filled by the transport; with a [`payload`](Self::payload)
-    /// only its headers, then pad and ICRC.
-    pub data: Vec<u8>,
-    /// With [`EngineConfig::zero_copy`]: the payload, left in registered memory for the
-    /// transport to hand to the kernel without copying it. `None`: `data` is the whole
-    /// packet.
-    pub payload: Option<TxPayload>,
-}
-
-/// Payload bytes a packet carries straight from registered memory: on the wire the
-/// packet is `data[..at]`, these bytes, then `data[at..]` (pad and ICRC).
-#[derive(Clone)]
-pub struct TxPayload {
-    block: Arc<crate::mem::MemBlock>,
-    offset: usize,
-    len: usize,
-    at: usize,
-}
-
-impl std::fmt::Debug for TxPayload {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TxPayload").field("offset", &self.offset).field("len", &self.len).field("at", &self.at).finish()
-    }
-}
-
-impl PartialEq for TxPayload {
-    fn eq(&self, o: &Self) -> bool {
-        Arc::ptr_eq(&self.block, &o.block) && (self.offset, self.len, self.at) == (o.offset, o.len, o.at)
-    }
-}
-impl Eq for TxPayload {}
-
-impl TxPacket {
-    /// Length on the wire (BTH..ICRC).
-    pub fn len(&self) -> usize {
-        self.data.len() + self.payload.as_ref().map_or(0, |p| p.len)
-    }
-
-    /// Whether the packet is empty (never, for a packet the engine built).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The packet in wire order as up to three pieces: headers, payload, pad and ICRC.
-    /// (A packet without a separate payload is one piece.)
-    pub fn pieces(&self) -> [&[u8]; 3] {
-        match &self.payload {
-            None => [&self.data[..], &[], &[]],
-            Some(p) => {
-                // Bounds were checked when the packet was built (`emit_zero_copy`) and a
-                // block never shrinks: the empty fallback is never taken, only no panic.
-                let bytes = p.block.bytes(p.offset, p.len).unwrap_or(&[]);
-                let at = p.at.min(self.data.len());
-                [&self.data[..at], bytes, &self.data[at..]]
-            }
-        }
-    }
-
-    /// The whole packet in one buffer (a copy when the payload is separate).
-    pub fn to_vec(&self) -> Vec<u8> {
-        if self.payload.is_none() {
-            return self.data.clone();
-        }
-        self.pieces().concat()
-    }
-
-    /// Copies a separate payload into `data`, so that `data` is the whole packet.
-    pub fn make_contiguous(&mut self) {
-        if self.payload.is_some() {
-            self.data = self.to_vec();
-            self.payload = None;
-        }
-    }
-
-    /// Writes the ICRC (computed for `ctx`, through `cache`) into the packet's last four
-    /// bytes.
-    pub fn fill_icrc(
-        &mut self,
-        cache: &mut rnic_wire::icrc::IcrcCache,
-        ctx: &rnic_wire::icrc::IcrcContext,
-    ) -> Result<(), rnic_wire::Error> {
-        if self.payload.is_none() {
-            return cache.fill(ctx, &mut self.data);
-        }
-        let n = self.data.len();
-        let body = n.checked_sub(rnic_wire::ICRC_LEN).ok_or(rnic_wire::Error::Truncated {
-            what: "RoCEv2 packet",
-            need: rnic_wire::ICRC_LEN,
-            have: n,
-        })?;
-        let icrc = {
-            let [head, payload, tail] = self.pieces();
-            let tail = &tail[..tail.len().saturating_sub(rnic_wire::ICRC_LEN)];
-            cache.compute_parts(ctx, &[head, payload, tail])?
-        };
-        self.data[body..].copy_from_slice(&icrc.to_le_bytes());
-        Ok(())
-    }
-}
-
-/// Payloads shorter than this are copied into the packet even with zero copy: copying a
-/// few hundred bytes costs about what the block's reference count, the bounds check and
-/// a third piece per packet do, and small packets then glue into one iovec.
-pub(crate) const ZERO_COPY_MIN: usize = 512;
-
-/// Asynchronous events (`ibv_event_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum AsyncEvent {
-    /// A QP entered the error state because of an error no completion could report.
-    QpFatal {
-        /// The QP.
-        qpn: u32,
-    },
-    /// A completion queue overflowed.
-    CqError {
-        /// The CQ.
-        cq: u32,
-    },
-    /// An armed SRQ limit was crossed: fewer receive WQEs than the limit remain
-    /// (`IBV_EVENT_SRQ_LIMIT_REACHED`); the limit is now disarmed.
-    SrqLimitReached {
-        /// The SRQ.
-        srq: u32,
-    },
-    /// The port became active (`IBV_EVENT_PORT_ACTIVE`; raised once when a device opens).
-    PortActive {
-        /// The port (always 1).
-        port: u8,
-    },
-}
 
 /// Why an engine call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -243,158 +74,37 @@ pub enum EngineError {
     BadAttr(String),
 }
 
-/// The protocol engine of one device.
+/// The protocol engine of one device: the QP table beside the context every handler
+/// borrows with its QP (smoltcp's `Interface { inner, sockets }`).
 #[derive(Debug)]
 pub struct Engine {
-    config: EngineConfig,
-    mtpt: Arc<Mtpt>,
-    counters: Arc<Counters>,
-    qps: Vec<Option<Qp>>,
-    free_slots: VecDeque<usize>,
-    pub(crate) out: Outbox,
-    events: VecDeque<AsyncEvent>,
-    /// Armed timers, earliest first: (deadline, QPN). An entry is live only while it is
-    /// the QP's `timer_key`; others are skipped lazily, so arming is O(log n) and finding
-    /// the next wake-up is O(1) however many QPs there are.
-    timers: BinaryHeap<Reverse<(Time, u32)>>,
-    /// QPs holding a coalesced ACK, to be sent at the next drain.
-    acks: Vec<Qpn>,
-    /// `acks`' other buffer while a drain walks it.
-    acks_scratch: Vec<Qpn>,
-    /// QPs with READ responses still to send, served round-robin a burst at a time.
-    reads: VecDeque<Qpn>,
+    qps: qp_table::QpTable,
+    cx: Ctx,
 }
 
 /// READ response packets generated per drain of the engine's output (all QPs together):
 /// a peer's large READ costs at most this many buffered packets at a time.
 pub const READ_BURST: usize = 64;
 
-/// Packets and buffers on their way out; separate from the QPs so both can be borrowed.
-#[derive(Debug, Default)]
-pub(crate) struct Outbox {
-    tx: VecDeque<TxPacket>,
-    pool: Vec<Vec<u8>>,
-    small: Vec<Vec<u8>>,
-}
-
-/// Packets up to this size (ACKs, READ requests, small messages) use the small pool.
-const SMALL_BUF: usize = 512;
-/// Buffers kept per pool.
-const POOL_MAX: usize = 1024;
-
-impl Outbox {
-    /// Keeps a sent packet's buffer for reuse.
-    fn put(&mut self, buf: Vec<u8>) {
-        let pool = if buf.capacity() <= SMALL_BUF { &mut self.small } else { &mut self.pool };
-        if pool.len() < POOL_MAX {
-            pool.push(buf);
-        }
-    }
-
-    /// Builds one packet: the payload is written in place by `fill`.
-    pub(crate) fn emit(
-        &mut self,
-        counters: &Counters,
-        dst: IpAddr,
-        src_port: u16,
-        repr: &RoceRepr,
-        fill: impl FnOnce(&mut [u8]),
-    ) {
-        let mut buf = self.buffer(repr.buffer_len());
-        let ok = repr.emit_with(&mut buf, fill).is_ok();
-        self.queue(counters, TxPacket { dst, src_port, data: buf, payload: None }, ok);
-    }
-
-    /// Builds one packet whose payload stays in registered memory: `block[offset..]`,
-    /// `repr.payload_len` bytes (bounds checked here, once: a block never shrinks).
-    pub(crate) fn emit_zero_copy(
-        &mut self,
-        counters: &Counters,
-        dst: IpAddr,
-        src_port: u16,
-        repr: &RoceRepr,
-        block: &Arc<crate::mem::MemBlock>,
-        offset: usize,
-    ) {
-        if block.bytes(offset, repr.payload_len).is_err() {
-            counters.send_err.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        let mut buf = self.buffer(repr.buffer_len() - repr.payload_len);
-        let at = repr.emit_without_payload(&mut buf);
-        let payload = at.as_ref().ok().map(|&at| TxPayload { block: block.clone(), offset, len: repr.payload_len, at });
-        self.queue(counters, TxPacket { dst, src_port, data: buf, payload }, at.is_ok());
-    }
-
-    /// A buffer of `len` bytes from the pool. Small (ACK-sized) and large buffers are
-    /// pooled apart, so that a data packet reuses one already long enough; it is not
-    /// zeroed, since the emitters write every byte.
-    fn buffer(&mut self, len: usize) -> Vec<u8> {
-        let pool = if len <= SMALL_BUF { &mut self.small } else { &mut self.pool };
-        let mut buf = pool.pop().unwrap_or_default();
-        buf.truncate(len);
-        buf.resize(len, 0);
-        buf
-    }
-
-    /// Queues an emitted packet, or (`ok` false: a repr inconsistent with its opcode, an
-    /// engine bug) counts it and keeps its buffer.
-    fn queue(&mut self, counters: &Counters, p: TxPacket, ok: bool) {
-        if ok {
-            counters.sent_pkts.fetch_add(1, Ordering::Relaxed);
-            self.tx.push_back(p);
-        } else {
-            counters.send_err.fetch_add(1, Ordering::Relaxed);
-            self.put(p.data);
-        }
-    }
-}
-
 impl Engine {
     /// A new engine using `mtpt` for every key check.
     pub fn new(config: EngineConfig, mtpt: Arc<Mtpt>, counters: Arc<Counters>) -> Engine {
-        Engine {
-            config,
-            mtpt,
-            counters,
-            qps: Vec::new(),
-            free_slots: VecDeque::new(),
-            out: Outbox::default(),
-            events: VecDeque::new(),
-            timers: BinaryHeap::new(),
-            acks: Vec::new(),
-            acks_scratch: Vec::new(),
-            reads: VecDeque::new(),
-        }
+        Engine { qps: qp_table::QpTable::new(), cx: Ctx::new(config, mtpt, counters) }
     }
 
     /// The configuration.
     pub fn config(&self) -> &EngineConfig {
-        &self.config
+        &self.cx.config
     }
 
     /// The counters.
     pub fn counters(&self) -> &Arc<Counters> {
-        &self.counters
+        &self.cx.counters
     }
 
     /// The memory table.
     pub fn mtpt(&self) -> &Arc<Mtpt> {
-        &self.mtpt
-    }
-
-    fn slot(qpn: Qpn) -> Option<usize> {
-        usize::try_from(qpn.value().checked_sub(FIRST_QPN)?).ok()
-    }
-
-    pub(crate) fn qp_mut(&mut self, qpn: Qpn) -> Option<&mut Qp> {
-        self.qps.get_mut(Self::slot(qpn)?)?.as_mut()
-    }
-
-    /// A QP and the outbox, borrowed together.
-    pub(crate) fn qp_and_out(&mut self, qpn: Qpn) -> Option<(&mut Qp, &mut Outbox)> {
-        let qp = self.qps.get_mut(Self::slot(qpn)?)?.as_mut()?;
-        Some((qp, &mut self.out))
+        &self.cx.mtpt
     }
 
     /// Creates a QP in the RESET state.
@@ -432,60 +142,53 @@ impl Engine {
                 )));
             }
         }
-        let live = self.qps.len() - self.free_slots.len();
-        if u32::try_from(live).unwrap_or(u32::MAX) >= self.config.max_qp {
-            return Err(EngineError::TooManyQps(self.config.max_qp));
+        let max_qp = self.cx.config.max_qp;
+        if u32::try_from(self.qps.len()).unwrap_or(u32::MAX) >= max_qp {
+            return Err(EngineError::TooManyQps(max_qp));
         }
-        let slot = match self.free_slots.pop_front() {
-            Some(s) => s,
-            None => {
-                self.qps.push(None);
-                self.qps.len() - 1
-            }
-        };
-        let qpn = Qpn::new(FIRST_QPN + u32::try_from(slot).map_err(|_| EngineError::TooManyQps(self.config.max_qp))?);
-        let shared = Arc::new(QpShared::new(qpn, qp_type, pd, cap, sq_sig_all, srq));
-        self.qps[slot] = Some(Qp::new(shared.clone(), self.mtpt.clone(), send_cq, recv_cq));
-        Ok(shared)
+        let mut shared = None;
+        self.qps
+            .insert(|qpn| {
+                let s = Arc::new(QpShared::new(qpn, qp_type, pd, cap, sq_sig_all, srq));
+                shared = Some(s.clone());
+                Qp::new(s, send_cq, recv_cq)
+            })
+            .ok_or(EngineError::TooManyQps(max_qp))?;
+        shared.ok_or(EngineError::TooManyQps(max_qp))
     }
 
     /// Destroys a QP; its outstanding work is dropped without completions (verbs
     /// semantics: destroy is not a flush).
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), EngineError> {
-        let slot = Self::slot(qpn).ok_or(EngineError::NoSuchQp(qpn.value()))?;
         // What was received is acknowledged, even when the application destroys the QP
         // the moment it sees the last completion (a held ACK would die with the QP and
         // the peer retry until RETRY_EXC_ERR).
-        responder::flush_ack(self, qpn);
-        match self.qps.get_mut(slot) {
-            Some(q @ Some(_)) => {
-                *q = None;
-                self.free_slots.push_back(slot);
-                Ok(())
-            }
-            _ => Err(EngineError::NoSuchQp(qpn.value())),
+        if let Some(qp) = self.qps.get_mut(qpn) {
+            responder::flush_ack(qp, &mut self.cx);
         }
+        // Its number is not handed out again until the cursor has walked the whole QPN
+        // space (qp_table: rxe's cyclic allocation), so the peer's late packets for it
+        // find no QP.
+        self.qps.remove(qpn).map(drop).ok_or(EngineError::NoSuchQp(qpn.value()))
     }
 
     /// The QP's current attributes and state.
     pub fn query_qp(&self, qpn: Qpn) -> Result<QpAttr, EngineError> {
-        let qp = Self::slot(qpn)
-            .and_then(|s| self.qps.get(s))
-            .and_then(Option::as_ref)
-            .ok_or(EngineError::NoSuchQp(qpn.value()))?;
+        let qp = self.qps.get(qpn).ok_or(EngineError::NoSuchQp(qpn.value()))?;
         let mut a = qp.attr;
         a.state = qp.state;
-        a.sq_psn = qp.next_psn.value();
-        a.rq_psn = qp.epsn.value();
+        a.sq_psn = qp.req.next_psn.value();
+        a.rq_psn = qp.resp.epsn.value();
         Ok(a)
     }
 
     /// Modifies a QP, checked against IBA's transition table (`ibv_modify_qp`).
     pub fn modify_qp(&mut self, now: Time, qpn: Qpn, attr: &QpAttr) -> Result<(), EngineError> {
+        let cx = &mut self.cx;
+        let qp = self.qps.get_mut(qpn).ok_or(EngineError::NoSuchQp(qpn.value()))?;
         // As for destroy: a held ACK leaves before the QP changes state.
-        responder::flush_ack(self, qpn);
-        let max_rd = self.config.max_rd_atomic;
-        let qp = self.qp_mut(qpn).ok_or(EngineError::NoSuchQp(qpn.value()))?;
+        responder::flush_ack(qp, cx);
+        let max_rd = cx.config.max_rd_atomic;
         let cur = qp.state;
         let mask = attr.mask;
         let next = if mask.contains(QpAttrMask::STATE) { attr.state } else { cur };
@@ -538,24 +241,24 @@ impl Engine {
         }
         if mask.contains(QpAttrMask::RQ_PSN) {
             a.rq_psn = attr.rq_psn & 0x00FF_FFFF;
-            qp.epsn = Psn::new(attr.rq_psn);
+            qp.resp.epsn = Psn::new(attr.rq_psn);
         }
         if mask.contains(QpAttrMask::SQ_PSN) {
             a.sq_psn = attr.sq_psn & 0x00FF_FFFF;
-            qp.next_psn = Psn::new(attr.sq_psn);
-            qp.una = qp.next_psn;
-            qp.sent_end = qp.next_psn;
+            qp.req.next_psn = Psn::new(attr.sq_psn);
+            qp.req.una = qp.req.next_psn;
+            qp.req.sent_end = qp.req.next_psn;
         }
         if mask.contains(QpAttrMask::TIMEOUT) {
             a.timeout = attr.timeout;
         }
         if mask.contains(QpAttrMask::RETRY_CNT) {
             a.retry_cnt = attr.retry_cnt;
-            qp.retry_left = attr.retry_cnt;
+            qp.req.retry_left = attr.retry_cnt;
         }
         if mask.contains(QpAttrMask::RNR_RETRY) {
             a.rnr_retry = attr.rnr_retry;
-            qp.rnr_left = attr.rnr_retry;
+            qp.req.rnr_left = attr.rnr_retry;
         }
         if mask.contains(QpAttrMask::MIN_RNR_TIMER) {
             a.min_rnr_timer = attr.min_rnr_timer;
@@ -580,109 +283,88 @@ impl Engine {
         }
         if next != cur {
             match next {
-                QpState::Err => self.enter_error(qpn, None),
-                QpState::Reset => self.reset_qp(qpn),
+                QpState::Err => cx.enter_error(qp, None),
+                QpState::Reset => reset_qp(qp),
                 _ => {
-                    if let Some(qp) = self.qp_mut(qpn) {
-                        qp.state = next;
-                        qp.shared.set_state(next);
-                    }
+                    qp.state = next;
+                    qp.shared.set_state(next);
                 }
             }
         }
         if next == QpState::Rts {
             // Work posted in SQD (or before a re-arm) can go now.
-            self.progress(now, qpn);
-            self.note_timers(qpn);
+            progress(qp, cx, now);
+            cx.note_timers(qp);
         }
         Ok(())
     }
 
-    fn reset_qp(&mut self, qpn: Qpn) {
-        if let Some(qp) = self.qp_mut(qpn) {
-            let shared = qp.shared.clone();
-            let (s, r) = (qp.send_cq.clone(), qp.recv_cq.clone());
-            *qp = Qp::new(shared.clone(), qp.mtpt.clone(), s, r);
-            shared.sq_outstanding.store(0, Ordering::Release);
-            shared.rq_outstanding.store(0, Ordering::Release);
-            shared.set_state(QpState::Reset);
-        }
-    }
-
     /// Queues a validated send WQE and transmits what the window allows.
     pub fn post_send(&mut self, now: Time, qpn: Qpn, wqe: SendWqe) {
-        let Some(qp) = self.qp_mut(qpn) else { return };
+        let cx = &mut self.cx;
+        let Some(qp) = self.qps.get_mut(qpn) else { return };
         if qp.state == QpState::Err {
             // IBA 10.3.1 / verbs: WRs posted to a QP in error complete with a flush error.
-            let shared = qp.shared.clone();
-            let cq = qp.send_cq.clone();
-            shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
+            qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
             let wc = flush_wc(wqe.wr_id, wqe.op.wc_opcode(), qpn);
-            self.push_wc(&cq, qpn, wc, false);
+            cx.push_wc(qp, CqSide::Send, wc, false);
             return;
         }
         if let crate::wr::SendOp::LocalInv { rkey } = wqe.op {
-            self.local_invalidate(now, qpn, wqe, rkey);
+            // LOCAL_INV (IBA 10.6.7, rxe `rxe_do_local_ops`): a local operation executed
+            // when the engine takes it (after every earlier WQE of the queue was handed to
+            // the engine) and completed in order with the rest of the send queue. A key
+            // naming no region, or a region of another PD, fails it with LOC_QP_OP_ERR and
+            // the QP enters the error state (rxe's status for a failed local operation).
+            let status = cx.mtpt.invalidate_for(rkey, qp.shared.pd).err().map(|_| WcStatus::LocQpOpErr);
+            requester::queue_local(qp, wqe, status);
+            requester::retire_done(qp, cx, now);
             return;
         }
         requester::queue(qp, wqe);
-        self.progress(now, qpn);
-        self.note_timers(qpn);
-    }
-
-    /// LOCAL_INV (IBA 10.6.7, rxe `rxe_do_local_ops`): a local operation executed when the
-    /// engine takes it (after every earlier WQE of the queue was handed to the engine) and
-    /// completed in order with the rest of the send queue. A key naming no region, or a
-    /// region of another PD, fails it with LOC_QP_OP_ERR and the QP enters the error state
-    /// (rxe's status for a failed local operation).
-    fn local_invalidate(&mut self, now: Time, qpn: Qpn, wqe: SendWqe, rkey: u32) {
-        let Some(qp) = self.qp_mut(qpn) else { return };
-        let status = qp.mtpt.invalidate_for(rkey, qp.shared.pd).err().map(|_| WcStatus::LocQpOpErr);
-        requester::queue_local(qp, wqe, status);
-        requester::retire_done(self, now, qpn);
+        progress(qp, cx, now);
+        cx.note_timers(qp);
     }
 
     /// Queues a validated receive WQE.
     pub fn post_recv(&mut self, qpn: Qpn, wqe: RecvWqe) {
-        let Some(qp) = self.qp_mut(qpn) else { return };
+        let cx = &mut self.cx;
+        let Some(qp) = self.qps.get_mut(qpn) else { return };
         if qp.state == QpState::Err {
-            let shared = qp.shared.clone();
-            let cq = qp.recv_cq.clone();
-            shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
+            qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
             let wc = flush_wc(wqe.wr_id, WcOpcode::Recv, qpn);
-            self.push_wc(&cq, qpn, wc, false);
+            cx.push_wc(qp, CqSide::Recv, wc, false);
             return;
         }
-        qp.rq.push_back(wqe);
+        qp.resp.rq.push_back(wqe);
     }
 
     /// Handles one received packet: BTH..ICRC, the ICRC already verified.
     pub fn handle_packet(&mut self, now: Time, src: IpAddr, data: &[u8]) {
-        let counters = self.counters.clone();
+        let cx = &mut self.cx;
         let pkt = match RocePacket::new_checked(data) {
             Ok(p) => p,
             Err(_) => {
-                counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+                cx.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
                 return;
             }
         };
         let repr = match RoceRepr::parse(&pkt) {
             Ok(r) => r,
             Err(_) => {
-                counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+                cx.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
                 return;
             }
         };
-        counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
+        cx.counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
         let info = pkt.info();
-        let qpn = repr.bth.dest_qp;
-        let Some(qp) = self.qp_mut(qpn) else {
-            counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+        let Some(qp) = self.qps.get_mut(repr.bth.dest_qp) else {
+            cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        // IBA C9-? (rxe check_type_state, check_addr): a QP takes only its transport's
-        // opcodes; a connected (RC, UC) QP only from its peer, a UD QP from anyone (the
-        // DETH says who).
+        // rxe `check_type_state` / `check_addr`: a QP takes only its
+        // transport's opcodes; a connected (RC, UC) QP only from its peer, a UD QP from
+        // anyone (the DETH says who).
         let qp_type = qp.shared.qp_type;
         let transport_ok = matches!(
             (qp_type, info.transport),
@@ -692,40 +374,33 @@ impl Engine {
         );
         let peer_ok = qp_type == QpType::Ud || qp.attr.remote_ip == Some(src);
         if !transport_ok || !peer_ok || matches!(qp.state, QpState::Reset | QpState::Init) {
-            counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+            cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
             return;
         }
         // P_Key (IBA C9-42/43): the default partition's low 15 bits must match.
         if repr.bth.pkey & 0x7fff != 0x7fff {
-            self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            cx.counters.bad_pkey_cntr.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if !info.request {
+            if qp_type == QpType::Rc {
+                requester::handle_response(qp, cx, now, &repr, pkt.payload());
+                cx.note_timers(qp);
+            }
+            return;
+        }
+        // The one place a QP's state is checked for incoming requests (IBA 10.3.1).
+        if !qp.receives() {
+            cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
             return;
         }
         match qp_type {
-            QpType::Ud => ud::handle_request(self, qpn, src, &repr, pkt.payload(), data.len()),
-            QpType::Uc => uc::handle_request(self, qpn, &repr, pkt.payload()),
-            QpType::Rc => {}
+            QpType::Ud => ud::handle_request(qp, cx, src, &repr, pkt.payload(), data.len()),
+            QpType::Rc | QpType::Uc => responder::handle_request(qp, cx, now, &repr, pkt.payload()),
         }
-        if qp_type != QpType::Rc {
-            self.raise_srq_events(qpn);
-            return;
-        }
-        if info.request {
-            responder::handle_request(self, now, qpn, &repr, pkt.payload());
-            self.raise_srq_events(qpn);
-        } else {
-            requester::handle_response(self, now, qpn, &repr, pkt.payload());
-        }
-        self.note_timers(qpn);
-    }
-
-    /// Puts the QP's earliest deadline in the timer heap if it is earlier than the one
-    /// already there (a later deadline is found when the earlier entry fires).
-    fn note_timers(&mut self, qpn: Qpn) {
-        let Some(qp) = self.qp_mut(qpn) else { return };
-        let Some(want) = [qp.rto_deadline, qp.rnr_deadline].into_iter().flatten().min() else { return };
-        if qp.timer_key.is_none_or(|k| want < k) {
-            qp.timer_key = Some(want);
-            self.timers.push(Reverse((want, qpn.value())));
+        cx.raise_srq_events(qp);
+        if qp_type == QpType::Rc {
+            cx.note_timers(qp);
         }
     }
 
@@ -737,41 +412,41 @@ impl Engine {
         if self.has_pending_transmit() {
             return Some(0);
         }
-        self.timers.peek().map(|Reverse((t, _))| *t)
+        self.cx.timers.peek().map(|Reverse((t, _))| *t)
     }
 
     /// True when `drain_transmits` has (or will generate) packets.
     pub fn has_pending_transmit(&self) -> bool {
-        !self.out.tx.is_empty() || !self.acks.is_empty() || !self.reads.is_empty()
+        !self.cx.out.tx.is_empty() || !self.cx.acks.is_empty() || !self.cx.reads.is_empty()
     }
 
     /// Runs every timer that is due at `now`.
     pub fn handle_timeout(&mut self, now: Time) {
-        while let Some(&Reverse((t, q))) = self.timers.peek() {
+        let cx = &mut self.cx;
+        while let Some(&Reverse((t, q))) = cx.timers.peek() {
             if t > now {
                 break;
             }
-            self.timers.pop();
-            let qpn = Qpn::new(q);
-            let Some(qp) = self.qp_mut(qpn) else { continue };
+            cx.timers.pop();
+            let Some(qp) = self.qps.get_mut(Qpn::new(q)) else { continue };
             if qp.timer_key != Some(t) {
                 continue; // Superseded by an earlier entry, or the QP was re-created.
             }
             qp.timer_key = None;
-            let due = qp.rto_deadline.is_some_and(|d| d <= now) || qp.rnr_deadline.is_some_and(|d| d <= now);
+            let due = qp.req.rto_deadline.is_some_and(|d| d <= now) || qp.req.rnr_deadline.is_some_and(|d| d <= now);
             if due {
-                requester::on_timer(self, now, qpn);
+                requester::on_timer(qp, cx, now);
             }
-            self.note_timers(qpn);
+            cx.note_timers(qp);
         }
     }
 
     /// The next packet to transmit.
     pub fn poll_transmit(&mut self) -> Option<TxPacket> {
-        if self.out.tx.is_empty() {
+        if self.cx.out.tx.is_empty() {
             self.generate(true);
         }
-        self.out.tx.pop_front()
+        self.cx.out.tx.pop_front()
     }
 
     /// Moves the queued packets into `out`, after sending the coalesced ACKs and the next
@@ -779,7 +454,7 @@ impl Engine {
     /// says so: a large READ comes out [`READ_BURST`] packets per call.
     pub fn drain_transmits(&mut self, out: &mut Vec<TxPacket>) {
         self.generate(true);
-        out.extend(self.out.tx.drain(..));
+        out.extend(self.cx.out.tx.drain(..));
     }
 
     /// Like [`drain_transmits`](Self::drain_transmits), but the coalesced ACKs stay held
@@ -792,226 +467,76 @@ impl Engine {
     /// responder coalesce and delay ACKs; the next drain, at the latest, sends them.
     pub fn drain_transmits_holding_acks(&mut self, out: &mut Vec<TxPacket>) {
         self.generate(false);
-        out.extend(self.out.tx.drain(..));
+        out.extend(self.cx.out.tx.drain(..));
     }
 
     /// Whether coalesced ACKs are waiting for a drain.
     pub fn has_held_acks(&self) -> bool {
-        !self.acks.is_empty()
+        !self.cx.acks.is_empty()
     }
 
     /// Sends the held ACKs (unless `acks` is false) and the next burst of READ responses.
     fn generate(&mut self, acks: bool) {
+        let cx = &mut self.cx;
         if acks {
             // An ACK must not overtake READ responses for earlier PSNs: it waits for them.
             // (Swap with a kept buffer rather than take: no allocation per drain.)
-            let mut held = std::mem::take(&mut self.acks_scratch);
-            std::mem::swap(&mut held, &mut self.acks);
+            let mut held = std::mem::take(&mut cx.acks_scratch);
+            std::mem::swap(&mut held, &mut cx.acks);
             for qpn in held.drain(..) {
-                if self.qp_mut(qpn).is_some_and(|q| q.reads_queued) {
-                    self.acks.push(qpn);
+                let Some(qp) = self.qps.get_mut(qpn) else { continue };
+                if qp.resp.reads_queued {
+                    cx.acks.push(qpn);
                 } else {
-                    responder::flush_ack(self, qpn);
+                    responder::flush_ack(qp, cx);
                 }
             }
-            self.acks_scratch = held;
+            cx.acks_scratch = held;
         }
         let mut budget = READ_BURST;
         while budget > 0 {
-            let Some(qpn) = self.reads.pop_front() else { break };
-            let (sent, more) = responder::pump_reads(self, qpn, budget);
+            let Some(qpn) = cx.reads.pop_front() else { break };
+            let Some(qp) = self.qps.get_mut(qpn) else { continue };
+            let (sent, more) = responder::pump_reads(qp, cx, budget);
             budget = budget.saturating_sub(sent);
             if more {
-                self.reads.push_back(qpn);
-            } else if let Some(qp) = self.qp_mut(qpn) {
-                qp.reads_queued = false;
-                let halted = qp.halted;
-                responder::flush_ack(self, qpn);
+                cx.reads.push_back(qpn);
+            } else {
+                qp.resp.reads_queued = false;
+                let halted = qp.resp.halted;
+                responder::flush_ack(qp, cx);
                 if halted {
-                    self.enter_error(qpn, None);
+                    cx.enter_error(qp, None);
                 }
             }
-        }
-    }
-
-    /// Holds an acknowledgement (ACK, sequence NAK or RNR NAK) for the QP until the next
-    /// drain. A newer one replaces it: each acknowledges everything before its PSN, so
-    /// only the newest needs to go (IBA 9.7.5.1.1 allows coalescing).
-    pub(crate) fn defer_ack(&mut self, qpn: Qpn, psn: Psn, aeth: AethRepr) {
-        let counters = self.counters.clone();
-        let Some(qp) = self.qp_mut(qpn) else { return };
-        match qp.pending_ack {
-            None => {
-                qp.pending_ack = Some((psn, aeth));
-                self.acks.push(qpn);
-            }
-            Some((held, held_aeth)) => {
-                counters.ack_deferred.fetch_add(1, Ordering::Relaxed);
-                // The newer PSN wins; at the same PSN a NAK is never replaced (an RNR NAK
-                // must reach the requester as such).
-                let d = held.distance(psn);
-                let held_is_ack = matches!(held_aeth.syndrome, rnic_wire::aeth::Syndrome::Ack { .. });
-                if d > 0 || (d == 0 && held_is_ack) {
-                    qp.pending_ack = Some((psn, aeth));
-                }
-            }
-        }
-    }
-
-    /// Puts the QP in the list of QPs with READ responses to send.
-    pub(crate) fn queue_reads(&mut self, qpn: Qpn) {
-        let Some(qp) = self.qp_mut(qpn) else { return };
-        if !qp.reads_queued {
-            qp.reads_queued = true;
-            self.reads.push_back(qpn);
         }
     }
 
     /// Returns a transmitted packet's buffer for reuse.
     pub fn recycle(&mut self, buf: Vec<u8>) {
-        self.out.put(buf);
+        self.cx.out.put(buf);
     }
 
     /// The next asynchronous event.
     pub fn poll_event(&mut self) -> Option<AsyncEvent> {
-        self.events.pop_front()
-    }
-
-    /// Queues the SRQ-limit event the responder of `qpn` noted, if any.
-    fn raise_srq_events(&mut self, qpn: Qpn) {
-        let Some(qp) = self.qp_mut(qpn) else { return };
-        if std::mem::take(&mut qp.srq_limit_hit) {
-            if let Some(srq) = qp.shared.srq.as_ref().map(|s| s.id()) {
-                self.events.push_back(AsyncEvent::SrqLimitReached { srq });
-            }
-        }
-    }
-
-    /// Sends what the QP's window allows.
-    pub(crate) fn progress(&mut self, now: Time, qpn: Qpn) {
-        if self.qp_mut(qpn).is_some_and(|q| q.shared.qp_type != QpType::Rc) {
-            unreliable::transmit(self, now, qpn);
-            return;
-        }
-        requester::transmit(self, now, qpn);
-    }
-
-    /// Pushes a completion; on overflow the QP goes to the error state and a CQ error
-    /// is raised (IBA 11.4.2.1).
-    pub(crate) fn push_wc(&mut self, cq: &Arc<Cq>, qpn: Qpn, wc: WorkCompletion, solicited: bool) {
-        if cq.push(wc, solicited).is_err() {
-            self.counters.cq_overflow.fetch_add(1, Ordering::Relaxed);
-            if !self.events.contains(&AsyncEvent::CqError { cq: cq.id() }) {
-                self.events.push_back(AsyncEvent::CqError { cq: cq.id() });
-            }
-            let in_error = self.qp_mut(qpn).is_none_or(|q| q.state == QpState::Err);
-            if !in_error {
-                self.events.push_back(AsyncEvent::QpFatal { qpn: qpn.value() });
-                self.enter_error(qpn, None);
-            }
-        }
-    }
-
-    /// Moves a QP to the error state and flushes every outstanding WQE of both queues
-    /// with a flush error, in order (IBA 10.3.1, C10-?). `first` is a completion that
-    /// must come before the flushes (the one that caused the error).
-    pub(crate) fn enter_error(&mut self, qpn: Qpn, first: Option<WorkCompletion>) {
-        let Some(qp) = self.qp_mut(qpn) else { return };
-        if qp.state == QpState::Err && first.is_none() {
-            return;
-        }
-        qp.state = QpState::Err;
-        qp.shared.set_state(QpState::Err);
-        qp.rto_deadline = None;
-        qp.rnr_deadline = None;
-        let send_cq = qp.send_cq.clone();
-        let recv_cq = qp.recv_cq.clone();
-        let shared = qp.shared.clone();
-        let dest = qp.attr.dest_qpn;
-        let sq: Vec<_> = qp.sq.drain(..).collect();
-        qp.next_send = 0;
-        let mut rq: Vec<RecvWqe> = qp.rq.drain(..).collect();
-        if let Some(qp::InProgress::Send { rwqe, .. }) = qp.cur.take() {
-            rq.insert(0, rwqe);
-        }
-        let mut wcs = Vec::new();
-        if let Some(f) = first {
-            wcs.push((true, f));
-        }
-        for f in sq {
-            shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
-            let mut wc = flush_wc(f.wqe.wr_id, f.wqe.op.wc_opcode(), qpn);
-            wc.src_qp = dest;
-            wcs.push((true, wc));
-        }
-        for r in rq {
-            shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
-            wcs.push((false, flush_wc(r.wr_id, WcOpcode::Recv, qpn)));
-        }
-        for (send, wc) in wcs {
-            let cq = if send { &send_cq } else { &recv_cq };
-            if cq.push(wc, false).is_err() {
-                self.counters.cq_overflow.fetch_add(1, Ordering::Relaxed);
-                if !self.events.contains(&AsyncEvent::CqError { cq: cq.id() }) {
-                    self.events.push_back(AsyncEvent::CqError { cq: cq.id() });
-                }
-            }
-        }
+        self.cx.events.pop_front()
     }
 }
 
-fn flush_wc(wr_id: u64, opcode: WcOpcode, qpn: Qpn) -> WorkCompletion {
-    WorkCompletion::new(wr_id, WcStatus::WrFlushErr, opcode, qpn.value())
+/// Back to a fresh QP in RESET: both sides' state is dropped, the attributes too.
+fn reset_qp(qp: &mut Qp) {
+    let shared = qp.shared.clone();
+    *qp = Qp::new(shared, qp.send_cq.clone(), qp.recv_cq.clone());
+    qp.shared.sq_outstanding.store(0, Ordering::Release);
+    qp.shared.rq_outstanding.store(0, Ordering::Release);
+    qp.shared.set_state(QpState::Reset);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rnic_wire::icrc::{IcrcCache, IcrcContext};
-
-    /// A packet whose payload stays in registered memory goes on the wire byte for byte
-    /// as the copied one, ICRC included, whatever the pad; and a failed bounds check
-    /// sends nothing.
-    #[test]
-    fn zero_copy_packets_equal_copied_ones() {
-        let block = Arc::new(crate::mem::MemBlock::new(8192).unwrap());
-        let bytes: Vec<u8> = (0..8192u32).map(|i| (i * 13 + 5).to_le_bytes()[0]).collect();
-        block.write(0, &bytes).unwrap();
-        let counters = Counters::default();
-        let ctx = IcrcContext::new("127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap(), 49152, 4791);
-        let mut cache = IcrcCache::new();
-        let send_only = |len: usize| RoceRepr {
-            bth: rnic_wire::bth::BthRepr {
-                opcode: rnic_wire::opcode::Opcode::RC_SEND_ONLY,
-                se: false,
-                migreq: false,
-                pkey: 0xffff,
-                fecn: false,
-                becn: false,
-                dest_qp: Qpn::new(0x11),
-                ack_req: true,
-                psn: Psn::new(42),
-            },
-            ext: rnic_wire::roce::ExtHeaders::default(),
-            payload_len: len,
-        };
-        for (len, offset) in [(512usize, 0usize), (513, 7), (1023, 100), (4096, 4096)] {
-            let repr = send_only(len);
-            let mut out = Outbox::default();
-            out.emit(&counters, ctx.dst, 49152, &repr, |p| p.copy_from_slice(&bytes[offset..offset + len]));
-            out.emit_zero_copy(&counters, ctx.dst, 49152, &repr, &block, offset);
-            let mut copied = out.tx.pop_front().unwrap();
-            let mut split = out.tx.pop_front().unwrap();
-            assert!(copied.payload.is_none() && split.payload.is_some());
-            assert_eq!(split.len(), copied.len());
-            copied.fill_icrc(&mut cache, &ctx).unwrap();
-            split.fill_icrc(&mut cache, &ctx).unwrap();
-            assert_eq!(split.to_vec(), copied.data, "len {len} at {offset}");
-            ctx.verify(&split.to_vec()).unwrap();
-        }
-        let mut out = Outbox::default();
-        out.emit_zero_copy(&counters, ctx.dst, 1, &send_only(600), &block, 8000);
-        assert!(out.tx.is_empty(), "a payload past the block's end is not sent");
-        assert_eq!(counters.send_err.load(Ordering::Relaxed), 1);
+/// Sends what the QP's window allows.
+fn progress(qp: &mut Qp, cx: &mut Ctx, now: Time) {
+    if qp.shared.qp_type != QpType::Rc {
+        unreliable::transmit(qp, cx, now);
+    } else {
+        requester::transmit(qp, cx, now);
     }
 }

@@ -3,14 +3,19 @@
 //! a precise error at once).
 
 use crate::cq::Cq;
-use crate::mr::{AccessError, AccessFlags, MrSlice, Mtpt, PdId};
+use crate::mr::{AccessFlags, MrSlice, Mtpt, PdId};
+use crate::post::{check_sges, check_transport, check_ud_len, reserve, WqeData};
 use crate::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
 use crate::wr::{RecvWr, SendOp, SendWr, UdDest};
-use rnic_wire::{Psn, Qpn};
-use std::collections::VecDeque;
+use rnic_wire::Qpn;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+
+// The posting types live in `crate::post` (shared with the SRQ); this is their old path.
+pub(crate) use super::qp_req::{InFlight, ReqState};
+pub(crate) use super::qp_resp::{InProgress, ReadResource, ResourceKind, RespState};
+pub use crate::post::{PostError, RecvWqe, SendWqe, MAX_MSG_LEN, PORT_MTU};
 
 /// Queue sizes and limits of a QP (`ibv_qp_cap`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,263 +179,6 @@ impl QpShared {
     }
 }
 
-/// Why a work request could not be posted.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum PostError {
-    /// The queue already holds its maximum number of work requests.
-    #[error("the {queue} queue is full ({depth} work requests outstanding)")]
-    QueueFull {
-        /// "send" or "receive".
-        queue: &'static str,
-        /// The queue depth.
-        depth: u32,
-    },
-    /// More SGEs than the QP was created for.
-    #[error("{given} SGEs given, the QP allows {max}")]
-    TooManySges {
-        /// SGEs in the request.
-        given: usize,
-        /// The QP's limit.
-        max: u32,
-    },
-    /// Inline data longer than `max_inline_data`.
-    #[error("{len} bytes of inline data, the QP allows {max}")]
-    InlineTooLong {
-        /// Bytes requested inline.
-        len: usize,
-        /// The QP's limit.
-        max: u32,
-    },
-    /// Inline was asked for an operation that cannot carry it (RDMA READ).
-    #[error("{op} cannot be posted inline")]
-    InlineNotAllowed {
-        /// The operation.
-        op: &'static str,
-    },
-    /// An SGE failed its lkey, PD, access or bounds check.
-    #[error("SGE {index}: {source}")]
-    Sge {
-        /// Position of the SGE in the list.
-        index: usize,
-        /// What failed.
-        source: AccessError,
-    },
-    /// The message is longer than RDMA allows (2^31 bytes, IBA 9.4.1 DMA length).
-    #[error("message of {len} bytes exceeds the 2 GiB limit")]
-    MessageTooLong {
-        /// Total length.
-        len: u64,
-    },
-    /// The QP state does not accept this queue's work requests.
-    #[error("cannot post to the {queue} queue of a QP in state {state:?}")]
-    BadState {
-        /// "send" or "receive".
-        queue: &'static str,
-        /// The state.
-        state: QpState,
-    },
-    /// The work request's shape does not fit its operation (for example an atomic whose
-    /// result SGE is not 8 bytes).
-    #[error("{op}: {why}")]
-    BadWr {
-        /// The operation.
-        op: &'static str,
-        /// What is wrong.
-        why: &'static str,
-    },
-    /// Receives go to the QP's shared receive queue, not to the QP (`ibv_post_recv` on a
-    /// QP created with an SRQ fails).
-    #[error("the QP takes its receive WQEs from SRQ {srq}: post receives to the SRQ")]
-    HasSrq {
-        /// The SRQ's id.
-        srq: u32,
-    },
-    /// The QP's transport does not support the operation.
-    #[error("{op} is not supported on a {qp_type} QP")]
-    NotSupported {
-        /// The operation.
-        op: &'static str,
-        /// The QP type.
-        qp_type: QpType,
-    },
-    /// A send on a UD QP without a destination (address handle, remote QPN and Q_Key).
-    #[error("a send on a UD QP needs a destination (address handle, remote QPN, remote Q_Key)")]
-    NoDestination,
-    /// A UD destination on a connected (RC or UC) QP, whose destination was fixed at connect.
-    #[error("a {qp_type} QP is connected: its work requests take no UD destination")]
-    DestinationNotAllowed {
-        /// The QP type.
-        qp_type: QpType,
-    },
-    /// A UD message must fit one packet (IBA 9.8.1: UD messages are single-packet).
-    #[error("UD message of {len} bytes exceeds the port MTU of {mtu} bytes (UD messages are one packet)")]
-    UdMessageTooLong {
-        /// Message length.
-        len: usize,
-        /// The port MTU.
-        mtu: usize,
-    },
-}
-
-/// The port MTU: the packet payload limit of a UD QP, which has no path MTU attribute (rxe
-/// uses the port's `mtu_cap`). rnic's port reports 4096 (`query_port`'s `active_mtu`).
-pub const PORT_MTU: usize = 4096;
-
-/// Checks that the QP's transport carries `op` (IBA 9.8 / 9.9 and rxe `rxe_opcode` masks):
-/// RC everything, UC SEND and RDMA WRITE (no READ, no atomics), UD SEND only. Also checks
-/// the presence of a UD destination.
-fn check_transport(qp_type: QpType, op: &SendOp, ud: Option<&UdDest>) -> Result<(), PostError> {
-    let carried = match qp_type {
-        QpType::Rc => true,
-        QpType::Uc => matches!(
-            op,
-            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }
-        ),
-        QpType::Ud => matches!(op, SendOp::Send | SendOp::SendWithImm { .. }),
-    };
-    if !carried {
-        return Err(PostError::NotSupported { op: op.name(), qp_type });
-    }
-    match (qp_type, ud) {
-        (QpType::Ud, None) => Err(PostError::NoDestination),
-        (QpType::Rc | QpType::Uc, Some(_)) => Err(PostError::DestinationNotAllowed { qp_type }),
-        _ => Ok(()),
-    }
-}
-
-fn check_ud_len(qp_type: QpType, len: usize) -> Result<(), PostError> {
-    // The issue asks for a local failure: the caller learns at once. (IBA C10-93.1.1 and rxe
-    // instead complete such a WR successfully without sending anything.)
-    if qp_type == QpType::Ud && len > PORT_MTU {
-        return Err(PostError::UdMessageTooLong { len, mtu: PORT_MTU });
-    }
-    Ok(())
-}
-
-/// The checked SGEs of a work request. Most WRs have one, kept in place: no allocation
-/// when it is posted, no free when it completes.
-pub(crate) type Sges = smallvec::SmallVec<[MrSlice; 1]>;
-
-/// The bytes of a work request: copied at post time (inline) or checked SGEs.
-#[derive(Debug, Clone)]
-pub(crate) enum WqeData {
-    Inline(Vec<u8>),
-    Sges(Sges),
-}
-
-impl WqeData {
-    /// Copies `dst.len()` bytes starting at message offset `off` out of the buffers.
-    pub(crate) fn gather(&self, mut off: usize, dst: &mut [u8]) {
-        match self {
-            WqeData::Inline(v) => dst.copy_from_slice(&v[off..off + dst.len()]),
-            WqeData::Sges(sl) => {
-                let mut done = 0;
-                for s in sl {
-                    if done == dst.len() {
-                        break;
-                    }
-                    if off >= s.len() {
-                        off -= s.len();
-                        continue;
-                    }
-                    let n = (s.len() - off).min(dst.len() - done);
-                    // Bounds were checked when the WR was posted; the slice re-checks. On
-                    // failure send zeros, never a recycled buffer's old bytes.
-                    if s.read(off, &mut dst[done..done + n]).is_err() {
-                        dst[done..done + n].fill(0);
-                    }
-                    done += n;
-                    off = 0;
-                }
-            }
-        }
-    }
-
-    /// Where message bytes `off .. off + len` lie when one SGE holds them all: its
-    /// memory block and the offset in it (for a zero-copy send). `None` for inline data
-    /// or bytes that span SGEs.
-    pub(crate) fn contiguous(&self, mut off: usize, len: usize) -> Option<(&Arc<crate::mem::MemBlock>, usize)> {
-        let WqeData::Sges(sl) = self else { return None };
-        for s in sl {
-            if off < s.len() {
-                return (off + len <= s.len()).then(|| (s.block(), s.block_offset() + off));
-            }
-            off -= s.len();
-        }
-        None
-    }
-
-    /// Copies `src` into the buffers at message offset `off` (RDMA READ responses,
-    /// receive buffers). Returns false if it does not fit.
-    pub(crate) fn scatter(&self, mut off: usize, src: &[u8]) -> bool {
-        let WqeData::Sges(sl) = self else { return false };
-        let mut done = 0;
-        for s in sl {
-            if done == src.len() {
-                break;
-            }
-            if off >= s.len() {
-                off -= s.len();
-                continue;
-            }
-            let n = (s.len() - off).min(src.len() - done);
-            if s.write(off, &src[done..done + n]).is_err() {
-                return false;
-            }
-            done += n;
-            off = 0;
-        }
-        done == src.len()
-    }
-}
-
-/// A validated send work request.
-#[derive(Debug, Clone)]
-pub struct SendWqe {
-    pub(crate) wr_id: u64,
-    pub(crate) op: SendOp,
-    pub(crate) signaled: bool,
-    pub(crate) solicited: bool,
-    pub(crate) fence: bool,
-    pub(crate) data: WqeData,
-    pub(crate) len: usize,
-    /// UD: where the message goes.
-    pub(crate) ud: Option<UdDest>,
-}
-
-/// A validated receive work request.
-#[derive(Debug, Clone)]
-pub struct RecvWqe {
-    pub(crate) wr_id: u64,
-    pub(crate) data: WqeData,
-    pub(crate) len: usize,
-}
-
-/// Largest RDMA message (IBA: DMA length is 32 bits, verbs cap messages at 2^31).
-pub const MAX_MSG_LEN: u64 = 1 << 31;
-
-pub(crate) fn check_sges(
-    mtpt: &Mtpt,
-    pd: PdId,
-    sges: &[crate::wr::Sge],
-    need: AccessFlags,
-) -> Result<(Sges, usize), PostError> {
-    let mut out = Sges::with_capacity(sges.len());
-    let mut total: u64 = 0;
-    for (index, s) in sges.iter().enumerate() {
-        let len = usize::try_from(s.length).unwrap_or(usize::MAX);
-        let slice =
-            mtpt.check_local(s.lkey, pd, s.addr, len, need).map_err(|source| PostError::Sge { index, source })?;
-        total += u64::from(s.length);
-        out.push(slice);
-    }
-    if total > MAX_MSG_LEN {
-        return Err(PostError::MessageTooLong { len: total });
-    }
-    Ok((out, usize::try_from(total).unwrap_or(usize::MAX)))
-}
-
 /// Checks a send WR against the QP and the memory table and reserves its queue slot.
 pub fn validate_send(shared: &QpShared, mtpt: &Mtpt, wr: &SendWr) -> Result<SendWqe, PostError> {
     let state = shared.state();
@@ -587,157 +335,31 @@ pub fn validate_recv(shared: &QpShared, mtpt: &Mtpt, wr: &RecvWr) -> Result<Recv
     Ok(RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(slices), len })
 }
 
-fn reserve(counter: &AtomicU32, depth: u32, queue: &'static str) -> Result<(), PostError> {
-    counter
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| if n >= depth { None } else { Some(n + 1) })
-        .map(|_| ())
-        .map_err(|_| PostError::QueueFull { queue, depth })
-}
-
-/// A send WQE in the engine, with its place in the PSN space.
-#[derive(Debug)]
-pub(crate) struct InFlight {
-    pub(crate) wqe: SendWqe,
-    /// PSN of the first packet (READ: of the request; responses use the same range).
-    pub(crate) first_psn: Psn,
-    /// Packets (READ: response packets) the message spans.
-    pub(crate) npkts: u32,
-    /// Packets transmitted in the current pass (READ: 0 or 1 for the request).
-    pub(crate) sent: u32,
-    /// READ: response packets received so far.
-    pub(crate) read_got: u32,
-    /// A local operation (LOCAL_INV, no packets) that failed with this status when the
-    /// engine executed it; it completes with it when it reaches the front of the queue.
-    pub(crate) local_err: Option<crate::wr::WcStatus>,
-}
-
-impl InFlight {
-    pub(crate) fn last_psn(&self) -> Psn {
-        self.first_psn.add(self.npkts.saturating_sub(1))
-    }
-    /// READ or any other request answered by responses rather than ACKs (atomics,
-    /// ATOMIC WRITE, FLUSH): one request packet, counted against `max_rd_atomic`,
-    /// completed when its responses arrived (`read_got == npkts`).
-    pub(crate) fn is_read(&self) -> bool {
-        self.wqe.op.is_rd_atomic()
-    }
-    /// Bytes of response payload expected (READ: the message; the others: none, an
-    /// atomic's 8 bytes come in the AtomicAckETH).
-    pub(crate) fn response_len(&self) -> usize {
-        if matches!(self.wqe.op, SendOp::RdmaRead { .. }) {
-            self.wqe.len
-        } else {
-            0
-        }
-    }
-    /// True once every packet (READ: every response) is accounted for.
-    pub(crate) fn contains(&self, psn: Psn) -> bool {
-        let d = self.first_psn.distance(psn);
-        d >= 0 && (d as u64) < u64::from(self.npkts)
-    }
-}
-
-/// A message the responder is in the middle of.
-#[derive(Debug)]
-pub(crate) enum InProgress {
-    Send { rwqe: RecvWqe, offset: usize },
-    Write { target: Option<MrSlice>, offset: usize, dma_len: usize },
-}
-
-/// A READ (or atomic, ATOMIC WRITE, FLUSH) the responder executed, kept to answer a
-/// duplicate (IBA 9.7.5.1.5; rxe `resp_res`): at most `max_dest_rd_atomic` of them.
-#[derive(Debug, Clone)]
-pub(crate) struct ReadResource {
-    pub(crate) psn: Psn,
-    pub(crate) npkts: u32,
-    pub(crate) va: u64,
-    pub(crate) rkey: u32,
-    pub(crate) len: usize,
-    /// The next response packet to send (`npkts` once all are out): responses are paced
-    /// out a burst at a time, not queued all at once.
-    pub(crate) next: u32,
-    /// What was executed; for atomics the saved result a duplicate gets again.
-    pub(crate) kind: ResourceKind,
-}
-
-/// The operation a responder resource belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ResourceKind {
-    /// RDMA READ: a duplicate is answered by reading the memory again.
-    Read,
-    /// COMPARE & SWAP / FETCH & ADD: a duplicate gets the saved original value and is
-    /// never executed again (IBA 9.7.5.1.5 / C9-?: atomics are not idempotent).
-    Atomic {
-        /// The value the target held before the operation.
-        orig: u64,
-    },
-    /// ATOMIC WRITE or FLUSH: a duplicate is acknowledged again, not executed (rxe
-    /// replays the zero-length READ RESPONSE; IBA oA19-14/15 for FLUSH).
-    Acked,
-}
-
-/// The engine's QP context.
+/// The engine's QP context, split as rxe splits it (`qp->req`/`qp->comp`,
+/// `qp->resp`): the attributes both sides read here, the sender's state in
+/// [`ReqState`] (`qp_req.rs`), the responder's in [`RespState`] (`qp_resp.rs`).
 #[derive(Debug)]
 pub(crate) struct Qp {
     pub(crate) shared: Arc<QpShared>,
-    pub(crate) mtpt: Arc<Mtpt>,
     pub(crate) send_cq: Arc<Cq>,
     pub(crate) recv_cq: Arc<Cq>,
     pub(crate) state: QpState,
     pub(crate) attr: QpAttr,
     pub(crate) mtu: usize,
     pub(crate) src_port: u16,
-    // Requester.
-    pub(crate) sq: VecDeque<InFlight>,
-    /// Index in `sq` of the first WQE with packets left to send.
-    pub(crate) next_send: usize,
-    /// PSN the next new WQE starts at.
-    pub(crate) next_psn: Psn,
-    /// Oldest unacknowledged PSN.
-    pub(crate) una: Psn,
-    /// One past the highest PSN transmitted.
-    pub(crate) sent_end: Psn,
-    pub(crate) retry_left: u8,
-    pub(crate) rnr_left: u8,
-    /// A retransmission is under way: further NAKs or gaps start no other until
-    /// progress is made or the timer fires (rxe `comp.started_retry`).
-    pub(crate) started_retry: bool,
-    pub(crate) rto_deadline: Option<u64>,
-    pub(crate) rnr_deadline: Option<u64>,
     /// The deadline this QP has in the engine's timer heap, if any.
     pub(crate) timer_key: Option<u64>,
-    pub(crate) pkts_since_ackreq: u32,
-    pub(crate) reads_outstanding: u32,
-    // Responder.
-    pub(crate) rq: VecDeque<RecvWqe>,
-    pub(crate) epsn: Psn,
-    pub(crate) msn: u32,
-    pub(crate) cur: Option<InProgress>,
-    pub(crate) nak_seq_sent: bool,
-    pub(crate) reads: VecDeque<ReadResource>,
-    /// UC responder: the message in progress is being dropped until the next FIRST or
-    /// ONLY packet (rxe `resp.drop_msg`).
-    pub(crate) uc_drop: bool,
-    /// An acknowledgement the responder owes but holds back so that several can be
-    /// coalesced into one; sent when the engine's output is drained.
-    pub(crate) pending_ack: Option<(Psn, rnic_wire::aeth::AethRepr)>,
-    /// Whether this QP is in the engine's list of QPs with READ responses to send.
-    pub(crate) reads_queued: bool,
-    /// The responder refused a request while READ responses were still going out: it
-    /// takes no more requests, and the QP enters the error state once they are sent and
-    /// the NAK after them (rxe finishes a READ reply before it looks at the next packet).
-    pub(crate) halted: bool,
-    /// The responder took a WQE from the SRQ that crossed its limit: the engine raises
-    /// the event.
-    pub(crate) srq_limit_hit: bool,
+    /// Requester and completer.
+    pub(crate) req: ReqState,
+    /// Responder.
+    pub(crate) resp: RespState,
 }
 
 impl Qp {
-    pub(crate) fn new(shared: Arc<QpShared>, mtpt: Arc<Mtpt>, send_cq: Arc<Cq>, recv_cq: Arc<Cq>) -> Qp {
+    pub(crate) fn new(shared: Arc<QpShared>, send_cq: Arc<Cq>, recv_cq: Arc<Cq>) -> Qp {
         let (qp_type, qpn) = (shared.qp_type, shared.qpn.value());
         Qp {
             shared,
-            mtpt,
             send_cq,
             recv_cq,
             state: QpState::Reset,
@@ -747,30 +369,9 @@ impl Qp {
             // rxe sets every QP's port from its QPN at creation; RC/UC replace it with the
             // flow's port when the address vector is given, UD keeps it.
             src_port: ud_udp_sport(qpn),
-            sq: VecDeque::new(),
-            next_send: 0,
-            next_psn: Psn::new(0),
-            una: Psn::new(0),
-            sent_end: Psn::new(0),
-            retry_left: 7,
-            rnr_left: 7,
-            started_retry: false,
-            rto_deadline: None,
-            rnr_deadline: None,
             timer_key: None,
-            pkts_since_ackreq: 0,
-            reads_outstanding: 0,
-            rq: VecDeque::new(),
-            epsn: Psn::new(0),
-            msn: 0,
-            cur: None,
-            nak_seq_sent: false,
-            reads: VecDeque::new(),
-            uc_drop: false,
-            pending_ack: None,
-            reads_queued: false,
-            halted: false,
-            srq_limit_hit: false,
+            req: ReqState::new(),
+            resp: RespState::new(),
         }
     }
 
@@ -780,6 +381,12 @@ impl Qp {
 
     pub(crate) fn dest_qpn(&self) -> Qpn {
         Qpn::new(self.attr.dest_qpn)
+    }
+
+    /// IBA 10.3.1 (rxe `check_type_state`): a QP takes incoming requests in RTR, RTS and
+    /// SQD; the one place that rule is checked (`Engine::handle_packet`).
+    pub(crate) fn receives(&self) -> bool {
+        matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
     }
 }
 

@@ -5,15 +5,12 @@
 //! READ RESPONSE ONLY (ATOMIC WRITE, FLUSH).
 
 use super::qp::{Qp, ReadResource, ResourceKind};
-use super::requester::ack_aeth;
-use super::responder::Refusal;
+use super::refusal::Refusal;
 use crate::mem::MemError;
-use crate::mr::{AccessError, AccessFlags, MrSlice};
+use crate::mr::{AccessError, AccessFlags, MrSlice, Mtpt};
 use crate::wr::{FLUSH_GLOBAL, FLUSH_PERSISTENT};
-use rnic_wire::atomic::AtomicAckEthRepr;
 use rnic_wire::opcode::Operation;
-use rnic_wire::roce::{ExtHeaders, RoceRepr};
-use rnic_wire::{Opcode, Qpn};
+use rnic_wire::roce::RoceRepr;
 
 /// The QP access flags a FLUSH of placement type `placement` needs (rxe
 /// `check_qp_attr_access`; the region needs the same ones).
@@ -28,11 +25,11 @@ pub(super) fn flush_access(placement: u8) -> AccessFlags {
     need
 }
 
-fn remote(qp: &Qp, rkey: u32, va: u64, len: usize, need: AccessFlags) -> Result<MrSlice, Refusal> {
-    qp.mtpt.check_remote(rkey, qp.shared.pd, va, len, need).map_err(|a: AccessError| Refusal::RemoteAccess(Some(a)))
+fn remote(qp: &Qp, mtpt: &Mtpt, rkey: u32, va: u64, len: usize, need: AccessFlags) -> Result<MrSlice, Refusal> {
+    mtpt.check_remote(rkey, qp.shared.pd, va, len, need).map_err(|a: AccessError| Refusal::RemoteAccess(Some(a)))
 }
 
-/// A misaligned target is an invalid request (IBA 9.4.5 / C9-?: atomics need an 8-byte
+/// A misaligned target is an invalid request (IBA 9.4.5; rxe `atomic_reply`: atomics need an 8-byte
 /// aligned VA; rxe `RESPST_ERR_MISALIGNED_ATOMIC`, a class C NAK invalid request).
 fn mem_refusal(e: MemError) -> Refusal {
     match e {
@@ -45,9 +42,9 @@ fn mem_refusal(e: MemError) -> Refusal {
 /// bytes in bounds (NAK remote access error), then the alignment (NAK invalid request).
 /// The operation is a CPU atomic on the target, so atomics of every QP of the device are
 /// atomic with respect to each other (and to the host's own atomics).
-pub(super) fn execute_atomic(qp: &Qp, repr: &RoceRepr, op: Operation) -> Result<ReadResource, Refusal> {
+pub(super) fn execute_atomic(qp: &Qp, mtpt: &Mtpt, repr: &RoceRepr, op: Operation) -> Result<ReadResource, Refusal> {
     let a = repr.ext.atomic_eth.ok_or(Refusal::InvalidRequest)?;
-    let slice = remote(qp, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)?;
+    let slice = remote(qp, mtpt, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)?;
     if a.va % 8 != 0 {
         return Err(Refusal::InvalidRequest);
     }
@@ -70,10 +67,15 @@ pub(super) fn execute_atomic(qp: &Qp, repr: &RoceRepr, op: Operation) -> Result<
 /// ATOMIC WRITE: REMOTE_WRITE on the region (rxe checks the QP and the region for remote
 /// write), DMA length and payload exactly 8 bytes (IBA oA19-28, else NAK invalid request),
 /// an 8-byte aligned VA; the 8 bytes are stored with one atomic store.
-pub(super) fn execute_atomic_write(qp: &Qp, repr: &RoceRepr, payload: &[u8]) -> Result<ReadResource, Refusal> {
+pub(super) fn execute_atomic_write(
+    qp: &Qp,
+    mtpt: &Mtpt,
+    repr: &RoceRepr,
+    payload: &[u8],
+) -> Result<ReadResource, Refusal> {
     let reth = repr.ext.reth.ok_or(Refusal::InvalidRequest)?;
     let len = reth.dma_len as usize;
-    let slice = remote(qp, reth.rkey, reth.va, len, AccessFlags::REMOTE_WRITE)?;
+    let slice = remote(qp, mtpt, reth.rkey, reth.va, len, AccessFlags::REMOTE_WRITE)?;
     let value: [u8; 8] = match (len, <[u8; 8]>::try_from(payload)) {
         (8, Ok(v)) => v,
         _ => return Err(Refusal::InvalidRequest),
@@ -97,13 +99,13 @@ pub(super) fn execute_atomic_write(qp: &Qp, repr: &RoceRepr, payload: &[u8]) -> 
 /// flushes the whole region (no range check, as rxe), 0 the RETH's range. Our memory is
 /// ordinary RAM, so global visibility is a full memory fence (rxe: `wmb()`); persistence
 /// cannot be granted at registration, so a persistent FLUSH fails its R_Key check.
-pub(super) fn execute_flush(qp: &Qp, repr: &RoceRepr) -> Result<ReadResource, Refusal> {
+pub(super) fn execute_flush(qp: &Qp, mtpt: &Mtpt, repr: &RoceRepr) -> Result<ReadResource, Refusal> {
     let (Some(feth), Some(reth)) = (repr.ext.feth, repr.ext.reth) else { return Err(Refusal::InvalidRequest) };
     let need = flush_access(feth.placement_type);
     if feth.selectivity == 1 {
-        qp.mtpt.check_remote_whole(reth.rkey, qp.shared.pd, need).map_err(|a| Refusal::RemoteAccess(Some(a)))?;
+        mtpt.check_remote_whole(reth.rkey, qp.shared.pd, need).map_err(|a| Refusal::RemoteAccess(Some(a)))?;
     } else {
-        remote(qp, reth.rkey, reth.va, reth.dma_len as usize, need)?;
+        remote(qp, mtpt, reth.rkey, reth.va, reth.dma_len as usize, need)?;
     }
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     Ok(ReadResource {
@@ -115,21 +117,4 @@ pub(super) fn execute_flush(qp: &Qp, repr: &RoceRepr) -> Result<ReadResource, Re
         kind: ResourceKind::Acked,
         next: 0,
     })
-}
-
-/// The answer to an executed (or duplicate) atomic, ATOMIC WRITE or FLUSH: an ATOMIC
-/// ACKNOWLEDGE with the saved original value, or a zero-length RDMA READ RESPONSE ONLY
-/// (rxe `send_read_response_ack`). Sent through the responder's paced reply queue.
-pub(super) fn reply_repr(res: &ReadResource, dest_qp: Qpn, msn: u32) -> RoceRepr {
-    let (opcode, atomic_ack_eth) = match res.kind {
-        ResourceKind::Atomic { orig } => {
-            (Opcode::RC_ATOMIC_ACKNOWLEDGE, Some(AtomicAckEthRepr { orig_remote_data: orig }))
-        }
-        _ => (Opcode::RC_RDMA_READ_RESPONSE_ONLY, None),
-    };
-    RoceRepr {
-        bth: super::responder::response_bth(opcode, dest_qp, res.psn),
-        ext: ExtHeaders { aeth: Some(ack_aeth(msn)), atomic_ack_eth, ..ExtHeaders::default() },
-        payload_len: 0,
-    }
 }

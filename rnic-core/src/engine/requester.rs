@@ -2,24 +2,17 @@
 //! merged them in 2024): segmentation, PSN assignment, the unacknowledged window,
 //! ACK/NAK processing, RDMA READ responses, retransmission and completion.
 
+use super::ctx::{CqSide, Ctx, Time};
+use super::out::ZERO_COPY_MIN;
+use super::packet::{self, packets_for, position};
 use super::qp::{InFlight, Qp, SendWqe};
-use super::{Engine, Time};
 use crate::qp_state::{local_ack_timeout_ns, rnr_timer_ns, QpState, RNR_RETRY_INFINITE};
 use crate::wr::{SendOp, WcStatus, WorkCompletion};
-use rnic_wire::aeth::{AethRepr, NakCode, Syndrome, CREDITS_INVALID};
-use rnic_wire::atomic::AtomicEthRepr;
-use rnic_wire::bth::BthRepr;
-use rnic_wire::opcode::{Operation, Position};
-use rnic_wire::reth::RethRepr;
-use rnic_wire::roce::{ExtHeaders, RoceRepr};
-use rnic_wire::small::FethRepr;
-use rnic_wire::{Opcode, Psn};
+use rnic_wire::aeth::{AethRepr, NakCode, Syndrome};
+use rnic_wire::opcode::{Operation, Position, Transport};
+use rnic_wire::roce::RoceRepr;
+use rnic_wire::Psn;
 use std::sync::atomic::Ordering;
-
-/// Packets a message of `len` bytes takes at `mtu` (a zero-length message is one packet).
-pub(crate) fn packets_for(len: usize, mtu: usize) -> u32 {
-    u32::try_from(len.div_ceil(mtu).max(1)).unwrap_or(u32::MAX)
-}
 
 /// Appends a WQE to the send queue and assigns its PSNs (IBA 9.7.1: consecutive PSNs per
 /// packet; a READ request reserves one PSN per response packet).
@@ -30,146 +23,73 @@ pub(crate) fn queue(qp: &mut Qp, wqe: SendWqe) {
     } else {
         packets_for(wqe.len, qp.mtu)
     };
-    let first_psn = qp.next_psn;
-    qp.next_psn = first_psn.add(npkts);
-    qp.sq.push_back(InFlight { wqe, first_psn, npkts, sent: 0, read_got: 0, local_err: None });
+    let first_psn = qp.req.next_psn;
+    qp.req.next_psn = first_psn.add(npkts);
+    qp.req.sq.push_back(InFlight { wqe, first_psn, npkts, sent: 0, read_got: 0, local_err: None });
 }
 
 /// Appends a local operation (no packets, no PSN) that the engine already executed, with
 /// the status it failed with, if it failed.
 pub(crate) fn queue_local(qp: &mut Qp, wqe: SendWqe, local_err: Option<WcStatus>) {
-    let first_psn = qp.next_psn;
-    qp.sq.push_back(InFlight { wqe, first_psn, npkts: 0, sent: 0, read_got: 0, local_err });
-}
-
-/// The RC opcode of packet `pos` of `op`.
-pub(crate) fn opcode_for(op: &SendOp, pos: Position) -> Opcode {
-    use Position::*;
-    match (op, pos) {
-        (SendOp::Send, First) | (SendOp::SendWithImm { .. }, First) => Opcode::RC_SEND_FIRST,
-        (SendOp::Send, Middle) | (SendOp::SendWithImm { .. }, Middle) => Opcode::RC_SEND_MIDDLE,
-        (SendOp::Send, Last) => Opcode::RC_SEND_LAST,
-        (SendOp::Send, Only) => Opcode::RC_SEND_ONLY,
-        (SendOp::SendWithImm { .. }, Last) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
-        (SendOp::SendWithImm { .. }, Only) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
-        (SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }, First) => Opcode::RC_RDMA_WRITE_FIRST,
-        (SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }, Middle) => Opcode::RC_RDMA_WRITE_MIDDLE,
-        (SendOp::RdmaWrite { .. }, Last) => Opcode::RC_RDMA_WRITE_LAST,
-        (SendOp::RdmaWrite { .. }, Only) => Opcode::RC_RDMA_WRITE_ONLY,
-        (SendOp::RdmaWriteWithImm { .. }, Last) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-        (SendOp::RdmaWriteWithImm { .. }, Only) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
-        (SendOp::SendWithInv { .. }, First) => Opcode::RC_SEND_FIRST,
-        (SendOp::SendWithInv { .. }, Middle) => Opcode::RC_SEND_MIDDLE,
-        (SendOp::SendWithInv { .. }, Last) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
-        (SendOp::SendWithInv { .. }, Only) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
-        // One-packet requests are built by `rd_atomic_request`; local operations send nothing.
-        (SendOp::RdmaRead { .. }, _) => Opcode::RC_RDMA_READ_REQUEST,
-        (SendOp::AtomicCmpSwap { .. }, _) => Opcode::RC_COMPARE_SWAP,
-        (SendOp::AtomicFetchAdd { .. }, _) => Opcode::RC_FETCH_ADD,
-        (SendOp::AtomicWrite { .. }, _) => Opcode::RC_ATOMIC_WRITE,
-        (SendOp::Flush { .. }, _) => Opcode::RC_FLUSH,
-        (SendOp::LocalInv { .. }, _) => Opcode::RC_SEND_ONLY,
-    }
-}
-
-/// The request packet of a READ (asking for the responses from `got` on), an atomic, an
-/// ATOMIC WRITE or a FLUSH.
-fn rd_atomic_request(f: &InFlight, mtu: usize, dest_qpn: u32, psn: Psn) -> RoceRepr {
-    let mut ext = ExtHeaders::default();
-    let mut payload_len = 0;
-    match f.wqe.op {
-        SendOp::AtomicCmpSwap { remote_addr, rkey, compare, swap } => {
-            ext.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: swap, compare });
-        }
-        SendOp::AtomicFetchAdd { remote_addr, rkey, add } => {
-            ext.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: add, compare: 0 });
-        }
-        SendOp::AtomicWrite { remote_addr, rkey, .. } => {
-            ext.reth = Some(RethRepr { va: remote_addr, rkey, dma_len: 8 });
-            payload_len = 8;
-        }
-        SendOp::Flush { remote_addr, rkey, len, placement, whole_region } => {
-            ext.feth = Some(FethRepr { placement_type: placement, selectivity: u8::from(whole_region) });
-            ext.reth = Some(RethRepr { va: remote_addr, rkey, dma_len: len });
-        }
-        SendOp::RdmaRead { remote_addr, rkey } => {
-            let done = (f.read_got as usize).saturating_mul(mtu).min(f.wqe.len);
-            ext.reth = Some(RethRepr {
-                va: remote_addr.wrapping_add(done as u64),
-                rkey,
-                dma_len: u32::try_from(f.wqe.len - done).unwrap_or(u32::MAX),
-            });
-        }
-        _ => {}
-    }
-    RoceRepr { bth: bth(opcode_for(&f.wqe.op, Position::Only), dest_qpn, psn, true, false), ext, payload_len }
-}
-
-/// Where packet `k` of an `n`-packet message stands.
-pub(crate) fn position(k: u32, n: u32) -> Position {
-    match (k == 0, k + 1 == n) {
-        (true, true) => Position::Only,
-        (true, false) => Position::First,
-        (false, true) => Position::Last,
-        (false, false) => Position::Middle,
-    }
+    let first_psn = qp.req.next_psn;
+    qp.req.sq.push_back(InFlight { wqe, first_psn, npkts: 0, sent: 0, read_got: 0, local_err });
 }
 
 /// Transmits what the window, the RNR wait and the READ limit allow.
-pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
-    let window = e.config.max_unacked_pkts;
-    let zero_copy = e.config.zero_copy;
-    let per_ack = e.config.max_pkts_per_ack;
-    let counters = e.counters.clone();
-    let Some((qp, out)) = e.qp_and_out(qpn) else { return };
-    if qp.state != QpState::Rts || qp.rnr_deadline.is_some() {
+pub(crate) fn transmit(qp: &mut Qp, cx: &mut Ctx, now: Time) {
+    let window = cx.config.max_unacked_pkts;
+    let zero_copy = cx.config.zero_copy;
+    let per_ack = cx.config.max_pkts_per_ack;
+    let (out, counters) = (&mut cx.out, &*cx.counters);
+    if qp.state != QpState::Rts || qp.req.rnr_deadline.is_some() {
         return;
     }
     let Some(dst) = qp.attr.remote_ip else { return };
     let mut sent_any = false;
-    while qp.next_send < qp.sq.len() {
+    while qp.req.next_send < qp.req.sq.len() {
         let mtu = qp.mtu;
-        let idx = qp.next_send;
+        let idx = qp.req.next_send;
         let max_rd = u32::from(qp.attr.max_rd_atomic.max(1));
-        let f = &qp.sq[idx];
+        let f = &qp.req.sq[idx];
         if f.is_read() && f.read_got == f.npkts {
             // Answered already (it waits to retire in order): nothing to send.
-            qp.next_send += 1;
+            qp.req.next_send += 1;
             continue;
         }
         if f.is_read() {
-            // IBA C9-? / o9-?: at most max_rd_atomic READs outstanding.
-            if f.sent == 0 && qp.reads_outstanding >= max_rd {
+            // At most max_rd_atomic READs/atomics outstanding (rxe: `req.rd_atomic`,
+            // `need_rd_atomic` wait in rxe_req.c / rxe_comp.c `complete_ack`).
+            if f.sent == 0 && qp.req.reads_outstanding >= max_rd {
                 break;
             }
-        } else if f.wqe.fence && qp.reads_outstanding > 0 {
+        } else if f.wqe.fence && qp.req.reads_outstanding > 0 {
             break;
         }
-        let f = &mut qp.sq[idx];
+        let f = &mut qp.req.sq[idx];
         if f.is_read() {
             // One request for the responses not yet received.
             let got = f.read_got;
             let psn = f.first_psn.add(got);
-            if qp.una.distance(psn) >= i32::try_from(window).unwrap_or(i32::MAX) {
+            if qp.req.una.distance(psn) >= i32::try_from(window).unwrap_or(i32::MAX) {
                 break;
             }
-            let repr = rd_atomic_request(f, mtu, qp.attr.dest_qpn, psn);
+            let repr = packet::rd_atomic_request(f, mtu, qp.attr.dest_qpn, psn);
             let data = &f.wqe.data;
             let with_payload = repr.payload_len > 0;
-            out.emit(&counters, dst, qp.src_port, &repr, |p| {
+            out.emit(counters, dst, qp.src_port, &repr, |p| {
                 if with_payload {
                     data.gather(0, p);
                 }
             });
             if f.sent == 0 {
-                qp.reads_outstanding += 1;
+                qp.req.reads_outstanding += 1;
             }
             f.sent = f.npkts;
             let end = f.last_psn().next();
-            if qp.sent_end.distance(end) > 0 {
-                qp.sent_end = end;
+            if qp.req.sent_end.distance(end) > 0 {
+                qp.req.sent_end = end;
             }
-            qp.next_send += 1;
+            qp.req.next_send += 1;
             sent_any = true;
             continue;
         }
@@ -177,47 +97,30 @@ pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
         while f.sent < f.npkts {
             let k = f.sent;
             let psn = f.first_psn.add(k);
-            if qp.una.distance(psn) >= i32::try_from(window).unwrap_or(i32::MAX) {
+            if qp.req.una.distance(psn) >= i32::try_from(window).unwrap_or(i32::MAX) {
                 blocked = true;
                 break;
             }
             let pos = position(k, f.npkts);
-            let offset = (k as usize) * mtu;
-            let plen = mtu.min(f.wqe.len - offset.min(f.wqe.len));
-            let opcode = opcode_for(&f.wqe.op, pos);
-            qp.pkts_since_ackreq += 1;
+            let (offset, plen) = packet::segment(k, f.wqe.len, mtu);
+            qp.req.pkts_since_ackreq += 1;
             // AckReq on the last packet, and every `per_ack` packets of a long message so
             // the window keeps moving (rxe RXE_MAX_PKT_PER_ACK).
-            let ack_req = pos.ends() || qp.pkts_since_ackreq >= per_ack;
+            let ack_req = pos.ends() || qp.req.pkts_since_ackreq >= per_ack;
             if ack_req {
-                qp.pkts_since_ackreq = 0;
+                qp.req.pkts_since_ackreq = 0;
             }
-            let mut ext = ExtHeaders::default();
-            match f.wqe.op {
-                SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaWriteWithImm { remote_addr, rkey, .. }
-                    if pos.starts() =>
-                {
-                    ext.reth =
-                        Some(RethRepr { va: remote_addr, rkey, dma_len: u32::try_from(f.wqe.len).unwrap_or(u32::MAX) });
-                }
-                _ => {}
-            }
-            if let SendOp::SendWithImm { imm } | SendOp::RdmaWriteWithImm { imm, .. } = f.wqe.op {
-                if pos.ends() {
-                    ext.imm_data = Some(imm);
-                }
-            }
-            if let SendOp::SendWithInv { invalidate_rkey } = f.wqe.op {
-                if pos.ends() {
-                    ext.ieth = Some(invalidate_rkey);
-                }
-            }
-            let se = f.wqe.solicited && pos.ends() && opcode.info().is_some_and(|i| i.se_allowed);
-            let repr = RoceRepr { bth: bth(opcode, qp.attr.dest_qpn, psn, ack_req, se), ext, payload_len: plen };
+            let Some(repr) =
+                packet::data_request(Transport::Rc, &f.wqe, pos, plen, qp.attr.dest_qpn, psn, ack_req, None)
+            else {
+                // Validation lets only packet-carrying operations reach here.
+                blocked = true;
+                break;
+            };
             let data = &f.wqe.data;
-            match data.contiguous(offset, plen).filter(|_| zero_copy && plen >= super::ZERO_COPY_MIN) {
-                Some((block, at)) => out.emit_zero_copy(&counters, dst, qp.src_port, &repr, block, at),
-                None => out.emit(&counters, dst, qp.src_port, &repr, |p| data.gather(offset, p)),
+            match data.contiguous(offset, plen).filter(|_| zero_copy && plen >= ZERO_COPY_MIN) {
+                Some((block, at)) => out.emit_zero_copy(counters, dst, qp.src_port, &repr, block, at),
+                None => out.emit(counters, dst, qp.src_port, &repr, |p| data.gather(offset, p)),
             }
             if pos.ends() && matches!(f.wqe.op, SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. })
             {
@@ -225,61 +128,43 @@ pub(crate) fn transmit(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
             }
             f.sent += 1;
             let end = psn.next();
-            if qp.sent_end.distance(end) > 0 {
-                qp.sent_end = end;
+            if qp.req.sent_end.distance(end) > 0 {
+                qp.req.sent_end = end;
             }
             sent_any = true;
         }
         if blocked {
             break;
         }
-        qp.next_send += 1;
+        qp.req.next_send += 1;
     }
     if sent_any {
         arm_rto(qp, now);
     }
 }
 
-/// The BTH of a request packet (the default partition, no migration, no congestion
-/// marks); UC and UD sends use it with `ack_req` false.
-pub(crate) fn bth(opcode: Opcode, dest_qpn: u32, psn: Psn, ack_req: bool, se: bool) -> BthRepr {
-    BthRepr {
-        opcode,
-        se,
-        migreq: false,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: rnic_wire::Qpn::new(dest_qpn),
-        ack_req,
-        psn,
-    }
-}
-
 /// Starts (or restarts) the local ACK timer if packets are unacknowledged
 /// (IBA 9.7.6.1.3: 4.096 us * 2^timeout; timeout 0 means never).
 fn arm_rto(qp: &mut Qp, now: Time) {
-    if qp.una == qp.sent_end {
-        qp.rto_deadline = None;
+    if qp.req.una == qp.req.sent_end {
+        qp.req.rto_deadline = None;
         return;
     }
-    qp.rto_deadline = local_ack_timeout_ns(qp.attr.timeout).map(|d| now.saturating_add(d));
+    qp.req.rto_deadline = local_ack_timeout_ns(qp.attr.timeout).map(|d| now.saturating_add(d));
 }
 
 /// Handles an ACK, a NAK, an RDMA READ response or an ATOMIC ACK.
-pub(crate) fn handle_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, repr: &RoceRepr, payload: &[u8]) {
-    let counters = e.counters.clone();
-    let Some(qp) = e.qp_mut(qpn) else { return };
+pub(crate) fn handle_response(qp: &mut Qp, cx: &mut Ctx, now: Time, repr: &RoceRepr, payload: &[u8]) {
     if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
         return;
     }
     let psn = repr.bth.psn;
     // IBA 9.7.5.1.1: a response for a PSN never sent (beyond the highest sent) is a
     // ghost and ignored; one older than the oldest outstanding is a duplicate.
-    let ahead = qp.sent_end.distance(psn);
-    let behind = qp.una.distance(psn);
+    let ahead = qp.req.sent_end.distance(psn);
+    let behind = qp.req.una.distance(psn);
     if ahead >= 0 {
-        counters.ghost_acks.fetch_add(1, Ordering::Relaxed);
+        cx.counters.ghost_acks.fetch_add(1, Ordering::Relaxed);
         return;
     }
     if behind < -1 || (behind == -1 && !matches!(repr.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_)))) {
@@ -288,74 +173,65 @@ pub(crate) fn handle_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, re
     }
     let info = repr.bth.opcode.info().expect("checked packet");
     match info.operation {
-        Operation::RdmaReadResponse => read_response(e, now, qpn, repr, payload),
+        Operation::RdmaReadResponse => read_response(qp, cx, now, repr, payload),
         Operation::Acknowledge => {
             let Some(aeth) = repr.ext.aeth else { return };
-            ack(e, now, qpn, psn, aeth);
+            ack(qp, cx, now, psn, aeth);
         }
-        Operation::AtomicAcknowledge => atomic_response(e, now, qpn, repr),
+        Operation::AtomicAcknowledge => atomic_response(qp, cx, now, repr),
         _ => {
-            counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            cx.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
-fn ack(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, psn: Psn, aeth: AethRepr) {
-    let counters = e.counters.clone();
+fn ack(qp: &mut Qp, cx: &mut Ctx, now: Time, psn: Psn, aeth: AethRepr) {
     match aeth.syndrome {
         Syndrome::Ack { .. } => {
-            acknowledge_through(e, now, qpn, psn);
+            acknowledge_through(qp, cx, now, psn);
         }
         Syndrome::RnrNak { timer } => {
-            counters.rcvd_rnr_err.fetch_add(1, Ordering::Relaxed);
+            cx.counters.rcvd_rnr_err.fetch_add(1, Ordering::Relaxed);
             // The NAK implicitly acknowledges everything before its PSN (IBA 9.7.5.1.3).
-            acknowledge_through(e, now, qpn, psn.sub(1));
-            let Some(qp) = e.qp_mut(qpn) else { return };
-            if qp.rnr_left == 0 {
-                counters.retry_rnr_exceeded_err.fetch_add(1, Ordering::Relaxed);
-                fail_front(e, qpn, WcStatus::RnrRetryExcErr);
+            acknowledge_through(qp, cx, now, psn.sub(1));
+            if qp.req.rnr_left == 0 {
+                cx.counters.retry_rnr_exceeded_err.fetch_add(1, Ordering::Relaxed);
+                fail_front(qp, cx, WcStatus::RnrRetryExcErr);
                 return;
             }
             if qp.attr.rnr_retry != RNR_RETRY_INFINITE {
-                qp.rnr_left -= 1;
+                qp.req.rnr_left -= 1;
             }
-            qp.rnr_deadline = Some(now.saturating_add(rnr_timer_ns(timer)));
-            qp.rto_deadline = None;
+            qp.req.rnr_deadline = Some(now.saturating_add(rnr_timer_ns(timer)));
+            qp.req.rto_deadline = None;
             rewind(qp, psn);
         }
         Syndrome::Nak(NakCode::PsnSequenceError) => {
-            counters.rcvd_seq_err.fetch_add(1, Ordering::Relaxed);
+            cx.counters.rcvd_seq_err.fetch_add(1, Ordering::Relaxed);
             // The NAK implicitly acknowledges everything before its PSN (IBA 9.7.5.1.3),
             // then go back N from that PSN.
-            acknowledge_through(e, now, qpn, psn.sub(1));
-            start_retry(e, now, qpn, Some(psn), false);
+            acknowledge_through(qp, cx, now, psn.sub(1));
+            start_retry(qp, cx, now, Some(psn), false);
         }
         Syndrome::Nak(code) => {
-            counters.rcvd_nak_err.fetch_add(1, Ordering::Relaxed);
-            acknowledge_through(e, now, qpn, psn.sub(1));
-            let status = match code {
-                NakCode::InvalidRequest => WcStatus::RemInvReqErr,
-                NakCode::RemoteAccessError => WcStatus::RemAccessErr,
-                NakCode::RemoteOperationalError => WcStatus::RemOpErr,
-                _ => WcStatus::BadRespErr,
-            };
-            fail_front(e, qpn, status);
+            cx.counters.rcvd_nak_err.fetch_add(1, Ordering::Relaxed);
+            acknowledge_through(qp, cx, now, psn.sub(1));
+            fail_front(qp, cx, super::refusal::nak_status(code));
         }
         Syndrome::Reserved(_) => {
-            counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            cx.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
 /// Everything up to and including `psn` is acknowledged: retire the WQEs it covers.
-fn acknowledge_through(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, psn: Psn) {
-    let Some(qp) = e.qp_mut(qpn) else { return };
+fn acknowledge_through(qp: &mut Qp, cx: &mut Ctx, now: Time, psn: Psn) {
     let mut new_una = psn.next();
     // A READ or atomic is finished only by its responses, never by a later ACK: the
     // acknowledged point stops at its first missing response. An acknowledgement beyond
     // it means those responses were lost: ask again from there (IBA 9.7.5.1.5; rxe
     // check_psn returns ERROR_RETRY and does not move past the READ).
-    let gap = qp.sq.iter().find(|f| f.is_read() && f.read_got < f.npkts).map(|f| f.first_psn.add(f.read_got));
+    let gap = qp.req.sq.iter().find(|f| f.is_read() && f.read_got < f.npkts).map(|f| f.first_psn.add(f.read_got));
     let mut missing = None;
     if let Some(g) = gap {
         if g.distance(new_una) > 0 {
@@ -364,36 +240,34 @@ fn acknowledge_through(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, psn: Psn)
         }
     }
     // Only move forward, and never beyond what was sent.
-    if qp.una.distance(new_una) > 0 && new_una.distance(qp.sent_end) >= 0 {
-        qp.una = new_una;
+    if qp.req.una.distance(new_una) > 0 && new_una.distance(qp.req.sent_end) >= 0 {
+        qp.req.una = new_una;
         // Forward progress: the retry counters start over (rxe reset_retry_counters).
-        qp.started_retry = false;
-        qp.retry_left = qp.attr.retry_cnt;
+        qp.req.started_retry = false;
+        qp.req.retry_left = qp.attr.retry_cnt;
         if qp.attr.rnr_retry != RNR_RETRY_INFINITE {
-            qp.rnr_left = qp.attr.rnr_retry;
+            qp.req.rnr_left = qp.attr.rnr_retry;
         }
     }
-    retire(e, now, qpn);
+    retire(qp, cx, now);
     if let Some(psn) = missing {
-        start_retry(e, now, qpn, Some(psn), false);
+        start_retry(qp, cx, now, Some(psn), false);
     }
 }
 
 /// Completes what is finished at the front of the send queue (after a local operation
 /// was queued).
-pub(crate) fn retire_done(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
-    retire(e, now, qpn);
+pub(crate) fn retire_done(qp: &mut Qp, cx: &mut Ctx, now: Time) {
+    retire(qp, cx, now);
 }
 
 /// Completes WQEs from the front of the send queue while they are finished.
-fn retire(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
-    loop {
-        let Some(qp) = e.qp_mut(qpn) else { return };
-        let Some(f) = qp.sq.front() else { break };
+fn retire(qp: &mut Qp, cx: &mut Ctx, now: Time) {
+    while let Some(f) = qp.req.sq.front() {
         if let Some(status) = f.local_err {
             // A failed local operation reached the front: it completes in error and the
             // QP enters the error state (rxe: LOC_QP_OP_ERR for a failed LOCAL_INV).
-            fail_front(e, qpn, status);
+            fail_front(qp, cx, status);
             return;
         }
         let done = if f.npkts == 0 {
@@ -401,19 +275,19 @@ fn retire(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
         } else if f.is_read() {
             f.read_got == f.npkts
         } else {
-            qp.una.distance(f.last_psn()) < 0
+            qp.req.una.distance(f.last_psn()) < 0
         };
         if !done {
             break;
         }
-        let f = qp.sq.pop_front().expect("front exists");
-        qp.next_send = qp.next_send.saturating_sub(1);
+        let f = qp.req.sq.pop_front().expect("front exists");
+        qp.req.next_send = qp.req.next_send.saturating_sub(1);
         if f.is_read() {
-            qp.reads_outstanding = qp.reads_outstanding.saturating_sub(1);
+            qp.req.reads_outstanding = qp.req.reads_outstanding.saturating_sub(1);
             // Its last response acknowledges it through its last PSN.
             let end = f.last_psn().next();
-            if qp.una.distance(end) > 0 {
-                qp.una = end;
+            if qp.req.una.distance(end) > 0 {
+                qp.req.una = end;
             }
         }
         qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
@@ -422,36 +296,32 @@ fn retire(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
             let wc = WorkCompletion {
                 byte_len: u32::try_from(byte_len).unwrap_or(u32::MAX),
                 src_qp: qp.attr.dest_qpn,
-                ..WorkCompletion::new(f.wqe.wr_id, WcStatus::Success, f.wqe.op.wc_opcode(), qpn.value())
+                ..WorkCompletion::new(f.wqe.wr_id, WcStatus::Success, f.wqe.op.wc_opcode(), qp.qpn().value())
             };
-            let cq = qp.send_cq.clone();
-            e.push_wc(&cq, qpn, wc, false);
+            cx.push_wc(qp, CqSide::Send, wc, false);
         }
     }
-    if let Some(qp) = e.qp_mut(qpn) {
-        arm_rto(qp, now);
-    }
-    transmit(e, now, qpn);
+    arm_rto(qp, now);
+    transmit(qp, cx, now);
 }
 
 /// The front WQE fails with `status`; the QP enters the error state and the rest is
 /// flushed (IBA 9.9.2: NAKs other than sequence errors and RNR are fatal to the QP).
-fn fail_front(e: &mut Engine, qpn: rnic_wire::Qpn, status: WcStatus) {
-    let Some(qp) = e.qp_mut(qpn) else { return };
-    let first = qp.sq.pop_front().map(|f| {
+fn fail_front(qp: &mut Qp, cx: &mut Ctx, status: WcStatus) {
+    let first = qp.req.sq.pop_front().map(|f| {
         qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
         WorkCompletion {
             src_qp: qp.attr.dest_qpn,
-            ..WorkCompletion::new(f.wqe.wr_id, status, f.wqe.op.wc_opcode(), qpn.value())
+            ..WorkCompletion::new(f.wqe.wr_id, status, f.wqe.op.wc_opcode(), qp.qpn().value())
         }
     });
-    e.enter_error(qpn, first);
+    cx.enter_error(qp, first);
 }
 
 /// Go back N: the next transmission restarts at `psn` (IBA 9.7.5.1.1).
 pub(crate) fn rewind(qp: &mut Qp, psn: Psn) {
     let mut found = None;
-    for (i, f) in qp.sq.iter_mut().enumerate() {
+    for (i, f) in qp.req.sq.iter_mut().enumerate() {
         if f.is_read() && f.read_got == f.npkts {
             // Every response is in: nothing to ask again (it retires in order).
             if found.is_none() && f.contains(psn) {
@@ -461,7 +331,7 @@ pub(crate) fn rewind(qp: &mut Qp, psn: Psn) {
         }
         if found.is_some() {
             if f.is_read() && f.sent > 0 {
-                qp.reads_outstanding = qp.reads_outstanding.saturating_sub(1);
+                qp.req.reads_outstanding = qp.req.reads_outstanding.saturating_sub(1);
             }
             f.sent = 0;
             continue;
@@ -470,7 +340,7 @@ pub(crate) fn rewind(qp: &mut Qp, psn: Psn) {
             found = Some(i);
             if f.is_read() {
                 if f.sent > 0 {
-                    qp.reads_outstanding = qp.reads_outstanding.saturating_sub(1);
+                    qp.req.reads_outstanding = qp.req.reads_outstanding.saturating_sub(1);
                 }
                 f.sent = 0;
             } else {
@@ -480,35 +350,33 @@ pub(crate) fn rewind(qp: &mut Qp, psn: Psn) {
         }
     }
     if let Some(i) = found {
-        qp.next_send = i;
+        qp.req.next_send = i;
     }
 }
 
-fn read_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, repr: &RoceRepr, payload: &[u8]) {
-    let counters = e.counters.clone();
-    let Some(qp) = e.qp_mut(qpn) else { return };
+fn read_response(qp: &mut Qp, cx: &mut Ctx, now: Time, repr: &RoceRepr, payload: &[u8]) {
     let psn = repr.bth.psn;
     let mtu = qp.mtu;
     // The response belongs to the oldest READ whose range holds the PSN.
-    let Some(idx) = qp.sq.iter().position(|f| f.is_read() && f.contains(psn)) else {
-        counters.ghost_acks.fetch_add(1, Ordering::Relaxed);
+    let Some(idx) = qp.req.sq.iter().position(|f| f.is_read() && f.contains(psn)) else {
+        cx.counters.ghost_acks.fetch_add(1, Ordering::Relaxed);
         return;
     };
-    let f = &mut qp.sq[idx];
+    let f = &mut qp.req.sq[idx];
     let expected = f.first_psn.add(f.read_got);
     if psn != expected {
         // A response beyond the expected one: the responses in between were lost. Ask
         // again from `expected` at once (IBA 9.7.5.1.5; rxe check_psn: ERROR_RETRY), once
         // per gap; an older one is a duplicate and is dropped.
         if expected.distance(psn) > 0 {
-            start_retry(e, now, qpn, Some(expected), false);
+            start_retry(qp, cx, now, Some(expected), false);
         }
         return;
     }
     let pos = repr.bth.opcode.info().map(|i| i.position);
     if f.wqe.op.is_atomic() {
         // IBA 9.9.2.3: an atomic is answered by an ATOMIC ACKNOWLEDGE only.
-        fail_front(e, qpn, WcStatus::BadRespErr);
+        fail_front(qp, cx, WcStatus::BadRespErr);
         return;
     }
     let k = f.read_got;
@@ -524,64 +392,61 @@ fn read_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, repr: &RoceRepr
     if !pos_ok || payload.len() != want || (want > 0 && !f.wqe.data.scatter(offset, payload)) {
         // IBA 9.9.2.3: an unexpected response is a fatal BAD_RESP_ERR.
         let _ = f;
-        fail_front(e, qpn, WcStatus::BadRespErr);
+        fail_front(qp, cx, WcStatus::BadRespErr);
         return;
     }
     f.read_got += 1;
     // A read response implicitly acknowledges every earlier PSN (IBA 9.7.5.1.2).
-    acknowledge_through(e, now, qpn, psn);
+    acknowledge_through(qp, cx, now, psn);
 }
 
 /// An ATOMIC ACKNOWLEDGE: the original value goes into the atomic's result buffer and,
 /// like a READ response, it implicitly acknowledges every earlier PSN (IBA 9.7.5.1.2).
-fn atomic_response(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, repr: &RoceRepr) {
-    let counters = e.counters.clone();
+fn atomic_response(qp: &mut Qp, cx: &mut Ctx, now: Time, repr: &RoceRepr) {
     let psn = repr.bth.psn;
     let (Some(aeth), Some(orig)) = (repr.ext.aeth, repr.ext.atomic_ack_eth) else {
-        counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+        cx.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
         return;
     };
     if !matches!(aeth.syndrome, Syndrome::Ack { .. }) {
         // Not an acknowledgement after all: handle the syndrome as an ACK packet's.
-        ack(e, now, qpn, psn, aeth);
+        ack(qp, cx, now, psn, aeth);
         return;
     }
-    let Some(qp) = e.qp_mut(qpn) else { return };
-    let Some(idx) = qp.sq.iter().position(|f| f.is_read() && f.contains(psn)) else {
-        counters.ghost_acks.fetch_add(1, Ordering::Relaxed);
+    let Some(idx) = qp.req.sq.iter().position(|f| f.is_read() && f.contains(psn)) else {
+        cx.counters.ghost_acks.fetch_add(1, Ordering::Relaxed);
         return;
     };
-    let f = &mut qp.sq[idx];
+    let f = &mut qp.req.sq[idx];
     if !f.wqe.op.is_atomic() {
         // IBA 9.9.2.3: an ATOMIC ACKNOWLEDGE for a READ / ATOMIC WRITE / FLUSH is unexpected.
-        fail_front(e, qpn, WcStatus::BadRespErr);
+        fail_front(qp, cx, WcStatus::BadRespErr);
         return;
     }
     if f.read_got == 0 {
         // Host byte order: the value the target's CPU saw (verbs hands back a uint64_t).
         if !f.wqe.data.scatter(0, &orig.orig_remote_data.to_ne_bytes()) {
-            fail_front(e, qpn, WcStatus::LocLenErr);
+            fail_front(qp, cx, WcStatus::LocLenErr);
             return;
         }
         f.read_got = 1;
     }
-    acknowledge_through(e, now, qpn, psn);
+    acknowledge_through(qp, cx, now, psn);
 }
 
 /// A timer fired: retransmit (local ACK timeout) or resume after an RNR wait.
-pub(crate) fn on_timer(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
-    let Some(qp) = e.qp_mut(qpn) else { return };
-    if qp.rnr_deadline.is_some_and(|t| t <= now) {
-        qp.rnr_deadline = None;
-        transmit(e, now, qpn);
+pub(crate) fn on_timer(qp: &mut Qp, cx: &mut Ctx, now: Time) {
+    if qp.req.rnr_deadline.is_some_and(|t| t <= now) {
+        qp.req.rnr_deadline = None;
+        transmit(qp, cx, now);
         return;
     }
-    if qp.rto_deadline.is_some_and(|t| t <= now) {
-        qp.rto_deadline = None;
-        if qp.una == qp.sent_end {
+    if qp.req.rto_deadline.is_some_and(|t| t <= now) {
+        qp.req.rto_deadline = None;
+        if qp.req.una == qp.req.sent_end {
             return;
         }
-        start_retry(e, now, qpn, None, true);
+        start_retry(qp, cx, now, None, true);
     }
 }
 
@@ -590,34 +455,25 @@ pub(crate) fn on_timer(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn) {
 /// and the QP enters the error state (IBA 9.7.6.1.3, C9-141). As rxe (`started_retry`),
 /// a NAK or a gap seen while a retry is already under way starts no second one: only
 /// forward progress (which resets the counters) or a timeout does.
-fn start_retry(e: &mut Engine, now: Time, qpn: rnic_wire::Qpn, from: Option<Psn>, timeout: bool) {
-    let counters = e.counters.clone();
-    let Some(qp) = e.qp_mut(qpn) else { return };
-    if qp.sq.is_empty() || (qp.una == qp.sent_end && qp.sq.front().is_some_and(|f| f.sent == 0)) {
+fn start_retry(qp: &mut Qp, cx: &mut Ctx, now: Time, from: Option<Psn>, timeout: bool) {
+    if qp.req.sq.is_empty() || (qp.req.una == qp.req.sent_end && qp.req.sq.front().is_some_and(|f| f.sent == 0)) {
         return; // Nothing outstanding.
     }
-    if qp.started_retry && !timeout {
+    if qp.req.started_retry && !timeout {
         return;
     }
-    if qp.retry_left == 0 {
-        counters.retry_exceeded_err.fetch_add(1, Ordering::Relaxed);
-        fail_front(e, qpn, WcStatus::RetryExcErr);
+    if qp.req.retry_left == 0 {
+        cx.counters.retry_exceeded_err.fetch_add(1, Ordering::Relaxed);
+        fail_front(qp, cx, WcStatus::RetryExcErr);
         return;
     }
-    qp.retry_left -= 1;
-    qp.started_retry = true;
-    counters.completer_retry_err.fetch_add(1, Ordering::Relaxed);
-    let at = from.unwrap_or(qp.una);
+    qp.req.retry_left -= 1;
+    qp.req.started_retry = true;
+    cx.counters.completer_retry_err.fetch_add(1, Ordering::Relaxed);
+    let at = from.unwrap_or(qp.req.una);
     rewind(qp, at);
-    transmit(e, now, qpn);
-    if let Some(qp) = e.qp_mut(qpn) {
-        if qp.rto_deadline.is_none() {
-            arm_rto(qp, now);
-        }
+    transmit(qp, cx, now);
+    if qp.req.rto_deadline.is_none() {
+        arm_rto(qp, now);
     }
-}
-
-/// Builds the AETH of an ACK for a responder (credit field "invalid", as rxe sends).
-pub(crate) fn ack_aeth(msn: u32) -> AethRepr {
-    AethRepr { syndrome: Syndrome::Ack { credits: CREDITS_INVALID }, msn }
 }

@@ -1,199 +1,204 @@
-//! The RC responder: a pipeline of checks, each failure mapped to its NAK in one place
-//! (after rxe's `rxe_resp.c`).
+//! The responder of RC and UC QPs: one pipeline of checks (after rxe's `rxe_resp.c`,
+//! which serves both), each check its own function, each failure a [`Refusal`] whose
+//! meaning lives in `refusal.rs`.
 //!
 //! ```text
-//! PSN -> opcode sequence -> opcode valid for the QP -> receive WQE available
+//! PSN -> opcode sequence -> opcode valid for the QP -> resources (receive WQE, READ slot)
 //!     -> length -> R_Key / PD / bounds / access -> execute -> complete -> acknowledge
 //! ```
+//!
+//! The two transports differ where rxe's do: in the PSN check (RC: sequence NAK once or
+//! duplicate; UC: resynchronise on the next FIRST or ONLY) and in what a failed check does
+//! (`fail`). RC NAKs (`nak`; every refusal but RNR puts the QP in the error state). UC
+//! drops the whole message silently (IBA 9.9.3 class D, rxe `resp.drop_msg`): once a
+//! packet is lost, out of sequence or bad, every packet up to the next FIRST or ONLY is
+//! discarded; a SEND dropped part-way gives its receive WQE back to the head of the
+//! receive queue for the next message (rxe `do_class_d1e_error`); RDMA WRITE data already
+//! placed stays placed, as IBA allows. The UC sender is never told, and UC is never
+//! acknowledged. UD keeps its own small responder (`ud.rs`).
+//!
+//! The QP's state (RTR, RTS or SQD) was checked once, by `Engine::handle_packet`.
 
+use super::ctx::{CqSide, Ctx, Time};
+use super::out::ZERO_COPY_MIN;
+use super::packet::{ack_aeth, ack_repr, packets_for, position, rd_atomic_reply, read_response, segment};
 use super::qp::{InProgress, Qp, ReadResource, ResourceKind};
 use super::rd_atomic;
-use super::requester::{ack_aeth, packets_for};
-use super::{Engine, Time};
-use crate::mr::{AccessError, AccessFlags};
-use crate::qp_state::QpState;
+use super::refusal::Refusal;
+use crate::counters::Counters;
+use crate::mr::{AccessFlags, MrSlice, Mtpt};
+use crate::qp_state::{QpState, QpType};
 use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use rnic_wire::aeth::{AethRepr, NakCode, Syndrome};
-use rnic_wire::bth::BthRepr;
 use rnic_wire::opcode::{Operation, Position};
-use rnic_wire::roce::{ExtHeaders, RoceRepr};
-use rnic_wire::{Opcode, Psn, Qpn};
+use rnic_wire::roce::RoceRepr;
+use rnic_wire::{OpcodeInfo, Psn};
 use std::sync::atomic::Ordering;
-
-/// Why the responder refused a request: the one place where check failures become NAKs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Refusal {
-    /// Opcode out of sequence, unsupported, or a length error (NAK invalid request).
-    InvalidRequest,
-    /// The receive buffers are too small for the SEND: the receive WQE completes with
-    /// LOC_LEN_ERR and the requester gets NAK invalid request (rxe RESPST_ERR_LENGTH).
-    LengthError,
-    /// R_Key, PD, access right or bounds (NAK remote access error).
-    RemoteAccess(Option<AccessError>),
-    /// The responder could not carry it out (NAK remote operational error).
-    RemoteOperational,
-    /// No receive WQE: RNR NAK; the QP stays usable.
-    Rnr,
-    /// The R_Key of a SEND with Invalidate names no region of the QP's PD: the receive
-    /// WQE completes with REM_INV_REQ_ERR (rxe `RESPST_ERR_INVALIDATE_RKEY`, class J) and
-    /// the requester gets NAK invalid request.
-    InvalidateRkey,
-}
-
-impl Refusal {
-    fn syndrome(self, min_rnr_timer: u8) -> Syndrome {
-        match self {
-            Refusal::InvalidRequest | Refusal::LengthError | Refusal::InvalidateRkey => {
-                Syndrome::Nak(NakCode::InvalidRequest)
-            }
-            Refusal::RemoteAccess(_) => Syndrome::Nak(NakCode::RemoteAccessError),
-            Refusal::RemoteOperational => Syndrome::Nak(NakCode::RemoteOperationalError),
-            Refusal::Rnr => Syndrome::RnrNak { timer: min_rnr_timer },
-        }
-    }
-}
-
-/// The BTH of a response (ACK/NAK, READ response, atomic acknowledgement) to `dest_qp`.
-pub(super) fn response_bth(opcode: Opcode, dest_qp: Qpn, psn: Psn) -> BthRepr {
-    BthRepr { opcode, se: false, migreq: false, pkey: 0xffff, fecn: false, becn: false, dest_qp, ack_req: false, psn }
-}
 
 /// Sends a NAK now, after the acknowledgement the QP may hold (so the peer sees them in
 /// PSN order).
-fn send_ack(e: &mut Engine, qpn: Qpn, psn: Psn, aeth: AethRepr) {
-    flush_ack(e, qpn);
-    emit_ack(e, qpn, psn, aeth);
+fn send_ack(qp: &mut Qp, cx: &mut Ctx, psn: Psn, aeth: AethRepr) {
+    flush_ack(qp, cx);
+    emit_ack(qp, cx, psn, aeth);
 }
 
-fn emit_ack(e: &mut Engine, qpn: Qpn, psn: Psn, aeth: AethRepr) {
-    let counters = e.counters.clone();
-    let Some(qp) = e.qp_mut(qpn) else { return };
+fn emit_ack(qp: &mut Qp, cx: &mut Ctx, psn: Psn, aeth: AethRepr) {
     let Some(dst) = qp.attr.remote_ip else { return };
-    let repr = RoceRepr {
-        bth: response_bth(Opcode::RC_ACKNOWLEDGE, qp.dest_qpn(), psn),
-        ext: ExtHeaders { aeth: Some(aeth), ..ExtHeaders::default() },
-        payload_len: 0,
-    };
-    let sport = qp.src_port;
-    e.out.emit(&counters, dst, sport, &repr, |_| {});
+    let repr = ack_repr(qp.dest_qpn(), psn, aeth);
+    cx.out.emit(&cx.counters, dst, qp.src_port, &repr, |_| {});
 }
 
 /// Sends the ACK the QP holds, if any. IBA 9.7.5.1.1 lets a responder coalesce: one ACK
 /// for PSN n acknowledges every request up to n, so a burst of AckReq packets handled
 /// together is answered once, for the newest.
-pub(crate) fn flush_ack(e: &mut Engine, qpn: Qpn) {
-    let Some(qp) = e.qp_mut(qpn) else { return };
-    let Some((psn, aeth)) = qp.pending_ack.take() else { return };
+pub(crate) fn flush_ack(qp: &mut Qp, cx: &mut Ctx) {
+    let Some((psn, aeth)) = qp.resp.pending_ack.take() else { return };
     if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Err) {
         return;
     }
-    emit_ack(e, qpn, psn, aeth);
+    emit_ack(qp, cx, psn, aeth);
 }
 
-/// Handles a request packet for `qpn`.
-pub(crate) fn handle_request(e: &mut Engine, now: Time, qpn: Qpn, repr: &RoceRepr, payload: &[u8]) {
-    let counters = e.counters.clone();
-    let Some(qp) = e.qp_mut(qpn) else { return };
-    // IBA 10.3.1: a QP receives in RTR, RTS and SQD.
-    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
-        counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    if qp.halted {
+/// Handles an RC or UC request packet.
+pub(crate) fn handle_request(qp: &mut Qp, cx: &mut Ctx, now: Time, repr: &RoceRepr, payload: &[u8]) {
+    let Some(info) = repr.bth.opcode.info() else { return };
+    if qp.resp.halted {
         // A refusal is waiting for READ responses to drain; later requests are void.
         return;
     }
-    let info = repr.bth.opcode.info().expect("checked packet");
-    let psn = repr.bth.psn;
-
-    // 1. PSN (IBA 9.7.5.1): ahead -> sequence NAK once; behind -> duplicate.
-    let d = qp.epsn.distance(psn);
-    if d > 0 {
-        counters.out_of_seq_request.fetch_add(1, Ordering::Relaxed);
-        if !qp.nak_seq_sent {
-            qp.nak_seq_sent = true;
-            let (epsn, msn) = (qp.epsn, qp.msn);
-            // IBA C9-?: the NAK carries the expected PSN.
-            e.defer_ack(qpn, epsn, AethRepr { syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn });
+    let uc = qp.shared.qp_type == QpType::Uc;
+    if uc {
+        if !check_psn_uc(qp, &cx.counters, info, repr.bth.psn) {
+            return;
         }
-        return;
+    } else {
+        if !check_psn(qp, cx, now, repr, info) {
+            return;
+        }
+        // RC takes an SRQ's WQE as soon as the PSN is the expected one.
+        take_srq_wqe(qp, info);
+    }
+    match checks(qp, cx, repr, info, payload, uc) {
+        Ok(done) => complete(qp, cx, repr, info, done, uc),
+        Err(refusal) => fail(qp, cx, repr.bth.psn, refusal, uc),
+    }
+}
+
+/// Checks 2 to 6 and execution (7). Nothing is written unless every check passed.
+fn checks(
+    qp: &mut Qp,
+    cx: &Ctx,
+    repr: &RoceRepr,
+    info: &OpcodeInfo,
+    payload: &[u8],
+    uc: bool,
+) -> Result<Done, Refusal> {
+    check_op_seq(qp, &cx.counters, info, uc)?;
+    if uc {
+        // UC takes an SRQ's WQE once the packet continues or starts a message.
+        take_srq_wqe(qp, info);
+    }
+    check_op_valid(qp, repr, info)?;
+    check_resources(qp, info, uc)?;
+    check_length(qp, info, payload)?;
+    execute(qp, &cx.mtpt, repr, info, payload)
+}
+
+/// What a failed check does: RC NAKs, UC drops the message.
+fn fail(qp: &mut Qp, cx: &mut Ctx, psn: Psn, refusal: Refusal, uc: bool) {
+    if uc {
+        drop_message(qp, &cx.counters);
+    } else {
+        nak(qp, cx, psn, refusal);
+    }
+}
+
+/// Check 1: PSN, RC (IBA 9.7.5.1, rxe `check_psn`): ahead -> sequence NAK once; behind ->
+/// duplicate. True when the packet is the expected one.
+fn check_psn(qp: &mut Qp, cx: &mut Ctx, now: Time, repr: &RoceRepr, info: &OpcodeInfo) -> bool {
+    let psn = repr.bth.psn;
+    let d = qp.resp.epsn.distance(psn);
+    if d > 0 {
+        cx.counters.out_of_seq_request.fetch_add(1, Ordering::Relaxed);
+        if !qp.resp.nak_seq_sent {
+            qp.resp.nak_seq_sent = true;
+            let (epsn, msn) = (qp.resp.epsn, qp.resp.msn);
+            // The NAK carries the expected PSN (rxe `rxe_responder`, ERR_PSN_OUT_OF_SEQ:
+            // class B, `send_ack(.., qp->resp.psn)`).
+            cx.defer_ack(qp, epsn, AethRepr { syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn });
+        }
+        return false;
     }
     if d < 0 {
-        counters.duplicate_request.fetch_add(1, Ordering::Relaxed);
-        duplicate(e, now, qpn, repr);
-        return;
+        cx.counters.duplicate_request.fetch_add(1, Ordering::Relaxed);
+        duplicate(qp, cx, now, repr, info);
+        return false;
     }
-    qp.nak_seq_sent = false;
-    take_srq_wqe(qp, info);
-
-    match check_and_execute(qp, repr, payload) {
-        Ok(done) => finish(e, qpn, repr, info, done),
-        Err(refusal) => refuse(e, qpn, psn, refusal),
-    }
+    qp.resp.nak_seq_sent = false;
+    true
 }
 
-/// A QP with a shared receive queue takes a WQE from it when a message that needs one
-/// starts and the QP holds none (rxe `get_srq_wqe`); the WQE is then the QP's, counted in
-/// its receive queue. Crossing the armed SRQ limit is noted for the engine's event.
-pub(super) fn take_srq_wqe(qp: &mut Qp, info: &rnic_wire::OpcodeInfo) {
-    let Some(srq) = &qp.shared.srq else { return };
-    if !info.consumes_rwqe || !qp.rq.is_empty() || matches!(qp.cur, Some(InProgress::Send { .. })) {
-        return;
+/// Check 1: PSN, UC (IBA 9.8.3.1, rxe `check_psn` for UC): after a gap, or while a message is
+/// being dropped, only a FIRST or ONLY packet is accepted, whatever its PSN: it
+/// resynchronises the responder. Anything else is dropped and keeps the message dropped.
+fn check_psn_uc(qp: &mut Qp, counters: &Counters, info: &OpcodeInfo, psn: Psn) -> bool {
+    if qp.resp.uc_drop || psn != qp.resp.epsn {
+        if !info.position.starts() {
+            drop_message(qp, counters);
+            return false;
+        }
+        qp.resp.uc_drop = false;
     }
-    if let Some((wqe, limit_hit)) = srq.take() {
-        qp.shared.rq_outstanding.fetch_add(1, Ordering::AcqRel);
-        qp.rq.push_back(wqe);
-        qp.srq_limit_hit |= limit_hit;
-    }
+    true
 }
 
-/// What executing a packet produced.
-struct Done {
-    /// A receive completion to queue.
-    wc: Option<WorkCompletion>,
-    /// A READ to answer.
-    read: Option<ReadResource>,
-}
-
-/// Checks 2 to 7 and execution. Nothing is written unless every check passed.
-fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Done, Refusal> {
-    let info = repr.bth.opcode.info().expect("checked packet");
-    let op = info.operation;
-    let pos = info.position;
-
-    // 2. Opcode sequence (IBA 9.8.3.1, rxe check_op_seq): MIDDLE/LAST only continue a
-    //    message of the same kind; FIRST/ONLY only start one.
-    let continuing = match qp.cur {
+/// Check 2: Opcode sequence (IBA 9.8.3.1, rxe `check_op_seq`): MIDDLE/LAST only continue a
+/// message of the same kind; FIRST/ONLY only start one. On UC a FIRST/ONLY while a
+/// message is in progress means that message's tail was lost: it is abandoned and the new
+/// one starts (where rxe also drops the new FIRST).
+fn check_op_seq(qp: &mut Qp, counters: &Counters, info: &OpcodeInfo, uc: bool) -> Result<(), Refusal> {
+    let continuing = match qp.resp.cur {
         Some(InProgress::Send { .. }) => Some(Operation::Send),
         Some(InProgress::Write { .. }) => Some(Operation::RdmaWrite),
         None => None,
     };
-    match (continuing, pos) {
-        (Some(kind), Position::Middle | Position::Last) if kind == op => {}
-        (None, Position::First | Position::Only) => {}
-        _ => return Err(Refusal::InvalidRequest),
+    match (continuing, info.position.starts()) {
+        (None, true) => Ok(()),
+        (Some(kind), false) if kind == info.operation => Ok(()),
+        (Some(_), true) if uc => {
+            abandon(qp, counters);
+            Ok(())
+        }
+        _ => Err(Refusal::InvalidRequest),
     }
+}
 
-    // 3. Opcode valid for this QP: the QP's remote access flags (IBA 10.2.?, rxe
-    //    check_op_valid) and the operations this device implements.
+/// Check 3: Opcode valid for this QP: the QP's remote access flags (rxe `check_op_valid`) and the operations this device implements.
+fn check_op_valid(qp: &Qp, repr: &RoceRepr, info: &OpcodeInfo) -> Result<(), Refusal> {
     let access = qp.attr.access;
-    match op {
-        Operation::Send => {}
-        Operation::RdmaWrite if access.contains(AccessFlags::REMOTE_WRITE) => {}
-        Operation::RdmaReadRequest if access.contains(AccessFlags::REMOTE_READ) => {}
-        Operation::CompareSwap | Operation::FetchAdd if access.contains(AccessFlags::REMOTE_ATOMIC) => {}
+    match info.operation {
+        Operation::Send => Ok(()),
+        Operation::RdmaWrite if access.contains(AccessFlags::REMOTE_WRITE) => Ok(()),
+        Operation::RdmaReadRequest if access.contains(AccessFlags::REMOTE_READ) => Ok(()),
+        Operation::CompareSwap | Operation::FetchAdd if access.contains(AccessFlags::REMOTE_ATOMIC) => Ok(()),
         // rxe: ATOMIC WRITE needs remote write; FLUSH the flush rights of its placement.
-        Operation::AtomicWrite if access.contains(AccessFlags::REMOTE_WRITE) => {}
+        Operation::AtomicWrite if access.contains(AccessFlags::REMOTE_WRITE) => Ok(()),
         Operation::Flush
-            if repr.ext.feth.is_some_and(|f| access.contains(rd_atomic::flush_access(f.placement_type))) => {}
-        _ => return Err(Refusal::InvalidRequest),
+            if repr.ext.feth.is_some_and(|f| access.contains(rd_atomic::flush_access(f.placement_type))) =>
+        {
+            Ok(())
+        }
+        _ => Err(Refusal::InvalidRequest),
     }
+}
 
-    // 4. Resources: a receive WQE for SEND FIRST/ONLY and WRITE with immediate.
-    if info.consumes_rwqe && op == Operation::Send && qp.rq.is_empty() {
-        return Err(Refusal::Rnr);
-    }
-    if info.consumes_rwqe && op == Operation::RdmaWrite && qp.rq.is_empty() {
+/// Check 4: Resources (rxe `check_resource`): a receive WQE for SEND FIRST/ONLY (none: RNR on
+/// RC, a drop on UC) and, on RC, for the packet of a WRITE with immediate (UC checks
+/// that one where it places the packet: `execute_write`); a slot for a READ or atomic.
+fn check_resources(qp: &mut Qp, info: &OpcodeInfo, uc: bool) -> Result<(), Refusal> {
+    let op = info.operation;
+    let needs_rwqe = info.consumes_rwqe && (op == Operation::Send || (op == Operation::RdmaWrite && !uc));
+    if needs_rwqe && qp.resp.rq.is_empty() {
         return Err(Refusal::Rnr);
     }
     let rd_atomic = matches!(
@@ -204,223 +209,270 @@ fn check_and_execute(qp: &mut Qp, repr: &RoceRepr, payload: &[u8]) -> Result<Don
             | Operation::AtomicWrite
             | Operation::Flush
     );
-    if rd_atomic && qp.reads.len() >= usize::from(qp.attr.max_dest_rd_atomic.max(1)) {
+    if rd_atomic && qp.resp.reads.len() >= usize::from(qp.attr.max_dest_rd_atomic.max(1)) {
         // More outstanding READs than negotiated: drop the oldest saved resource (it can
         // no longer be answered as a duplicate), as rxe reuses its resource ring.
-        qp.reads.pop_front();
+        qp.resp.reads.pop_front();
     }
+    Ok(())
+}
 
-    // 5. Length (IBA 9.7.4.1.?, C9-?): FIRST and MIDDLE carry exactly one MTU, LAST
-    //    between 1 and MTU, ONLY at most MTU.
+/// Check 5: Length (rxe `check_length`): FIRST and MIDDLE carry
+/// exactly one MTU, LAST between 1 and MTU, ONLY at most MTU. A READ request carries none.
+fn check_length(qp: &Qp, info: &OpcodeInfo, payload: &[u8]) -> Result<(), Refusal> {
     let mtu = qp.mtu;
-    let len_ok = match pos {
+    let len_ok = match info.position {
         Position::First | Position::Middle => payload.len() == mtu,
         Position::Last => !payload.is_empty() && payload.len() <= mtu,
         Position::Only => payload.len() <= mtu,
     };
-    if !len_ok && op != Operation::RdmaReadRequest {
+    if !len_ok && info.operation != Operation::RdmaReadRequest {
         return Err(Refusal::InvalidRequest);
     }
+    Ok(())
+}
 
-    match op {
-        Operation::Send => {
-            let offset = match &qp.cur {
-                Some(InProgress::Send { offset, .. }) => *offset,
-                _ => 0,
-            };
-            let rwqe_len = match &qp.cur {
-                Some(InProgress::Send { rwqe, .. }) => rwqe.len,
-                _ => qp.rq.front().map_or(0, |r| r.len),
-            };
-            if offset + payload.len() > rwqe_len {
-                return Err(Refusal::LengthError);
-            }
-            // 7. Execute: scatter into the receive buffers.
-            let cur = match qp.cur.take() {
-                Some(InProgress::Send { rwqe, offset }) => InProgress::Send { rwqe, offset },
-                _ => {
-                    let rwqe = qp.rq.pop_front().expect("checked above");
-                    InProgress::Send { rwqe, offset: 0 }
-                }
-            };
-            let InProgress::Send { rwqe, offset } = cur else { unreachable!() };
-            if !rwqe.data.scatter(offset, payload) {
-                qp.cur = Some(InProgress::Send { rwqe, offset });
-                return Err(Refusal::RemoteOperational);
-            }
-            let offset = offset + payload.len();
-            if pos.ends() {
-                if let Some(rkey) = repr.ext.ieth {
-                    // IBA 10.6.7 / rxe `invalidate_rkey`: after the data is placed, the
-                    // region named by the IETH becomes invalid.
-                    if qp.mtpt.invalidate_for(rkey, qp.shared.pd).is_err() {
-                        qp.cur = Some(InProgress::Send { rwqe, offset });
-                        return Err(Refusal::InvalidateRkey);
-                    }
-                }
-                let wc = WorkCompletion {
-                    byte_len: u32::try_from(offset).unwrap_or(u32::MAX),
-                    imm_data: repr.ext.imm_data.unwrap_or(0),
-                    src_qp: qp.attr.dest_qpn,
-                    wc_flags: WcFlags {
-                        with_imm: repr.ext.imm_data.is_some(),
-                        with_inv: repr.ext.ieth.is_some(),
-                        ..WcFlags::default()
-                    },
-                    invalidated_rkey: repr.ext.ieth.unwrap_or(0),
-                    ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn().value())
-                };
-                qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
-                Ok(Done { wc: Some(wc), read: None })
-            } else {
-                qp.cur = Some(InProgress::Send { rwqe, offset });
-                Ok(Done { wc: None, read: None })
-            }
-        }
-        Operation::RdmaWrite => {
-            let (target, offset, dma_len) = match qp.cur.take() {
-                Some(InProgress::Write { target, offset, dma_len }) => (target, offset, dma_len),
-                _ => {
-                    // 6. R_Key on the first packet (IBA C9-88: a zero-length WRITE is not
-                    //    checked).
-                    let reth = repr.ext.reth.expect("FIRST/ONLY WRITE carries a RETH");
-                    let dma_len = reth.dma_len as usize;
-                    let target = if dma_len == 0 {
-                        None
-                    } else {
-                        Some(
-                            e_check(qp, reth.rkey, reth.va, dma_len, AccessFlags::REMOTE_WRITE)
-                                .map_err(|a| Refusal::RemoteAccess(Some(a)))?,
-                        )
-                    };
-                    (target, 0, dma_len)
-                }
-            };
-            // 5 (cont.). The payload must stay inside the RETH's DMA length, and the last
-            // packet must end it exactly (rxe: resid must reach 0).
-            let end = offset + payload.len();
-            if end > dma_len || (pos.ends() && end != dma_len) {
-                qp.cur = None;
-                return Err(Refusal::InvalidRequest);
-            }
-            if let Some(t) = &target {
-                if !payload.is_empty() && t.write(offset, payload).is_err() {
-                    return Err(Refusal::RemoteOperational);
-                }
-            }
-            if pos.ends() {
-                let wc = if repr.ext.imm_data.is_some() {
-                    let rwqe = qp.rq.pop_front().expect("checked above");
-                    qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
-                    Some(WorkCompletion {
-                        byte_len: u32::try_from(dma_len).unwrap_or(u32::MAX),
-                        imm_data: repr.ext.imm_data.unwrap_or(0),
-                        src_qp: qp.attr.dest_qpn,
-                        wc_flags: WcFlags { with_imm: true, ..WcFlags::default() },
-                        ..WorkCompletion::new(
-                            rwqe.wr_id,
-                            WcStatus::Success,
-                            WcOpcode::RecvRdmaWithImm,
-                            qp.qpn().value(),
-                        )
-                    })
-                } else {
-                    None
-                };
-                Ok(Done { wc, read: None })
-            } else {
-                qp.cur = Some(InProgress::Write { target, offset: end, dma_len });
-                Ok(Done { wc: None, read: None })
-            }
-        }
-        Operation::RdmaReadRequest => {
-            let reth = repr.ext.reth.expect("READ carries a RETH");
-            let len = reth.dma_len as usize;
-            if len > 0 {
-                e_check(qp, reth.rkey, reth.va, len, AccessFlags::REMOTE_READ)
-                    .map_err(|a| Refusal::RemoteAccess(Some(a)))?;
-            }
-            let res = ReadResource {
-                psn: repr.bth.psn,
-                npkts: packets_for(len, mtu),
-                va: reth.va,
-                rkey: reth.rkey,
-                len,
-                next: 0,
-                kind: ResourceKind::Read,
-            };
-            Ok(Done { wc: None, read: Some(res) })
-        }
-        Operation::CompareSwap | Operation::FetchAdd => {
-            Ok(Done { wc: None, read: Some(rd_atomic::execute_atomic(qp, repr, op)?) })
-        }
-        Operation::AtomicWrite => {
-            Ok(Done { wc: None, read: Some(rd_atomic::execute_atomic_write(qp, repr, payload)?) })
-        }
-        Operation::Flush => Ok(Done { wc: None, read: Some(rd_atomic::execute_flush(qp, repr)?) }),
+/// What executing a packet produced.
+struct Done {
+    /// A receive completion to queue.
+    wc: Option<WorkCompletion>,
+    /// A READ to answer.
+    read: Option<ReadResource>,
+}
+
+/// Checks 6 and 7: R_Key checks and execution, per operation.
+fn execute(qp: &mut Qp, mtpt: &Mtpt, repr: &RoceRepr, info: &OpcodeInfo, payload: &[u8]) -> Result<Done, Refusal> {
+    let reply = |res| Ok(Done { wc: None, read: Some(res) });
+    match info.operation {
+        Operation::Send => Ok(Done { wc: execute_send(qp, mtpt, repr, info.position, payload)?, read: None }),
+        Operation::RdmaWrite => Ok(Done { wc: execute_write(qp, mtpt, repr, info.position, payload)?, read: None }),
+        Operation::RdmaReadRequest => reply(execute_read(qp, mtpt, repr)?),
+        op @ (Operation::CompareSwap | Operation::FetchAdd) => reply(rd_atomic::execute_atomic(qp, mtpt, repr, op)?),
+        Operation::AtomicWrite => reply(rd_atomic::execute_atomic_write(qp, mtpt, repr, payload)?),
+        Operation::Flush => reply(rd_atomic::execute_flush(qp, mtpt, repr)?),
         _ => Err(Refusal::InvalidRequest),
     }
 }
 
-fn e_check(qp: &Qp, rkey: u32, va: u64, len: usize, need: AccessFlags) -> Result<crate::mr::MrSlice, AccessError> {
-    qp.mtpt.check_remote(rkey, qp.shared.pd, va, len, need)
+/// SEND: the payload is scattered into the receive WQE the message took; the last packet
+/// completes it (after invalidating the IETH's region, IBA 10.6.7 / rxe
+/// `invalidate_rkey`). A receive buffer too small is a length error (rxe
+/// `RESPST_ERR_LENGTH`); the WQE stays the message's for `fail` to complete or give back.
+fn execute_send(
+    qp: &mut Qp,
+    mtpt: &Mtpt,
+    repr: &RoceRepr,
+    pos: Position,
+    payload: &[u8],
+) -> Result<Option<WorkCompletion>, Refusal> {
+    let (rwqe, offset) = match qp.resp.cur.take() {
+        Some(InProgress::Send { rwqe, offset }) => (rwqe, offset),
+        _ => (qp.resp.rq.pop_front().ok_or(Refusal::Rnr)?, 0),
+    };
+    if offset + payload.len() > rwqe.len {
+        qp.resp.cur = Some(InProgress::Send { rwqe, offset });
+        return Err(Refusal::LengthError);
+    }
+    if !rwqe.data.scatter(offset, payload) {
+        qp.resp.cur = Some(InProgress::Send { rwqe, offset });
+        return Err(Refusal::RemoteOperational);
+    }
+    let offset = offset + payload.len();
+    if !pos.ends() {
+        qp.resp.cur = Some(InProgress::Send { rwqe, offset });
+        return Ok(None);
+    }
+    if let Some(rkey) = repr.ext.ieth {
+        if mtpt.invalidate_for(rkey, qp.shared.pd).is_err() {
+            qp.resp.cur = Some(InProgress::Send { rwqe, offset });
+            return Err(Refusal::InvalidateRkey);
+        }
+    }
+    qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
+    Ok(Some(WorkCompletion {
+        byte_len: u32::try_from(offset).unwrap_or(u32::MAX),
+        imm_data: repr.ext.imm_data.unwrap_or(0),
+        src_qp: qp.attr.dest_qpn,
+        wc_flags: WcFlags {
+            with_imm: repr.ext.imm_data.is_some(),
+            with_inv: repr.ext.ieth.is_some(),
+            ..WcFlags::default()
+        },
+        invalidated_rkey: repr.ext.ieth.unwrap_or(0),
+        ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn().value())
+    }))
 }
 
-/// Step 8 and 9: completions, MSN, ePSN, acknowledgement, READ responses.
-fn finish(e: &mut Engine, qpn: Qpn, repr: &RoceRepr, info: &rnic_wire::OpcodeInfo, done: Done) {
-    let counters = e.counters.clone();
-    let Some(qp) = e.qp_mut(qpn) else { return };
+/// RDMA WRITE: the R_Key is checked on the first packet (IBA C9-88: a zero-length WRITE
+/// is not checked); every packet must stay inside the RETH's DMA length and the last must
+/// end it exactly (rxe: resid must reach 0); the immediate-carrying packet takes a receive
+/// WQE (rxe `RXE_RWR_MASK`) and completes it.
+fn execute_write(
+    qp: &mut Qp,
+    mtpt: &Mtpt,
+    repr: &RoceRepr,
+    pos: Position,
+    payload: &[u8],
+) -> Result<Option<WorkCompletion>, Refusal> {
+    let (target, offset, dma_len) = match qp.resp.cur.take() {
+        Some(InProgress::Write { target, offset, dma_len }) => (target, offset, dma_len),
+        _ => {
+            let reth = repr.ext.reth.ok_or(Refusal::InvalidRequest)?;
+            let dma_len = reth.dma_len as usize;
+            let target = if dma_len == 0 {
+                None
+            } else {
+                Some(remote(qp, mtpt, reth.rkey, reth.va, dma_len, AccessFlags::REMOTE_WRITE)?)
+            };
+            (target, 0, dma_len)
+        }
+    };
+    let end = offset + payload.len();
+    if end > dma_len || (pos.ends() && end != dma_len) {
+        return Err(Refusal::InvalidRequest);
+    }
+    // UC's receive-WQE check for a WRITE with immediate (RC's was `check_resources`):
+    // none, and the message is dropped; its earlier data stays.
+    if pos.ends() && repr.ext.imm_data.is_some() && qp.resp.rq.is_empty() {
+        return Err(Refusal::Rnr);
+    }
+    if let Some(t) = &target {
+        if !payload.is_empty() && t.write(offset, payload).is_err() {
+            return Err(Refusal::RemoteOperational);
+        }
+    }
+    if !pos.ends() {
+        qp.resp.cur = Some(InProgress::Write { target, offset: end, dma_len });
+        return Ok(None);
+    }
+    let Some(imm) = repr.ext.imm_data else { return Ok(None) };
+    let rwqe = qp.resp.rq.pop_front().ok_or(Refusal::Rnr)?;
+    qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
+    Ok(Some(WorkCompletion {
+        byte_len: u32::try_from(dma_len).unwrap_or(u32::MAX),
+        imm_data: imm,
+        src_qp: qp.attr.dest_qpn,
+        wc_flags: WcFlags { with_imm: true, ..WcFlags::default() },
+        ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, qp.qpn().value())
+    }))
+}
+
+/// RDMA READ request: the R_Key is checked now (a zero-length READ is not); the responses
+/// are paced out later from the saved resource (`pump_reads`).
+fn execute_read(qp: &Qp, mtpt: &Mtpt, repr: &RoceRepr) -> Result<ReadResource, Refusal> {
+    let reth = repr.ext.reth.ok_or(Refusal::InvalidRequest)?;
+    let len = reth.dma_len as usize;
+    if len > 0 {
+        remote(qp, mtpt, reth.rkey, reth.va, len, AccessFlags::REMOTE_READ)?;
+    }
+    Ok(ReadResource {
+        psn: repr.bth.psn,
+        npkts: packets_for(len, qp.mtu),
+        va: reth.va,
+        rkey: reth.rkey,
+        len,
+        next: 0,
+        kind: ResourceKind::Read,
+    })
+}
+
+/// The R_Key check of a remote access (key, PD, access right, bounds), refused as a
+/// remote access error.
+fn remote(qp: &Qp, mtpt: &Mtpt, rkey: u32, va: u64, len: usize, need: AccessFlags) -> Result<MrSlice, Refusal> {
+    mtpt.check_remote(rkey, qp.shared.pd, va, len, need).map_err(|a| Refusal::RemoteAccess(Some(a)))
+}
+
+/// Steps 8 and 9: completions, MSN, ePSN, acknowledgement (RC only), READ responses.
+fn complete(qp: &mut Qp, cx: &mut Ctx, repr: &RoceRepr, info: &OpcodeInfo, done: Done, uc: bool) {
     let psn = repr.bth.psn;
     if let Some(res) = done.read {
-        qp.epsn = psn.add(res.npkts);
-        qp.msn = (qp.msn + 1) & 0x00FF_FFFF;
+        qp.resp.epsn = psn.add(res.npkts);
+        // A READ counts as a message when it is accepted (IBA C9-148, quoted by rxe
+        // `execute`).
+        qp.resp.msn = (qp.resp.msn + 1) & 0x00FF_FFFF;
         // Every reply (READ responses, atomic acknowledgement) goes out through the
         // paced queue, so none overtakes an earlier one.
-        qp.reads.push_back(res);
-        e.queue_reads(qpn);
+        qp.resp.reads.push_back(res);
+        cx.queue_reads(qp);
         return;
     }
-    qp.epsn = psn.next();
+    qp.resp.epsn = psn.next();
     if info.position.ends() {
-        qp.msn = (qp.msn + 1) & 0x00FF_FFFF;
+        qp.resp.msn = (qp.resp.msn + 1) & 0x00FF_FFFF;
     }
-    let msn = qp.msn;
+    let msn = qp.resp.msn;
     if let Some(wc) = done.wc {
         if info.operation == Operation::Send {
-            counters.rdma_recvs.fetch_add(1, Ordering::Relaxed);
+            cx.counters.rdma_recvs.fetch_add(1, Ordering::Relaxed);
         }
-        let cq = qp.recv_cq.clone();
-        e.push_wc(&cq, qpn, wc, repr.bth.se);
+        cx.push_wc(qp, CqSide::Recv, wc, repr.bth.se);
     }
-    if repr.bth.ack_req {
-        e.defer_ack(qpn, psn, ack_aeth(msn));
+    // Nobody acknowledges a UC packet, whatever its AckReq bit says.
+    if repr.bth.ack_req && !uc {
+        cx.defer_ack(qp, psn, ack_aeth(msn));
+    }
+}
+
+/// UC: drops the current packet and the rest of its message (class D).
+fn drop_message(qp: &mut Qp, counters: &Counters) {
+    counters.uc_dropped_pkts.fetch_add(1, Ordering::Relaxed);
+    abandon(qp, counters);
+    qp.resp.uc_drop = true;
+}
+
+/// UC: forgets the message in progress; a SEND's receive WQE goes back to the head of the
+/// receive queue for the next message (rxe `do_class_d1e_error` resets it).
+fn abandon(qp: &mut Qp, counters: &Counters) {
+    match qp.resp.cur.take() {
+        Some(InProgress::Send { rwqe, .. }) => {
+            counters.uc_abandoned_msgs.fetch_add(1, Ordering::Relaxed);
+            qp.resp.rq.push_front(rwqe);
+        }
+        Some(InProgress::Write { .. }) => {
+            counters.uc_abandoned_msgs.fetch_add(1, Ordering::Relaxed);
+        }
+        None => {}
+    }
+}
+
+/// A QP with a shared receive queue takes a WQE from it when a message that needs one
+/// starts and the QP holds none (rxe `get_srq_wqe`); the WQE is then the QP's, counted in
+/// its receive queue. Crossing the armed SRQ limit is noted for the engine's event.
+pub(super) fn take_srq_wqe(qp: &mut Qp, info: &OpcodeInfo) {
+    let Some(srq) = &qp.shared.srq else { return };
+    if !info.consumes_rwqe || !qp.resp.rq.is_empty() || matches!(qp.resp.cur, Some(InProgress::Send { .. })) {
+        return;
+    }
+    if let Some((wqe, limit_hit)) = srq.take() {
+        qp.shared.rq_outstanding.fetch_add(1, Ordering::AcqRel);
+        qp.resp.rq.push_back(wqe);
+        qp.resp.srq_limit_hit |= limit_hit;
     }
 }
 
 /// Sends up to `budget` READ response packets of the QP, oldest READ first (IBA 9.7.5.1:
 /// responses go in request order). Returns the packets sent and whether more remain.
-pub(crate) fn pump_reads(e: &mut Engine, qpn: Qpn, budget: usize) -> (usize, bool) {
-    let counters = e.counters.clone();
-    let zero_copy = e.config.zero_copy;
-    let Some((qp, out)) = e.qp_and_out(qpn) else { return (0, false) };
-    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+pub(crate) fn pump_reads(qp: &mut Qp, cx: &mut Ctx, budget: usize) -> (usize, bool) {
+    let zero_copy = cx.config.zero_copy;
+    let (out, counters, mtpt) = (&mut cx.out, &*cx.counters, &*cx.mtpt);
+    if !qp.receives() {
         return (0, false);
     }
     let Some(dst) = qp.attr.remote_ip else { return (0, false) };
-    let (mtu, msn, sport, dest_qp) = (qp.mtu, qp.msn, qp.src_port, qp.dest_qpn());
+    let (mtu, msn, sport, dest_qp) = (qp.mtu, qp.resp.msn, qp.src_port, qp.dest_qpn());
     let mut sent = 0;
     while sent < budget {
-        let Some(res) = qp.reads.iter_mut().find(|r| r.next < r.npkts) else { break };
+        let Some(res) = qp.resp.reads.iter_mut().find(|r| r.next < r.npkts) else { break };
         if res.kind != ResourceKind::Read {
             // One packet: the atomic acknowledgement or the zero-length response.
-            let repr = rd_atomic::reply_repr(res, dest_qp, msn);
-            out.emit(&counters, dst, sport, &repr, |_| {});
+            let repr = rd_atomic_reply(res, dest_qp, msn);
+            out.emit(counters, dst, sport, &repr, |_| {});
             res.next = res.npkts;
             sent += 1;
             continue;
         }
         let slice = if res.len > 0 {
-            match qp.mtpt.check_remote(res.rkey, qp.shared.pd, res.va, res.len, AccessFlags::REMOTE_READ) {
+            match mtpt.check_remote(res.rkey, qp.shared.pd, res.va, res.len, AccessFlags::REMOTE_READ) {
                 Ok(s) => Some(s),
                 Err(_) => {
                     // The region went away since the READ was accepted (deregistered or
@@ -434,23 +486,13 @@ pub(crate) fn pump_reads(e: &mut Engine, qpn: Qpn, budget: usize) -> (usize, boo
         };
         while sent < budget && res.next < res.npkts {
             let k = res.next;
-            let pos = super::requester::position(k, res.npkts);
-            let opcode = match pos {
-                Position::Only => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-                Position::First => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-                Position::Middle => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-                Position::Last => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-            };
-            let offset = (k as usize) * mtu;
-            let plen = mtu.min(res.len - offset.min(res.len));
-            // IBA 9.7.5.1.2: FIRST, LAST and ONLY carry an AETH, MIDDLE none.
-            let aeth = (pos != Position::Middle).then(|| ack_aeth(msn));
-            let bth = response_bth(opcode, dest_qp, res.psn.add(k));
-            let repr = RoceRepr { bth, ext: ExtHeaders { aeth, ..ExtHeaders::default() }, payload_len: plen };
+            let pos = position(k, res.npkts);
+            let (offset, plen) = segment(k, res.len, mtu);
+            let repr = read_response(dest_qp, res.psn, k, pos, plen, msn);
             let s = slice.as_ref();
-            match s.filter(|_| zero_copy && plen >= super::ZERO_COPY_MIN) {
-                Some(s) => out.emit_zero_copy(&counters, dst, sport, &repr, s.block(), s.block_offset() + offset),
-                None => out.emit(&counters, dst, sport, &repr, |p| {
+            match s.filter(|_| zero_copy && plen >= ZERO_COPY_MIN) {
+                Some(s) => out.emit_zero_copy(counters, dst, sport, &repr, s.block(), s.block_offset() + offset),
+                None => out.emit(counters, dst, sport, &repr, |p| {
                     if let Some(s) = s {
                         let _ = s.read(offset, p);
                     }
@@ -460,18 +502,16 @@ pub(crate) fn pump_reads(e: &mut Engine, qpn: Qpn, budget: usize) -> (usize, boo
             sent += 1;
         }
     }
-    let more = qp.reads.iter().any(|r| r.next < r.npkts);
+    let more = qp.resp.reads.iter().any(|r| r.next < r.npkts);
     (sent, more)
 }
 
 /// A duplicate request (IBA 9.7.5.1.5): SEND and WRITE are acknowledged again and not
 /// executed; a READ is answered again from the saved resource.
-fn duplicate(e: &mut Engine, _now: Time, qpn: Qpn, repr: &RoceRepr) {
-    let Some(qp) = e.qp_mut(qpn) else { return };
-    let info = repr.bth.opcode.info().expect("checked packet");
+fn duplicate(qp: &mut Qp, cx: &mut Ctx, _now: Time, repr: &RoceRepr, info: &OpcodeInfo) {
     if info.operation == Operation::RdmaReadRequest {
         let psn = repr.bth.psn;
-        let found = qp.reads.iter_mut().find(|r| {
+        let found = qp.resp.reads.iter_mut().find(|r| {
             let d = r.psn.distance(psn);
             d >= 0 && (d as u64) < u64::from(r.npkts)
         });
@@ -479,7 +519,7 @@ fn duplicate(e: &mut Engine, _now: Time, qpn: Qpn, repr: &RoceRepr) {
             // Answer again from the requested packet on (the requester asks from its
             // first missing response), replacing whatever of it was still to go.
             r.next = u32::try_from(r.psn.distance(psn)).unwrap_or(0);
-            e.queue_reads(qpn);
+            cx.queue_reads(qp);
         }
         return;
     }
@@ -492,79 +532,73 @@ fn duplicate(e: &mut Engine, _now: Time, qpn: Qpn, repr: &RoceRepr) {
         // resource). No resource left (evicted): class D, dropped silently (rxe).
         let psn = repr.bth.psn;
         let atomic = matches!(info.operation, Operation::CompareSwap | Operation::FetchAdd);
-        let found = qp.reads.iter_mut().find(|r| {
+        let found = qp.resp.reads.iter_mut().find(|r| {
             r.psn == psn && matches!(r.kind, ResourceKind::Atomic { .. }) == atomic && r.kind != ResourceKind::Read
         });
         if let Some(r) = found {
             r.next = 0;
-            e.queue_reads(qpn);
+            cx.queue_reads(qp);
         }
         return;
     }
-    // rxe: acknowledge the most recent PSN received, whatever the duplicate's AckReq; a
-    // burst of duplicates (a go-back-N retransmission) is answered by one coalesced ACK.
-    let (last, msn) = (qp.epsn.sub(1), qp.msn);
-    e.defer_ack(qpn, last, ack_aeth(msn));
+    // IBA C9-105 (quoted by rxe `duplicate_request`): a duplicate SEND or WRITE is
+    // acknowledged again. rxe acknowledges the most recent PSN received, whatever the
+    // duplicate's AckReq; a burst of duplicates (a go-back-N retransmission) is
+    // answered by one coalesced ACK.
+    let (last, msn) = (qp.resp.epsn.sub(1), qp.resp.msn);
+    cx.defer_ack(qp, last, ack_aeth(msn));
 }
 
-/// Sends the NAK for a refusal; every refusal but RNR puts the QP in the error state
+/// RC: sends the NAK for a refusal; every refusal but RNR puts the QP in the error state
 /// (IBA 9.9.3.1, rxe `goto_error`).
-fn refuse(e: &mut Engine, qpn: Qpn, psn: Psn, refusal: Refusal) {
-    let counters = e.counters.clone();
-    let Some(qp) = e.qp_mut(qpn) else { return };
+fn nak(qp: &mut Qp, cx: &mut Ctx, psn: Psn, refusal: Refusal) {
     let syndrome = refusal.syndrome(qp.attr.min_rnr_timer);
-    let msn = qp.msn;
-    let len_err_wc = if matches!(refusal, Refusal::LengthError | Refusal::InvalidateRkey) {
-        let status = if refusal == Refusal::LengthError { WcStatus::LocLenErr } else { WcStatus::RemInvReqErr };
+    let msn = qp.resp.msn;
+    let len_err_wc = if let Some(status) = refusal.recv_status() {
         // The SEND in progress (or the one about to start) completes with LOC_LEN_ERR
         // (or REM_INV_REQ_ERR for a bad IETH).
-        let rwqe = match qp.cur.take() {
+        let rwqe = match qp.resp.cur.take() {
             Some(InProgress::Send { rwqe, .. }) => Some(rwqe),
-            _ => qp.rq.pop_front(),
+            _ => qp.resp.rq.pop_front(),
         };
         rwqe.map(|r| {
             qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
             WorkCompletion {
                 src_qp: qp.attr.dest_qpn,
-                ..WorkCompletion::new(r.wr_id, status, WcOpcode::Recv, qpn.value())
+                ..WorkCompletion::new(r.wr_id, status, WcOpcode::Recv, qp.qpn().value())
             }
         })
     } else {
         None
     };
     if refusal == Refusal::Rnr {
-        counters.send_rnr_err.fetch_add(1, Ordering::Relaxed);
+        cx.counters.send_rnr_err.fetch_add(1, Ordering::Relaxed);
     } else {
-        counters.send_nak_err.fetch_add(1, Ordering::Relaxed);
+        cx.counters.send_nak_err.fetch_add(1, Ordering::Relaxed);
     }
-    let reads_going = qp.reads_queued;
+    let reads_going = qp.resp.reads_queued;
     if refusal == Refusal::Rnr {
         // The QP stays usable: the RNR NAK queues behind READ responses like an ACK. It
         // also stands for the one NAK of this gap: the packets behind the refused one
         // are now out of sequence, and the RNR NAK already sends the requester back to
         // its PSN, so they draw no sequence NAK (which would cost a transport retry).
-        qp.nak_seq_sent = true;
-        e.defer_ack(qpn, psn, AethRepr { syndrome, msn });
+        qp.resp.nak_seq_sent = true;
+        cx.defer_ack(qp, psn, AethRepr { syndrome, msn });
     } else if reads_going {
         // Earlier READ responses are still going out: the NAK follows them, and the QP
         // enters the error state then (see `Engine::generate`).
-        if let Some(qp) = e.qp_mut(qpn) {
-            qp.halted = true;
-            qp.pending_ack = None;
-        }
-        e.defer_ack(qpn, psn, AethRepr { syndrome, msn });
+        qp.resp.halted = true;
+        qp.resp.pending_ack = None;
+        cx.defer_ack(qp, psn, AethRepr { syndrome, msn });
     } else {
-        send_ack(e, qpn, psn, AethRepr { syndrome, msn });
+        send_ack(qp, cx, psn, AethRepr { syndrome, msn });
     }
-    if refusal != Refusal::Rnr {
+    if refusal.is_fatal() {
         if let Some(wc) = len_err_wc {
-            let cq = e.qp_mut(qpn).map(|q| q.recv_cq.clone());
-            if let Some(cq) = cq {
-                e.push_wc(&cq, qpn, wc, false);
-            }
+            cx.push_wc(qp, CqSide::Recv, wc, false);
         }
         if !reads_going {
-            e.enter_error(qpn, None);
+            cx.enter_error(qp, None);
         }
     }
 }

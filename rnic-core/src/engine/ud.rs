@@ -4,14 +4,13 @@
 //! Every failure is a silent drop with a counter (IBA 9.9.3 class D: nobody is told, the
 //! receive WQE stays for the next datagram); no UD packet is ever answered.
 
+use super::ctx::{CqSide, Ctx};
+use super::qp::Qp;
 use super::qp::RecvWqe;
-use super::Engine;
-use crate::qp_state::QpState;
 use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use rnic_wire::ipv4::Ipv4Repr;
 use rnic_wire::ipv6::Ipv6Repr;
 use rnic_wire::roce::RoceRepr;
-use rnic_wire::Qpn;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 
@@ -66,24 +65,17 @@ pub fn grh_area(src: IpAddr, dst: IpAddr, roce_len: usize) -> [u8; GRH_LEN] {
 }
 
 /// Handles a UD request packet (`data_len` bytes of BTH..ICRC) from `src` for `qpn`.
-pub(crate) fn handle_request(e: &mut Engine, qpn: Qpn, src: IpAddr, repr: &RoceRepr, payload: &[u8], data_len: usize) {
-    let counters = e.counters.clone();
-    let local = e.config.local_ip;
-    let Some(qp) = e.qp_mut(qpn) else { return };
-    // IBA 10.3.1: a QP receives in RTR, RTS and SQD.
-    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
-        counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
+pub(crate) fn handle_request(qp: &mut Qp, cx: &mut Ctx, src: IpAddr, repr: &RoceRepr, payload: &[u8], data_len: usize) {
+    let local = cx.config.local_ip;
     let Some(deth) = repr.ext.deth else {
         // The opcode table gives every UD opcode a DETH; a parsed packet has it.
-        counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+        cx.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
         return;
     };
     // IBA C10-15 / rxe check_keys: the DETH Q_Key must be the QP's, else a silent drop that
     // the port counts.
     if deth.qkey != qp.attr.qkey {
-        counters.qkey_viol_cntr.fetch_add(1, Ordering::Relaxed);
+        cx.counters.qkey_viol_cntr.fetch_add(1, Ordering::Relaxed);
         return;
     }
     if let Some(info) = repr.bth.opcode.info() {
@@ -94,25 +86,24 @@ pub(crate) fn handle_request(e: &mut Engine, qpn: Qpn, src: IpAddr, repr: &RoceR
     // Length (rxe check_length, commit f67ac0061c76 quoting IBA): a datagram that does not
     // fit the receive buffer after the GRH area is an invalid request, silently dropped;
     // the receive WQE waits for the next one.
-    let fits = match qp.rq.front() {
+    let fits = match qp.resp.rq.front() {
         Some(r) => r.len >= GRH_LEN + payload.len(),
         None => false,
     };
     if !fits {
-        counters.ud_dropped_pkts.fetch_add(1, Ordering::Relaxed);
+        cx.counters.ud_dropped_pkts.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    let rwqe: RecvWqe = qp.rq.pop_front().expect("checked above");
+    let rwqe: RecvWqe = qp.resp.rq.pop_front().expect("checked above");
     qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
     let grh = grh_area(src, local, data_len);
-    let qp_num = qpn.value();
-    let cq = qp.recv_cq.clone();
+    let qp_num = qp.qpn().value();
     if !rwqe.data.scatter(0, &grh) || !rwqe.data.scatter(GRH_LEN, payload) {
         // The receive buffer went away under the WQE (deregistered after posting): rxe
         // RESPST_ERR_MALFORMED_WQE, class A: LOC_QP_OP_ERR and the QP goes to error.
         let wc = WorkCompletion::new(rwqe.wr_id, WcStatus::LocQpOpErr, WcOpcode::Recv, qp_num);
-        e.push_wc(&cq, qpn, wc, false);
-        e.enter_error(qpn, None);
+        cx.push_wc(qp, CqSide::Recv, wc, false);
+        cx.enter_error(qp, None);
         return;
     }
     let wc = WorkCompletion {
@@ -124,8 +115,8 @@ pub(crate) fn handle_request(e: &mut Engine, qpn: Qpn, src: IpAddr, repr: &RoceR
         pkey_index: qp.attr.pkey_index,
         ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::Recv, qp_num)
     };
-    counters.rdma_recvs.fetch_add(1, Ordering::Relaxed);
-    e.push_wc(&cq, qpn, wc, repr.bth.se);
+    cx.counters.rdma_recvs.fetch_add(1, Ordering::Relaxed);
+    cx.push_wc(qp, CqSide::Recv, wc, repr.bth.se);
 }
 
 #[cfg(test)]

@@ -7,37 +7,16 @@
 //! Kept apart from the RC requester (`requester.rs`) on purpose: segmentation is the same
 //! idea, but nothing of the reliability machinery applies.
 
+use super::ctx::{CqSide, Ctx, Time};
+use super::packet::{self, opcode_for, position};
 use super::qp::{InFlight, Qp, PORT_MTU};
-use super::{Engine, Time};
 use crate::qp_state::{QpState, QpType};
 use crate::wr::{SendOp, WcStatus, WorkCompletion};
 use rnic_wire::deth::DethRepr;
-use rnic_wire::opcode::Position;
-use rnic_wire::reth::RethRepr;
-use rnic_wire::roce::{ExtHeaders, RoceRepr};
-use rnic_wire::{Opcode, Psn, Qpn};
+use rnic_wire::opcode::{Position, Transport};
+use rnic_wire::Psn;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
-
-/// The UC opcode of packet `pos` of `op`: UC's SEND and WRITE opcodes are RC's with the
-/// transport bits 001 instead of 000 (IBA 9.2.2 table); UC has no READ or atomics.
-fn uc_opcode(op: &SendOp, pos: Position) -> Option<Opcode> {
-    match op {
-        SendOp::Send | SendOp::SendWithImm { .. } | SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => {
-            Some(Opcode(super::requester::opcode_for(op, pos).0 | 0x20))
-        }
-        _ => None,
-    }
-}
-
-/// The UD opcode (one packet per message, IBA 9.8.1: SEND ONLY with or without immediate).
-fn ud_opcode(op: &SendOp) -> Option<Opcode> {
-    match op {
-        SendOp::Send => Some(Opcode::UD_SEND_ONLY),
-        SendOp::SendWithImm { .. } => Some(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE),
-        _ => None,
-    }
-}
 
 /// Where the front WQE goes: destination address, destination QP, DETH (UD), payload limit.
 fn route(qp: &Qp, f: &InFlight) -> Option<(IpAddr, u32, Option<DethRepr>, usize)> {
@@ -52,93 +31,63 @@ fn route(qp: &Qp, f: &InFlight) -> Option<(IpAddr, u32, Option<DethRepr>, usize)
 }
 
 /// Emits every queued WQE of a UC or UD QP and completes each once its last packet is out.
-pub(crate) fn transmit(e: &mut Engine, _now: Time, qpn: Qpn) {
-    let counters = e.counters.clone();
+pub(crate) fn transmit(qp: &mut Qp, cx: &mut Ctx, _now: Time) {
     let mut completions = Vec::new();
     {
-        let Some((qp, out)) = e.qp_and_out(qpn) else { return };
+        let (out, counters) = (&mut cx.out, &*cx.counters);
         if qp.state != QpState::Rts {
             return;
         }
-        let ud = qp.shared.qp_type == QpType::Ud;
-        while let Some(front) = qp.sq.front() {
+        let transport = if qp.shared.qp_type == QpType::Ud { Transport::Ud } else { Transport::Uc };
+        while let Some(front) = qp.req.sq.front() {
             // Validation guarantees a route (UD destination, UC address vector in RTS) and an
             // operation the transport carries; a WQE without them fails rather than blocking
             // the queue.
-            let routed = route(qp, front).filter(|_| {
-                let op = &front.wqe.op;
-                if ud {
-                    ud_opcode(op).is_some()
-                } else {
-                    uc_opcode(op, Position::Only).is_some()
-                }
-            });
+            let routed = route(qp, front).filter(|_| opcode_for(transport, &front.wqe.op, Position::Only).is_some());
             let Some((dst, dest_qpn, deth, mtu)) = routed else {
-                let f = qp.sq.pop_front().expect("front exists");
+                let f = qp.req.sq.pop_front().expect("front exists");
                 qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
                 completions.push(WorkCompletion::new(
                     f.wqe.wr_id,
                     WcStatus::LocQpOpErr,
                     f.wqe.op.wc_opcode(),
-                    qpn.value(),
+                    qp.qpn().value(),
                 ));
                 continue;
             };
-            let f = qp.sq.front_mut().expect("front exists");
+            let f = qp.req.sq.front_mut().expect("front exists");
             while f.sent < f.npkts {
                 let k = f.sent;
-                let pos = super::requester::position(k, f.npkts);
-                let opcode = if ud { ud_opcode(&f.wqe.op) } else { uc_opcode(&f.wqe.op, pos) };
-                let Some(opcode) = opcode else { break };
-                let offset = (k as usize) * mtu;
-                let plen = mtu.min(f.wqe.len - offset.min(f.wqe.len));
-                let mut ext = ExtHeaders { deth, ..ExtHeaders::default() };
-                match f.wqe.op {
-                    SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaWriteWithImm { remote_addr, rkey, .. }
-                        if pos.starts() =>
-                    {
-                        ext.reth = Some(RethRepr {
-                            va: remote_addr,
-                            rkey,
-                            dma_len: u32::try_from(f.wqe.len).unwrap_or(u32::MAX),
-                        });
-                    }
-                    _ => {}
-                }
-                if let SendOp::SendWithImm { imm } | SendOp::RdmaWriteWithImm { imm, .. } = f.wqe.op {
-                    if pos.ends() {
-                        ext.imm_data = Some(imm);
-                    }
-                }
-                let se = f.wqe.solicited && pos.ends() && opcode.info().is_some_and(|i| i.se_allowed);
+                let pos = position(k, f.npkts);
+                let (offset, plen) = packet::segment(k, f.wqe.len, mtu);
                 let psn = f.first_psn.add(k);
                 // No AckReq: nobody acknowledges an unreliable packet.
-                let repr =
-                    RoceRepr { bth: super::requester::bth(opcode, dest_qpn, psn, false, se), ext, payload_len: plen };
+                let Some(repr) = packet::data_request(transport, &f.wqe, pos, plen, dest_qpn, psn, false, deth) else {
+                    break;
+                };
                 let data = &f.wqe.data;
-                out.emit(&counters, dst, qp.src_port, &repr, |p| data.gather(offset, p));
+                out.emit(counters, dst, qp.src_port, &repr, |p| data.gather(offset, p));
                 if pos.ends() && matches!(f.wqe.op, SendOp::Send | SendOp::SendWithImm { .. }) {
                     counters.rdma_sends.fetch_add(1, Ordering::Relaxed);
                 }
                 f.sent += 1;
             }
-            let f = qp.sq.pop_front().expect("front exists");
+            let f = qp.req.sq.pop_front().expect("front exists");
             let end: Psn = f.last_psn().next();
-            qp.una = end;
-            qp.sent_end = end;
+            qp.req.una = end;
+            qp.req.sent_end = end;
             qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
             if f.wqe.signaled {
                 completions.push(WorkCompletion {
                     byte_len: u32::try_from(f.wqe.len).unwrap_or(u32::MAX),
                     src_qp: dest_qpn,
-                    ..WorkCompletion::new(f.wqe.wr_id, WcStatus::Success, f.wqe.op.wc_opcode(), qpn.value())
+                    ..WorkCompletion::new(f.wqe.wr_id, WcStatus::Success, f.wqe.op.wc_opcode(), qp.qpn().value())
                 });
             }
         }
-        qp.next_send = 0;
+        qp.req.next_send = 0;
     }
-    let Some(cq) = e.qp_mut(qpn).map(|q| q.send_cq.clone()) else { return };
     for wc in completions {
-        e.push_wc(&cq, qpn, wc, false);
+        cx.push_wc(qp, CqSide::Send, wc, false);
     }
 }

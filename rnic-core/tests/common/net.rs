@@ -31,6 +31,9 @@ pub struct Setup {
     pub rnr_retry: u8,
     pub min_rnr_timer: u8,
     pub max_rd_atomic: u8,
+    /// Fabric only: the engines send payloads of 512 bytes or more from registered
+    /// memory (`EngineConfig::zero_copy`), as the UDP driver does.
+    pub zero_copy: bool,
 }
 
 impl Default for Setup {
@@ -44,6 +47,7 @@ impl Default for Setup {
             rnr_retry: 7,
             min_rnr_timer: 1,
             max_rd_atomic: 4,
+            zero_copy: false,
         }
     }
 }
@@ -168,7 +172,9 @@ impl FabricNet {
             let ip: IpAddr = ip.parse().unwrap();
             let mtpt = Arc::new(Mtpt::new(64));
             let counters = Arc::new(Counters::default());
-            let mut e = Engine::new(EngineConfig::new(ip), mtpt.clone(), counters.clone());
+            let mut cfg = EngineConfig::new(ip);
+            cfg.zero_copy = s.zero_copy;
+            let mut e = Engine::new(cfg, mtpt.clone(), counters.clone());
             let mem = Arc::new(MemBlock::new(MEM).unwrap());
             let keys = mtpt.register(PdId(1), mem.clone(), 0, MEM, mem.addr(), AccessFlags::all()).unwrap();
             let (scq, rcq) = (Arc::new(Cq::new(1, 4096)), Arc::new(Cq::new(2, 4096)));

@@ -1,0 +1,242 @@
+//! The engine's context: everything a packet handler needs besides its QP (smoltcp's
+//! `InterfaceInner` beside the sockets). The engine keeps its QP table beside one `Ctx`,
+//! so a handler borrows `&mut Qp` and `&mut Ctx` at once: it looks its QP up once, in
+//! `Engine`, and reaches the counters, the memory table and the outbox without cloning an
+//! `Arc` or looking the QP up again.
+
+use super::out::Outbox;
+use super::qp::Qp;
+use crate::counters::Counters;
+use crate::mr::Mtpt;
+use crate::qp_state::QpState;
+use crate::wr::{WcOpcode, WcStatus, WorkCompletion};
+use rnic_wire::aeth::AethRepr;
+use rnic_wire::{Psn, Qpn};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Nanoseconds on the engine's clock (virtual in tests, monotonic in the driver).
+pub type Time = u64;
+
+/// Static limits of an engine (what `query_device` reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// The device's IP address (source of every packet).
+    pub local_ip: IpAddr,
+    /// Most QPs.
+    pub max_qp: u32,
+    /// Unacknowledged packets a QP may have in flight (rxe: 128).
+    pub max_unacked_pkts: u32,
+    /// Packets between forced AckReq bits in a long message (rxe: 64).
+    pub max_pkts_per_ack: u32,
+    /// Most outstanding READs as requester or responder a QP may be given.
+    pub max_rd_atomic: u8,
+    /// Leave payloads of at least 512 bytes that lie in one registered region there
+    /// ([`TxPacket::payload`]) instead of copying them into the packet: the UDP
+    /// transport sends them from registered memory (one copy fewer per byte).
+    pub zero_copy: bool,
+}
+
+impl EngineConfig {
+    /// Defaults for a device at `local_ip`.
+    pub fn new(local_ip: IpAddr) -> EngineConfig {
+        EngineConfig {
+            local_ip,
+            max_qp: 65536,
+            max_unacked_pkts: 128,
+            max_pkts_per_ack: 64,
+            max_rd_atomic: 16,
+            zero_copy: false,
+        }
+    }
+}
+
+/// Asynchronous events (`ibv_event_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AsyncEvent {
+    /// A QP entered the error state because of an error no completion could report.
+    QpFatal {
+        /// The QP.
+        qpn: u32,
+    },
+    /// A completion queue overflowed.
+    CqError {
+        /// The CQ.
+        cq: u32,
+    },
+    /// An armed SRQ limit was crossed: fewer receive WQEs than the limit remain
+    /// (`IBV_EVENT_SRQ_LIMIT_REACHED`); the limit is now disarmed.
+    SrqLimitReached {
+        /// The SRQ.
+        srq: u32,
+    },
+    /// The port became active (`IBV_EVENT_PORT_ACTIVE`; raised once when a device opens).
+    PortActive {
+        /// The port (always 1).
+        port: u8,
+    },
+}
+
+/// The engine's state apart from its QPs.
+#[derive(Debug)]
+pub(crate) struct Ctx {
+    pub(crate) config: EngineConfig,
+    pub(crate) mtpt: Arc<Mtpt>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) out: Outbox,
+    pub(crate) events: VecDeque<AsyncEvent>,
+    /// Armed timers, earliest first: (deadline, QPN). An entry is live only while it is
+    /// the QP's `timer_key`; others are skipped lazily, so arming is O(log n) and finding
+    /// the next wake-up is O(1) however many QPs there are.
+    pub(crate) timers: BinaryHeap<Reverse<(Time, u32)>>,
+    /// QPs holding a coalesced ACK, to be sent at the next drain.
+    pub(crate) acks: Vec<Qpn>,
+    /// `acks`' other buffer while a drain walks it.
+    pub(crate) acks_scratch: Vec<Qpn>,
+    /// QPs with READ responses still to send, served round-robin a burst at a time.
+    pub(crate) reads: VecDeque<Qpn>,
+}
+
+/// Which of a QP's completion queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CqSide {
+    Send,
+    Recv,
+}
+
+impl Ctx {
+    pub(crate) fn new(config: EngineConfig, mtpt: Arc<Mtpt>, counters: Arc<Counters>) -> Ctx {
+        Ctx {
+            config,
+            mtpt,
+            counters,
+            out: Outbox::default(),
+            events: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            acks: Vec::new(),
+            acks_scratch: Vec::new(),
+            reads: VecDeque::new(),
+        }
+    }
+
+    /// Pushes a completion to the QP's send or receive CQ; on overflow the QP goes to the
+    /// error state and a CQ error is raised (IBA 11.4.2.1).
+    pub(crate) fn push_wc(&mut self, qp: &mut Qp, side: CqSide, wc: WorkCompletion, solicited: bool) {
+        let cq = match side {
+            CqSide::Send => &qp.send_cq,
+            CqSide::Recv => &qp.recv_cq,
+        };
+        if cq.push(wc, solicited).is_ok() {
+            return;
+        }
+        let cq = cq.id();
+        self.counters.cq_overflow.fetch_add(1, Ordering::Relaxed);
+        if !self.events.contains(&AsyncEvent::CqError { cq }) {
+            self.events.push_back(AsyncEvent::CqError { cq });
+        }
+        if qp.state != QpState::Err {
+            self.events.push_back(AsyncEvent::QpFatal { qpn: qp.qpn().value() });
+            self.enter_error(qp, None);
+        }
+    }
+
+    /// Moves a QP to the error state and flushes every outstanding WQE of both queues
+    /// with a flush error, in order (IBA 10.3.1; rxe flushes with
+    /// IB_WC_WR_FLUSH_ERR in `rxe_drain_resp_pkts` and `check_resource`'s error state). `first` is a completion that
+    /// must come before the flushes (the one that caused the error).
+    pub(crate) fn enter_error(&mut self, qp: &mut Qp, first: Option<WorkCompletion>) {
+        if qp.state == QpState::Err && first.is_none() {
+            return;
+        }
+        qp.state = QpState::Err;
+        qp.shared.set_state(QpState::Err);
+        qp.req.rto_deadline = None;
+        qp.req.rnr_deadline = None;
+        let qpn = qp.qpn();
+        let dest = qp.attr.dest_qpn;
+        let mut push = |cq: &crate::cq::Cq, wc: WorkCompletion| {
+            if cq.push(wc, false).is_err() {
+                self.counters.cq_overflow.fetch_add(1, Ordering::Relaxed);
+                if !self.events.contains(&AsyncEvent::CqError { cq: cq.id() }) {
+                    self.events.push_back(AsyncEvent::CqError { cq: cq.id() });
+                }
+            }
+        };
+        if let Some(f) = first {
+            push(&qp.send_cq, f);
+        }
+        for f in qp.req.sq.drain(..) {
+            qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
+            let mut wc = flush_wc(f.wqe.wr_id, f.wqe.op.wc_opcode(), qpn);
+            wc.src_qp = dest;
+            push(&qp.send_cq, wc);
+        }
+        qp.req.next_send = 0;
+        // A SEND in progress holds the oldest receive WQE.
+        let in_progress = match qp.resp.cur.take() {
+            Some(super::qp::InProgress::Send { rwqe, .. }) => Some(rwqe),
+            _ => None,
+        };
+        for r in in_progress.into_iter().chain(qp.resp.rq.drain(..)) {
+            qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
+            push(&qp.recv_cq, flush_wc(r.wr_id, WcOpcode::Recv, qpn));
+        }
+    }
+
+    /// Holds an acknowledgement (ACK, sequence NAK or RNR NAK) for the QP until the next
+    /// drain. A newer one replaces it: each acknowledges everything before its PSN, so
+    /// only the newest needs to go (IBA 9.7.5.1.1 allows coalescing).
+    pub(crate) fn defer_ack(&mut self, qp: &mut Qp, psn: Psn, aeth: AethRepr) {
+        match qp.resp.pending_ack {
+            None => {
+                qp.resp.pending_ack = Some((psn, aeth));
+                self.acks.push(qp.qpn());
+            }
+            Some((held, held_aeth)) => {
+                self.counters.ack_deferred.fetch_add(1, Ordering::Relaxed);
+                // The newer PSN wins; at the same PSN a NAK is never replaced (an RNR NAK
+                // must reach the requester as such).
+                let d = held.distance(psn);
+                let held_is_ack = matches!(held_aeth.syndrome, rnic_wire::aeth::Syndrome::Ack { .. });
+                if d > 0 || (d == 0 && held_is_ack) {
+                    qp.resp.pending_ack = Some((psn, aeth));
+                }
+            }
+        }
+    }
+
+    /// Puts the QP in the list of QPs with READ responses to send.
+    pub(crate) fn queue_reads(&mut self, qp: &mut Qp) {
+        if !qp.resp.reads_queued {
+            qp.resp.reads_queued = true;
+            self.reads.push_back(qp.qpn());
+        }
+    }
+
+    /// Puts the QP's earliest deadline in the timer heap if it is earlier than the one
+    /// already there (a later deadline is found when the earlier entry fires).
+    pub(crate) fn note_timers(&mut self, qp: &mut Qp) {
+        let Some(want) = [qp.req.rto_deadline, qp.req.rnr_deadline].into_iter().flatten().min() else { return };
+        if qp.timer_key.is_none_or(|k| want < k) {
+            qp.timer_key = Some(want);
+            self.timers.push(Reverse((want, qp.qpn().value())));
+        }
+    }
+
+    /// Queues the SRQ-limit event the responder of the QP noted, if any.
+    pub(crate) fn raise_srq_events(&mut self, qp: &mut Qp) {
+        if std::mem::take(&mut qp.resp.srq_limit_hit) {
+            if let Some(srq) = qp.shared.srq.as_ref().map(|s| s.id()) {
+                self.events.push_back(AsyncEvent::SrqLimitReached { srq });
+            }
+        }
+    }
+}
+
+pub(crate) fn flush_wc(wr_id: u64, opcode: WcOpcode, qpn: Qpn) -> WorkCompletion {
+    WorkCompletion::new(wr_id, WcStatus::WrFlushErr, opcode, qpn.value())
+}

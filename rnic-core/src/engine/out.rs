@@ -1,0 +1,256 @@
+//! The engine's output: packets for the transport ([`TxPacket`], with a payload left in
+//! registered memory for a zero-copy send) and the outbox that builds them into pooled
+//! buffers.
+
+use crate::counters::Counters;
+use rnic_wire::roce::RoceRepr;
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A packet for the transport: BTH..ICRC with the ICRC bytes zero.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxPacket {
+    /// Destination IP.
+    pub dst: IpAddr,
+    /// UDP source port (the flow's).
+    pub src_port: u16,
+    /// The packet, ICRC to be filled by the transport; with a [`payload`](Self::payload)
+    /// only its headers, then pad and ICRC.
+    pub data: Vec<u8>,
+    /// With [`EngineConfig::zero_copy`]: the payload, left in registered memory for the
+    /// transport to hand to the kernel without copying it. `None`: `data` is the whole
+    /// packet.
+    pub payload: Option<TxPayload>,
+}
+
+/// Payload bytes a packet carries straight from registered memory: on the wire the
+/// packet is `data[..at]`, these bytes, then `data[at..]` (pad and ICRC).
+#[derive(Clone)]
+pub struct TxPayload {
+    block: Arc<crate::mem::MemBlock>,
+    offset: usize,
+    len: usize,
+    at: usize,
+}
+
+impl std::fmt::Debug for TxPayload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxPayload").field("offset", &self.offset).field("len", &self.len).field("at", &self.at).finish()
+    }
+}
+
+impl PartialEq for TxPayload {
+    fn eq(&self, o: &Self) -> bool {
+        Arc::ptr_eq(&self.block, &o.block) && (self.offset, self.len, self.at) == (o.offset, o.len, o.at)
+    }
+}
+impl Eq for TxPayload {}
+
+impl TxPacket {
+    /// Length on the wire (BTH..ICRC).
+    pub fn len(&self) -> usize {
+        self.data.len() + self.payload.as_ref().map_or(0, |p| p.len)
+    }
+
+    /// Whether the packet is empty (never, for a packet the engine built).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The packet in wire order as up to three pieces: headers, payload, pad and ICRC.
+    /// (A packet without a separate payload is one piece.)
+    pub fn pieces(&self) -> [&[u8]; 3] {
+        match &self.payload {
+            None => [&self.data[..], &[], &[]],
+            Some(p) => {
+                // Bounds were checked when the packet was built (`emit_zero_copy`) and a
+                // block never shrinks: the empty fallback is never taken, only no panic.
+                let bytes = p.block.bytes(p.offset, p.len).unwrap_or(&[]);
+                let at = p.at.min(self.data.len());
+                [&self.data[..at], bytes, &self.data[at..]]
+            }
+        }
+    }
+
+    /// The whole packet in one buffer (a copy when the payload is separate).
+    pub fn to_vec(&self) -> Vec<u8> {
+        if self.payload.is_none() {
+            return self.data.clone();
+        }
+        self.pieces().concat()
+    }
+
+    /// Copies a separate payload into `data`, so that `data` is the whole packet.
+    pub fn make_contiguous(&mut self) {
+        if self.payload.is_some() {
+            self.data = self.to_vec();
+            self.payload = None;
+        }
+    }
+
+    /// Writes the ICRC (computed for `ctx`, through `cache`) into the packet's last four
+    /// bytes.
+    pub fn fill_icrc(
+        &mut self,
+        cache: &mut rnic_wire::icrc::IcrcCache,
+        ctx: &rnic_wire::icrc::IcrcContext,
+    ) -> Result<(), rnic_wire::Error> {
+        if self.payload.is_none() {
+            return cache.fill(ctx, &mut self.data);
+        }
+        let n = self.data.len();
+        let body = n.checked_sub(rnic_wire::ICRC_LEN).ok_or(rnic_wire::Error::Truncated {
+            what: "RoCEv2 packet",
+            need: rnic_wire::ICRC_LEN,
+            have: n,
+        })?;
+        let icrc = {
+            let [head, payload, tail] = self.pieces();
+            let tail = &tail[..tail.len().saturating_sub(rnic_wire::ICRC_LEN)];
+            cache.compute_parts(ctx, &[head, payload, tail])?
+        };
+        self.data[body..].copy_from_slice(&icrc.to_le_bytes());
+        Ok(())
+    }
+}
+
+/// Payloads shorter than this are copied into the packet even with zero copy: copying a
+/// few hundred bytes costs about what the block's reference count, the bounds check and
+/// a third piece per packet do, and small packets then glue into one iovec.
+pub(crate) const ZERO_COPY_MIN: usize = 512;
+
+/// Packets and buffers on their way out; separate from the QPs so both can be borrowed.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    pub(crate) tx: VecDeque<TxPacket>,
+    pool: Vec<Vec<u8>>,
+    small: Vec<Vec<u8>>,
+}
+
+/// Packets up to this size (ACKs, READ requests, small messages) use the small pool.
+const SMALL_BUF: usize = 512;
+/// Buffers kept per pool.
+const POOL_MAX: usize = 1024;
+
+impl Outbox {
+    /// Keeps a sent packet's buffer for reuse.
+    pub(crate) fn put(&mut self, buf: Vec<u8>) {
+        let pool = if buf.capacity() <= SMALL_BUF { &mut self.small } else { &mut self.pool };
+        if pool.len() < POOL_MAX {
+            pool.push(buf);
+        }
+    }
+
+    /// Builds one packet: the payload is written in place by `fill`.
+    pub(crate) fn emit(
+        &mut self,
+        counters: &Counters,
+        dst: IpAddr,
+        src_port: u16,
+        repr: &RoceRepr,
+        fill: impl FnOnce(&mut [u8]),
+    ) {
+        let mut buf = self.buffer(repr.buffer_len());
+        let ok = repr.emit_with(&mut buf, fill).is_ok();
+        self.queue(counters, TxPacket { dst, src_port, data: buf, payload: None }, ok);
+    }
+
+    /// Builds one packet whose payload stays in registered memory: `block[offset..]`,
+    /// `repr.payload_len` bytes (bounds checked here, once: a block never shrinks).
+    pub(crate) fn emit_zero_copy(
+        &mut self,
+        counters: &Counters,
+        dst: IpAddr,
+        src_port: u16,
+        repr: &RoceRepr,
+        block: &Arc<crate::mem::MemBlock>,
+        offset: usize,
+    ) {
+        if block.bytes(offset, repr.payload_len).is_err() {
+            counters.send_err.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut buf = self.buffer(repr.buffer_len() - repr.payload_len);
+        let at = repr.emit_without_payload(&mut buf);
+        let payload = at.as_ref().ok().map(|&at| TxPayload { block: block.clone(), offset, len: repr.payload_len, at });
+        self.queue(counters, TxPacket { dst, src_port, data: buf, payload }, at.is_ok());
+    }
+
+    /// A buffer of `len` bytes from the pool. Small (ACK-sized) and large buffers are
+    /// pooled apart, so that a data packet reuses one already long enough; it is not
+    /// zeroed, since the emitters write every byte.
+    fn buffer(&mut self, len: usize) -> Vec<u8> {
+        let pool = if len <= SMALL_BUF { &mut self.small } else { &mut self.pool };
+        let mut buf = pool.pop().unwrap_or_default();
+        buf.truncate(len);
+        buf.resize(len, 0);
+        buf
+    }
+
+    /// Queues an emitted packet, or (`ok` false: a repr inconsistent with its opcode, an
+    /// engine bug) counts it and keeps its buffer.
+    fn queue(&mut self, counters: &Counters, p: TxPacket, ok: bool) {
+        if ok {
+            counters.sent_pkts.fetch_add(1, Ordering::Relaxed);
+            self.tx.push_back(p);
+        } else {
+            counters.send_err.fetch_add(1, Ordering::Relaxed);
+            self.put(p.data);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rnic_wire::icrc::{IcrcCache, IcrcContext};
+    use rnic_wire::{Psn, Qpn};
+
+    /// A packet whose payload stays in registered memory goes on the wire byte for byte
+    /// as the copied one, ICRC included, whatever the pad; and a failed bounds check
+    /// sends nothing.
+    #[test]
+    fn zero_copy_packets_equal_copied_ones() {
+        let block = Arc::new(crate::mem::MemBlock::new(8192).unwrap());
+        let bytes: Vec<u8> = (0..8192u32).map(|i| (i * 13 + 5).to_le_bytes()[0]).collect();
+        block.write(0, &bytes).unwrap();
+        let counters = Counters::default();
+        let ctx = IcrcContext::new("127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap(), 49152, 4791);
+        let mut cache = IcrcCache::new();
+        let send_only = |len: usize| RoceRepr {
+            bth: rnic_wire::bth::BthRepr {
+                opcode: rnic_wire::opcode::Opcode::RC_SEND_ONLY,
+                se: false,
+                migreq: false,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qp: Qpn::new(0x11),
+                ack_req: true,
+                psn: Psn::new(42),
+            },
+            ext: rnic_wire::roce::ExtHeaders::default(),
+            payload_len: len,
+        };
+        for (len, offset) in [(512usize, 0usize), (513, 7), (1023, 100), (4096, 4096)] {
+            let repr = send_only(len);
+            let mut out = Outbox::default();
+            out.emit(&counters, ctx.dst, 49152, &repr, |p| p.copy_from_slice(&bytes[offset..offset + len]));
+            out.emit_zero_copy(&counters, ctx.dst, 49152, &repr, &block, offset);
+            let mut copied = out.tx.pop_front().unwrap();
+            let mut split = out.tx.pop_front().unwrap();
+            assert!(copied.payload.is_none() && split.payload.is_some());
+            assert_eq!(split.len(), copied.len());
+            copied.fill_icrc(&mut cache, &ctx).unwrap();
+            split.fill_icrc(&mut cache, &ctx).unwrap();
+            assert_eq!(split.to_vec(), copied.data, "len {len} at {offset}");
+            ctx.verify(&split.to_vec()).unwrap();
+        }
+        let mut out = Outbox::default();
+        out.emit_zero_copy(&counters, ctx.dst, 1, &send_only(600), &block, 8000);
+        assert!(out.tx.is_empty(), "a payload past the block's end is not sent");
+        assert_eq!(counters.send_err.load(Ordering::Relaxed), 1);
+    }
+}

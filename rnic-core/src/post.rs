@@ -1,0 +1,278 @@
+//! Posting: the validated work requests (`SendWqe`, `RecvWqe`) and the checks a post
+//! makes on the posting thread (SGEs against the memory table, transport, UD length, queue
+//! depth), with the one error type, `PostError`.
+//!
+//! A leaf module: both the engine (`engine::qp::validate_send` / `validate_recv`, which
+//! read the QP's shared state) and the shared receive queue (`srq::Srq::post_recv`) use
+//! it, so neither imports the other for posting. The types are re-exported from
+//! `engine::qp`, their old path.
+
+use crate::mr::{AccessError, AccessFlags, MrSlice, Mtpt, PdId};
+use crate::qp_state::{QpState, QpType};
+use crate::wr::{SendOp, UdDest};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// Why a work request could not be posted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostError {
+    /// The queue already holds its maximum number of work requests.
+    #[error("the {queue} queue is full ({depth} work requests outstanding)")]
+    QueueFull {
+        /// "send" or "receive".
+        queue: &'static str,
+        /// The queue depth.
+        depth: u32,
+    },
+    /// More SGEs than the QP was created for.
+    #[error("{given} SGEs given, the QP allows {max}")]
+    TooManySges {
+        /// SGEs in the request.
+        given: usize,
+        /// The QP's limit.
+        max: u32,
+    },
+    /// Inline data longer than `max_inline_data`.
+    #[error("{len} bytes of inline data, the QP allows {max}")]
+    InlineTooLong {
+        /// Bytes requested inline.
+        len: usize,
+        /// The QP's limit.
+        max: u32,
+    },
+    /// Inline was asked for an operation that cannot carry it (RDMA READ).
+    #[error("{op} cannot be posted inline")]
+    InlineNotAllowed {
+        /// The operation.
+        op: &'static str,
+    },
+    /// An SGE failed its lkey, PD, access or bounds check.
+    #[error("SGE {index}: {source}")]
+    Sge {
+        /// Position of the SGE in the list.
+        index: usize,
+        /// What failed.
+        source: AccessError,
+    },
+    /// The message is longer than RDMA allows (2^31 bytes, IBA 9.4.1 DMA length).
+    #[error("message of {len} bytes exceeds the 2 GiB limit")]
+    MessageTooLong {
+        /// Total length.
+        len: u64,
+    },
+    /// The QP state does not accept this queue's work requests.
+    #[error("cannot post to the {queue} queue of a QP in state {state:?}")]
+    BadState {
+        /// "send" or "receive".
+        queue: &'static str,
+        /// The state.
+        state: QpState,
+    },
+    /// The work request's shape does not fit its operation (for example an atomic whose
+    /// result SGE is not 8 bytes).
+    #[error("{op}: {why}")]
+    BadWr {
+        /// The operation.
+        op: &'static str,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// Receives go to the QP's shared receive queue, not to the QP (`ibv_post_recv` on a
+    /// QP created with an SRQ fails).
+    #[error("the QP takes its receive WQEs from SRQ {srq}: post receives to the SRQ")]
+    HasSrq {
+        /// The SRQ's id.
+        srq: u32,
+    },
+    /// The QP's transport does not support the operation.
+    #[error("{op} is not supported on a {qp_type} QP")]
+    NotSupported {
+        /// The operation.
+        op: &'static str,
+        /// The QP type.
+        qp_type: QpType,
+    },
+    /// A send on a UD QP without a destination (address handle, remote QPN and Q_Key).
+    #[error("a send on a UD QP needs a destination (address handle, remote QPN, remote Q_Key)")]
+    NoDestination,
+    /// A UD destination on a connected (RC or UC) QP, whose destination was fixed at connect.
+    #[error("a {qp_type} QP is connected: its work requests take no UD destination")]
+    DestinationNotAllowed {
+        /// The QP type.
+        qp_type: QpType,
+    },
+    /// A UD message must fit one packet (IBA 9.8.1: UD messages are single-packet).
+    #[error("UD message of {len} bytes exceeds the port MTU of {mtu} bytes (UD messages are one packet)")]
+    UdMessageTooLong {
+        /// Message length.
+        len: usize,
+        /// The port MTU.
+        mtu: usize,
+    },
+}
+
+/// The port MTU: the packet payload limit of a UD QP, which has no path MTU attribute (rxe
+/// uses the port's `mtu_cap`). rnic's port reports 4096 (`query_port`'s `active_mtu`).
+pub const PORT_MTU: usize = 4096;
+
+/// Checks that the QP's transport carries `op` (IBA 9.8 / 9.9 and rxe `rxe_opcode` masks):
+/// RC everything, UC SEND and RDMA WRITE (no READ, no atomics), UD SEND only. Also checks
+/// the presence of a UD destination.
+pub(crate) fn check_transport(qp_type: QpType, op: &SendOp, ud: Option<&UdDest>) -> Result<(), PostError> {
+    let carried = match qp_type {
+        QpType::Rc => true,
+        QpType::Uc => matches!(
+            op,
+            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }
+        ),
+        QpType::Ud => matches!(op, SendOp::Send | SendOp::SendWithImm { .. }),
+    };
+    if !carried {
+        return Err(PostError::NotSupported { op: op.name(), qp_type });
+    }
+    match (qp_type, ud) {
+        (QpType::Ud, None) => Err(PostError::NoDestination),
+        (QpType::Rc | QpType::Uc, Some(_)) => Err(PostError::DestinationNotAllowed { qp_type }),
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn check_ud_len(qp_type: QpType, len: usize) -> Result<(), PostError> {
+    // The issue asks for a local failure: the caller learns at once. (IBA C10-93.1.1 and rxe
+    // instead complete such a WR successfully without sending anything.)
+    if qp_type == QpType::Ud && len > PORT_MTU {
+        return Err(PostError::UdMessageTooLong { len, mtu: PORT_MTU });
+    }
+    Ok(())
+}
+
+/// The checked SGEs of a work request. Most WRs have one, kept in place: no allocation
+/// when it is posted, no free when it completes.
+pub(crate) type Sges = smallvec::SmallVec<[MrSlice; 1]>;
+
+/// The bytes of a work request: copied at post time (inline) or checked SGEs.
+#[derive(Debug, Clone)]
+pub(crate) enum WqeData {
+    Inline(Vec<u8>),
+    Sges(Sges),
+}
+
+impl WqeData {
+    /// Copies `dst.len()` bytes starting at message offset `off` out of the buffers.
+    pub(crate) fn gather(&self, mut off: usize, dst: &mut [u8]) {
+        match self {
+            WqeData::Inline(v) => dst.copy_from_slice(&v[off..off + dst.len()]),
+            WqeData::Sges(sl) => {
+                let mut done = 0;
+                for s in sl {
+                    if done == dst.len() {
+                        break;
+                    }
+                    if off >= s.len() {
+                        off -= s.len();
+                        continue;
+                    }
+                    let n = (s.len() - off).min(dst.len() - done);
+                    // Bounds were checked when the WR was posted; the slice re-checks. On
+                    // failure send zeros, never a recycled buffer's old bytes.
+                    if s.read(off, &mut dst[done..done + n]).is_err() {
+                        dst[done..done + n].fill(0);
+                    }
+                    done += n;
+                    off = 0;
+                }
+            }
+        }
+    }
+
+    /// Where message bytes `off .. off + len` lie when one SGE holds them all: its
+    /// memory block and the offset in it (for a zero-copy send). `None` for inline data
+    /// or bytes that span SGEs.
+    pub(crate) fn contiguous(&self, mut off: usize, len: usize) -> Option<(&Arc<crate::mem::MemBlock>, usize)> {
+        let WqeData::Sges(sl) = self else { return None };
+        for s in sl {
+            if off < s.len() {
+                return (off + len <= s.len()).then(|| (s.block(), s.block_offset() + off));
+            }
+            off -= s.len();
+        }
+        None
+    }
+
+    /// Copies `src` into the buffers at message offset `off` (RDMA READ responses,
+    /// receive buffers). Returns false if it does not fit.
+    pub(crate) fn scatter(&self, mut off: usize, src: &[u8]) -> bool {
+        let WqeData::Sges(sl) = self else { return false };
+        let mut done = 0;
+        for s in sl {
+            if done == src.len() {
+                break;
+            }
+            if off >= s.len() {
+                off -= s.len();
+                continue;
+            }
+            let n = (s.len() - off).min(src.len() - done);
+            if s.write(off, &src[done..done + n]).is_err() {
+                return false;
+            }
+            done += n;
+            off = 0;
+        }
+        done == src.len()
+    }
+}
+
+/// A validated send work request.
+#[derive(Debug, Clone)]
+pub struct SendWqe {
+    pub(crate) wr_id: u64,
+    pub(crate) op: SendOp,
+    pub(crate) signaled: bool,
+    pub(crate) solicited: bool,
+    pub(crate) fence: bool,
+    pub(crate) data: WqeData,
+    pub(crate) len: usize,
+    /// UD: where the message goes.
+    pub(crate) ud: Option<UdDest>,
+}
+
+/// A validated receive work request.
+#[derive(Debug, Clone)]
+pub struct RecvWqe {
+    pub(crate) wr_id: u64,
+    pub(crate) data: WqeData,
+    pub(crate) len: usize,
+}
+
+/// Largest RDMA message (IBA: DMA length is 32 bits, verbs cap messages at 2^31).
+pub const MAX_MSG_LEN: u64 = 1 << 31;
+
+pub(crate) fn check_sges(
+    mtpt: &Mtpt,
+    pd: PdId,
+    sges: &[crate::wr::Sge],
+    need: AccessFlags,
+) -> Result<(Sges, usize), PostError> {
+    let mut out = Sges::with_capacity(sges.len());
+    let mut total: u64 = 0;
+    for (index, s) in sges.iter().enumerate() {
+        let len = usize::try_from(s.length).unwrap_or(usize::MAX);
+        let slice =
+            mtpt.check_local(s.lkey, pd, s.addr, len, need).map_err(|source| PostError::Sge { index, source })?;
+        total += u64::from(s.length);
+        out.push(slice);
+    }
+    if total > MAX_MSG_LEN {
+        return Err(PostError::MessageTooLong { len: total });
+    }
+    Ok((out, usize::try_from(total).unwrap_or(usize::MAX)))
+}
+
+pub(crate) fn reserve(counter: &AtomicU32, depth: u32, queue: &'static str) -> Result<(), PostError> {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| if n >= depth { None } else { Some(n + 1) })
+        .map(|_| ())
+        .map_err(|_| PostError::QueueFull { queue, depth })
+}
