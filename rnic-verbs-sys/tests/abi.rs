@@ -320,7 +320,8 @@ fn layouts_match_the_installed_verbs_h() {
     }
     for (name, rust) in &consts {
         let key = if name.starts_with('(') { "VERBS_ABI_IS_EXTENDED" } else { name };
-        // The C side prints through `long long`: compare modulo 2^64.
+        // The C side prints through `long long`: compare modulo 2^64 (the truncation is the point).
+        #[allow(clippy::cast_possible_truncation)]
         let (cv, rv) = (c_consts[key] as i64, *rust as i64);
         if cv != rv {
             bad.push(format!("{key}: C {cv}, Rust {rv}"));
