@@ -275,7 +275,7 @@ fn run(dev: &str, rep: &mut Report) -> Result<(), String> {
         if w.status != WcStatus::RemAccessErr {
             return Err(format!("completion {w}, expected REM_ACCESS_ERR"));
         }
-        let ev = ctx.get_async_event(T).map(|x| x.to_string()).unwrap_or_else(|x| format!("none ({x})"));
+        let ev = ctx.get_async_event(Duration::from_secs(2)).map(|x| x.to_string()).unwrap_or_else(|x| format!("none ({x})"));
         let st = a.query().map_err(e)?.state;
         Ok(format!("{w}; requester QP now {st}; async event: {ev}"))
     })();
