@@ -261,6 +261,12 @@ impl HwCq {
     /// Sleeps on `channel` until a completion is available or `timeout` passes, then takes
     /// it (arm, poll again, sleep, acknowledge: the verbs pattern).
     pub fn wait_event(&self, channel: &HwCompChannel, timeout: Duration) -> HwResult<WorkCompletion> {
+        if !self.inner.channel.as_ref().is_some_and(|c| Arc::ptr_eq(&c.inner, &channel.inner)) {
+            return Err(HwError::InvalidArgument {
+                op: "wait for a completion event",
+                why: format!("CQ {} does not report to that completion channel", self.id()),
+            });
+        }
         let deadline = Instant::now() + timeout;
         let mut one = [WorkCompletion::new(0, super::convert::WcStatus::Success, super::convert::WcOpcode::Send, 0)];
         loop {
@@ -276,6 +282,8 @@ impl HwCq {
                 HwError::Timeout(_) => HwError::Timeout(timeout),
                 e => e,
             })?;
+            // Another CQ of the channel may have fired: its event is acknowledged on its own
+            // handle (counted there), and this CQ is polled again.
             cq.ack_events(1)?;
         }
     }
