@@ -22,7 +22,13 @@
 //! Linux only (x86_64 and aarch64 share these layouts; the offset test runs wherever the
 //! header is installed). Written from the header, not generated: no libclang at build time.
 // Raw FFI records holding unions and pthread objects have no useful `Debug`; the rest derive it.
-#![allow(non_camel_case_types, non_upper_case_globals, non_snake_case, clippy::upper_case_acronyms, missing_debug_implementations)]
+#![allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    clippy::upper_case_acronyms,
+    missing_debug_implementations
+)]
 #![warn(missing_docs)]
 
 pub mod loader;

@@ -152,7 +152,12 @@ fn dl_error() -> String {
     }
 }
 
-fn sym(handle: *mut c_void, library: &str, name: &'static str, version: &'static str) -> Result<*mut c_void, LoadError> {
+fn sym(
+    handle: *mut c_void,
+    library: &str,
+    name: &'static str,
+    version: &'static str,
+) -> Result<*mut c_void, LoadError> {
     let missing = |detail| LoadError::Symbol { library: library.into(), symbol: name, version, detail };
     let cname = CString::new(name).map_err(|_| missing("NUL in name".into()))?;
     let cver = CString::new(version).map_err(|_| missing("NUL in version".into()))?;

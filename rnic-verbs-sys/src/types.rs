@@ -1978,8 +1978,7 @@ pub struct verbs_context {
     /// `ibv_query_port` with the full `ibv_port_attr` (the header's inline uses it).
     pub query_port: Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, size_t) -> c_int>,
     /// `ibv_advise_mr`.
-    pub advise_mr:
-        Option<unsafe extern "C" fn(*mut ibv_pd, ibv_advise_mr_advice, u32, *mut ibv_sge, u32) -> c_int>,
+    pub advise_mr: Option<unsafe extern "C" fn(*mut ibv_pd, ibv_advise_mr_advice, u32, *mut ibv_sge, u32) -> c_int>,
     /// `ibv_alloc_null_mr`.
     pub alloc_null_mr: Option<unsafe extern "C" fn(*mut ibv_pd) -> *mut ibv_mr>,
     /// `ibv_read_counters`.
@@ -2038,7 +2037,12 @@ pub struct verbs_context {
     pub priv_: *mut verbs_ex_private,
     /// `ibv_query_device_ex`.
     pub query_device_ex: Option<
-        unsafe extern "C" fn(*mut ibv_context, *const ibv_query_device_ex_input, *mut ibv_device_attr_ex, size_t) -> c_int,
+        unsafe extern "C" fn(
+            *mut ibv_context,
+            *const ibv_query_device_ex_input,
+            *mut ibv_device_attr_ex,
+            size_t,
+        ) -> c_int,
     >,
     /// `ibv_destroy_flow`.
     pub ibv_destroy_flow: Option<unsafe extern "C" fn(*mut ibv_flow) -> c_int>,

@@ -136,7 +136,8 @@ fn run(dev: &str, rep: &mut Report) -> Result<(), String> {
     let chan = ctx.create_comp_channel().map_err(e)?;
     let cq_a = ctx.create_cq(64, None).map_err(e)?;
     let cq_b = ctx.create_cq(64, Some(&chan)).map_err(e)?;
-    let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    let all =
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
     let mr_a: HwMr = pd.allocate_mr(1 << 16, all).map_err(e)?;
     let mr_b: HwMr = pd.allocate_mr(1 << 16, all).map_err(e)?;
     println!("  MR a {mr_a:?}\n  MR b {mr_b:?}");
@@ -150,7 +151,9 @@ fn run(dev: &str, rep: &mut Report) -> Result<(), String> {
     rep.check(
         "rc-connect",
         (q.state == QpState::Rts && q.dest_qpn == b.qpn() && q.remote_ip == Some(me))
-            .then(|| format!("QP {:#x} <-> {:#x} in RTS, dest {:?}, granted {:?}", a.qpn(), b.qpn(), q.remote_ip, a.cap()))
+            .then(|| {
+                format!("QP {:#x} <-> {:#x} in RTS, dest {:?}, granted {:?}", a.qpn(), b.qpn(), q.remote_ip, a.cap())
+            })
             .ok_or_else(|| format!("query says {q:?}")),
     );
 
@@ -236,7 +239,9 @@ fn run(dev: &str, rep: &mut Report) -> Result<(), String> {
         };
         let (orig1, orig2, now) = (rd(&mr_a, 50_000)?, rd(&mr_a, 50_008)?, rd(&mr_b, 40_000)?);
         if (orig1, orig2, now) != (100, 123, 7) {
-            return Err(format!("fetch_add returned {orig1}, cmp_swap returned {orig2}, target {now} (want 100, 123, 7)"));
+            return Err(format!(
+                "fetch_add returned {orig1}, cmp_swap returned {orig2}, target {now} (want 100, 123, 7)"
+            ));
         }
         Ok("FETCH_ADD 100+23 returned 100, CMP_SWAP(123 -> 7) returned 123, target now 7 (host order)".into())
     })();
@@ -249,8 +254,9 @@ fn run(dev: &str, rep: &mut Report) -> Result<(), String> {
         let d = qp(&pd, QpType::Rc, &cq_b, &cq_b, Some(&srq))?;
         connect(&c, QpType::Rc, d.qpn(), me, 0x30_0000, 0x40_0000)?;
         connect(&d, QpType::Rc, c.qpn(), me, 0x40_0000, 0x30_0000)?;
-        let wrs: Vec<RecvWr> =
-            (0..4usize).map(|i| RecvWr { wr_id: 100 + i as u64, sg_list: vec![mr_b.sge(50_000 + 256 * i, 256)] }).collect();
+        let wrs: Vec<RecvWr> = (0..4usize)
+            .map(|i| RecvWr { wr_id: 100 + i as u64, sg_list: vec![mr_b.sge(50_000 + 256 * i, 256)] })
+            .collect();
         srq.post_recv(&wrs).map_err(e)?;
         srq.modify_limit(4).map_err(e)?;
         mr_a.write(0, b"via srq").map_err(e)?;
@@ -259,7 +265,9 @@ fn run(dev: &str, rep: &mut Report) -> Result<(), String> {
         let w = ok_wc(wait1(&cq_b)?, WcOpcode::Recv)?;
         let ev = ctx.get_async_event(T).map_err(e)?;
         let mapped = convert::async_event(&ev);
-        if w.wr_id != 100 || w.qp_num != d.qpn() || mapped != Some(rnic_verbs::AsyncEvent::SrqLimitReached { srq: srq.id() })
+        if w.wr_id != 100
+            || w.qp_num != d.qpn()
+            || mapped != Some(rnic_verbs::AsyncEvent::SrqLimitReached { srq: srq.id() })
         {
             return Err(format!("receive {w}, event {ev} -> {mapped:?}"));
         }
@@ -275,7 +283,10 @@ fn run(dev: &str, rep: &mut Report) -> Result<(), String> {
         if w.status != WcStatus::RemAccessErr {
             return Err(format!("completion {w}, expected REM_ACCESS_ERR"));
         }
-        let ev = ctx.get_async_event(Duration::from_secs(2)).map(|x| x.to_string()).unwrap_or_else(|x| format!("none ({x})"));
+        let ev = ctx
+            .get_async_event(Duration::from_secs(2))
+            .map(|x| x.to_string())
+            .unwrap_or_else(|x| format!("none ({x})"));
         let st = a.query().map_err(e)?.state;
         Ok(format!("{w}; requester QP now {st}; async event: {ev}"))
     })();
@@ -309,7 +320,8 @@ fn run(dev: &str, rep: &mut Report) -> Result<(), String> {
         let c = qp(&pd, QpType::Ud, &cq_a, &cq_a, None)?;
         let d = qp(&pd, QpType::Ud, &cq_b, &cq_b, None)?;
         for x in [&c, &d] {
-            for (st, from) in [(QpState::Init, QpState::Reset), (QpState::Rtr, QpState::Init), (QpState::Rts, QpState::Rtr)]
+            for (st, from) in
+                [(QpState::Init, QpState::Reset), (QpState::Rtr, QpState::Init), (QpState::Rts, QpState::Rtr)]
             {
                 let attr = QpAttr { state: st, qkey, sq_psn: 0x77, ..QpAttr::default() }
                     .required_from(QpType::Ud, from)

@@ -231,10 +231,7 @@ fn send_flags_to_ibv(wr: &SendWr) -> u32 {
 
 /// One `ibv_send_wr` for `wr` (without its SGE pointer and list link). `ah_for` gives the
 /// address handle of a UD destination.
-pub fn send_wr_to_ibv(
-    wr: &SendWr,
-    ah_for: &mut dyn FnMut(&UdDest) -> HwResult<*mut ibv_ah>,
-) -> HwResult<ibv_send_wr> {
+pub fn send_wr_to_ibv(wr: &SendWr, ah_for: &mut dyn FnMut(&UdDest) -> HwResult<*mut ibv_ah>) -> HwResult<ibv_send_wr> {
     let mut r = ibv_send_wr { wr_id: wr.wr_id, send_flags: send_flags_to_ibv(wr), ..Default::default() };
     r.num_sge = libc::c_int::try_from(wr.sg_list.len())
         .map_err(|_| HwError::InvalidArgument { op: "post send", why: "too many SGEs".into() })?;

@@ -228,7 +228,10 @@ impl HwCq {
     /// `solicited_only`, the next solicited or error one) raises an event on the channel.
     pub fn req_notify(&self, solicited_only: bool) -> HwResult<()> {
         if self.inner.channel.is_none() {
-            return Err(HwError::InvalidArgument { op: "req_notify_cq", why: "the CQ has no completion channel".into() });
+            return Err(HwError::InvalidArgument {
+                op: "req_notify_cq",
+                why: "the CQ has no completion channel".into(),
+            });
         }
         // SAFETY: a live CQ.
         let r = unsafe { sys::ops::req_notify_cq(self.inner.cq, libc::c_int::from(solicited_only)) };

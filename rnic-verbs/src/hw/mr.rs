@@ -18,10 +18,10 @@ impl Owned {
     fn new(len: usize) -> HwResult<Owned> {
         // SAFETY: sysconf has no preconditions.
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
-        let map_len = len.div_ceil(page).checked_mul(page).ok_or_else(|| HwError::InvalidArgument {
-            op: "allocate MR",
-            why: format!("{len} bytes is too large"),
-        })?;
+        let map_len = len
+            .div_ceil(page)
+            .checked_mul(page)
+            .ok_or_else(|| HwError::InvalidArgument { op: "allocate MR", why: format!("{len} bytes is too large") })?;
         // SAFETY: an anonymous private mapping at an address of the kernel's choice.
         let p = unsafe {
             libc::mmap(
