@@ -362,11 +362,11 @@ impl HwContext {
             return Err(HwError::last_os("ibv_get_async_event"));
         }
         let t = ev.event_type;
-        // SAFETY: the union member read is the one `event_type` says is valid, and the
-        // object it points to lives until the event is acknowledged below.
+        // SAFETY: the union member read is the one `event_type` says is valid; a non-null
+        // object pointer stays valid until the event is acknowledged below.
         let element = unsafe {
             match t {
-                sys::IBV_EVENT_CQ_ERR => HwEventElement::Cq((*ev.element.cq).handle),
+                sys::IBV_EVENT_CQ_ERR if !ev.element.cq.is_null() => HwEventElement::Cq((*ev.element.cq).handle),
                 sys::IBV_EVENT_QP_FATAL
                 | sys::IBV_EVENT_QP_REQ_ERR
                 | sys::IBV_EVENT_QP_ACCESS_ERR
@@ -374,8 +374,12 @@ impl HwContext {
                 | sys::IBV_EVENT_SQ_DRAINED
                 | sys::IBV_EVENT_PATH_MIG
                 | sys::IBV_EVENT_PATH_MIG_ERR
-                | sys::IBV_EVENT_QP_LAST_WQE_REACHED => HwEventElement::Qp((*ev.element.qp).qp_num),
-                sys::IBV_EVENT_SRQ_ERR | sys::IBV_EVENT_SRQ_LIMIT_REACHED => {
+                | sys::IBV_EVENT_QP_LAST_WQE_REACHED
+                    if !ev.element.qp.is_null() =>
+                {
+                    HwEventElement::Qp((*ev.element.qp).qp_num)
+                }
+                sys::IBV_EVENT_SRQ_ERR | sys::IBV_EVENT_SRQ_LIMIT_REACHED if !ev.element.srq.is_null() => {
                     HwEventElement::Srq((*ev.element.srq).handle)
                 }
                 sys::IBV_EVENT_PORT_ACTIVE
