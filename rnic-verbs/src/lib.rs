@@ -50,6 +50,9 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "hw")]
+pub mod hw;
+
 use rnic_core::cq::Cq;
 use rnic_core::device::{Device, DeviceConfig, DeviceError};
 use rnic_core::engine::qp::{PostError, QpShared};

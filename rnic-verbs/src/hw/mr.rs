@@ -1,0 +1,210 @@
+//! Memory regions: memory the region owns (page-aligned, zeroed) or the caller's, registered
+//! with `ibv_reg_mr`.
+
+use super::convert::{access_to_ibv, AccessFlags, Sge};
+use super::pd::HwPd;
+use super::{HwError, HwResult};
+use rnic_verbs_sys::ibv_mr;
+use std::fmt;
+use std::sync::Arc;
+
+/// Page-aligned anonymous memory owned by a region (`mmap`), unmapped after deregistration.
+struct Owned {
+    ptr: *mut u8,
+    map_len: usize,
+}
+
+impl Owned {
+    fn new(len: usize) -> HwResult<Owned> {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+        let map_len = len
+            .div_ceil(page)
+            .checked_mul(page)
+            .ok_or_else(|| HwError::InvalidArgument { op: "allocate MR", why: format!("{len} bytes is too large") })?;
+        // SAFETY: an anonymous private mapping at an address of the kernel's choice.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(HwError::last_os(format!("mmap({map_len} bytes) for a memory region")));
+        }
+        Ok(Owned { ptr: p.cast(), map_len })
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once, after the region was deregistered
+        // (`MrInner` drops `mr` before `owned`).
+        unsafe { libc::munmap(self.ptr.cast(), self.map_len) };
+    }
+}
+
+struct MrInner {
+    pd: HwPd,
+    mr: *mut ibv_mr,
+    addr: *mut u8,
+    len: usize,
+    /// Declared after `mr` is deregistered in Drop.
+    _owned: Option<Owned>,
+}
+
+// SAFETY: the region's bytes are shared with the NIC by design and reached only through
+// copying calls that check bounds; the ibv_mr pointer is freed only in Drop.
+unsafe impl Send for MrInner {}
+// SAFETY: as above.
+unsafe impl Sync for MrInner {}
+
+impl Drop for MrInner {
+    fn drop(&mut self) {
+        // SAFETY: a live region (QPs do not hold regions; work still outstanding on it
+        // completes in error, as with any verbs program); deregistered once, before the
+        // owned memory is unmapped (fields drop after this body).
+        unsafe { (self.pd.context().verbs().ibv_dereg_mr)(self.mr) };
+    }
+}
+
+/// A registered memory region (`ibv_mr`). Its bytes are reached through copies
+/// ([`HwMr::read`], [`HwMr::write`]) since the NIC may write them at any time.
+/// Clones share it; deregistered (and, if owned, freed) with the last one.
+#[derive(Clone)]
+pub struct HwMr {
+    inner: Arc<MrInner>,
+}
+
+impl fmt::Debug for HwMr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HwMr")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len())
+            .field("lkey", &format_args!("{:#x}", self.lkey()))
+            .field("rkey", &format_args!("{:#x}", self.rkey()))
+            .finish()
+    }
+}
+
+impl HwMr {
+    pub(super) fn allocate(pd: &HwPd, len: usize, access: AccessFlags) -> HwResult<HwMr> {
+        if len == 0 {
+            return Err(HwError::InvalidArgument { op: "allocate MR", why: "length 0".into() });
+        }
+        let owned = Owned::new(len)?;
+        let ptr = owned.ptr;
+        // SAFETY: `ptr..ptr+len` is our mapping, alive as long as the region (it is moved in).
+        unsafe { HwMr::register_inner(pd, ptr, len, access, Some(owned)) }
+    }
+
+    /// # Safety
+    /// `ptr..ptr+len` stays valid (for reads and writes by the NIC) until the region is dropped.
+    pub(super) unsafe fn register_borrowed(pd: &HwPd, ptr: *mut u8, len: usize, access: AccessFlags) -> HwResult<HwMr> {
+        // SAFETY: the caller's contract is this function's.
+        unsafe { HwMr::register_inner(pd, ptr, len, access, None) }
+    }
+
+    /// # Safety
+    /// As [`HwMr::register_borrowed`].
+    unsafe fn register_inner(
+        pd: &HwPd,
+        ptr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+        owned: Option<Owned>,
+    ) -> HwResult<HwMr> {
+        let bits = libc::c_int::try_from(access_to_ibv(access)?)
+            .map_err(|_| HwError::InvalidArgument { op: "register MR", why: format!("access {access}") })?;
+        // SAFETY: a live PD; the range's validity is the caller's contract.
+        let mr = unsafe { (pd.context().verbs().ibv_reg_mr)(pd.as_ptr(), ptr.cast(), len, bits) };
+        if mr.is_null() {
+            let e = HwError::last_os(format!("ibv_reg_mr({len} bytes, {access})"));
+            drop(owned);
+            return Err(e);
+        }
+        Ok(HwMr { inner: Arc::new(MrInner { pd: pd.clone(), mr, addr: ptr, len, _owned: owned }) })
+    }
+
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        // SAFETY: a live region.
+        unsafe { (*self.inner.mr).lkey }
+    }
+
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: a live region.
+        unsafe { (*self.inner.mr).rkey }
+    }
+
+    /// Virtual address of the first byte (what SGEs and peers use).
+    pub fn addr(&self) -> u64 {
+        self.inner.addr as u64
+    }
+
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+
+    /// True for an empty region (never: allocation refuses length 0).
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &HwPd {
+        &self.inner.pd
+    }
+
+    /// The raw region, valid while `self` lives.
+    pub fn as_ptr(&self) -> *mut ibv_mr {
+        self.inner.mr
+    }
+
+    /// An SGE over `len` bytes at `offset`.
+    pub fn sge(&self, offset: usize, len: u32) -> Sge {
+        Sge { addr: self.addr().wrapping_add(offset as u64), length: len, lkey: self.lkey() }
+    }
+
+    fn check(&self, offset: usize, n: usize) -> HwResult<()> {
+        match offset.checked_add(n) {
+            Some(end) if end <= self.inner.len => Ok(()),
+            _ => Err(HwError::InvalidArgument {
+                op: "memory region access",
+                why: format!("{n} bytes at offset {offset} outside the region's {} bytes", self.inner.len),
+            }),
+        }
+    }
+
+    /// Copies bytes out of the region.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> HwResult<()> {
+        self.check(offset, dst.len())?;
+        // SAFETY: in bounds (checked); the region's memory is valid for its lifetime. The
+        // NIC may write concurrently, as with any verbs buffer: the caller reads after the
+        // completion that says the bytes are there.
+        unsafe { std::ptr::copy_nonoverlapping(self.inner.addr.add(offset), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Copies bytes into the region.
+    pub fn write(&self, offset: usize, src: &[u8]) -> HwResult<()> {
+        self.check(offset, src.len())?;
+        // SAFETY: in bounds (checked) and valid for writes; see `read`.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.inner.addr.add(offset), src.len()) };
+        Ok(())
+    }
+
+    /// The whole region as a vector.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0; self.inner.len];
+        // In bounds by construction.
+        let _ = self.read(0, &mut v);
+        v
+    }
+}

@@ -1,0 +1,231 @@
+//! Queue pairs: create, modify (RESET -> INIT -> RTR -> RTS with rnic's `QpAttr`), query,
+//! post through `context->ops`.
+
+use super::convert::{
+    cap_from_ibv, cap_to_ibv, qp_attr_from_ibv, qp_attr_to_ibv, qp_type_from_ibv, qp_type_to_ibv, ud_dest_ip,
+    IbvRecvList, IbvSendList, QpAttr, QpAttrMask, QpCap, QpType, RecvWr, SendWr, QUERY_MASK,
+};
+use super::cq::HwCq;
+use super::pd::HwPd;
+use super::srq::HwSrq;
+use super::{HwError, HwResult};
+use rnic_verbs_sys::{self as sys, ibv_qp};
+use std::fmt;
+use std::sync::Arc;
+
+/// What `ibv_create_qp` needs.
+#[derive(Debug, Clone)]
+pub struct HwQpInit {
+    /// RC, UC or UD.
+    pub qp_type: QpType,
+    /// Queue sizes asked for (the device may grant more; see [`HwQp::cap`]).
+    pub cap: QpCap,
+    /// Complete every send WR.
+    pub sq_sig_all: bool,
+    /// Send completions go here.
+    pub send_cq: HwCq,
+    /// Receive completions go here.
+    pub recv_cq: HwCq,
+    /// Take receive WQEs from this SRQ.
+    pub srq: Option<HwSrq>,
+}
+
+struct QpInner {
+    pd: HwPd,
+    qp: *mut ibv_qp,
+    init: HwQpInit,
+    granted: QpCap,
+}
+
+// SAFETY: QPs may be posted to and modified from any thread (the provider and kernel
+// lock); the pointer is freed only in Drop.
+unsafe impl Send for QpInner {}
+// SAFETY: as above.
+unsafe impl Sync for QpInner {}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        // SAFETY: the last handle; destroyed once, before its CQs, SRQ and PD (held in
+        // `init` and `pd`, dropped after this body).
+        unsafe { (self.pd.context().verbs().ibv_destroy_qp)(self.qp) };
+    }
+}
+
+/// A queue pair (`ibv_qp`). Clones share it; destroyed with the last one.
+#[derive(Clone)]
+pub struct HwQp {
+    inner: Arc<QpInner>,
+}
+
+impl fmt::Debug for HwQp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HwQp").field("qpn", &format_args!("{:#x}", self.qpn())).field("type", &self.qp_type()).finish()
+    }
+}
+
+impl HwQp {
+    pub(super) fn create(pd: &HwPd, init: &HwQpInit) -> HwResult<HwQp> {
+        let ctx = pd.context().as_ptr();
+        for (what, cq) in [("send CQ", &init.send_cq), ("receive CQ", &init.recv_cq)] {
+            if cq.context().as_ptr() != ctx {
+                return Err(HwError::InvalidArgument {
+                    op: "create QP",
+                    why: format!("the {what} belongs to {}, the PD to {}", cq.context().name(), pd.context().name()),
+                });
+            }
+        }
+        if let Some(s) = &init.srq {
+            if s.pd().as_ptr() != pd.as_ptr() {
+                return Err(HwError::InvalidArgument { op: "create QP", why: "the SRQ belongs to another PD".into() });
+            }
+        }
+        let mut a = sys::ibv_qp_init_attr {
+            qp_context: std::ptr::null_mut(),
+            send_cq: init.send_cq.as_ptr(),
+            recv_cq: init.recv_cq.as_ptr(),
+            srq: init.srq.as_ref().map_or(std::ptr::null_mut(), HwSrq::as_ptr),
+            cap: cap_to_ibv(&init.cap),
+            qp_type: qp_type_to_ibv(init.qp_type),
+            sq_sig_all: libc::c_int::from(init.sq_sig_all),
+        };
+        // SAFETY: a live PD, CQs and SRQ (held by `init`, which the QP keeps).
+        let qp = unsafe { (pd.context().verbs().ibv_create_qp)(pd.as_ptr(), &mut a) };
+        if qp.is_null() {
+            return Err(HwError::last_os(format!("ibv_create_qp({}, {:?})", init.qp_type, init.cap)));
+        }
+        Ok(HwQp { inner: Arc::new(QpInner { pd: pd.clone(), qp, init: init.clone(), granted: cap_from_ibv(&a.cap) }) })
+    }
+
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        // SAFETY: a live QP.
+        unsafe { (*self.inner.qp).qp_num }
+    }
+
+    /// RC, UC or UD.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.init.qp_type
+    }
+
+    /// The queue sizes the device granted.
+    pub fn cap(&self) -> QpCap {
+        self.inner.granted
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &HwPd {
+        &self.inner.pd
+    }
+
+    /// The send CQ.
+    pub fn send_cq(&self) -> &HwCq {
+        &self.inner.init.send_cq
+    }
+
+    /// The receive CQ.
+    pub fn recv_cq(&self) -> &HwCq {
+        &self.inner.init.recv_cq
+    }
+
+    /// The raw QP, valid while `self` lives.
+    pub fn as_ptr(&self) -> *mut ibv_qp {
+        self.inner.qp
+    }
+
+    /// `ibv_modify_qp` with raw attributes.
+    pub fn modify_raw(&self, attr: &mut sys::ibv_qp_attr, mask: libc::c_int) -> HwResult<()> {
+        // SAFETY: a live QP and a valid attribute struct.
+        let r = unsafe { (self.pd().context().verbs().ibv_modify_qp)(self.inner.qp, attr, mask) };
+        if r != 0 {
+            return Err(HwError::ret(
+                format!(
+                    "ibv_modify_qp(QP {:#x} to {}, {:?})",
+                    self.qpn(),
+                    attr.qp_state,
+                    QpAttrMask::from_bits_retain(u32::try_from(mask).unwrap_or(0))
+                ),
+                r,
+            ));
+        }
+        Ok(())
+    }
+
+    /// `ibv_modify_qp` with rnic's attributes (the mask's bits are verbs'). With `AV` in the
+    /// mask the address vector goes to the RoCE GID of `remote_ip`, from this port's RoCE v2
+    /// source GID of the same IP family (`-g 1` on rxe for IPv4).
+    pub fn modify(&self, attr: &QpAttr) -> HwResult<()> {
+        let sgid = match attr.remote_ip {
+            Some(ip) if attr.mask.contains(QpAttrMask::AV) => {
+                self.pd().context().gid_index_for(attr.port.max(1), ip)?
+            }
+            _ => 0,
+        };
+        let (mut a, mask) = qp_attr_to_ibv(attr, sgid)?;
+        self.modify_raw(&mut a, mask)
+    }
+
+    /// `ibv_query_qp`: the QP's attributes.
+    pub fn query(&self) -> HwResult<QpAttr> {
+        let mut a = sys::ibv_qp_attr::default();
+        let mut init = sys::ibv_qp_init_attr::default();
+        let mask = libc::c_int::try_from(QUERY_MASK).unwrap_or(0);
+        // SAFETY: a live QP and writable structs.
+        let r = unsafe { (self.pd().context().verbs().ibv_query_qp)(self.inner.qp, &mut a, mask, &mut init) };
+        if r != 0 {
+            return Err(HwError::ret(format!("ibv_query_qp(QP {:#x})", self.qpn()), r));
+        }
+        qp_type_from_ibv(init.qp_type)?;
+        qp_attr_from_ibv(&a)
+    }
+
+    /// `ibv_post_send` through `context->ops`: the whole list in one call. UD destinations
+    /// get their address handle from the PD (made once per destination).
+    pub fn post_send(&self, wrs: &[SendWr]) -> HwResult<()> {
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        let pd = self.pd().clone();
+        let mut l = IbvSendList::new(wrs, &mut |d| pd.ud_ah(ud_dest_ip(d)))?;
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP; the list, its SGEs and its AHs (kept by the PD) live across
+        // the call.
+        let r = unsafe { sys::ops::post_send(self.inner.qp, l.head(), &mut bad) };
+        if r != 0 {
+            let (index, wr_id) = l.index_of(bad).unwrap_or((0, wrs[0].wr_id));
+            return Err(HwError::Post {
+                op: "ibv_post_send",
+                index,
+                wr_id,
+                source: std::io::Error::from_raw_os_error(r.abs()),
+            });
+        }
+        Ok(())
+    }
+
+    /// `ibv_post_recv` through `context->ops`: the whole list in one call.
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> HwResult<()> {
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        if self.inner.init.srq.is_some() {
+            return Err(HwError::InvalidArgument {
+                op: "post receive",
+                why: format!("QP {:#x} takes its receive WQEs from an SRQ: post to the SRQ", self.qpn()),
+            });
+        }
+        let mut l = IbvRecvList::new(wrs)?;
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP; the list and its SGEs live across the call.
+        let r = unsafe { sys::ops::post_recv(self.inner.qp, l.head(), &mut bad) };
+        if r != 0 {
+            let (index, wr_id) = l.index_of(bad).unwrap_or((0, wrs[0].wr_id));
+            return Err(HwError::Post {
+                op: "ibv_post_recv",
+                index,
+                wr_id,
+                source: std::io::Error::from_raw_os_error(r.abs()),
+            });
+        }
+        Ok(())
+    }
+}
