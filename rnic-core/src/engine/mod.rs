@@ -15,11 +15,18 @@
 //!    transport, which fills in the ICRC. Completions go straight into the CQs, and
 //!    asynchronous events come out of `poll_event`.
 //!
+//! # Structure
+//! `Engine` is the QP table beside one `Ctx` (`ctx.rs`; smoltcp's `Interface` /
+//! `InterfaceInner` split): a public call looks its QP up once and hands `&mut Qp` and
+//! `&mut Ctx` to the handlers. A QP's state is split as rxe's: common attributes
+//! (`qp.rs`), sender (`qp_req.rs`), responder (`qp_resp.rs`).
+//!
 //! Where each protocol rule lives: the requester and completer (one sender state
-//! machine per QP, as rxe merged them) in `requester.rs`, the responder's pipeline of
-//! checks in `responder.rs`, the modify-QP table in [`crate::qp_state`]. The unreliable
-//! transports are kept apart: the UC/UD sender in `unreliable.rs`, the UC responder in
-//! `uc.rs`, the UD responder and its GRH area in `ud.rs`.
+//! machine per QP, as rxe merged them) in `requester.rs`; the responder's pipeline of
+//! checks for RC and UC in `responder.rs`, what its refusals become in `refusal.rs`, its
+//! atomics in `rd_atomic.rs`; the UC/UD sender in `unreliable.rs`; the UD responder and
+//! its GRH area in `ud.rs`; packet building in `packet.rs`; the modify-QP table in
+//! [`crate::qp_state`]; posting checks in [`crate::post`].
 
 mod ctx;
 mod out;
