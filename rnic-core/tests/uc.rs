@@ -301,3 +301,37 @@ fn no_receive_wqe_or_a_short_one_drops_the_message_silently() {
     assert_eq!(p.nodes[B].qp.state(), QpState::Rts);
     assert_eq!(p.nodes[A].qp.state(), QpState::Rts);
 }
+
+/// RC and UC share one responder pipeline, but only RC acknowledges: a UC SEND whose
+/// AckReq bit a peer set anyway is delivered, and nothing at all goes back.
+#[test]
+fn an_ack_req_on_uc_draws_no_acknowledgement() {
+    let mut p = Pair::uc(3, 0x42, 0x100);
+    p.trace();
+    p.post_recv(B, RecvWr { wr_id: 5, sg_list: vec![p.sge(B, 0, 64)] }).unwrap();
+    let send = rnic_wire::roce::RoceRepr {
+        bth: rnic_wire::bth::BthRepr {
+            opcode: Opcode::UC_SEND_ONLY,
+            se: false,
+            migreq: false,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: p.nodes[B].qp.qpn,
+            ack_req: true,
+            psn: rnic_wire::Psn::new(0x42),
+        },
+        ext: rnic_wire::roce::ExtHeaders::default(),
+        payload_len: 16,
+    };
+    let mut pkt = vec![0; send.buffer_len()];
+    send.emit(&mut pkt, &[0xab; 16]).unwrap();
+    let (src, dst) = (p.nodes[A].ip, p.nodes[B].ip);
+    p.fab.inject(Wire { src, dst, src_port: rnic_wire::ROCEV2_UDP_PORT, data: pkt });
+    p.run();
+    let r = Pair::wcs(&p.nodes[B].rcq);
+    assert_eq!(r.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect::<Vec<_>>(), [(5, WcStatus::Success, 16)]);
+    assert_eq!(p.read(B, 0, 16), [0xab; 16]);
+    let from_b: Vec<_> = p.traced().into_iter().filter(|(ip, _)| *ip == dst).collect();
+    assert!(from_b.is_empty(), "B answered a UC packet: {from_b:?}");
+}

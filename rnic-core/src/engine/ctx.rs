@@ -35,8 +35,9 @@ pub struct EngineConfig {
     /// Most outstanding READs as requester or responder a QP may be given.
     pub max_rd_atomic: u8,
     /// Leave payloads of at least 512 bytes that lie in one registered region there
-    /// ([`TxPacket::payload`]) instead of copying them into the packet: the UDP
-    /// transport sends them from registered memory (one copy fewer per byte).
+    /// ([`TxPacket::payload`](super::TxPacket::payload)) instead of copying them into the
+    /// packet: the UDP transport sends them from registered memory (one copy fewer per
+    /// byte).
     pub zero_copy: bool,
 }
 

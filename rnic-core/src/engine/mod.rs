@@ -15,11 +15,18 @@
 //!    transport, which fills in the ICRC. Completions go straight into the CQs, and
 //!    asynchronous events come out of `poll_event`.
 //!
+//! # Structure
+//! `Engine` is the QP table beside one `Ctx` (`ctx.rs`; smoltcp's `Interface` /
+//! `InterfaceInner` split): a public call looks its QP up once and hands `&mut Qp` and
+//! `&mut Ctx` to the handlers. A QP's state is split as rxe's: common attributes
+//! (`qp.rs`), sender (`qp_req.rs`), responder (`qp_resp.rs`).
+//!
 //! Where each protocol rule lives: the requester and completer (one sender state
-//! machine per QP, as rxe merged them) in `requester.rs`, the responder's pipeline of
-//! checks in `responder.rs`, the modify-QP table in [`crate::qp_state`]. The unreliable
-//! transports are kept apart: the UC/UD sender in `unreliable.rs`, the UC responder in
-//! `uc.rs`, the UD responder and its GRH area in `ud.rs`.
+//! machine per QP, as rxe merged them) in `requester.rs`; the responder's pipeline of
+//! checks for RC and UC in `responder.rs`, what its refusals become in `refusal.rs`, its
+//! atomics in `rd_atomic.rs`; the UC/UD sender in `unreliable.rs`; the UD responder and
+//! its GRH area in `ud.rs`; packet building in `packet.rs`; the modify-QP table in
+//! [`crate::qp_state`]; posting checks in [`crate::post`].
 
 mod ctx;
 mod out;
@@ -188,99 +195,9 @@ impl Engine {
         let qp = self.qps.get_mut(qpn).ok_or(EngineError::NoSuchQp(qpn.value()))?;
         // As for destroy: a held ACK leaves before the QP changes state.
         responder::flush_ack(qp, cx);
-        let max_rd = cx.config.max_rd_atomic;
         let cur = qp.state;
-        let mask = attr.mask;
-        let next = if mask.contains(QpAttrMask::STATE) { attr.state } else { cur };
-        if mask.contains(QpAttrMask::CUR_STATE) && attr.state != cur && !mask.contains(QpAttrMask::STATE) {
-            return Err(EngineError::BadAttr(format!("CUR_STATE given as {:?} but the QP is {:?}", attr.state, cur)));
-        }
-        qp_state::check_modify(qp.shared.qp_type, cur, next, mask)?;
-        qp_state::check_values(
-            mask,
-            &QpAttrValues {
-                path_mtu: attr.path_mtu,
-                timeout: attr.timeout,
-                retry_cnt: attr.retry_cnt,
-                rnr_retry: attr.rnr_retry,
-                min_rnr_timer: attr.min_rnr_timer,
-            },
-        )?;
-        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > max_rd {
-            return Err(EngineError::BadAttr(format!(
-                "max_rd_atomic {} exceeds the device's {max_rd}",
-                attr.max_rd_atomic
-            )));
-        }
-        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > max_rd {
-            return Err(EngineError::BadAttr(format!(
-                "max_dest_rd_atomic {} exceeds the device's {max_rd}",
-                attr.max_dest_rd_atomic
-            )));
-        }
-        if mask.contains(QpAttrMask::AV) && attr.remote_ip.is_none() {
-            return Err(EngineError::BadAttr("AV given without a destination address".into()));
-        }
-        if mask.contains(QpAttrMask::DEST_QPN) && attr.dest_qpn > 0x00FF_FFFF {
-            return Err(EngineError::BadAttr(format!("dest_qpn {:#x} does not fit 24 bits", attr.dest_qpn)));
-        }
-        // Apply.
-        let a = &mut qp.attr;
-        if mask.contains(QpAttrMask::ACCESS_FLAGS) {
-            a.access = attr.access;
-        }
-        if mask.contains(QpAttrMask::PATH_MTU) {
-            a.path_mtu = attr.path_mtu;
-            qp.mtu = PathMtu::from_ibv(attr.path_mtu).map_or(1024, |m| m.bytes() as usize);
-        }
-        if mask.contains(QpAttrMask::DEST_QPN) {
-            a.dest_qpn = attr.dest_qpn;
-        }
-        if mask.contains(QpAttrMask::AV) {
-            a.remote_ip = attr.remote_ip;
-        }
-        if mask.contains(QpAttrMask::RQ_PSN) {
-            a.rq_psn = attr.rq_psn & 0x00FF_FFFF;
-            qp.resp.epsn = Psn::new(attr.rq_psn);
-        }
-        if mask.contains(QpAttrMask::SQ_PSN) {
-            a.sq_psn = attr.sq_psn & 0x00FF_FFFF;
-            qp.req.next_psn = Psn::new(attr.sq_psn);
-            qp.req.una = qp.req.next_psn;
-            qp.req.sent_end = qp.req.next_psn;
-        }
-        if mask.contains(QpAttrMask::TIMEOUT) {
-            a.timeout = attr.timeout;
-        }
-        if mask.contains(QpAttrMask::RETRY_CNT) {
-            a.retry_cnt = attr.retry_cnt;
-            qp.req.retry_left = attr.retry_cnt;
-        }
-        if mask.contains(QpAttrMask::RNR_RETRY) {
-            a.rnr_retry = attr.rnr_retry;
-            qp.req.rnr_left = attr.rnr_retry;
-        }
-        if mask.contains(QpAttrMask::MIN_RNR_TIMER) {
-            a.min_rnr_timer = attr.min_rnr_timer;
-        }
-        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) {
-            a.max_rd_atomic = attr.max_rd_atomic;
-        }
-        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) {
-            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
-        }
-        if mask.contains(QpAttrMask::QKEY) {
-            a.qkey = attr.qkey;
-        }
-        if mask.contains(QpAttrMask::PKEY_INDEX) {
-            a.pkey_index = attr.pkey_index;
-        }
-        if mask.contains(QpAttrMask::PORT) {
-            a.port = attr.port;
-        }
-        if mask.contains(QpAttrMask::AV) || mask.contains(QpAttrMask::DEST_QPN) {
-            qp.src_port = qp::rc_udp_sport(qp.qpn().value(), qp.attr.dest_qpn);
-        }
+        let next = check_modify(qp, attr, cx.config.max_rd_atomic)?;
+        apply_attrs(qp, attr);
         if next != cur {
             match next {
                 QpState::Err => cx.enter_error(qp, None),
@@ -520,6 +437,108 @@ impl Engine {
     /// The next asynchronous event.
     pub fn poll_event(&mut self) -> Option<AsyncEvent> {
         self.cx.events.pop_front()
+    }
+}
+
+/// Checks a modify-QP call against IBA's transition table, the attribute ranges and the
+/// device's limits; returns the state the QP goes to.
+fn check_modify(qp: &Qp, attr: &QpAttr, max_rd: u8) -> Result<QpState, EngineError> {
+    let cur = qp.state;
+    let mask = attr.mask;
+    let next = if mask.contains(QpAttrMask::STATE) { attr.state } else { cur };
+    if mask.contains(QpAttrMask::CUR_STATE) && attr.state != cur && !mask.contains(QpAttrMask::STATE) {
+        return Err(EngineError::BadAttr(format!("CUR_STATE given as {:?} but the QP is {:?}", attr.state, cur)));
+    }
+    qp_state::check_modify(qp.shared.qp_type, cur, next, mask)?;
+    qp_state::check_values(
+        mask,
+        &QpAttrValues {
+            path_mtu: attr.path_mtu,
+            timeout: attr.timeout,
+            retry_cnt: attr.retry_cnt,
+            rnr_retry: attr.rnr_retry,
+            min_rnr_timer: attr.min_rnr_timer,
+        },
+    )?;
+    if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > max_rd {
+        return Err(EngineError::BadAttr(format!(
+            "max_rd_atomic {} exceeds the device's {max_rd}",
+            attr.max_rd_atomic
+        )));
+    }
+    if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > max_rd {
+        return Err(EngineError::BadAttr(format!(
+            "max_dest_rd_atomic {} exceeds the device's {max_rd}",
+            attr.max_dest_rd_atomic
+        )));
+    }
+    if mask.contains(QpAttrMask::AV) && attr.remote_ip.is_none() {
+        return Err(EngineError::BadAttr("AV given without a destination address".into()));
+    }
+    if mask.contains(QpAttrMask::DEST_QPN) && attr.dest_qpn > 0x00FF_FFFF {
+        return Err(EngineError::BadAttr(format!("dest_qpn {:#x} does not fit 24 bits", attr.dest_qpn)));
+    }
+    Ok(next)
+}
+
+/// Applies the attributes named by the mask (already checked).
+fn apply_attrs(qp: &mut Qp, attr: &QpAttr) {
+    let mask = attr.mask;
+    let a = &mut qp.attr;
+    if mask.contains(QpAttrMask::ACCESS_FLAGS) {
+        a.access = attr.access;
+    }
+    if mask.contains(QpAttrMask::PATH_MTU) {
+        a.path_mtu = attr.path_mtu;
+        qp.mtu = PathMtu::from_ibv(attr.path_mtu).map_or(1024, |m| m.bytes() as usize);
+    }
+    if mask.contains(QpAttrMask::DEST_QPN) {
+        a.dest_qpn = attr.dest_qpn;
+    }
+    if mask.contains(QpAttrMask::AV) {
+        a.remote_ip = attr.remote_ip;
+    }
+    if mask.contains(QpAttrMask::RQ_PSN) {
+        a.rq_psn = attr.rq_psn & 0x00FF_FFFF;
+        qp.resp.epsn = Psn::new(attr.rq_psn);
+    }
+    if mask.contains(QpAttrMask::SQ_PSN) {
+        a.sq_psn = attr.sq_psn & 0x00FF_FFFF;
+        qp.req.next_psn = Psn::new(attr.sq_psn);
+        qp.req.una = qp.req.next_psn;
+        qp.req.sent_end = qp.req.next_psn;
+    }
+    if mask.contains(QpAttrMask::TIMEOUT) {
+        a.timeout = attr.timeout;
+    }
+    if mask.contains(QpAttrMask::RETRY_CNT) {
+        a.retry_cnt = attr.retry_cnt;
+        qp.req.retry_left = attr.retry_cnt;
+    }
+    if mask.contains(QpAttrMask::RNR_RETRY) {
+        a.rnr_retry = attr.rnr_retry;
+        qp.req.rnr_left = attr.rnr_retry;
+    }
+    if mask.contains(QpAttrMask::MIN_RNR_TIMER) {
+        a.min_rnr_timer = attr.min_rnr_timer;
+    }
+    if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) {
+        a.max_rd_atomic = attr.max_rd_atomic;
+    }
+    if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) {
+        a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+    }
+    if mask.contains(QpAttrMask::QKEY) {
+        a.qkey = attr.qkey;
+    }
+    if mask.contains(QpAttrMask::PKEY_INDEX) {
+        a.pkey_index = attr.pkey_index;
+    }
+    if mask.contains(QpAttrMask::PORT) {
+        a.port = attr.port;
+    }
+    if mask.contains(QpAttrMask::AV) || mask.contains(QpAttrMask::DEST_QPN) {
+        qp.src_port = qp::rc_udp_sport(qp.qpn().value(), qp.attr.dest_qpn);
     }
 }
 

@@ -19,9 +19,9 @@ pub struct TxPacket {
     /// The packet, ICRC to be filled by the transport; with a [`payload`](Self::payload)
     /// only its headers, then pad and ICRC.
     pub data: Vec<u8>,
-    /// With [`EngineConfig::zero_copy`]: the payload, left in registered memory for the
-    /// transport to hand to the kernel without copying it. `None`: `data` is the whole
-    /// packet.
+    /// With [`EngineConfig::zero_copy`](super::EngineConfig::zero_copy): the payload, left
+    /// in registered memory for the transport to hand to the kernel without copying it.
+    /// `None`: `data` is the whole packet.
     pub payload: Option<TxPayload>,
 }
 

@@ -69,3 +69,30 @@ pub(crate) fn nak_status(code: NakCode) -> WcStatus {
         _ => WcStatus::BadRespErr,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The map written out against rxe's responder error states (`rxe_responder`: class
+    /// B RNR, class C invalid request / remote access, class A remote operational, class J
+    /// invalidate) and its completer's NAK handling.
+    #[test]
+    fn each_refusal_has_its_rxe_nak_and_status() {
+        let inv = Syndrome::Nak(NakCode::InvalidRequest);
+        let rows = [
+            (Refusal::InvalidRequest, inv, None, true),
+            (Refusal::LengthError, inv, Some(WcStatus::LocLenErr), true),
+            (Refusal::InvalidateRkey, inv, Some(WcStatus::RemInvReqErr), true),
+            (Refusal::RemoteAccess(None), Syndrome::Nak(NakCode::RemoteAccessError), None, true),
+            (Refusal::RemoteOperational, Syndrome::Nak(NakCode::RemoteOperationalError), None, true),
+            (Refusal::Rnr, Syndrome::RnrNak { timer: 12 }, None, false),
+        ];
+        for (r, syn, status, fatal) in rows {
+            assert_eq!((r.syndrome(12), r.recv_status(), r.is_fatal()), (syn, status, fatal), "{r:?}");
+        }
+        assert_eq!(nak_status(NakCode::InvalidRequest), WcStatus::RemInvReqErr);
+        assert_eq!(nak_status(NakCode::RemoteAccessError), WcStatus::RemAccessErr);
+        assert_eq!(nak_status(NakCode::RemoteOperationalError), WcStatus::RemOpErr);
+    }
+}

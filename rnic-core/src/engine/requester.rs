@@ -12,6 +12,7 @@ use rnic_wire::aeth::{AethRepr, NakCode, Syndrome};
 use rnic_wire::opcode::{Operation, Position, Transport};
 use rnic_wire::roce::RoceRepr;
 use rnic_wire::Psn;
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 
 /// Appends a WQE to the send queue and assigns its PSNs (IBA 9.7.1: consecutive PSNs per
@@ -37,19 +38,13 @@ pub(crate) fn queue_local(qp: &mut Qp, wqe: SendWqe, local_err: Option<WcStatus>
 
 /// Transmits what the window, the RNR wait and the READ limit allow.
 pub(crate) fn transmit(qp: &mut Qp, cx: &mut Ctx, now: Time) {
-    let window = cx.config.max_unacked_pkts;
-    let zero_copy = cx.config.zero_copy;
-    let per_ack = cx.config.max_pkts_per_ack;
-    let (out, counters) = (&mut cx.out, &*cx.counters);
     if qp.state != QpState::Rts || qp.req.rnr_deadline.is_some() {
         return;
     }
     let Some(dst) = qp.attr.remote_ip else { return };
     let mut sent_any = false;
     while qp.req.next_send < qp.req.sq.len() {
-        let mtu = qp.mtu;
         let idx = qp.req.next_send;
-        let max_rd = u32::from(qp.attr.max_rd_atomic.max(1));
         let f = &qp.req.sq[idx];
         if f.is_read() && f.read_got == f.npkts {
             // Answered already (it waits to retire in order): nothing to send.
@@ -59,81 +54,21 @@ pub(crate) fn transmit(qp: &mut Qp, cx: &mut Ctx, now: Time) {
         if f.is_read() {
             // At most max_rd_atomic READs/atomics outstanding (rxe: `req.rd_atomic`,
             // `need_rd_atomic` wait in rxe_req.c / rxe_comp.c `complete_ack`).
-            if f.sent == 0 && qp.req.reads_outstanding >= max_rd {
+            if f.sent == 0 && qp.req.reads_outstanding >= u32::from(qp.attr.max_rd_atomic.max(1)) {
                 break;
             }
         } else if f.wqe.fence && qp.req.reads_outstanding > 0 {
             break;
         }
-        let f = &mut qp.req.sq[idx];
-        if f.is_read() {
-            // One request for the responses not yet received.
-            let got = f.read_got;
-            let psn = f.first_psn.add(got);
-            if qp.req.una.distance(psn) >= i32::try_from(window).unwrap_or(i32::MAX) {
-                break;
-            }
-            let repr = packet::rd_atomic_request(f, mtu, qp.attr.dest_qpn, psn);
-            let data = &f.wqe.data;
-            let with_payload = repr.payload_len > 0;
-            out.emit(counters, dst, qp.src_port, &repr, |p| {
-                if with_payload {
-                    data.gather(0, p);
-                }
-            });
-            if f.sent == 0 {
-                qp.req.reads_outstanding += 1;
-            }
-            f.sent = f.npkts;
-            let end = f.last_psn().next();
-            if qp.req.sent_end.distance(end) > 0 {
-                qp.req.sent_end = end;
-            }
-            qp.req.next_send += 1;
-            sent_any = true;
-            continue;
-        }
-        let mut blocked = false;
-        while f.sent < f.npkts {
-            let k = f.sent;
-            let psn = f.first_psn.add(k);
-            if qp.req.una.distance(psn) >= i32::try_from(window).unwrap_or(i32::MAX) {
-                blocked = true;
-                break;
-            }
-            let pos = position(k, f.npkts);
-            let (offset, plen) = packet::segment(k, f.wqe.len, mtu);
-            qp.req.pkts_since_ackreq += 1;
-            // AckReq on the last packet, and every `per_ack` packets of a long message so
-            // the window keeps moving (rxe RXE_MAX_PKT_PER_ACK).
-            let ack_req = pos.ends() || qp.req.pkts_since_ackreq >= per_ack;
-            if ack_req {
-                qp.req.pkts_since_ackreq = 0;
-            }
-            let Some(repr) =
-                packet::data_request(Transport::Rc, &f.wqe, pos, plen, qp.attr.dest_qpn, psn, ack_req, None)
-            else {
-                // Validation lets only packet-carrying operations reach here.
-                blocked = true;
-                break;
-            };
-            let data = &f.wqe.data;
-            match data.contiguous(offset, plen).filter(|_| zero_copy && plen >= ZERO_COPY_MIN) {
-                Some((block, at)) => out.emit_zero_copy(counters, dst, qp.src_port, &repr, block, at),
-                None => out.emit(counters, dst, qp.src_port, &repr, |p| data.gather(offset, p)),
-            }
-            if pos.ends() && matches!(f.wqe.op, SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. })
-            {
-                counters.rdma_sends.fetch_add(1, Ordering::Relaxed);
-            }
-            f.sent += 1;
-            let end = psn.next();
-            if qp.req.sent_end.distance(end) > 0 {
-                qp.req.sent_end = end;
-            }
-            sent_any = true;
-        }
-        if blocked {
+        // A READ/atomic's one request, or a message's packets, as far as the window lets.
+        let (sent, finished) = if f.is_read() {
+            let sent = send_rd_atomic(qp, cx, dst, idx);
+            (sent, sent)
+        } else {
+            send_data(qp, cx, dst, idx)
+        };
+        sent_any |= sent;
+        if !finished {
             break;
         }
         qp.req.next_send += 1;
@@ -141,6 +76,85 @@ pub(crate) fn transmit(qp: &mut Qp, cx: &mut Ctx, now: Time) {
     if sent_any {
         arm_rto(qp, now);
     }
+}
+
+/// Whether packet `psn` is outside the window of `window` unacknowledged packets from
+/// `una`.
+fn beyond_window(una: Psn, window: u32, psn: Psn) -> bool {
+    una.distance(psn) >= i32::try_from(window).unwrap_or(i32::MAX)
+}
+
+/// Sends the one request of the READ, atomic, ATOMIC WRITE or FLUSH at `idx` of the send
+/// queue (a READ asks for the responses not yet received). False when the window is full.
+fn send_rd_atomic(qp: &mut Qp, cx: &mut Ctx, dst: IpAddr, idx: usize) -> bool {
+    let f = &qp.req.sq[idx];
+    let psn = f.first_psn.add(f.read_got);
+    if beyond_window(qp.req.una, cx.config.max_unacked_pkts, psn) {
+        return false;
+    }
+    let f = &mut qp.req.sq[idx];
+    let repr = packet::rd_atomic_request(f, qp.mtu, qp.attr.dest_qpn, psn);
+    let data = &f.wqe.data;
+    let with_payload = repr.payload_len > 0;
+    cx.out.emit(&cx.counters, dst, qp.src_port, &repr, |p| {
+        if with_payload {
+            data.gather(0, p);
+        }
+    });
+    if f.sent == 0 {
+        qp.req.reads_outstanding += 1;
+    }
+    f.sent = f.npkts;
+    let end = f.last_psn().next();
+    if qp.req.sent_end.distance(end) > 0 {
+        qp.req.sent_end = end;
+    }
+    true
+}
+
+/// Sends the packets of the SEND or RDMA WRITE at `idx` of the send queue that the window
+/// allows. Returns whether any went and whether all have.
+fn send_data(qp: &mut Qp, cx: &mut Ctx, dst: IpAddr, idx: usize) -> (bool, bool) {
+    let (window, per_ack, zero_copy) = (cx.config.max_unacked_pkts, cx.config.max_pkts_per_ack, cx.config.zero_copy);
+    let (out, counters) = (&mut cx.out, &*cx.counters);
+    let mut sent_any = false;
+    let f = &mut qp.req.sq[idx];
+    while f.sent < f.npkts {
+        let k = f.sent;
+        let psn = f.first_psn.add(k);
+        if beyond_window(qp.req.una, window, psn) {
+            return (sent_any, false);
+        }
+        let pos = position(k, f.npkts);
+        let (offset, plen) = packet::segment(k, f.wqe.len, qp.mtu);
+        qp.req.pkts_since_ackreq += 1;
+        // AckReq on the last packet, and every `per_ack` packets of a long message so
+        // the window keeps moving (rxe RXE_MAX_PKT_PER_ACK).
+        let ack_req = pos.ends() || qp.req.pkts_since_ackreq >= per_ack;
+        if ack_req {
+            qp.req.pkts_since_ackreq = 0;
+        }
+        let Some(repr) = packet::data_request(Transport::Rc, &f.wqe, pos, plen, qp.attr.dest_qpn, psn, ack_req, None)
+        else {
+            // Validation lets only packet-carrying operations reach here.
+            return (sent_any, false);
+        };
+        let data = &f.wqe.data;
+        match data.contiguous(offset, plen).filter(|_| zero_copy && plen >= ZERO_COPY_MIN) {
+            Some((block, at)) => out.emit_zero_copy(counters, dst, qp.src_port, &repr, block, at),
+            None => out.emit(counters, dst, qp.src_port, &repr, |p| data.gather(offset, p)),
+        }
+        if pos.ends() && matches!(f.wqe.op, SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. }) {
+            counters.rdma_sends.fetch_add(1, Ordering::Relaxed);
+        }
+        f.sent += 1;
+        let end = psn.next();
+        if qp.req.sent_end.distance(end) > 0 {
+            qp.req.sent_end = end;
+        }
+        sent_any = true;
+    }
+    (sent_any, true)
 }
 
 /// Starts (or restarts) the local ACK timer if packets are unacknowledged
