@@ -231,6 +231,8 @@ pub struct CapturedFrame<'a> {
     pub data: &'a [u8],
     /// The frame's length on the wire.
     pub orig_len: u32,
+    /// When it was captured, nanoseconds since the Unix epoch (as the record says).
+    pub time_ns: u64,
 }
 
 impl<'a> CapturedFrame<'a> {
@@ -249,7 +251,7 @@ impl<'a> CapturedFrame<'a> {
 type Rewound<R> = Chain<Cursor<Vec<u8>>, R>;
 
 enum Inner<R: Read> {
-    Pcap { reader: PcapReader<Rewound<R>>, link: LinkType },
+    Pcap { reader: PcapReader<Rewound<R>>, link: LinkType, nanos: bool },
     PcapNg { reader: PcapNgReader<Rewound<R>>, interfaces: Vec<Interface> },
 }
 
@@ -318,7 +320,8 @@ impl<R: Read> CaptureReader<R> {
             Format::Pcap => {
                 let reader = PcapReader::new(stream).map_err(header_error)?;
                 let link = LinkType::from(reader.header().datalink);
-                Inner::Pcap { reader, link }
+                let nanos = reader.header().ts_resolution == pcap_file::TsResolution::NanoSecond;
+                Inner::Pcap { reader, link, nanos }
             }
             Format::PcapNg => {
                 let reader = PcapNgReader::new(stream).map_err(header_error)?;
@@ -351,9 +354,11 @@ impl<R: Read> CaptureReader<R> {
         let CaptureReader { inner, frames, scratch } = self;
         let after_frame = *frames;
         let bad = |reason: String| Some(Err(CaptureError::BadRecord { after_frame, reason }));
-        let (link, data, orig_len) = match inner {
-            Inner::Pcap { reader, link } => match reader.next_raw_packet()? {
+        let (link, data, orig_len, time_ns) = match inner {
+            Inner::Pcap { reader, link, nanos } => match reader.next_raw_packet()? {
                 Ok(p) => {
+                    let frac = u64::from(p.ts_frac) * if *nanos { 1 } else { 1000 };
+                    let time_ns = u64::from(p.ts_sec) * 1_000_000_000 + frac;
                     let data: &[u8] = match p.data {
                         Cow::Borrowed(b) => b,
                         Cow::Owned(v) => {
@@ -361,7 +366,7 @@ impl<R: Read> CaptureReader<R> {
                             scratch.as_slice()
                         }
                     };
-                    (*link, data, p.orig_len)
+                    (*link, data, p.orig_len, time_ns)
                 }
                 Err(e) => return bad(describe(&e)),
             },
@@ -373,7 +378,7 @@ impl<R: Read> CaptureReader<R> {
                     Ok(b) => b,
                     Err(e) => return bad(describe(&e)),
                 };
-                let (id, data, orig_len) = match &block {
+                let (id, data, orig_len, time_ns) = match &block {
                     Block::SectionHeader(_) => {
                         // A new section starts a new interface list.
                         interfaces.clear();
@@ -383,8 +388,15 @@ impl<R: Read> CaptureReader<R> {
                         interfaces.push(Interface { link: idb.linktype.into(), snaplen: idb.snaplen });
                         continue;
                     }
-                    Block::EnhancedPacket(epb) => (epb.interface_id, &epb.data[..], epb.original_len),
-                    Block::Packet(pb) => (u32::from(pb.interface_id), &pb.data[..], pb.original_len),
+                    Block::EnhancedPacket(epb) => {
+                        let t = u64::try_from(epb.timestamp.as_nanos()).unwrap_or(u64::MAX);
+                        (epb.interface_id, &epb.data[..], epb.original_len, t)
+                    }
+                    Block::Packet(pb) => {
+                        // The obsolete packet block: microseconds, the default resolution.
+                        let t = pb.timestamp.saturating_mul(1000);
+                        (u32::from(pb.interface_id), &pb.data[..], pb.original_len, t)
+                    }
                     Block::SimplePacket(spb) => {
                         // An SPB's data includes its padding; the real length is the
                         // original length capped at interface 0's snap length.
@@ -395,7 +407,8 @@ impl<R: Read> CaptureReader<R> {
                         if ifc.snaplen != 0 {
                             keep = keep.min(usize::try_from(ifc.snaplen).unwrap_or(usize::MAX));
                         }
-                        (0, &spb.data[..keep.min(spb.data.len())], spb.original_len)
+                        // A simple packet block has no timestamp.
+                        (0, &spb.data[..keep.min(spb.data.len())], spb.original_len, 0)
                     }
                     _ => continue,
                 };
@@ -405,11 +418,11 @@ impl<R: Read> CaptureReader<R> {
                 };
                 scratch.clear();
                 scratch.extend_from_slice(data);
-                break (ifc.link, scratch.as_slice(), orig_len);
+                break (ifc.link, scratch.as_slice(), orig_len, time_ns);
             },
         };
         *frames += 1;
-        Some(Ok(CapturedFrame { number: *frames, link, data, orig_len }))
+        Some(Ok(CapturedFrame { number: *frames, link, data, orig_len, time_ns }))
     }
 }
 

@@ -132,7 +132,7 @@ fn unreadable(path: &std::path::Display<'_>, e: &CaptureError) -> ExitCode {
 /// What one frame turned out to be.
 // Lives for one frame on the stack; boxing the parsed packet would only add a malloc.
 #[allow(clippy::large_enum_variant)]
-enum Outcome<'a> {
+pub(crate) enum Outcome<'a> {
     Roce(ParsedPacket<'a>),
     Malformed {
         at: Endpoints,
@@ -143,7 +143,8 @@ enum Outcome<'a> {
     UnsupportedLink,
 }
 
-fn classify<'a>(f: &CapturedFrame<'a>) -> Outcome<'a> {
+/// What a captured frame is: the one classification `rnic decode` and `rnic ladder` share.
+pub(crate) fn classify<'a>(f: &CapturedFrame<'a>) -> Outcome<'a> {
     let net = f.network();
     let parsed = match net {
         Network::Ethernet(b) => frame::parse_ethernet(b),
@@ -170,11 +171,11 @@ fn classify<'a>(f: &CapturedFrame<'a>) -> Outcome<'a> {
 
 /// Addresses and ports of a UDP datagram, read without validating anything else.
 #[derive(Debug, Clone, Copy)]
-struct Endpoints {
-    src: IpAddr,
-    dst: IpAddr,
-    sport: u16,
-    dport: u16,
+pub(crate) struct Endpoints {
+    pub(crate) src: IpAddr,
+    pub(crate) dst: IpAddr,
+    pub(crate) sport: u16,
+    pub(crate) dport: u16,
 }
 
 fn array<const N: usize>(b: &[u8], at: usize) -> Option<[u8; N]> {

@@ -45,6 +45,14 @@ pub struct Args {
     /// Seed of the fault randomness (the same seed draws the same fates in the same order).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Draw the transfers as a ladder diagram at the end, with the completions each side's
+    /// CPU saw (a READ shows none at rnic1). Runs a short demo (path MTU 1024, 1 and 3073
+    /// bytes) unless --mtus is given.
+    #[arg(long)]
+    pub ladder: bool,
+    /// Write the same drawing as a self-contained HTML page.
+    #[arg(long, value_name = "OUT.html")]
+    pub html: Option<PathBuf>,
 }
 
 fn probability(s: &str) -> Result<f64, String> {
@@ -136,9 +144,28 @@ struct Demo {
     before: Option<[Vec<(&'static str, u64)>; 2]>,
     ok: usize,
     failed: Vec<String>,
+    /// With --ladder/--html: what each side's CPU saw, and when (ns since the epoch, the
+    /// capture's clock).
+    notes: Option<Vec<(u64, IpAddr, String)>>,
+    /// The short set of sizes (--ladder without --mtus).
+    compact: bool,
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 impl Demo {
+    /// Records what `side`'s CPU saw (for the ladder).
+    fn note(&mut self, b_side: bool, text: String) {
+        let ip = if b_side { self.b.ctx.ip() } else { self.a.ctx.ip() };
+        if let Some(n) = &mut self.notes {
+            n.push((now_ns(), ip, text));
+        }
+    }
+
     fn say(&self, s: impl AsRef<str>) {
         if !self.quiet {
             println!("{}", s.as_ref());
@@ -222,7 +249,8 @@ impl Demo {
         if self.before.is_some() {
             self.before = Some([self.a.ctx.counters(), self.b.ctx.counters()]);
         }
-        for (i, len) in (0u32..).zip([1usize, m, 3 * m + 1, 65536]) {
+        let sizes: &[usize] = if self.compact { &[1, 3 * m + 1] } else { &[1, m, 3 * m + 1, 65536] };
+        for (i, &len) in (0u32..).zip(sizes) {
             let seed = mtu.bytes() * 10 + i;
             self.send(&qa, &qb, m, len, seed)?;
             self.write_imm(&qa, &qb, m, len, seed + 1000)?;
@@ -239,7 +267,9 @@ impl Demo {
         qb.post_recv(&RecvWr { wr_id: 10, sg_list: vec![self.b.mr.sge(0, len32(len))] }).map_err(|e| e.to_string())?;
         qa.post_send(&SendWr::send(1, vec![self.a.mr.sge(0, len32(len))])).map_err(|e| e.to_string())?;
         let wa = self.requester_wc()?;
+        self.note(false, format!("CPU: {} {}", wa.opcode.name(), wa.status));
         let wb = self.wc(&self.b.cq)?;
+        self.note(true, format!("CPU: {} {} ({} bytes)", wb.opcode.name(), wb.status, wb.byte_len));
         let (da, db) = (Self::sent(&self.a) - sa, Self::sent(&self.b) - sb);
         self.say(format!(
             "  SEND {len} B: rnic1's application posted a receive buffer; rnic0 sent {da} packet(s) [{}]",
@@ -276,7 +306,9 @@ impl Demo {
         let op = SendOp::RdmaWriteWithImm { remote_addr: r.addr + 4096, rkey: r.rkey, imm };
         qa.post_send(&SendWr::new(2, op, vec![self.a.mr.sge(0, len32(len))])).map_err(|e| e.to_string())?;
         let wa = self.requester_wc()?;
+        self.note(false, format!("CPU: {} {}", wa.opcode.name(), wa.status));
         let wb = self.wc(&self.b.cq)?;
+        self.note(true, format!("CPU: {} imm {:#x} ({} bytes)", wb.opcode.name(), wb.imm_data, wb.byte_len));
         let (da, db) = (Self::sent(&self.a) - sa, Self::sent(&self.b) - sb);
         self.say(format!(
             "  RDMA_WRITE_WITH_IMM {len} B into rnic1 at {:#x} (rkey {:#x}): rnic0 sent {da} packet(s) [{}]",
@@ -313,6 +345,9 @@ impl Demo {
         let op = SendOp::RdmaRead { remote_addr: r.addr + 8192, rkey: r.rkey };
         qa.post_send(&SendWr::new(3, op, vec![self.a.mr.sge(BUF / 2, len32(len))])).map_err(|e| e.to_string())?;
         let wa = self.requester_wc()?;
+        self.note(false, format!("CPU: {} {} ({} bytes)", wa.opcode.name(), wa.status, wa.byte_len));
+        let nothing = format!("CPU: nothing (one-sided READ; its CQ holds {})", self.b.cq.len());
+        self.note(true, nothing);
         let (da, db) = (Self::sent(&self.a) - sa, Self::sent(&self.b) - sb);
         self.say(format!("  RDMA_READ {len} B from rnic1 at {:#x}: rnic0 sent {da} READ request; rnic1's NIC answered with {db} packet(s) [{}]", r.addr + 8192, shape("RDMA_READ_RESPONSE", packets(len, mtu), "")));
         self.say(format!(
@@ -367,10 +402,20 @@ fn run_inner(args: &Args) -> Result<ExitCode, String> {
         })
     };
     let (fa, fb) = (chain(0), chain(1));
-    let a = open("rnic0", args.ip, &args.pcap, fa.clone())?;
-    let b = open("rnic1", args.peer_ip, &args.pcap, fb.clone())?;
+    let drawing = args.ladder || args.html.is_some();
+    // The ladder is drawn from a capture: the one asked for, or a temporary one.
+    let temp = std::env::temp_dir().join(format!("rnic-demo-{}.pcap", std::process::id()));
+    let pcap = if drawing && args.pcap.is_none() { Some(temp.clone()) } else { args.pcap.clone() };
+    let a = open("rnic0", args.ip, &pcap, fa.clone())?;
+    let b = open("rnic1", args.peer_ip, &pcap, fb.clone())?;
     let before = args.faulty().then(|| [a.ctx.counters(), b.ctx.counters()]);
-    let mut d = Demo { a, b, quiet: args.quiet, before, ok: 0, failed: Vec::new() };
+    // A short demo for the drawing unless the MTUs were chosen.
+    let compact = drawing && args.mtus == [256, 1024, 4096];
+    if compact {
+        mtus = vec![PathMtu::Mtu1024];
+    }
+    let mut d =
+        Demo { a, b, quiet: args.quiet, before, ok: 0, failed: Vec::new(), notes: drawing.then(Vec::new), compact };
     d.say("rnic demo: two emulated RoCEv2 devices in this process, talking RoCEv2 over UDP port 4791");
     d.say(format!(
         "  rnic0 at {} (GID {}), rnic1 at {} (GID {})",
@@ -404,7 +449,7 @@ fn run_inner(args: &Args) -> Result<ExitCode, String> {
             x.corrupted + y.corrupted
         );
     }
-    let total = 12 * args.mtus.len();
+    let total = if compact { 6 } else { 12 * args.mtus.len() };
     println!("\nrnic demo: {} of {total} transfers verified byte for byte", d.ok);
     for (n, v) in d.a.ctx.counters().into_iter().filter(|(_, v)| *v > 0) {
         if !args.quiet {
@@ -417,10 +462,27 @@ fn run_inner(args: &Args) -> Result<ExitCode, String> {
         }
     }
     let failed = std::mem::take(&mut d.failed);
+    let notes = d.notes.take();
     // Closing the devices flushes the capture file.
     drop(d);
     if let Some(p) = &args.pcap {
         println!("  every packet sent and received is in {}", p.display());
+    }
+    if let (Some(notes), Some(p)) = (notes, &pcap) {
+        let ladder = crate::ladder::load(p).map_err(|e| format!("reading {}: {e}", p.display()))?.with_notes(notes);
+        if args.ladder {
+            use std::io::IsTerminal;
+            let tty = std::io::stdout().is_terminal();
+            let width = std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).unwrap_or(110);
+            println!("\n{}", ladder.text(width, tty && std::env::var_os("NO_COLOR").is_none()));
+        }
+        if let Some(out) = &args.html {
+            std::fs::write(out, ladder.html("rnic demo")).map_err(|e| format!("writing {}: {e}", out.display()))?;
+            println!("  the ladder is drawn in {}", out.display());
+        }
+        if args.pcap.is_none() {
+            let _ = std::fs::remove_file(&temp);
+        }
     }
     if failed.is_empty() {
         Ok(ExitCode::SUCCESS)

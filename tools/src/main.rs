@@ -8,6 +8,7 @@ mod capture;
 mod decode;
 mod demo;
 mod devinfo;
+mod ladder;
 mod perf;
 mod pingpong;
 
@@ -28,6 +29,8 @@ enum Command {
     Demo(demo::Args),
     /// Decode the RoCEv2 packets in a pcap or pcapng capture and check their ICRC.
     Decode(decode::Args),
+    /// Draw the RoCEv2 packets of a capture as a ladder diagram (terminal or --html).
+    Ladder(ladder::Args),
     /// Ping-pong SENDs over an RC QP, speaking ibv_rc_pingpong's out-of-band protocol.
     Pingpong(pingpong::Args),
     /// perftest-style benchmarks (write_bw, send_lat, ...) with a same-run UDP baseline.
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
     match &cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Decode(args) => decode::run(args),
+        Command::Ladder(args) => ladder::run(args),
         Command::Pingpong(args) => pingpong::run(args),
         Command::Perf(args) => perf::run(args),
         Command::Devinfo(args) => devinfo::run(args),

@@ -142,3 +142,25 @@ fn demo_recovers_from_faults_and_fails_loudly_when_it_cannot() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("RNIC_FAULTS: unknown fault spec key `lose`"), "{stderr}");
 }
+
+/// `rnic demo --ladder --html`: the transfers drawn with what each CPU saw; rnic1's CPU
+/// sees nothing of a READ, and the page is written.
+#[test]
+fn demo_draws_its_ladder_with_the_completions_each_cpu_sees() {
+    let html = tmp("demo.html");
+    let out = rnic()
+        .args(["demo", "--ladder", "--ip", "127.0.10.5", "--peer-ip", "127.0.10.6", "--html"])
+        .arg(&html)
+        .env("COLUMNS", "120")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("6 of 6 transfers verified"), "{stdout}");
+    for want in ["SEND_FIRST", "READ req", "READ_RESPONSE_LAST", "* CPU: RECV SUCCESS", "* CPU: nothing (one-sided READ"] {
+        assert!(stdout.contains(want), "{want} missing:\n{stdout}");
+    }
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(page.matches("class=\"arrow ").count(), 21, "one arrow per packet");
+    assert!(page.matches("class=\"note\"").count() >= 12, "the CPUs' completions are drawn");
+}
