@@ -205,3 +205,22 @@ fn ud_send_lat_and_send_bw_verify() {
     assert!(lost < 2000, "{v}");
     positive(&v, "msg_rate_mpps");
 }
+
+/// `--plot` draws the figure next to the same-run baseline, with the ratio, as an SVG.
+#[test]
+fn plot_writes_an_svg_with_both_series() {
+    let svg = std::env::temp_dir().join(format!("rnic-plot-{}.svg", std::process::id()));
+    let out = rnic()
+        .args(["perf", "write_bw", "-s", "8192", "-n", "50", "--rounds", "2", "--plot"])
+        .arg(&svg)
+        .args(["--ip", "127.0.32.21", "--peer-ip", "127.0.32.22"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg"), "not an SVG");
+    for want in ["rnic perf write_bw", "plain UDP, same run", "message size (bytes)", "ratio (rnic / UDP"] {
+        assert!(text.contains(want), "{want} missing");
+    }
+    assert!(text.matches("<circle").count() >= 3, "points for rnic, the baseline and the ratio");
+}

@@ -13,6 +13,7 @@
 //! Out of band, the sides talk JSON lines over TCP (`ctrl`), not perftest's format.
 
 mod ctrl;
+mod plot;
 mod rdma;
 mod udp;
 
@@ -103,6 +104,10 @@ pub struct Args {
     /// Print one JSON object (an array with -a) instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Also draw the results as an SVG: the figure and the same-run UDP baseline against
+    /// message size, and their ratio with its spread (with -a, every size).
+    #[arg(long, value_name = "OUT.svg")]
+    pub plot: Option<std::path::PathBuf>,
 }
 
 /// `--rounds` unless given: enough for a median and a spread, short enough for `-a`.
@@ -602,6 +607,16 @@ pub fn run(a: &Args) -> ExitCode {
     };
     match result {
         Ok(reports) => {
+            if let Some(path) = a.plot.as_ref().filter(|_| !a.server) {
+                let title = format!("rnic perf {} ({})", a.test, if test.lat { "latency" } else { "bandwidth" });
+                if let Err(e) = plot::plot(path, &title, &reports) {
+                    eprintln!("rnic perf: {e}");
+                    return ExitCode::from(1);
+                }
+                if !a.json {
+                    println!("plot: {}", path.display());
+                }
+            }
             if a.json && !a.server {
                 let v: Vec<_> = reports.iter().map(Report::json).collect();
                 let out = if a.all { json!(v) } else { v.into_iter().next().unwrap_or(json!(null)) };
