@@ -346,6 +346,16 @@ impl MemBlock {
         Ok(())
     }
 
+    /// Unlocks the block's pages if [`pin`](Self::pin) locked them: what deregistering a
+    /// region does to its memory (`rnic perf reg` times the pair). Idempotent.
+    pub fn unpin(&self) {
+        let mut pinned = self.pinned.lock();
+        if *pinned {
+            self.unpin_pages();
+            *pinned = false;
+        }
+    }
+
     /// Offset of the block inside its first page, and its length rounded out to whole pages.
     fn page_span(&self) -> Option<(usize, usize)> {
         let page = page_size();
@@ -354,7 +364,7 @@ impl MemBlock {
         Some((head, rounded))
     }
 
-    fn unpin(&self) {
+    fn unpin_pages(&self) {
         match &self.backing {
             Backing::Owned(map) => {
                 let _ = map.unlock();
@@ -374,7 +384,7 @@ impl MemBlock {
 impl Drop for MemBlock {
     fn drop(&mut self) {
         if *self.pinned.get_mut() {
-            self.unpin();
+            self.unpin_pages();
         }
         // An owned mapping is unmapped when `backing` drops, after this.
     }

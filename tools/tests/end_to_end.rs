@@ -157,7 +157,9 @@ fn demo_draws_its_ladder_with_the_completions_each_cpu_sees() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("6 of 6 transfers verified"), "{stdout}");
-    for want in ["SEND_FIRST", "READ req", "READ_RESPONSE_LAST", "* CPU: RECV SUCCESS", "* CPU: nothing (one-sided READ"] {
+    for want in
+        ["SEND_FIRST", "READ req", "READ_RESPONSE_LAST", "* CPU: RECV SUCCESS", "* CPU: nothing (one-sided READ"]
+    {
         assert!(stdout.contains(want), "{want} missing:\n{stdout}");
     }
     let page = std::fs::read_to_string(&html).unwrap();

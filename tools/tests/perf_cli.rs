@@ -224,3 +224,20 @@ fn plot_writes_an_svg_with_both_series() {
     }
     assert!(text.matches("<circle").count() >= 3, "points for rnic, the baseline and the ratio");
 }
+
+/// `perf reg`: registration versus copy over sizes, with the crossover in the JSON.
+#[test]
+fn reg_measures_registration_against_copy() {
+    let out = rnic().args(["perf", "reg", "-s", "65536", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.iter().map(|r| r["bytes"].as_u64().unwrap()).collect::<Vec<_>>(), [4096, 16384, 65536]);
+    for r in rows {
+        assert!(r["copy_us"].as_f64().unwrap() > 0.0 && r["reg_dereg_unpinned_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(v.get("crossover_pinned_bytes").is_some());
+    let text = rnic().args(["perf", "reg", "-s", "16384"]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("reuses to pay off") && text.contains("What it means"), "{text}");
+}

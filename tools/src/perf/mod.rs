@@ -15,6 +15,7 @@
 mod ctrl;
 mod plot;
 mod rdma;
+mod reg;
 mod udp;
 
 use ctrl::{Ctrl, Msg, Params};
@@ -30,7 +31,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// The test: send_bw, send_lat, write_bw, write_lat, read_bw, read_lat, atomic_bw,
-    /// atomic_lat, or the plain-UDP baselines udp_bw, udp_lat.
+    /// atomic_lat, the plain-UDP baselines udp_bw, udp_lat, or reg (registration versus
+    /// copy, 4 KiB up to -s bytes, default 1 GiB).
     pub test: String,
     /// Server to connect to (client mode). Without it and without --server, both sides
     /// run in this process (--loopback).
@@ -577,6 +579,18 @@ fn pin(cpu: usize) {
 
 /// Runs `rnic perf`.
 pub fn run(a: &Args) -> ExitCode {
+    if a.test == "reg" {
+        // The registration-versus-copy measurement: no peer, no baseline.
+        let max = a.size.unwrap_or(1 << 30);
+        let max = usize::try_from(max).unwrap_or(usize::MAX).max(4096);
+        return match reg::run(max, a.json) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("rnic perf reg: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let (test, params) = match a.params() {
         Ok(x) => x,
         Err(e) => {

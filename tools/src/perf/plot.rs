@@ -48,7 +48,8 @@ pub fn plot(path: &Path, title: &str, reports: &[Report]) -> Result<(), String> 
         .label("rnic")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.stroke_width(2)));
     chart.draw_series(rnic.iter().map(|&p| Circle::new(p, 3, BLUE.filled()))).map_err(|e| err(&e))?;
-    let base: Vec<(f64, f64)> = xs.iter().copied().zip(bs.iter().copied()).filter_map(|(x, b)| b.map(|b| (x, b))).collect();
+    let base: Vec<(f64, f64)> =
+        xs.iter().copied().zip(bs.iter().copied()).filter_map(|(x, b)| b.map(|b| (x, b))).collect();
     if !base.is_empty() {
         chart
             .draw_series(LineSeries::new(base.clone(), RED.stroke_width(2)))
@@ -67,7 +68,9 @@ pub fn plot(path: &Path, title: &str, reports: &[Report]) -> Result<(), String> 
     // The ratio with its spread (min..max of the rounds).
     let ratios: Vec<(f64, f64, f64, f64)> = reports
         .iter()
-        .filter_map(|r| Some((r.bytes as f64, r.ratio?, r.ratio_min.unwrap_or(r.ratio?), r.ratio_max.unwrap_or(r.ratio?))))
+        .filter_map(|r| {
+            Some((r.bytes as f64, r.ratio?, r.ratio_min.unwrap_or(r.ratio?), r.ratio_max.unwrap_or(r.ratio?)))
+        })
         .collect();
     if !ratios.is_empty() {
         let rmax = ratios.iter().map(|r| r.3).fold(1.0, f64::max) * 1.1;
