@@ -149,7 +149,7 @@ fn demo_recovers_from_faults_and_fails_loudly_when_it_cannot() {
 fn demo_draws_its_ladder_with_the_completions_each_cpu_sees() {
     let html = tmp("demo.html");
     let out = rnic()
-        .args(["demo", "--ladder", "--ip", "127.0.10.5", "--peer-ip", "127.0.10.6", "--html"])
+        .args(["demo", "--ladder", "--ip", "127.0.19.1", "--peer-ip", "127.0.19.2", "--html"])
         .arg(&html)
         .env("COLUMNS", "120")
         .output()
