@@ -630,6 +630,11 @@ impl CmAgent {
         self.arm(id, now + tw);
     }
 
+    /// Whether MADs wait to be sent.
+    pub fn has_transmit(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// The next MAD to send.
     pub fn poll_transmit(&mut self) -> Option<MadOut> {
         self.out.pop_front()
@@ -992,4 +997,58 @@ fn fixed<const N: usize>(what: &'static str, data: &[u8]) -> Result<[u8; N], CmE
     let mut a = [0u8; N];
     a[..data.len()].copy_from_slice(data);
     Ok(a)
+}
+
+/// The minimum RNR NAK timer a CM-connected QP advertises (code 12, 0.64 ms: what
+/// `ibv_rc_pingpong` and most rdma_cm users set).
+pub const MIN_RNR_TIMER: u8 = 12;
+
+/// The attributes that bring the passive side's QP through INIT, RTR and RTS for `req`,
+/// answering with `accept` (`QpAttr::bring_up` takes each step's share). As Linux's
+/// `cm_init_qp_rtr_attr` / `cm_init_qp_rts_attr` and rdma_cm's `cma_modify_qp_rtr/rts`:
+/// the destination and its first PSN from the REQ, this side's first PSN from `accept`,
+/// the path MTU, local ACK timeout and retry counts from the REQ (IBA 12.7.27-12.7.34),
+/// and READ/atomic depths negotiated: each side may have outstanding no more than the
+/// other can answer.
+pub fn passive_attrs(
+    req: &ReqInfo,
+    accept: &AcceptParams,
+    access: crate::mr::AccessFlags,
+) -> crate::engine::qp::QpAttr {
+    crate::engine::qp::QpAttr {
+        access,
+        remote_ip: Some(req.src),
+        path_mtu: u32::from(req.path_mtu),
+        dest_qpn: req.remote_qpn,
+        rq_psn: req.remote_psn,
+        sq_psn: accept.psn,
+        max_dest_rd_atomic: accept.responder_resources.min(req.initiator_depth),
+        max_rd_atomic: accept.initiator_depth.min(req.responder_resources),
+        min_rnr_timer: MIN_RNR_TIMER,
+        timeout: req.local_ack_timeout,
+        retry_cnt: req.retry_count,
+        rnr_retry: accept.rnr_retry_count,
+        ..crate::engine::qp::QpAttr::default()
+    }
+}
+
+/// The attributes that bring the active side's QP through INIT, RTR and RTS once `rep`
+/// answered the REQ made from `conn` (see [`passive_attrs`]; the RNR retry count is the
+/// one the REP asks for).
+pub fn active_attrs(conn: &ConnectParams, rep: &RepInfo, access: crate::mr::AccessFlags) -> crate::engine::qp::QpAttr {
+    crate::engine::qp::QpAttr {
+        access,
+        remote_ip: Some(conn.dst),
+        path_mtu: u32::from(conn.path_mtu),
+        dest_qpn: rep.remote_qpn,
+        rq_psn: rep.remote_psn,
+        sq_psn: conn.psn,
+        max_dest_rd_atomic: conn.responder_resources.min(rep.initiator_depth),
+        max_rd_atomic: conn.initiator_depth.min(rep.responder_resources),
+        min_rnr_timer: MIN_RNR_TIMER,
+        timeout: conn.local_ack_timeout,
+        retry_cnt: conn.retry_count,
+        rnr_retry: rep.rnr_retry_count,
+        ..crate::engine::qp::QpAttr::default()
+    }
 }

@@ -39,6 +39,10 @@ pub struct EngineConfig {
     /// packet: the UDP transport sends them from registered memory (one copy fewer per
     /// byte).
     pub zero_copy: bool,
+    /// The CA GUID the Communication Manager puts in its REQs and REPs (rxe: the EUI-64 of
+    /// the netdev's MAC). [`EngineConfig::new`] derives it from the address as from the
+    /// locally administered MAC `02:00:a:b:c:d` an IPv4 device gets.
+    pub ca_guid: u64,
 }
 
 impl EngineConfig {
@@ -51,8 +55,27 @@ impl EngineConfig {
             max_pkts_per_ack: 64,
             max_rd_atomic: 16,
             zero_copy: false,
+            ca_guid: guid_for(local_ip),
         }
     }
+}
+
+/// The EUI-64 GUID of the locally administered MAC a device at `ip` gets (`02:00` and the
+/// IPv4 address, or `02` and the last five bytes of an IPv6 address): the MAC's U/L bit
+/// flipped and `ff:fe` inserted in the middle, as rxe derives its node GUID
+/// (`addrconf_addr_eui48`).
+pub fn guid_for(ip: IpAddr) -> u64 {
+    let mac: [u8; 6] = match ip {
+        IpAddr::V4(a) => {
+            let o = a.octets();
+            [0x02, 0x00, o[0], o[1], o[2], o[3]]
+        }
+        IpAddr::V6(a) => {
+            let o = a.octets();
+            [0x02, o[11], o[12], o[13], o[14], o[15]]
+        }
+    };
+    u64::from_be_bytes([mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]])
 }
 
 /// Asynchronous events (`ibv_event_type`).

@@ -42,7 +42,7 @@ mod responder;
 pub mod ud;
 mod unreliable;
 
-pub use ctx::{AsyncEvent, EngineConfig, Time};
+pub use ctx::{guid_for, AsyncEvent, EngineConfig, Time};
 pub use out::{TxPacket, TxPayload};
 pub use qp_table::FIRST_QPN;
 
@@ -87,6 +87,17 @@ pub enum EngineError {
 pub struct Engine {
     qps: qp_table::QpTable,
     cx: Ctx,
+    gsi: Gsi,
+}
+
+/// QP1, the general services interface (IBA 13.5): not a QP of the table but the device's
+/// Communication Manager behind a UD endpoint. A MAD is a UD SEND_ONLY to QPN 1 with the
+/// GSI's Q_Key and a 256-byte payload; what the agent sends leaves the same way, from QPN 1.
+#[derive(Debug)]
+struct Gsi {
+    agent: crate::cm::CmAgent,
+    /// The GSI's send PSN (a UD QP counts its packets; nobody checks them).
+    psn: Psn,
 }
 
 /// READ response packets generated per drain of the engine's output (all QPs together):
@@ -96,7 +107,25 @@ pub const READ_BURST: usize = 64;
 impl Engine {
     /// A new engine using `mtpt` for every key check.
     pub fn new(config: EngineConfig, mtpt: Arc<Mtpt>, counters: Arc<Counters>) -> Engine {
-        Engine { qps: qp_table::QpTable::new(), cx: Ctx::new(config, mtpt, counters) }
+        let cm = crate::cm::CmConfig::new(config.local_ip, config.ca_guid);
+        Engine {
+            qps: qp_table::QpTable::new(),
+            cx: Ctx::new(config, mtpt, counters),
+            gsi: Gsi { agent: crate::cm::CmAgent::new(cm), psn: Psn::new(0) },
+        }
+    }
+
+    /// The device's Communication Manager (QP1): `listen`, `connect`, `accept`, `reject`,
+    /// `ready_to_use`, `disconnect`. What it sends leaves at the next drain; what QP1
+    /// receives reaches it through [`handle_packet`](Self::handle_packet).
+    pub fn cm(&mut self) -> &mut crate::cm::CmAgent {
+        &mut self.gsi.agent
+    }
+
+    /// The next Communication Manager event (a connect request, a reply, established,
+    /// rejected, disconnected, timed out).
+    pub fn poll_cm_event(&mut self) -> Option<crate::cm::CmEvent> {
+        self.gsi.agent.poll_event()
     }
 
     /// The configuration.
@@ -275,6 +304,10 @@ impl Engine {
         };
         cx.counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
         let info = pkt.info();
+        if repr.bth.dest_qp.value() == rnic_wire::mad::GSI_QPN {
+            gsi_receive(&mut self.gsi, cx, now, src, &repr, pkt.payload());
+            return;
+        }
         let Some(qp) = self.qps.get_mut(repr.bth.dest_qp) else {
             cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
             return;
@@ -329,16 +362,24 @@ impl Engine {
         if self.has_pending_transmit() {
             return Some(0);
         }
-        self.cx.timers.peek().map(|Reverse((t, _))| *t)
+        let qps = self.cx.timers.peek().map(|Reverse((t, _))| *t);
+        match (qps, self.gsi.agent.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// True when `drain_transmits` has (or will generate) packets.
     pub fn has_pending_transmit(&self) -> bool {
-        !self.cx.out.tx.is_empty() || !self.cx.acks.is_empty() || !self.cx.reads.is_empty()
+        !self.cx.out.tx.is_empty()
+            || !self.cx.acks.is_empty()
+            || !self.cx.reads.is_empty()
+            || self.gsi.agent.has_transmit()
     }
 
     /// Runs every timer that is due at `now`.
     pub fn handle_timeout(&mut self, now: Time) {
+        self.gsi.agent.handle_timeout(now);
         let cx = &mut self.cx;
         while let Some(&Reverse((t, q))) = cx.timers.peek() {
             if t > now {
@@ -392,9 +433,17 @@ impl Engine {
         !self.cx.acks.is_empty()
     }
 
-    /// Sends the held ACKs (unless `acks` is false) and the next burst of READ responses.
+    /// Sends the held ACKs (unless `acks` is false), the CM's MADs and the next burst of
+    /// READ responses.
     fn generate(&mut self, acks: bool) {
         let cx = &mut self.cx;
+        while let Some(m) = self.gsi.agent.poll_transmit() {
+            let repr = packet::gsi_send(m.dst_qpn, self.gsi.psn);
+            self.gsi.psn = self.gsi.psn.add(1);
+            cx.out.emit(&cx.counters, m.dst, qp::ud_udp_sport(rnic_wire::mad::GSI_QPN), &repr, |b| {
+                b.copy_from_slice(&m.mad)
+            });
+        }
         if acks {
             // An ACK must not overtake READ responses for earlier PSNs: it waits for them.
             // (Swap with a kept buffer rather than take: no allocation per drain.)
@@ -438,6 +487,25 @@ impl Engine {
     pub fn poll_event(&mut self) -> Option<AsyncEvent> {
         self.cx.events.pop_front()
     }
+}
+
+/// A packet for QP1: a UD SEND_ONLY with the GSI's Q_Key (IBA 13.5.3.1, C13-7; rxe's
+/// `check_keys` applies it to QP1 as to any UD QP) and exactly one MAD (IBA 13.4.2).
+fn gsi_receive(gsi: &mut Gsi, cx: &mut Ctx, now: Time, src: IpAddr, repr: &RoceRepr, payload: &[u8]) {
+    let Some(deth) = repr.ext.deth.filter(|_| repr.bth.opcode == rnic_wire::Opcode(0x64)) else {
+        // Not a plain UD SEND_ONLY (RC/UC opcodes, or SEND with immediate): QP1 takes none.
+        cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    if deth.qkey != rnic_wire::mad::GSI_QKEY {
+        cx.counters.qkey_viol_cntr.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    if payload.len() != rnic_wire::mad::MAD_LEN {
+        cx.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    gsi.agent.handle_mad(now, src, deth.src_qp.value(), payload);
 }
 
 /// Checks a modify-QP call against IBA's transition table, the attribute ranges and the

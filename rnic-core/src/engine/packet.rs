@@ -200,3 +200,16 @@ pub(crate) fn rd_atomic_reply(res: &ReadResource, dest_qp: Qpn, msn: u32) -> Roc
         payload_len: 0,
     }
 }
+
+/// A MAD from QP1 to `dest_qpn` (IBA 13.5): a UD SEND_ONLY with the GSI's Q_Key and source
+/// QP 1, and AckReq set as Linux rxe sets it on its MADs (seen in rping's CM exchange).
+pub(crate) fn gsi_send(dest_qpn: u32, psn: Psn) -> RoceRepr {
+    RoceRepr {
+        bth: request_bth(Opcode(0x64), dest_qpn, psn, true, false),
+        ext: ExtHeaders {
+            deth: Some(DethRepr { qkey: rnic_wire::mad::GSI_QKEY, src_qp: Qpn::new(rnic_wire::mad::GSI_QPN) }),
+            ..ExtHeaders::default()
+        },
+        payload_len: rnic_wire::mad::MAD_LEN,
+    }
+}
