@@ -199,7 +199,24 @@ enum Cmd {
     },
     PostSend(Qpn, SendWqe),
     PostRecv(Qpn, RecvWqe),
+    /// A call on the device's Communication Manager (QP1), run on the progress thread.
+    Cm(Box<dyn FnOnce(&mut crate::cm::CmAgent, Time) + Send>),
     Shutdown,
+}
+
+impl std::fmt::Debug for Cmd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Cmd::CreateQp { .. } => "CreateQp",
+            Cmd::ModifyQp { .. } => "ModifyQp",
+            Cmd::QueryQp { .. } => "QueryQp",
+            Cmd::DestroyQp { .. } => "DestroyQp",
+            Cmd::PostSend(..) => "PostSend",
+            Cmd::PostRecv(..) => "PostRecv",
+            Cmd::Cm(_) => "Cm",
+            Cmd::Shutdown => "Shutdown",
+        })
+    }
 }
 
 /// How the UDP transport moves packets, decided when the device opens.
@@ -228,6 +245,7 @@ struct Inner {
     counters: Arc<Counters>,
     cmd: Sender<Cmd>,
     events: Receiver<AsyncEvent>,
+    cm_events: Receiver<crate::cm::CmEvent>,
     next_pd: AtomicU32,
     next_cq: AtomicU32,
     next_srq: AtomicU32,
@@ -303,6 +321,7 @@ impl Device {
         let counters = Arc::new(Counters::default());
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let (ev_tx, ev_rx) = crossbeam_channel::unbounded();
+        let (cm_tx, cm_rx) = crossbeam_channel::unbounded();
         let sleeping = Arc::new(AtomicBool::new(false));
         // The one port is up as soon as the socket is bound (IBV_EVENT_PORT_ACTIVE).
         let _ = ev_tx.send(AsyncEvent::PortActive { port: 1 });
@@ -341,6 +360,7 @@ impl Device {
                 tx,
                 rx: Rx::new(sock, local, counters.clone(), capture, config.ipv4_id),
                 events: ev_tx,
+                cm_events: cm_tx,
                 batch: Vec::with_capacity(256),
                 start: Instant::now(),
                 next_timer,
@@ -366,6 +386,7 @@ impl Device {
                 counters,
                 cmd: cmd_tx,
                 events: ev_rx,
+            cm_events: cm_rx,
                 next_pd: AtomicU32::new(1),
                 next_cq: AtomicU32::new(1),
                 next_srq: AtomicU32::new(1),
@@ -511,6 +532,27 @@ impl Device {
         srq.post_recv(&self.inner.mtpt, wr)
     }
 
+    /// Runs `f` on the device's Communication Manager (on the progress thread, with the
+    /// device's clock) and returns what it returns: `listen`, `connect`, `accept`, ...
+    pub fn cm_call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut crate::cm::CmAgent, Time) -> T + Send + 'static,
+    ) -> Result<T, DeviceError> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.inner
+            .send_cmd(Cmd::Cm(Box::new(move |cm, now| {
+                let _ = tx.send(f(cm, now));
+            })))
+            .map_err(|_| DeviceError::Stopped(self.name().into()))?;
+        rx.recv().map_err(|_| DeviceError::Stopped(self.name().into()))
+    }
+
+    /// The Communication Manager's events (connect requests, replies, established,
+    /// rejected, disconnected, timed out), in order.
+    pub fn cm_events(&self) -> &Receiver<crate::cm::CmEvent> {
+        &self.inner.cm_events
+    }
+
     /// Modifies a QP (checked against IBA's table by the engine).
     pub fn modify_qp(&self, qpn: Qpn, attr: QpAttr) -> Result<Result<(), EngineError>, DeviceError> {
         self.call(|reply| Cmd::ModifyQp { qpn, attr, reply })
@@ -627,6 +669,7 @@ struct Core {
     tx: Tx,
     rx: Rx,
     events: Sender<AsyncEvent>,
+    cm_events: Sender<crate::cm::CmEvent>,
     batch: Vec<TxPacket>,
     start: Instant,
     /// The next wake-up (engine timers, packets the fault chain delays), as of the last
@@ -708,6 +751,9 @@ impl Core {
             self.transmit(t, inline && received && !timed);
             while let Some(ev) = self.engine.poll_event() {
                 let _ = self.events.send(ev);
+            }
+            while let Some(ev) = self.engine.poll_cm_event() {
+                let _ = self.cm_events.send(ev);
             }
             self.last_work = t;
             self.next_timer = [self.engine.poll_timeout(), self.tx.next_due()].into_iter().flatten().min();
@@ -833,6 +879,7 @@ fn handle(engine: &mut Engine, now: u64, cmd: Cmd) -> bool {
         }
         Cmd::PostSend(qpn, wqe) => engine.post_send(now, qpn, wqe),
         Cmd::PostRecv(qpn, wqe) => engine.post_recv(qpn, wqe),
+        Cmd::Cm(f) => f(engine.cm(), now),
         Cmd::Shutdown => return true,
     }
     false

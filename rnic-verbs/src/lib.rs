@@ -53,6 +53,9 @@
 #[cfg(feature = "hw")]
 pub mod hw;
 
+mod cm;
+pub use cm::{CmEvent, ConnectRequest, Connection, REQ_PRIVATE_DATA};
+
 use rnic_core::cq::Cq;
 use rnic_core::device::{Device, DeviceConfig, DeviceError};
 use rnic_core::engine::qp::{PostError, QpShared};
@@ -138,6 +141,15 @@ pub enum Error {
     /// A memory region access by the application was out of range.
     #[error("memory region access: {0}")]
     MrAccess(#[source] rnic_core::mem::MemError),
+    /// A connection-management call failed (a rejection, nobody listening, no answer, a
+    /// call that does not fit the connection's state).
+    #[error("CM {op}: {why}")]
+    Cm {
+        /// The call.
+        op: &'static str,
+        /// Why.
+        why: String,
+    },
     /// A connect step failed.
     #[error("connect QP {qpn:#x} ({step}): {source}")]
     Connect {
@@ -361,6 +373,8 @@ const MAX_INLINE: u32 = 1024;
 #[derive(Clone, Debug)]
 pub struct Context {
     dev: Device,
+    /// CM events a connecting call took that were not its own, for `cm_get_event`.
+    cm_stash: Arc<parking_lot::Mutex<std::collections::VecDeque<rnic_core::cm::CmEvent>>>,
 }
 
 impl Context {
@@ -383,7 +397,7 @@ impl Context {
 
     /// Opens a device with a full configuration (port, pinning, capture file).
     pub fn open_with(config: DeviceConfig) -> Result<Context> {
-        Ok(Context { dev: Device::open(config).map_err(Error::OpenDevice)? })
+        Ok(Context { dev: Device::open(config).map_err(Error::OpenDevice)?, cm_stash: Arc::default() })
     }
 
     /// The device's name.
