@@ -1,5 +1,6 @@
 #!/bin/bash
-# rnic against Linux soft-RoCE (rdma_rxe) running rdma-core's own ibv_rc_pingpong.
+# rnic against Linux soft-RoCE (rdma_rxe) running rdma-core's own ibv_rc_pingpong, and
+# `rnic rping` against rdmacm-utils' rping (connections made by the IB CM on QP1).
 #
 # Boots ONE Debian guest with rxe (../shared/rxe-lab, qemu TCG inside the network namespace
 # "rxelab"), runs `rnic pingpong` on the namespace side at 10.77.0.1 against
@@ -128,12 +129,65 @@ wait \$P; echo \"exit \$?\"; $COUNTERS"
   SUMMARY+=("$(printf '%-4s %-34s %s' "$verdict" "$id" "$why")")
 }
 
+# rping_case NAME ROLE SIZE: `rnic rping` against rdmacm-utils' rping in the guest, the
+# connection made by the CM (REQ/REP/RTU on QP1, DREQ/DREP at the end), 10 pings of
+# RDMA READ + WRITE with the data validated (-V) on whichever side is the client.
+rping_case() {
+  local name=$1 role=$2 size=$3 id pcap rnic_out guest_out rrc grc verdict why=""
+  SEQ=$((SEQ + 1)); id=$(printf '%02d' $SEQ)-$name
+  local job=$id-$STAMP port=$((7174 + SEQ))
+  pcap=$OUT/$id.pcap; rnic_out=$OUT/$id.rnic.txt; guest_out=$OUT/$id.guest.txt
+  echo "== $id: rnic rping $role, rping -S $size -C 10"
+  capture_start "$pcap"
+  if [ "$role" = server ]; then
+    ns timeout 120 "$RNIC" rping -s -a "$HOST_IP" -p $port -v -S "$size" > "$rnic_out" 2>&1 &
+    local rpid=$!
+    sleep 1
+    job a "$RUN" "$job" "timeout 100 rping -c -a $HOST_IP -p $port -C 10 -v -V -S $size; echo \"exit \$?\""
+    wait_job a "$RUN" "$job" 120 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
+    wait $rpid; rrc=$?
+  else
+    job a "$RUN" "$job" "timeout 100 rping -s -a $GUEST_IP -p $port -C 10 -v -S $size & P=\$!
+sleep 3; : > /lab/q/a.$job.listening
+wait \$P; echo \"exit \$?\""
+    for _ in $(seq 1 300); do [ -e "$RUN/q/a.$job.listening" ] && break; sleep 0.2; done
+    ns timeout 100 "$RNIC" rping -c -a "$GUEST_IP" -I "$HOST_IP" -p $port -C 10 -v -V -S "$size" > "$rnic_out" 2>&1; rrc=$?
+    wait_job a "$RUN" "$job" 120 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
+  fi
+  capture_stop "$pcap" > /dev/null
+  "$VECTORS/check_pcap.sh" "$pcap" > "$OUT/$id.check.txt" 2>&1; local crc=$?
+  "$RNIC" decode "$pcap" > "$OUT/$id.decode.txt" 2>&1; local drc=$?
+  local pings; pings=$(grep -c 'ping data: rdma-ping-' "$rnic_out")
+  local gpings; gpings=$(grep -c 'ping data: rdma-ping-' "$guest_out")
+  [ "$rrc" = 0 ] || why+=" rnic exit $rrc;"
+  [ "${grc:-x}" = 0 ] || why+=" rping exit ${grc:-none};"
+  [ "$pings" = 10 ] || why+=" rnic printed $pings pings;"
+  [ "$gpings" = 10 ] || why+=" rping printed $gpings pings;"
+  [ "$crc" = 0 ] || why+=" check_pcap.sh failed;"
+  [ "$drc" = 0 ] || why+=" rnic decode found bad packets;"
+  if [ -z "$why" ]; then verdict=PASS; else verdict=FAIL; fi
+  echo "   rnic:  $(head -2 "$rnic_out" | cut -c1-90 | tr '\n' '|') ($pings pings)"
+  echo "   guest: $(grep -E 'ping data|exit|error|fail' "$guest_out" | head -2 | cut -c1-90 | tr '\n' '|') ($gpings pings)"
+  echo "   pcap:  $(grep -c 'RC_\|UD_' "$OUT/$id.decode.txt") RoCE packets, check_pcap rc=$crc, decode rc=$drc"
+  echo "   => $verdict$why"
+  SUMMARY+=("$(printf '%-4s %-34s %s' "$verdict" "$id" "$why")")
+}
+
+# CASES=pingpong or CASES=rping runs one family (default: all).
+if [ "${CASES:-all}" != rping ]; then
 run_case rc-rnic-server-64 server 64
 run_case rc-rnic-server-4096 server 4096
 run_case rc-rnic-client-64 client 64
 run_case rc-rnic-client-4096 client 4096
 run_case ud-rnic-server-512 server 512 ud
 run_case ud-rnic-client-512 client 512 ud
+fi
+if [ "${CASES:-all}" != pingpong ]; then
+rping_case rping-rnic-server-64 server 64
+rping_case rping-rnic-server-4096 server 4096
+rping_case rping-rnic-client-64 client 64
+rping_case rping-rnic-client-4096 client 4096
+fi
 
 echo
 echo "== rxe interop summary (captures and logs in $OUT)"

@@ -87,7 +87,8 @@ pub struct ConnectParams {
     pub transport: CmTransport,
     /// The active side's QP.
     pub qpn: u32,
-    /// Its first send PSN.
+    /// The PSN it expects to receive first (the REQ's Starting PSN: the passive side sends
+    /// from it, as Linux's CM and rxe do).
     pub psn: u32,
     /// READ/atomic requests it answers at once.
     pub responder_resources: u8,
@@ -116,7 +117,8 @@ pub struct ConnectParams {
 pub struct AcceptParams {
     /// The passive side's QP.
     pub qpn: u32,
-    /// Its first send PSN.
+    /// The PSN it expects to receive first (the REP's Starting PSN: the active side sends
+    /// from it).
     pub psn: u32,
     /// READ/atomic requests it answers at once.
     pub responder_resources: u8,
@@ -143,7 +145,8 @@ pub struct ReqInfo {
     pub transport: CmTransport,
     /// The active side's QP (the passive QP's destination).
     pub remote_qpn: u32,
-    /// The active side's first PSN (the passive QP's expected PSN).
+    /// The REQ's Starting PSN: the PSN the active side expects first, so the passive QP's
+    /// first send PSN.
     pub remote_psn: u32,
     /// Path MTU (ibv enum).
     pub path_mtu: u8,
@@ -170,7 +173,8 @@ pub struct ReqInfo {
 pub struct RepInfo {
     /// The passive side's QP (the active QP's destination).
     pub remote_qpn: u32,
-    /// Its first PSN (the active QP's expected PSN).
+    /// The REP's Starting PSN: the PSN the passive side expects first, so the active QP's
+    /// first send PSN.
     pub remote_psn: u32,
     /// READ/atomic requests the passive side answers at once.
     pub responder_resources: u8,
@@ -1020,8 +1024,8 @@ pub fn passive_attrs(
         remote_ip: Some(req.src),
         path_mtu: u32::from(req.path_mtu),
         dest_qpn: req.remote_qpn,
-        rq_psn: req.remote_psn,
-        sq_psn: accept.psn,
+        rq_psn: accept.psn,
+        sq_psn: req.remote_psn,
         max_dest_rd_atomic: accept.responder_resources.min(req.initiator_depth),
         max_rd_atomic: accept.initiator_depth.min(req.responder_resources),
         min_rnr_timer: MIN_RNR_TIMER,
@@ -1041,8 +1045,8 @@ pub fn active_attrs(conn: &ConnectParams, rep: &RepInfo, access: crate::mr::Acce
         remote_ip: Some(conn.dst),
         path_mtu: u32::from(conn.path_mtu),
         dest_qpn: rep.remote_qpn,
-        rq_psn: rep.remote_psn,
-        sq_psn: conn.psn,
+        rq_psn: conn.psn,
+        sq_psn: rep.remote_psn,
         max_dest_rd_atomic: conn.responder_resources.min(rep.initiator_depth),
         max_rd_atomic: conn.initiator_depth.min(rep.responder_resources),
         min_rnr_timer: MIN_RNR_TIMER,

@@ -200,9 +200,12 @@ enum Cmd {
     PostSend(Qpn, SendWqe),
     PostRecv(Qpn, RecvWqe),
     /// A call on the device's Communication Manager (QP1), run on the progress thread.
-    Cm(Box<dyn FnOnce(&mut crate::cm::CmAgent, Time) + Send>),
+    Cm(CmCall),
     Shutdown,
 }
+
+/// A call on the CM agent, with the device's clock.
+type CmCall = Box<dyn FnOnce(&mut crate::cm::CmAgent, Time) + Send>;
 
 impl std::fmt::Debug for Cmd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -206,6 +206,13 @@ impl Net {
         self.until(A, 0, |e| matches!(e, CmEvent::Established { .. }));
         self.until(B, 20 * WAIT, |e| matches!(e, CmEvent::Established { .. }));
         assert_eq!((self.state(A), self.state(B)), (QpState::Rts, QpState::Rts));
+        // Each side sends from the Starting PSN the other advertised, as Linux rxe does
+        // (rping's capture: the passive side's first request carries the REQ's PSN).
+        let qpa = self.n[A].qp.as_ref().unwrap().qpn;
+        let qpb = self.n[B].qp.as_ref().unwrap().qpn;
+        let (sa, sb) = (self.fab.engine(A).query_qp(qpa).unwrap(), self.fab.engine(B).query_qp(qpb).unwrap());
+        assert_eq!((sa.sq_psn, sa.rq_psn), (0x0012_3456, 0x00ab_cdef));
+        assert_eq!((sb.sq_psn, sb.rq_psn), (0x00ab_cdef, 0x0012_3456));
         (a_id, b_id, params)
     }
 

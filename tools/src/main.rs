@@ -11,6 +11,7 @@ mod devinfo;
 mod ladder;
 mod perf;
 mod pingpong;
+mod rping;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -33,6 +34,8 @@ enum Command {
     Ladder(ladder::Args),
     /// Ping-pong SENDs over an RC QP, speaking ibv_rc_pingpong's out-of-band protocol.
     Pingpong(pingpong::Args),
+    /// rdma_cm's rping: connect through the CM and ping with RDMA READ and WRITE.
+    Rping(rping::Args),
     /// perftest-style benchmarks (write_bw, send_lat, ...) with a same-run UDP baseline.
     Perf(perf::Args),
     /// Show the emulated devices as ibv_devinfo does: attributes, port, GIDs, limits, counters.
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Command::Decode(args) => decode::run(args),
         Command::Ladder(args) => ladder::run(args),
         Command::Pingpong(args) => pingpong::run(args),
+        Command::Rping(args) => rping::run(args),
         Command::Perf(args) => perf::run(args),
         Command::Devinfo(args) => devinfo::run(args),
     }

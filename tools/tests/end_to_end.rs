@@ -166,3 +166,39 @@ fn demo_draws_its_ladder_with_the_completions_each_cpu_sees() {
     assert_eq!(page.matches("class=\"arrow ").count(), 21, "one arrow per packet");
     assert!(page.matches("class=\"note\"").count() >= 12, "the CPUs' completions are drawn");
 }
+
+/// `rnic rping` as two processes: the connection made by the CM (REQ, REP, RTU on QP1),
+/// ten pings of RDMA READ and WRITE validated, the disconnect ending the server.
+#[test]
+fn rping_two_processes_connect_through_the_cm() {
+    let server = rnic()
+        .args(["rping", "-s", "-a", "127.0.19.5", "-p", "7300", "-v", "-S", "100"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A failing assertion must not leave the server running.
+    struct Reap(Option<std::process::Child>);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            if let Some(c) = &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut server = Reap(Some(server));
+    std::thread::sleep(Duration::from_millis(300));
+    let out = rnic()
+        .args(["rping", "-c", "-a", "127.0.19.5", "-I", "127.0.19.6", "-p", "7300", "-C", "10", "-v", "-V", "-S", "100"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "client: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(text.matches("ping data: rdma-ping-").count(), 10, "{text}");
+    assert!(text.contains("ping data: rdma-ping-9: JKLMNOP"), "{text}");
+    let s = server.0.take().unwrap().wait_with_output().unwrap();
+    let stext = String::from_utf8_lossy(&s.stdout);
+    assert!(s.status.success(), "server: {stext}\n{}", String::from_utf8_lossy(&s.stderr));
+    assert_eq!(stext.matches("server ping data: rdma-ping-").count(), 10, "{stext}");
+}
