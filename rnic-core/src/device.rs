@@ -389,7 +389,7 @@ impl Device {
                 counters,
                 cmd: cmd_tx,
                 events: ev_rx,
-            cm_events: cm_rx,
+                cm_events: cm_rx,
                 next_pd: AtomicU32::new(1),
                 next_cq: AtomicU32::new(1),
                 next_srq: AtomicU32::new(1),

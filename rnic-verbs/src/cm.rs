@@ -174,7 +174,10 @@ impl Context {
             t => return Err(cm_err("connect", format!("a {t} QP is not connected through the CM"))),
         };
         if private_data.len() > REQ_PRIVATE_DATA {
-            return Err(cm_err("connect", format!("{} bytes of private data, at most {REQ_PRIVATE_DATA}", private_data.len())));
+            return Err(cm_err(
+                "connect",
+                format!("{} bytes of private data, at most {REQ_PRIVATE_DATA}", private_data.len()),
+            ));
         }
         let mut pd = vec![0u8; CMA_HDR_LEN];
         let src_port = 0xC000 | (u16::try_from(qp.qp.qpn() & 0x3fff).unwrap_or(0));
@@ -215,7 +218,11 @@ impl Context {
                     let attrs = core::active_attrs(&params, &rep, b.access);
                     let access = QpAttr { access: b.access, ..attrs };
                     for a in &access.bring_up(b.qp_type)[1..] {
-                        qp.qp.raw_modify(a).map_err(|source| Error::Connect { qpn: qp.qp.qpn(), step: "CM", source })?;
+                        qp.qp.raw_modify(a).map_err(|source| Error::Connect {
+                            qpn: qp.qp.qpn(),
+                            step: "CM",
+                            source,
+                        })?;
                     }
                     self.cm_call("connect", move |cm, now| cm.ready_to_use(now, id, &[]))?;
                     break Ok(rep.private_data);

@@ -190,7 +190,22 @@ fn rping_two_processes_connect_through_the_cm() {
     let mut server = Reap(Some(server));
     std::thread::sleep(Duration::from_millis(300));
     let out = rnic()
-        .args(["rping", "-c", "-a", "127.0.19.5", "-I", "127.0.19.6", "-p", "7300", "-C", "10", "-v", "-V", "-S", "100"])
+        .args([
+            "rping",
+            "-c",
+            "-a",
+            "127.0.19.5",
+            "-I",
+            "127.0.19.6",
+            "-p",
+            "7300",
+            "-C",
+            "10",
+            "-v",
+            "-V",
+            "-S",
+            "100",
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
