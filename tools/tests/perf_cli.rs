@@ -241,3 +241,33 @@ fn reg_measures_registration_against_copy() {
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("reuses to pay off") && text.contains("What it means"), "{text}");
 }
+
+/// `-R`: the QPs connected through the Communication Manager (perftest's rdma_cm mode),
+/// one REQ per QP, then the same verified run.
+#[test]
+fn rdma_cm_connects_every_qp() {
+    for test in ["write_bw", "read_bw", "send_lat"] {
+        let out = rnic()
+            .args([
+                "perf",
+                test,
+                "-R",
+                "-q",
+                if test == "send_lat" { "1" } else { "3" },
+                "-n",
+                "50",
+                "--rounds",
+                "1",
+                "--json",
+            ])
+            .args(["--ip", "127.0.32.23", "--peer-ip", "127.0.32.24", "-p", "20777"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{test}: {}", String::from_utf8_lossy(&out.stderr));
+        let v = json(&out);
+        assert_eq!(v["verified"], true, "{test}: {v}");
+    }
+    let out = rnic().args(["perf", "send_bw", "-R", "-c", "UD", "-s", "512"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-R: UD QPs are not connected"));
+}

@@ -51,6 +51,10 @@ pub struct Params {
     /// baseline; each test run is compared with the better of the baselines beside it.
     #[serde(default = "one")]
     pub rounds: u32,
+    /// Connect the QPs through the Communication Manager on this port (`-R`), not with
+    /// the QP numbers and PSNs of the setup exchange.
+    #[serde(default)]
+    pub cm_port: Option<u16>,
 }
 
 fn one() -> u32 {

@@ -106,6 +106,10 @@ pub struct Args {
     /// Print one JSON object (an array with -a) instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Connect the QPs through the Communication Manager (perftest's -R, rdma_cm): the
+    /// server listens on the -p port, the client sends a REQ per QP. RC and UC only.
+    #[arg(short = 'R', long = "rdma-cm")]
+    pub rdma_cm: bool,
     /// Also draw the results as an SVG: the figure and the same-run UDP baseline against
     /// message size, and their ratio with its spread (with -a, every size).
     #[arg(long, value_name = "OUT.svg")]
@@ -254,6 +258,12 @@ impl Args {
         if test.lat && self.bidirectional {
             return Err("-b: latency tests are ping-pong, already both ways".into());
         }
+        if self.rdma_cm && ud {
+            return Err("-R: UD QPs are not connected (perftest resolves them with SIDR, which rnic lacks)".into());
+        }
+        if self.rdma_cm && test.kind == TestKind::Udp {
+            return Err("-R: the udp tests have no QP to connect".into());
+        }
         if self.rounds == 0 || self.rounds > 1000 {
             return Err(format!("--rounds {}: must be 1 to 1000", self.rounds));
         }
@@ -304,6 +314,7 @@ impl Args {
                 no_baseline: self.no_baseline,
                 ud,
                 rounds: self.rounds,
+                cm_port: self.rdma_cm.then_some(self.port),
             },
         ))
     }
@@ -874,7 +885,7 @@ fn client_inner(
         ctrl.send(&Msg::Setup { qps: s.endpoints(), mr: s.remote_mr() })?;
         let (eps, mr) =
             ctrl.expect("setup", |m| if let Msg::Setup { qps, mr } = m { Some((qps, mr)) } else { None })?;
-        s.connect(&eps, mr)?;
+        s.connect(&eps, mr, true)?;
         s.peer_ip(&eps).ok_or("the server sent no QP")?
     } else {
         ctrl.send(&address_only(ip))?;
@@ -1141,8 +1152,12 @@ fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
         Some(s) => {
             let (eps, mr) =
                 ctrl.expect("setup", |m| if let Msg::Setup { qps, mr } = m { Some((qps, mr)) } else { None })?;
+            // -R: listen before the client learns it may connect.
+            if let Some(port) = p.cm_port {
+                s.ctx.cm_listen(port).map_err(|e| e.to_string())?;
+            }
             ctrl.send(&Msg::Setup { qps: s.endpoints(), mr: s.remote_mr() })?;
-            s.connect(&eps, mr)?;
+            s.connect(&eps, mr, false)?;
             s.peer_ip(&eps).ok_or("the client sent no QP")?
         }
         None => {

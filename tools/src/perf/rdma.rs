@@ -63,6 +63,9 @@ pub struct Side {
     /// UD: the address handles behind `dests`, and the PD that makes them.
     ahs: Vec<AddressHandle>,
     pd: ProtectionDomain,
+    /// -R: the CM port, and the connections made through it.
+    cm_port: Option<u16>,
+    conns: Vec<u32>,
 }
 
 impl Side {
@@ -130,6 +133,8 @@ impl Side {
             mr,
             prepared,
             qps: Vec::new(),
+            cm_port: params.cm_port,
+            conns: Vec::new(),
             remote: None,
             max_size,
             nbuf,
@@ -170,9 +175,29 @@ impl Side {
     }
 
     /// Connects QP *i* to the peer's QP *i*, and pre-posts the receives of a SEND test.
-    pub fn connect(&mut self, peer: &[Endpoint], mr: RemoteMr) -> Result<(), String> {
+    pub fn connect(&mut self, peer: &[Endpoint], mr: RemoteMr, active: bool) -> Result<(), String> {
         if peer.len() != self.prepared.len() {
             return Err(format!("the peer has {} QPs, this side {}", peer.len(), self.prepared.len()));
+        }
+        if let Some(port) = self.cm_port {
+            // -R: each QP through the CM, the client's i-th REQ accepted with the server's
+            // i-th QP (the PSNs and QP numbers come from the REQ and REP).
+            let wait = std::time::Duration::from_secs(60);
+            for (p, ep) in self.prepared.drain(..).zip(peer) {
+                let conn = if active {
+                    self.ctx.cm_connect(p, ep.gid.to_ip(), port, &[], wait).map_err(|e| e.to_string())?
+                } else {
+                    let req = loop {
+                        match self.ctx.cm_get_event(wait).map_err(|e| format!("-R: waiting for a REQ: {e}"))? {
+                            rnic_verbs::CmEvent::ConnectRequest(r) => break r,
+                            _ => continue,
+                        }
+                    };
+                    self.ctx.cm_accept(&req, p, &[]).map_err(|e| e.to_string())?
+                };
+                self.qps.push(conn.qp);
+                self.conns.push(conn.id);
+            }
         }
         for (p, ep) in self.prepared.drain(..).zip(peer) {
             if self.grh > 0 {
@@ -796,6 +821,7 @@ mod tests {
             no_baseline: false,
             ud: false,
             rounds: 3,
+            cm_port: None,
         }
     }
 

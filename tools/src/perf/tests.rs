@@ -47,6 +47,7 @@ fn perftest_letters_mean_what_perftest_means() {
             no_baseline: false,
             ud: false,
             rounds: 3,
+            cm_port: None,
         }
     );
 }
