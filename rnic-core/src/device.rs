@@ -249,6 +249,9 @@ struct Inner {
     cmd: Sender<Cmd>,
     events: Receiver<AsyncEvent>,
     cm_events: Receiver<crate::cm::CmEvent>,
+    /// Readable while CM events wait (a program may `poll` it, as an rdma_cm event
+    /// channel's fd).
+    cm_fd: Arc<crate::sys::EventFd>,
     next_pd: AtomicU32,
     next_cq: AtomicU32,
     next_srq: AtomicU32,
@@ -325,6 +328,9 @@ impl Device {
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let (ev_tx, ev_rx) = crossbeam_channel::unbounded();
         let (cm_tx, cm_rx) = crossbeam_channel::unbounded();
+        let cm_fd = Arc::new(
+            crate::sys::EventFd::new().map_err(|source| DeviceError::Io { name: config.name.clone(), source })?,
+        );
         let sleeping = Arc::new(AtomicBool::new(false));
         // The one port is up as soon as the socket is bound (IBV_EVENT_PORT_ACTIVE).
         let _ = ev_tx.send(AsyncEvent::PortActive { port: 1 });
@@ -364,6 +370,7 @@ impl Device {
                 rx: Rx::new(sock, local, counters.clone(), capture, config.ipv4_id),
                 events: ev_tx,
                 cm_events: cm_tx,
+                cm_fd: cm_fd.clone(),
                 batch: Vec::with_capacity(256),
                 start: Instant::now(),
                 next_timer,
@@ -390,6 +397,7 @@ impl Device {
                 cmd: cmd_tx,
                 events: ev_rx,
                 cm_events: cm_rx,
+                cm_fd,
                 next_pd: AtomicU32::new(1),
                 next_cq: AtomicU32::new(1),
                 next_srq: AtomicU32::new(1),
@@ -556,6 +564,23 @@ impl Device {
         &self.inner.cm_events
     }
 
+    /// A descriptor that is readable while CM events wait in [`cm_events`](Self::cm_events)
+    /// (to `poll`/`epoll` beside other fds, as an rdma_cm event channel's). Call
+    /// [`cm_fd_rearm`](Self::cm_fd_rearm) after taking events.
+    pub fn cm_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.inner.cm_fd.as_fd()
+    }
+
+    /// Makes [`cm_fd`](Self::cm_fd) readable exactly while events wait: clears it, then
+    /// sets it again if any event is (still, or newly) queued.
+    pub fn cm_fd_rearm(&self) {
+        self.inner.cm_fd.clear();
+        if !self.inner.cm_events.is_empty() {
+            self.inner.cm_fd.notify();
+        }
+    }
+
     /// Modifies a QP (checked against IBA's table by the engine).
     pub fn modify_qp(&self, qpn: Qpn, attr: QpAttr) -> Result<Result<(), EngineError>, DeviceError> {
         self.call(|reply| Cmd::ModifyQp { qpn, attr, reply })
@@ -673,6 +698,7 @@ struct Core {
     rx: Rx,
     events: Sender<AsyncEvent>,
     cm_events: Sender<crate::cm::CmEvent>,
+    cm_fd: Arc<crate::sys::EventFd>,
     batch: Vec<TxPacket>,
     start: Instant,
     /// The next wake-up (engine timers, packets the fault chain delays), as of the last
@@ -755,8 +781,13 @@ impl Core {
             while let Some(ev) = self.engine.poll_event() {
                 let _ = self.events.send(ev);
             }
+            let mut cm = false;
             while let Some(ev) = self.engine.poll_cm_event() {
                 let _ = self.cm_events.send(ev);
+                cm = true;
+            }
+            if cm {
+                self.cm_fd.notify();
             }
             self.last_work = t;
             self.next_timer = [self.engine.poll_timeout(), self.tx.next_due()].into_iter().flatten().min();

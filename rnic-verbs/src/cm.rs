@@ -136,6 +136,7 @@ impl Context {
                     self.dev.cm_events().recv_timeout(left).map_err(|_| Error::EventTimeout(timeout))?
                 }
             };
+            self.dev.cm_fd_rearm();
             if let Some(e) = convert(raw) {
                 return Ok(e);
             }
@@ -145,11 +146,21 @@ impl Context {
     /// The next CM event, if one is waiting.
     pub fn cm_poll_event(&self) -> Option<CmEvent> {
         loop {
-            let raw = self.take_stashed().or_else(|| self.dev.cm_events().try_recv().ok())?;
+            let raw = self.take_stashed().or_else(|| self.dev.cm_events().try_recv().ok());
+            // The fd stays readable exactly while events wait.
+            self.dev.cm_fd_rearm();
+            let raw = raw?;
             if let Some(e) = convert(raw) {
                 return Some(e);
             }
         }
+    }
+
+    /// A descriptor readable while CM events wait: `poll` or `epoll` it beside other
+    /// descriptors (as rdma_cm's `event_channel->fd`), then take events with
+    /// [`cm_poll_event`](Self::cm_poll_event).
+    pub fn cm_event_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.dev.cm_fd()
     }
 
     fn take_stashed(&self) -> Option<core::CmEvent> {

@@ -19,7 +19,17 @@ fn connect_accept_move_data_and_disconnect() {
     let s = std::thread::spawn(move || {
         let (pd, cq) = (server.alloc_pd(), server.create_cq(64).unwrap());
         let mr = pd.allocate_mr(8192, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).unwrap();
-        let CmEvent::ConnectRequest(req) = server.cm_get_event(T).unwrap() else { panic!("not a request") };
+        // The event fd: not readable before the request, readable once it waits, not
+        // after it was taken.
+        let readable = |fd: std::os::fd::BorrowedFd<'_>, ms: i32| {
+            use std::os::fd::AsRawFd;
+            let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one pollfd on a live descriptor.
+            unsafe { libc::poll(&mut p, 1, ms) == 1 }
+        };
+        assert!(readable(server.cm_event_fd(), 10_000), "the fd wakes a poll when the REQ arrives");
+        let Some(CmEvent::ConnectRequest(req)) = server.cm_poll_event() else { panic!("not a request") };
+        assert!(!readable(server.cm_event_fd(), 0), "nothing waits any more");
         assert_eq!((req.src, req.port, &req.private_data[..5]), (ip("127.0.44.2"), 7471, &b"hello"[..]));
         let qp = pd.qp_builder(&cq, &cq).access(AccessFlags::REMOTE_WRITE).build().unwrap();
         let conn = server.cm_accept(&req, qp, b"welcome").unwrap();
