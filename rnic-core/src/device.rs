@@ -337,7 +337,12 @@ impl Device {
         // Payloads go to the kernel straight from registered memory, except through a
         // fault chain (which may keep, corrupt or copy a packet after the round).
         let zero_copy = config.zero_copy && config.faults.is_none();
-        let engine_config = EngineConfig { zero_copy, ..EngineConfig::new(local.ip()) };
+        // CM IDs differ from run to run (Linux draws them at random): the clock and the pid.
+        let cm_seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() ^ u64::from(d.subsec_nanos()) << 20)
+            ^ (u64::from(std::process::id()) << 32);
+        let engine_config = EngineConfig { zero_copy, cm_seed, ..EngineConfig::new(local.ip()) };
         let engine = Engine::new(engine_config, mtpt.clone(), counters.clone());
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
         let tx_sock = sock.try_clone().map_err(io_err)?;

@@ -137,3 +137,20 @@ mod properties {
         }
     }
 }
+
+/// Linux rxe's answer to `rnic rping -c` for a port nobody listens on (captured on the lab
+/// bridge, 2026-11-24): a REJ "invalid service ID" (8) for the REQ, with no local
+/// communication ID of its own and rnic's REQ's transaction ID.
+const REJ: &str = "01070203000000000000c283945e48d8001200000000000000000000970d784200000008";
+
+#[test]
+fn rxe_rej_for_no_listener_parses_and_round_trips() {
+    let (h, msg) = round_trip(&mad(REJ));
+    assert_eq!((h.attr_id, h.tid), (attr::REJ, 0xc283_945e_48d8));
+    let CmMessage::Rej(r) = msg else { panic!("not a REJ") };
+    assert_eq!(
+        (r.local_comm_id, r.remote_comm_id, r.reason),
+        (0, 0x970d_7842, rnic_wire::cm::rej_reason::INVALID_SERVICE_ID)
+    );
+    assert_eq!((r.message_rejected, r.rejected_info_length), (rnic_wire::cm::MsgRef::Req, 0));
+}

@@ -43,6 +43,10 @@ pub struct EngineConfig {
     /// the netdev's MAC). [`EngineConfig::new`] derives it from the address as from the
     /// locally administered MAC `02:00:a:b:c:d` an IPv4 device gets.
     pub ca_guid: u64,
+    /// Seeds the Communication Manager's communication and transaction IDs. Fixed by
+    /// default (tests replay exactly); a driver sets it from the clock and process ID, so
+    /// that a restarted program does not reuse the IDs its last run's peers may remember.
+    pub cm_seed: u64,
 }
 
 impl EngineConfig {
@@ -56,6 +60,7 @@ impl EngineConfig {
             max_rd_atomic: 16,
             zero_copy: false,
             ca_guid: guid_for(local_ip),
+            cm_seed: 0x5eed,
         }
     }
 }

@@ -107,7 +107,8 @@ pub const READ_BURST: usize = 64;
 impl Engine {
     /// A new engine using `mtpt` for every key check.
     pub fn new(config: EngineConfig, mtpt: Arc<Mtpt>, counters: Arc<Counters>) -> Engine {
-        let cm = crate::cm::CmConfig::new(config.local_ip, config.ca_guid);
+        let cm =
+            crate::cm::CmConfig { seed: config.cm_seed, ..crate::cm::CmConfig::new(config.local_ip, config.ca_guid) };
         Engine {
             qps: qp_table::QpTable::new(),
             cx: Ctx::new(config, mtpt, counters),
