@@ -20,6 +20,10 @@ pub struct Cq {
     notify: parking_lot::Mutex<Option<crossbeam_channel::Sender<u32>>>,
     /// Events handed to the application (`ibv_get_cq_event`) and not yet acknowledged.
     events_unacked: AtomicU32,
+    /// Completions a poller took and gave back ([`Cq::give_back`]), oldest first: polled
+    /// before the queue. `has_returned` keeps the common path free of the lock.
+    returned: parking_lot::Mutex<std::collections::VecDeque<WorkCompletion>>,
+    has_returned: AtomicBool,
 }
 
 /// The CQ was full: the completion could not be queued.
@@ -44,6 +48,42 @@ impl Cq {
             armed: AtomicU32::new(ARM_NONE),
             notify: parking_lot::Mutex::new(None),
             events_unacked: AtomicU32::new(0),
+            returned: parking_lot::Mutex::new(std::collections::VecDeque::new()),
+            has_returned: AtomicBool::new(false),
+        }
+    }
+
+    /// Puts completions a poller took back at the head of the queue, in their order (a
+    /// `wait` that timed out: nothing may drop a completion). They come out of the next
+    /// polls before anything newer.
+    pub fn give_back(&self, wcs: Vec<WorkCompletion>) {
+        if wcs.is_empty() {
+            return;
+        }
+        let mut r = self.returned.lock();
+        for wc in wcs.into_iter().rev() {
+            r.push_front(wc);
+        }
+        self.has_returned.store(true, Ordering::Release);
+    }
+
+    fn take_returned(&self) -> Option<WorkCompletion> {
+        if !self.has_returned.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut r = self.returned.lock();
+        let wc = r.pop_front();
+        if r.is_empty() {
+            self.has_returned.store(false, Ordering::Release);
+        }
+        wc
+    }
+
+    fn returned_len(&self) -> usize {
+        if self.has_returned.load(Ordering::Acquire) {
+            self.returned.lock().len()
+        } else {
+            0
         }
     }
 
@@ -59,12 +99,12 @@ impl Cq {
 
     /// Completions waiting.
     pub fn len(&self) -> usize {
-        self.queue.len()
+        self.queue.len() + self.returned_len()
     }
 
     /// True when no completion waits.
     pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.queue.is_empty() && self.returned_len() == 0
     }
 
     /// True once the CQ has overflowed (it stays in error).
@@ -97,7 +137,7 @@ impl Cq {
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
         while n < out.len() {
-            match self.queue.pop() {
+            match self.take_returned().or_else(|| self.queue.pop()) {
                 Some(wc) => {
                     out[n] = wc;
                     n += 1;
@@ -110,7 +150,7 @@ impl Cq {
 
     /// Takes one completion.
     pub fn poll_one(&self) -> Option<WorkCompletion> {
-        self.queue.pop()
+        self.take_returned().or_else(|| self.queue.pop())
     }
 
     /// Arms a notification for the next completion (or the next solicited one); it is

@@ -300,10 +300,25 @@ fn transport_info(config: &DeviceConfig, sock: &UdpSocket) -> TransportInfo {
     TransportInfo { gso, gro, spin: config.spin }
 }
 
+/// The environment variables `DeviceConfig::new` reads, checked strictly (a value that does
+/// not parse is an error naming it, not a silent default).
+fn check_env() -> Result<(), String> {
+    if let Ok(v) = std::env::var("RNIC_SPIN_US") {
+        v.trim().parse::<u64>().map_err(|_| format!("RNIC_SPIN_US={v:?}: not a number of microseconds"))?;
+    }
+    if let Ok(v) = std::env::var("RNIC_ZERO_COPY") {
+        if !matches!(v.trim(), "0" | "1") {
+            return Err(format!("RNIC_ZERO_COPY={v:?}: 0 (copy payloads into packets) or 1 (the default)"));
+        }
+    }
+    Ok(())
+}
+
 impl Device {
     /// Opens a device: binds its UDP port and starts its progress and receive threads.
     pub fn open(mut config: DeviceConfig) -> Result<Device, DeviceError> {
         crate::rx_icrc::policy_from_env().map_err(|why| DeviceError::Config { name: config.name.clone(), why })?;
+        check_env().map_err(|why| DeviceError::Config { name: config.name.clone(), why })?;
         if config.faults.is_none() {
             if let Some(spec) = std::env::var_os("RNIC_FAULTS") {
                 let spec = spec.to_string_lossy();

@@ -93,6 +93,14 @@ pub enum Error {
         /// The names known.
         known: String,
     },
+    /// An environment variable's value does not parse.
+    #[error("{var}: {why}")]
+    BadConfig {
+        /// The variable.
+        var: &'static str,
+        /// What is wrong, naming the bad entry.
+        why: String,
+    },
     /// Opening the device failed.
     #[error("open device: {0}")]
     OpenDevice(#[source] DeviceError),
@@ -230,24 +238,50 @@ pub struct DeviceInfo {
 }
 
 /// The devices this process may open: `RNIC_DEVICES` (`rnic0=127.0.0.1,rnic1=127.0.0.2`)
-/// or, by default, `rnic0` on 127.0.0.1 and `rnic1` on 127.0.0.2.
-pub fn devices() -> Vec<DeviceInfo> {
-    if let Ok(spec) = std::env::var("RNIC_DEVICES") {
-        let parsed: Vec<DeviceInfo> = spec
-            .split(',')
-            .filter_map(|kv| {
-                let (n, ip) = kv.split_once('=')?;
-                Some(DeviceInfo { name: n.trim().to_string(), ip: ip.trim().parse().ok()? })
-            })
-            .collect();
-        if !parsed.is_empty() {
-            return parsed;
+/// or, when it is unset, `rnic0` on 127.0.0.1 and `rnic1` on 127.0.0.2. A value that does
+/// not parse is an error naming the bad entry (never a silent fallback to the defaults).
+pub fn devices() -> Result<Vec<DeviceInfo>> {
+    match std::env::var("RNIC_DEVICES") {
+        Ok(spec) => parse_devices(&spec),
+        Err(std::env::VarError::NotPresent) => Ok(vec![
+            DeviceInfo { name: "rnic0".into(), ip: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)) },
+            DeviceInfo { name: "rnic1".into(), ip: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)) },
+        ]),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(Error::BadConfig { var: "RNIC_DEVICES", why: "the value is not UTF-8".into() })
         }
     }
-    vec![
-        DeviceInfo { name: "rnic0".into(), ip: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)) },
-        DeviceInfo { name: "rnic1".into(), ip: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)) },
-    ]
+}
+
+/// Parses `name=ip,name=ip,...` strictly: every entry `name=address`, names non-empty and
+/// distinct, addresses plain IPv4 or IPv6 (a port is the device's business, not this list's).
+pub fn parse_devices(spec: &str) -> Result<Vec<DeviceInfo>> {
+    let bad = |why: String| Error::BadConfig { var: "RNIC_DEVICES", why };
+    let mut out: Vec<DeviceInfo> = Vec::new();
+    for entry in spec.split(',') {
+        let entry = entry.trim();
+        let Some((name, ip)) = entry.split_once('=') else {
+            return Err(bad(format!("entry {entry:?} is not name=address")));
+        };
+        let (name, ip) = (name.trim(), ip.trim());
+        if name.is_empty() {
+            return Err(bad(format!("entry {entry:?} has an empty device name")));
+        }
+        let ip: IpAddr = ip.parse().map_err(|_| {
+            if ip.contains(':')
+                && ip.rsplit_once(':').is_some_and(|(h, p)| h.parse::<IpAddr>().is_ok() && p.parse::<u16>().is_ok())
+            {
+                bad(format!("entry {entry:?}: {ip:?} has a port; give the address alone (devices use UDP 4791)"))
+            } else {
+                bad(format!("entry {entry:?}: {ip:?} is not an IP address"))
+            }
+        })?;
+        if out.iter().any(|d| d.name == name) {
+            return Err(bad(format!("device {name:?} is named twice")));
+        }
+        out.push(DeviceInfo { name: name.to_string(), ip });
+    }
+    Ok(out)
 }
 
 /// A RoCEv2 GID: for IPv4, the IPv4-mapped IPv6 address (`::ffff:a.b.c.d`).
@@ -380,7 +414,7 @@ pub struct Context {
 impl Context {
     /// Opens a configured device by name (see [`devices`]).
     pub fn open(name: &str) -> Result<Context> {
-        let all = devices();
+        let all = devices()?;
         let Some(d) = all.iter().find(|d| d.name == name) else {
             return Err(Error::NoSuchDevice {
                 name: name.into(),
@@ -878,14 +912,19 @@ impl CompletionQueue {
     }
 
     /// Busy-polls (yielding between tries) until `n` completions arrived or `timeout`
-    /// passed; returns what arrived, in order.
+    /// passed; returns what arrived, in order. On a timeout the completions already taken
+    /// stay in the CQ (the next poll returns them first): none is ever lost.
     pub fn wait(&self, n: usize, timeout: Duration) -> Result<Vec<WorkCompletion>> {
         let deadline = Instant::now() + timeout;
         let mut got = Vec::with_capacity(n);
         while got.len() < n {
             match self.cq.poll_one() {
                 Some(wc) => got.push(wc),
-                None if Instant::now() > deadline => return Err(Error::Timeout(timeout)),
+                None if Instant::now() > deadline => {
+                    // Nothing may drop a completion: what was taken goes back, in order.
+                    self.cq.give_back(got);
+                    return Err(Error::Timeout(timeout));
+                }
                 None => std::thread::yield_now(),
             }
         }

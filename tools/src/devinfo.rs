@@ -31,7 +31,13 @@ pub struct Args {
 
 /// Runs devinfo; 0 when every device asked for could be shown.
 pub fn run(a: &Args) -> ExitCode {
-    let all = devices();
+    let all = match devices() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("rnic devinfo: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if a.list {
         print!("{}", list(&all));
         return ExitCode::SUCCESS;

@@ -53,3 +53,22 @@ fn unknown_device_and_port_are_named() {
     let (ok, _, err) = devinfo(&["-i", "2"]);
     assert!(!ok && err.contains("invalid port 2"), "{err}");
 }
+
+fn rnic() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rnic"))
+}
+
+/// Configuration that does not parse is an error naming it, never a silent default.
+#[test]
+fn bad_environment_is_named() {
+    let out = rnic().arg("devinfo").env("RNIC_DEVICES", "rnic0=127.0.0.1:4791").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("RNIC_DEVICES: entry \"rnic0=127.0.0.1:4791\""));
+    let out = rnic()
+        .args(["demo", "-q", "--ip", "127.0.49.5", "--peer-ip", "127.0.49.6"])
+        .env("RNIC_SPIN_US", "fast")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("RNIC_SPIN_US=\"fast\""));
+}
