@@ -126,6 +126,8 @@ struct Outcome {
     state_b: QpState,
     nak_sent_b: u64,
     nak_rcvd_a: u64,
+    /// The asynchronous events the responder's engine raised.
+    events_b: Vec<rnic_core::engine::AsyncEvent>,
 }
 
 /// Fills both blocks, runs the story with `op` as request 2, and collects what happened.
@@ -163,6 +165,7 @@ fn story(p: &mut Pair, op: Op, va: u64, rkey: u32, len: usize) -> Outcome {
         state_b: p.nodes[B].qp.state(),
         nak_sent_b: p.fab.engine(B).counters().send_nak_err.load(Ordering::Relaxed),
         nak_rcvd_a: p.fab.engine(A).counters().rcvd_nak_err.load(Ordering::Relaxed),
+        events_b: std::iter::from_fn(|| p.fab.engine(B).poll_event()).collect(),
     }
 }
 
@@ -211,6 +214,14 @@ fn refused(case: &str, mut p: Pair, op: Op, va: u64, rkey: u32, len: usize, code
     assert_eq!(o.naks, [(bad_psn, code, 1)], "{case}: NAKs sent by the responder");
     assert_eq!(o.nak_sent_b, 1, "{case}: NAKs counted by the responder");
     assert_eq!(o.state_b, QpState::Err, "{case}: responder QP state");
+    // The responder's application is told why its QP failed, as verbs tell it
+    // (IBV_EVENT_QP_ACCESS_ERR / IBV_EVENT_QP_REQ_ERR, IBA 11.6.3.1), once.
+    let qpn = p.nodes[B].qp.qpn.value();
+    let want = match code {
+        NakCode::RemoteAccessError => rnic_core::engine::AsyncEvent::QpAccessErr { qpn },
+        _ => rnic_core::engine::AsyncEvent::QpReqErr { qpn },
+    };
+    assert_eq!(o.events_b, [want], "{case}: responder async events");
     let got: Vec<_> = o.recv_wcs_b.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect();
     assert_eq!(
         got,

@@ -92,6 +92,20 @@ pub enum AsyncEvent {
         /// The QP.
         qpn: u32,
     },
+    /// A responder QP refused an RDMA request for a memory access violation (R_Key, PD,
+    /// rights or bounds) and entered the error state (`IBV_EVENT_QP_ACCESS_ERR`, IBA
+    /// 11.6.3.1 "local access violation work queue error").
+    QpAccessErr {
+        /// The QP.
+        qpn: u32,
+    },
+    /// A responder QP refused an invalid request (opcode sequence, length, invalidation)
+    /// and entered the error state (`IBV_EVENT_QP_REQ_ERR`, IBA 11.6.3.1 "invalid request
+    /// local work queue error").
+    QpReqErr {
+        /// The QP.
+        qpn: u32,
+    },
     /// A completion queue overflowed.
     CqError {
         /// The CQ.

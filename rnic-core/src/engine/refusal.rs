@@ -52,6 +52,20 @@ impl Refusal {
         }
     }
 
+    /// The asynchronous event a fatal refusal raises on the responder's QP (IBA 11.6.3.1;
+    /// verbs' `IBV_EVENT_QP_ACCESS_ERR` / `QP_REQ_ERR` / `QP_FATAL`).
+    pub(crate) fn event(self, qpn: u32) -> Option<super::ctx::AsyncEvent> {
+        use super::ctx::AsyncEvent;
+        match self {
+            Refusal::Rnr => None,
+            Refusal::RemoteAccess(_) => Some(AsyncEvent::QpAccessErr { qpn }),
+            Refusal::InvalidRequest | Refusal::LengthError | Refusal::InvalidateRkey => {
+                Some(AsyncEvent::QpReqErr { qpn })
+            }
+            Refusal::RemoteOperational => Some(AsyncEvent::QpFatal { qpn }),
+        }
+    }
+
     /// Whether the QP survives the refusal: only an RNR NAK leaves it usable (IBA 9.9.3.1,
     /// rxe: every other NAK is followed by `goto_error`).
     pub(crate) fn is_fatal(self) -> bool {

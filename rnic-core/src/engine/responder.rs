@@ -597,6 +597,9 @@ fn nak(qp: &mut Qp, cx: &mut Ctx, psn: Psn, refusal: Refusal) {
         if let Some(wc) = len_err_wc {
             cx.push_wc(qp, CqSide::Recv, wc, false);
         }
+        if let Some(ev) = refusal.event(qp.qpn().value()).filter(|_| qp.state != QpState::Err) {
+            cx.events.push_back(ev);
+        }
         if !reads_going {
             cx.enter_error(qp, None);
         }
