@@ -87,7 +87,7 @@ run_case() {
   local tool=ibv_rc_pingpong rflags="" port=$((18515 + SEQ))
   if [ -n "$ud" ]; then tool=ibv_ud_pingpong; rflags=--ud; fi
   local common="-s $size -n $ITERS -p $port"
-  local rnic_cmd=("$RNIC" pingpong --ip "$HOST_IP" -g 0 -m $MTU $common $rflags --counters)
+  local rnic_cmd=("$RNIC" pingpong --ip "$HOST_IP" -g 1 -m $MTU $common $rflags --counters)
   # ibv_ud_pingpong has neither -m (UD uses the port MTU) nor -c.
   local gchk="-c -m $MTU"
   if [ -n "$ud" ]; then gchk=""; else rnic_cmd+=(-c); fi

@@ -446,13 +446,30 @@ impl Context {
 
     /// GID `index`: rnic has one, the RoCEv2 GID of its address.
     pub fn gid(&self, index: u32) -> Option<Gid> {
-        (index == 0).then(|| Gid::from_ip(self.ip()))
+        match index {
+            // rxe's table: index 0 the link-local GID of the device's MAC (for a UDP device
+            // the locally administered 02:00:a:b:c:d), index 1 the address's RoCEv2 GID.
+            0 => {
+                let mut g = [0u8; 16];
+                g[0] = 0xfe;
+                g[1] = 0x80;
+                g[8..].copy_from_slice(&rnic_core::engine::guid_for(self.ip()).to_be_bytes());
+                Some(Gid(g))
+            }
+            1 => Some(Gid::from_ip(self.ip())),
+            _ => None,
+        }
     }
+
+    /// The GID index that carries traffic on this device: 1, the address's RoCEv2 GID
+    /// (`-g 1`, as with rxe); index 0, the link-local GID, names the device but a UDP
+    /// transport cannot send from it.
+    pub const ROUTABLE_GID_INDEX: u32 = 1;
 
     /// Device attributes.
     pub fn query_device(&self) -> DeviceAttr {
-        let ip = Gid::from_ip(self.ip()).0;
-        let node_guid = u64::from_be_bytes([0x02, ip[11], ip[12], 0xff, 0xfe, ip[13], ip[14], ip[15]]);
+        // The EUI-64 of the device's MAC, as rxe derives its node GUID (and the CM its CA GUID).
+        let node_guid = rnic_core::engine::guid_for(self.ip());
         DeviceAttr {
             fw_ver: env!("CARGO_PKG_VERSION").to_string(),
             node_guid,
@@ -482,7 +499,7 @@ impl Context {
             state: "PORT_ACTIVE",
             max_mtu: PathMtu::Mtu4096,
             active_mtu: PathMtu::Mtu4096,
-            gid_tbl_len: 1,
+            gid_tbl_len: 2,
             link_layer: "Ethernet",
             lid: 0,
         }

@@ -420,9 +420,9 @@ fn run_inner(args: &Args) -> Result<ExitCode, String> {
     d.say(format!(
         "  rnic0 at {} (GID {}), rnic1 at {} (GID {})",
         args.ip,
-        d.a.ctx.gid(0).map(|g| g.to_string()).unwrap_or_default(),
+        d.a.ctx.gid(1).map(|g| g.to_string()).unwrap_or_default(),
         args.peer_ip,
-        d.b.ctx.gid(0).map(|g| g.to_string()).unwrap_or_default()
+        d.b.ctx.gid(1).map(|g| g.to_string()).unwrap_or_default()
     ));
     d.say("  each side registered 1 MiB (LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ) and connected one RC QP per MTU");
     if args.faulty() {

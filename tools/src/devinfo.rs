@@ -193,8 +193,8 @@ mod tests {
         let want = "hca_id:\trnic9\n\
             \ttransport:\t\t\tInfiniBand (0)\n\
             \tfw_ver:\t\t\t\t0.1.0\n\
-            \tnode_guid:\t\t\t02ff:7fff:fe00:3e01\n\
-            \tsys_image_guid:\t\t\t02ff:7fff:fe00:3e01\n\
+            \tnode_guid:\t\t\t0000:7fff:fe00:3e01\n\
+            \tsys_image_guid:\t\t\t0000:7fff:fe00:3e01\n\
             \tvendor_id:\t\t\t0x0000\n\
             \tvendor_part_id:\t\t\t0\n\
             \thw_ver:\t\t\t\t0x0\n\
@@ -207,7 +207,8 @@ mod tests {
             \t\t\tport_lid:\t\t0\n\
             \t\t\tport_lmc:\t\t0x00\n\
             \t\t\tlink_layer:\t\tEthernet\n\
-            \t\t\tGID[  0]:\t\t::ffff:127.0.62.1, RoCE v2\n\n";
+            \t\t\tGID[  0]:\t\tfe80::7fff:fe00:3e01, RoCE v2\n\
+            \t\t\tGID[  1]:\t\t::ffff:127.0.62.1, RoCE v2\n\n";
         assert_eq!(out, want);
     }
 
@@ -224,7 +225,7 @@ mod tests {
             "\tmax_qp_rd_atom:\t\t\t16\n",
             "\tmax_qp_init_rd_atom:\t\t16\n",
             "\tatomic_cap:\t\t\t",
-            "\t\t\tgid_tbl_len:\t\t1\n",
+            "\t\t\tgid_tbl_len:\t\t2\n",
             "\t\t\tcounters:\n\t\t\t\tsent_pkts:\t0\n",
             "\t\t\t\ticrc_err:\t0\n",
         ] {

@@ -64,7 +64,8 @@ pub struct Args {
     /// Sleep on CQ events (a completion channel) instead of busy polling.
     #[arg(short = 'e', long = "events")]
     pub events: bool,
-    /// Local port GID index (rnic devices have GID 0, the RoCE v2 IPv4-mapped address).
+    /// Local port GID index: 1, the RoCE v2 GID of the device's address (as rxe's
+    /// `::ffff:a.b.c.d` at index 1); 0 is the link-local GID, which carries no traffic here.
     #[arg(short = 'g', long = "gid-idx", value_parser = c_number::<u32>)]
     pub gid_idx: Option<u32>,
     /// Validate the received buffer (rc_pingpong's page pattern).
@@ -209,8 +210,14 @@ fn validate(a: &Args) -> Result<PathMtu, String> {
     if a.sl > 15 {
         return Err(format!("-l {}: service levels are 0..=15", a.sl));
     }
-    if let Some(g) = a.gid_idx.filter(|g| *g != 0) {
-        return Err(format!("can't read sgid of index {g} (rnic devices have one GID, index 0)"));
+    match a.gid_idx {
+        None | Some(1) => {}
+        Some(0) => {
+            return Err("-g 0: GID 0 is the device's link-local GID (fe80::), which the UDP transport cannot \
+                 send from; use -g 1, the address's RoCEv2 GID, as with rxe"
+                .into())
+        }
+        Some(g) => return Err(format!("can't read sgid of index {g} (rnic devices have GIDs 0 and 1)")),
     }
     if a.rx_depth == 0 {
         return Err("-r 0: at least one receive must be posted".into());
@@ -577,10 +584,10 @@ mod tests {
 
         let a = parse(&["-p", "0x4853", "-d", "rnic1", "-i", "1", "-s", "64", "-m", "4096", "-r", "010"]).unwrap();
         assert_eq!((a.port, a.dev.as_str(), a.size, a.mtu, a.rx_depth), (0x4853, "rnic1", Some(64), 4096, 8));
-        let a = parse(&["10.77.0.11", "-n", "5", "-l", "3", "-e", "-g", "0", "-c"]).unwrap();
+        let a = parse(&["10.77.0.11", "-n", "5", "-l", "3", "-e", "-g", "1", "-c"]).unwrap();
         assert_eq!(
             (a.server.as_deref(), a.iters, a.sl, a.events, a.gid_idx, a.chk),
-            (Some("10.77.0.11"), 5, 3, true, Some(0), true)
+            (Some("10.77.0.11"), 5, 3, true, Some(1), true)
         );
         let a = parse(&["--port=18516", "--ib-dev=x", "--size=8", "--mtu=256", "--rx-depth=4", "--iters=2"]).unwrap();
         assert_eq!((a.port, a.dev.as_str(), a.size, a.mtu, a.rx_depth, a.iters), (18516, "x", Some(8), 256, 4, 2));
@@ -600,7 +607,9 @@ mod tests {
         assert_eq!(v(&["-m", "4096"]), Ok(PathMtu::Mtu4096));
         assert!(v(&["-m", "1000"]).unwrap_err().contains("-m 1000"));
         assert!(v(&["-i", "2"]).unwrap_err().contains("one port"));
-        assert!(v(&["-g", "1"]).unwrap_err().contains("can't read sgid of index 1"));
+        assert_eq!(v(&["-g", "1"]), Ok(PathMtu::Mtu1024), "index 1: the address's RoCEv2 GID, as rxe's");
+        assert!(v(&["-g", "0"]).unwrap_err().contains("link-local"));
+        assert!(v(&["-g", "2"]).unwrap_err().contains("can't read sgid of index 2"));
         assert!(v(&["-l", "16"]).is_err());
         assert!(v(&["-r", "0"]).is_err());
     }
