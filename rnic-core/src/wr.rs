@@ -288,10 +288,11 @@ pub struct RecvWr {
 }
 
 /// Completion status (`enum ibv_wc_status`). A failed completion is data, not an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum WcStatus {
     /// The work request completed.
+    #[default]
     Success,
     /// A local length error: an incoming message did not fit the receive buffers.
     LocLenErr,
@@ -348,10 +349,11 @@ impl fmt::Display for WcStatus {
 }
 
 /// Completion opcode (`enum ibv_wc_opcode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum WcOpcode {
     /// A SEND (with or without immediate) completed at the requester.
+    #[default]
     Send,
     /// An RDMA WRITE completed at the requester.
     RdmaWrite,
@@ -402,8 +404,9 @@ pub struct WcFlags {
     pub with_inv: bool,
 }
 
-/// A work completion (`struct ibv_wc`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A work completion (`struct ibv_wc`). `Default` is a zeroed one (wr_id 0, SEND,
+/// success), for buffers handed to `poll`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WorkCompletion {
     /// The work request's id.
     pub wr_id: u64,
@@ -428,6 +431,16 @@ pub struct WorkCompletion {
 }
 
 impl WorkCompletion {
+    /// `Ok(self)` for a successful completion, `Err(status)` for a failed one, so a
+    /// poller can use `?` (a failed completion is data, not an error of the poll).
+    pub fn result(self) -> Result<WorkCompletion, WcStatus> {
+        if self.status == WcStatus::Success {
+            Ok(self)
+        } else {
+            Err(self.status)
+        }
+    }
+
     /// A completion with no byte count, immediate, source QP or flags; set the fields
     /// that apply with struct update syntax.
     pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: u32) -> WorkCompletion {

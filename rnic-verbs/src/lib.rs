@@ -604,6 +604,12 @@ impl ProtectionDomain {
     /// Allocates `len` bytes of zeroed, page-aligned memory owned by the region and
     /// registers it (pinned, unless the device was opened with pinning off).
     pub fn allocate_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
+        if len == 0 {
+            return Err(Error::InvalidArgument {
+                op: "allocate memory region",
+                why: "0 bytes: nothing could be sent from or placed into it; ask for at least 1 byte".into(),
+            });
+        }
         let block = Arc::new(MemBlock::new(len).map_err(|e| Error::RegMr(DeviceError::Mem(e)))?);
         self.register_block(block, access)
     }
@@ -751,6 +757,11 @@ pub struct SharedReceiveQueue {
 }
 
 impl SharedReceiveQueue {
+    /// The protection domain the SRQ belongs to.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
     /// The SRQ's number (named in its limit event).
     pub fn id(&self) -> u32 {
         self.srq.id()
@@ -866,6 +877,11 @@ pub struct RemoteMr {
 }
 
 impl MemoryRegion {
+    /// The protection domain the region is registered in.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.inner.pd
+    }
+
     /// Local key.
     pub fn lkey(&self) -> u32 {
         self.inner.keys.lkey
@@ -1120,6 +1136,24 @@ impl QpBuilder {
     pub fn build(self) -> Result<PreparedQp> {
         let ctx = self.pd.inner.ctx.clone();
         let c = self.cap;
+        // A QP, its CQs and its SRQ live on one device (ibv_create_qp: EINVAL otherwise).
+        let here = ctx.dev.local_addr();
+        for (what, other) in [("send CQ", &self.send_cq.ctx), ("receive CQ", &self.recv_cq.ctx)]
+            .into_iter()
+            .chain(self.srq.as_ref().map(|s| ("SRQ", &s.pd.inner.ctx)))
+        {
+            if other.dev.local_addr() != here {
+                return Err(Error::InvalidArgument {
+                    op: "create QP",
+                    why: format!(
+                        "the {what} belongs to device {} ({}), the protection domain to {} ({here})",
+                        other.name(),
+                        other.dev.local_addr(),
+                        ctx.name()
+                    ),
+                });
+            }
+        }
         if c.max_send_wr > MAX_QP_WR || c.max_recv_wr > MAX_QP_WR {
             return Err(Error::InvalidArgument { op: "create QP", why: format!("queue depth above {MAX_QP_WR}") });
         }

@@ -51,3 +51,28 @@ fn device_lists_parse_strictly() {
         assert!(e.starts_with("RNIC_DEVICES: ") && e.contains(says), "{spec}: {e}");
     }
 }
+
+/// Rough edges a new user hit: a default completion for poll buffers, `result()`, the PD
+/// of a region and of an SRQ, a region of 0 bytes, and a CQ from another device.
+#[test]
+fn api_polish() {
+    let mut buf = [WorkCompletion::default(); 4];
+    assert_eq!((buf[0].status, buf[0].wr_id), (WcStatus::Success, 0));
+    assert!(buf[0].result().is_ok());
+    buf[1].status = WcStatus::RemAccessErr;
+    assert_eq!(buf[1].result(), Err(WcStatus::RemAccessErr));
+
+    let a = Context::open_at("rnic0", "127.0.48.5".parse().unwrap()).unwrap();
+    let b = Context::open_at("rnic1", "127.0.48.6".parse().unwrap()).unwrap();
+    let pd = a.alloc_pd();
+    let mr = pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let srq = pd.create_srq(16, 1).unwrap();
+    assert_eq!(mr.pd().context().name(), "rnic0");
+    assert_eq!(srq.pd().context().name(), "rnic0");
+    let e = pd.allocate_mr(0, AccessFlags::LOCAL_WRITE).unwrap_err().to_string();
+    assert!(e.contains("0 bytes"), "{e}");
+    let (cq_a, cq_b) = (a.create_cq(8).unwrap(), b.create_cq(8).unwrap());
+    let e = pd.qp_builder(&cq_a, &cq_b).build().unwrap_err().to_string();
+    assert!(e.contains("receive CQ belongs to device rnic1"), "{e}");
+    assert!(pd.qp_builder(&cq_a, &cq_a).build().is_ok());
+}
