@@ -57,9 +57,8 @@ mod cm;
 pub use cm::{CmEvent, ConnectRequest, Connection, REQ_PRIVATE_DATA};
 
 use rnic_core::cq::Cq;
-use rnic_core::device::{Device, DeviceConfig, DeviceError};
-use rnic_core::engine::qp::{PostError, QpShared};
-use rnic_core::engine::EngineError;
+use rnic_core::device::Device;
+use rnic_core::engine::qp::QpShared;
 use rnic_core::mem::MemBlock;
 use rnic_core::mr::{MrKeys, PdId};
 use serde::{Deserialize, Serialize};
@@ -75,10 +74,17 @@ pub use rnic_core::engine::AsyncEvent;
 pub use rnic_core::mr::AccessFlags;
 pub use rnic_core::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
 pub use rnic_core::srq::SrqError;
+// What a program configures and what its errors carry, reachable from this crate alone:
+// device configuration, fault-injection rules, the error causes, opcodes.
+pub use rnic_core::device::{DeviceConfig, DeviceError};
+pub use rnic_core::engine::qp::PostError;
+pub use rnic_core::engine::EngineError;
+pub use rnic_core::faults::{Fault, FaultHandle, Faults};
 pub use rnic_core::wr::{
     RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, FLUSH_GLOBAL,
     FLUSH_PERSISTENT,
 };
+pub use rnic_wire::Opcode;
 
 /// Every way a verbs call can fail. Each variant names the operation; a failed work
 /// completion is not an error but data in [`WorkCompletion::status`].

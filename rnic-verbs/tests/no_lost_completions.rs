@@ -76,3 +76,17 @@ fn api_polish() {
     assert!(e.contains("receive CQ belongs to device rnic1"), "{e}");
     assert!(pd.qp_builder(&cq_a, &cq_a).build().is_ok());
 }
+
+/// What a program configures is reachable from this crate alone (the README's fault
+/// snippet): a device configuration with a fault chain, by opcode.
+#[test]
+fn configuration_and_fault_rules_come_from_rnic_verbs() {
+    let mut f = Faults::new(42);
+    f.add(Fault::drop().opcode(Opcode::RC_ACKNOWLEDGE).nth(1));
+    let mut cfg = DeviceConfig::new("rnic0", "127.0.48.9".parse().unwrap());
+    cfg.faults = Some(FaultHandle::new(f));
+    let ctx = Context::open_with(cfg).unwrap();
+    assert_eq!(ctx.name(), "rnic0");
+    let _: Option<&dyn std::error::Error> = None::<&DeviceError>.map(|e| e as _);
+    let _ = |e: EngineError, p: PostError| (e.to_string(), p.to_string());
+}
