@@ -264,6 +264,27 @@ impl Net {
     }
 }
 
+/// rdma_cm's defaults for an RC REQ from A's QP `qa` to B, no private data.
+fn plain_params(qa: u32) -> ConnectParams {
+    ConnectParams {
+        dst: ip(B),
+        service_id: service_id(port_space::TCP, PORT),
+        transport: CmTransport::Rc,
+        qpn: qa,
+        psn: 1,
+        responder_resources: 1,
+        initiator_depth: 1,
+        path_mtu: 3,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        local_ack_timeout: 14,
+        response_timeout: 20,
+        max_cm_retries: 15,
+        srq: false,
+        private_data: vec![],
+    }
+}
+
 #[test]
 fn rc_connects_through_the_cm_moves_data_and_disconnects() {
     let mut net = Net::new();
@@ -322,23 +343,7 @@ fn a_peer_that_is_gone_times_out_with_no_half_open_qp() {
     let qa = net.create_qp(A, QpType::Rc);
     let init = QpAttr::default().bring_up(QpType::Rc)[0];
     net.modify(A, &[init]);
-    let params = ConnectParams {
-        dst: ip(B),
-        service_id: service_id(port_space::TCP, PORT),
-        transport: CmTransport::Rc,
-        qpn: qa,
-        psn: 1,
-        responder_resources: 1,
-        initiator_depth: 1,
-        path_mtu: 3,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        local_ack_timeout: 14,
-        response_timeout: 20,
-        max_cm_retries: 15,
-        srq: false,
-        private_data: vec![],
-    };
+    let params = plain_params(qa);
     let now = net.fab.now();
     let id = net.fab.engine(A).cm().connect(now, &params).unwrap();
     let e = net.until(A, 20 * WAIT, |e| matches!(e, CmEvent::TimedOut { .. }));
@@ -359,23 +364,7 @@ fn qp1_checks_its_packets_and_sends_rxe_shaped_mads() {
     let mut net = Net::new();
     net.fab.engine(B).cm().listen(service_id(port_space::TCP, PORT)).unwrap();
     let qa = net.create_qp(A, QpType::Rc);
-    let params = ConnectParams {
-        dst: ip(B),
-        service_id: service_id(port_space::TCP, PORT),
-        transport: CmTransport::Rc,
-        qpn: qa,
-        psn: 1,
-        responder_resources: 1,
-        initiator_depth: 1,
-        path_mtu: 3,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        local_ack_timeout: 14,
-        response_timeout: 20,
-        max_cm_retries: 15,
-        srq: false,
-        private_data: vec![],
-    };
+    let params = plain_params(qa);
     let now = net.fab.now();
     net.fab.engine(A).cm().connect(now, &params).unwrap();
     net.until(B, WAIT, |e| matches!(e, CmEvent::ConnectRequest { .. }));
