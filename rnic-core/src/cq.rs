@@ -18,12 +18,26 @@ pub struct Cq {
     /// Completions pushed since the last notification request was armed (for events).
     armed: AtomicU32,
     notify: parking_lot::Mutex<Option<crossbeam_channel::Sender<u32>>>,
+    /// Called with the CQ's id when a notification fires, after the channel send (a
+    /// completion channel that must wake a file descriptor: the libibverbs library).
+    notifier: parking_lot::Mutex<Option<CqNotifier>>,
     /// Events handed to the application (`ibv_get_cq_event`) and not yet acknowledged.
     events_unacked: AtomicU32,
     /// Completions a poller took and gave back ([`Cq::give_back`]), oldest first: polled
     /// before the queue. `has_returned` keeps the common path free of the lock.
     returned: parking_lot::Mutex<std::collections::VecDeque<WorkCompletion>>,
     has_returned: AtomicBool,
+}
+
+/// A callback run on the progress thread when an armed notification fires: it must be
+/// quick and must not block (write an eventfd, push to a queue).
+#[derive(Clone)]
+pub struct CqNotifier(pub std::sync::Arc<dyn Fn(u32) + Send + Sync>);
+
+impl std::fmt::Debug for CqNotifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CqNotifier")
+    }
 }
 
 /// The CQ was full: the completion could not be queued.
@@ -47,6 +61,7 @@ impl Cq {
             overflowed: AtomicBool::new(false),
             armed: AtomicU32::new(ARM_NONE),
             notify: parking_lot::Mutex::new(None),
+            notifier: parking_lot::Mutex::new(None),
             events_unacked: AtomicU32::new(0),
             returned: parking_lot::Mutex::new(std::collections::VecDeque::new()),
             has_returned: AtomicBool::new(false),
@@ -128,6 +143,9 @@ impl Cq {
                 if let Some(tx) = self.notify.lock().as_ref() {
                     let _ = tx.send(self.id);
                 }
+                if let Some(n) = self.notifier.lock().as_ref() {
+                    (n.0)(self.id);
+                }
             }
         }
         Ok(())
@@ -164,9 +182,14 @@ impl Cq {
         *self.notify.lock() = tx;
     }
 
-    /// True when a completion channel is attached.
+    /// Attaches a callback run when a notification fires (beside or instead of a channel).
+    pub fn set_notifier(&self, notifier: Option<CqNotifier>) {
+        *self.notifier.lock() = notifier;
+    }
+
+    /// True when a completion channel (or a notifier) is attached.
     pub fn has_channel(&self) -> bool {
-        self.notify.lock().is_some()
+        self.notify.lock().is_some() || self.notifier.lock().is_some()
     }
 
     /// Counts an event handed to the application (`ibv_get_cq_event`).

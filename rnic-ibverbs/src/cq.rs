@@ -1,0 +1,328 @@
+//! Completion queues and completion channels.
+//!
+//! A channel's `fd` is an eventfd that is readable exactly while a CQ event waits: the
+//! engine's progress thread runs the CQ's notifier when an armed notification fires
+//! (IBA 11.4.2.2: once per request), which queues the CQ and wakes the fd; programs
+//! `poll`/`epoll` it or block in `ibv_get_cq_event`, which honours `O_NONBLOCK` as
+//! rdma-core does.
+
+use crate::device::{ctx_of, CtxShared, MAX_CQE};
+use crate::{guard, set_errno, EventFd};
+use libc::{c_int, c_void};
+use parking_lot::Mutex;
+use rnic_core::cq::CqNotifier;
+use rnic_core::device::Device;
+use rnic_core::wr::{WcOpcode, WcStatus, WorkCompletion};
+use rnic_verbs_sys::*;
+use std::collections::{HashMap, VecDeque};
+use std::ptr::null_mut;
+use std::sync::Arc;
+
+/// What a channel shares with the notifiers of its CQs.
+pub struct ChanShared {
+    fd: EventFd,
+    queue: Mutex<VecDeque<u32>>,
+    /// The channel's CQs by engine id (usize pointers to our `Cq`).
+    cqs: Mutex<HashMap<u32, usize>>,
+}
+
+/// An `ibv_comp_channel`.
+#[repr(C)]
+pub struct Channel {
+    pub ibv: ibv_comp_channel,
+    pub sh: Arc<ChanShared>,
+}
+
+/// An `ibv_cq`.
+#[repr(C)]
+pub struct Cq {
+    pub ibv: ibv_cq,
+    pub cq: Arc<rnic_core::cq::Cq>,
+    pub core: Device,
+    ctx: Arc<CtxShared>,
+    chan: Option<Arc<ChanShared>>,
+}
+
+pub(crate) unsafe fn cq_of<'a>(cq: *mut ibv_cq) -> Option<&'a Cq> {
+    // SAFETY: every ibv_cq we hand out is the first field of a live Cq.
+    (!cq.is_null()).then(|| unsafe { &*cq.cast::<Cq>() })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
+    guard(null_mut(), || {
+        if unsafe { ctx_of(context) }.is_none() {
+            set_errno(libc::EINVAL);
+            return null_mut();
+        }
+        let fd = match EventFd::new() {
+            Ok(f) => f,
+            Err(e) => {
+                set_errno(e.raw_os_error().unwrap_or(libc::EMFILE));
+                return null_mut();
+            }
+        };
+        let ibv = ibv_comp_channel { context, fd: fd.raw(), refcnt: 0 };
+        let sh = Arc::new(ChanShared { fd, queue: Mutex::default(), cqs: Mutex::default() });
+        Box::into_raw(Box::new(Channel { ibv, sh })).cast()
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    if channel.is_null() {
+        return libc::EINVAL;
+    }
+    let ch = channel.cast::<Channel>();
+    // SAFETY: a channel we handed out.
+    if !unsafe { &*ch }.sh.cqs.lock().is_empty() {
+        // rdma-core: a channel with CQs still attached cannot go.
+        return libc::EBUSY;
+    }
+    // SAFETY: allocated by Box in ibv_create_comp_channel.
+    drop(unsafe { Box::from_raw(ch) });
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    _comp_vector: c_int,
+) -> *mut ibv_cq {
+    guard(null_mut(), || {
+        // SAFETY: a context we handed out.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else {
+            set_errno(libc::EINVAL);
+            return null_mut();
+        };
+        let Some(depth) = u32::try_from(cqe).ok().filter(|d| (1..=MAX_CQE).contains(d)) else {
+            crate::diag(format!("ibv_create_cq: {cqe} entries asked, the device allows 1..={MAX_CQE}"));
+            set_errno(libc::EINVAL);
+            return null_mut();
+        };
+        let core = match ctx.sh.core() {
+            Ok(c) => c,
+            Err(e) => {
+                set_errno(e);
+                return null_mut();
+            }
+        };
+        let cq = core.create_cq(depth as usize);
+        let chan = if channel.is_null() {
+            None
+        } else {
+            // SAFETY: a channel we handed out.
+            Some(unsafe { &*channel.cast::<Channel>() }.sh.clone())
+        };
+        // SAFETY: all-zero is a valid ibv_cq (pointers, integers, glibc's zero mutex/cond).
+        let mut ibv: ibv_cq = unsafe { std::mem::zeroed() };
+        ibv.context = context;
+        ibv.channel = channel;
+        ibv.cq_context = cq_context;
+        ibv.handle = cq.id();
+        ibv.cqe = cqe;
+        let id = cq.id();
+        let ptr = Box::into_raw(Box::new(Cq { ibv, cq: cq.clone(), core, ctx: ctx.sh.clone(), chan: chan.clone() }));
+        if let Some(ch) = chan {
+            ch.cqs.lock().insert(id, ptr as usize);
+            let weak = Arc::downgrade(&ch);
+            cq.set_notifier(Some(CqNotifier(Arc::new(move |id| {
+                if let Some(ch) = weak.upgrade() {
+                    ch.queue.lock().push_back(id);
+                    ch.fd.notify();
+                }
+            }))));
+        }
+        ctx.sh.cqs.lock().insert(id, ptr as usize);
+        ptr.cast()
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    if cq.is_null() {
+        return libc::EINVAL;
+    }
+    let p = cq.cast::<Cq>();
+    // SAFETY: allocated by Box in ibv_create_cq; the program does not use it again.
+    let c = unsafe { Box::from_raw(p) };
+    c.cq.set_notifier(None);
+    if let Some(ch) = &c.chan {
+        ch.cqs.lock().remove(&c.cq.id());
+        ch.queue.lock().retain(|&id| id != c.cq.id());
+    }
+    c.ctx.cqs.lock().remove(&c.cq.id());
+    0
+}
+
+/// `ibv_resize_cq`: rnic's CQs have a fixed depth.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    if channel.is_null() || cq.is_null() || cq_context.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: a channel we handed out.
+    let sh = &unsafe { &*channel.cast::<Channel>() }.sh;
+    loop {
+        sh.fd.clear();
+        let next = {
+            let mut q = sh.queue.lock();
+            let next = q.pop_front();
+            if !q.is_empty() {
+                sh.fd.notify();
+            }
+            next
+        };
+        if let Some(id) = next {
+            let Some(p) = sh.cqs.lock().get(&id).copied() else { continue };
+            let p = p as *mut Cq;
+            // SAFETY: a live CQ of this channel (destroy removes it from the map first).
+            unsafe {
+                *cq = p.cast();
+                *cq_context = (*p).ibv.cq_context;
+                (*p).cq.note_event_delivered();
+            }
+            return 0;
+        }
+        if sh.fd.nonblocking() {
+            set_errno(libc::EAGAIN);
+            return -1;
+        }
+        sh.fd.wait(-1);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: u32) {
+    // SAFETY: a CQ we handed out.
+    if let Some(c) = unsafe { cq_of(cq) } {
+        let _ = c.cq.ack_events(nevents.min(c.cq.unacked_events()));
+        let p = cq;
+        // SAFETY: the CQ's own mutex guards the counter, as rdma-core's does.
+        unsafe {
+            libc::pthread_mutex_lock(std::ptr::addr_of_mut!((*p).mutex));
+            (*p).comp_events_completed = (*p).comp_events_completed.wrapping_add(nevents);
+            libc::pthread_cond_signal(std::ptr::addr_of_mut!((*p).cond));
+            libc::pthread_mutex_unlock(std::ptr::addr_of_mut!((*p).mutex));
+        }
+    }
+}
+
+pub(crate) fn wc_status(s: WcStatus) -> ibv_wc_status {
+    match s {
+        WcStatus::Success => IBV_WC_SUCCESS,
+        WcStatus::LocLenErr => IBV_WC_LOC_LEN_ERR,
+        WcStatus::LocQpOpErr => IBV_WC_LOC_QP_OP_ERR,
+        WcStatus::LocProtErr => IBV_WC_LOC_PROT_ERR,
+        WcStatus::WrFlushErr => IBV_WC_WR_FLUSH_ERR,
+        WcStatus::BadRespErr => IBV_WC_BAD_RESP_ERR,
+        WcStatus::LocAccessErr => IBV_WC_LOC_ACCESS_ERR,
+        WcStatus::RemInvReqErr => IBV_WC_REM_INV_REQ_ERR,
+        WcStatus::RemAccessErr => IBV_WC_REM_ACCESS_ERR,
+        WcStatus::RemOpErr => IBV_WC_REM_OP_ERR,
+        WcStatus::RetryExcErr => IBV_WC_RETRY_EXC_ERR,
+        WcStatus::RnrRetryExcErr => IBV_WC_RNR_RETRY_EXC_ERR,
+        _ => IBV_WC_GENERAL_ERR,
+    }
+}
+
+fn wc_opcode(o: WcOpcode) -> ibv_wc_opcode {
+    match o {
+        WcOpcode::Send => IBV_WC_SEND,
+        WcOpcode::RdmaWrite => IBV_WC_RDMA_WRITE,
+        WcOpcode::RdmaRead => IBV_WC_RDMA_READ,
+        WcOpcode::Recv => IBV_WC_RECV,
+        WcOpcode::RecvRdmaWithImm => IBV_WC_RECV_RDMA_WITH_IMM,
+        WcOpcode::CompSwap => IBV_WC_COMP_SWAP,
+        WcOpcode::FetchAdd => IBV_WC_FETCH_ADD,
+        WcOpcode::LocalInv => IBV_WC_LOCAL_INV,
+        WcOpcode::AtomicWrite => IBV_WC_ATOMIC_WRITE,
+        _ => IBV_WC_SEND,
+    }
+}
+
+fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
+    let mut flags = 0;
+    if w.wc_flags.grh {
+        flags |= IBV_WC_GRH;
+    }
+    if w.wc_flags.with_imm {
+        flags |= IBV_WC_WITH_IMM;
+    }
+    if w.wc_flags.with_inv {
+        flags |= IBV_WC_WITH_INV;
+    }
+    ibv_wc {
+        wr_id: w.wr_id,
+        status: wc_status(w.status),
+        opcode: wc_opcode(w.opcode),
+        vendor_err: 0,
+        byte_len: w.byte_len,
+        // verbs carries immediate data in network order (`__be32`); the engine in host
+        // order. With IBV_WC_WITH_INV the field is the invalidated rkey, host order.
+        imm_data: if w.wc_flags.with_inv { w.invalidated_rkey } else { w.imm_data.to_be() },
+        qp_num: w.qp_num,
+        src_qp: w.src_qp,
+        wc_flags: flags,
+        pkey_index: w.pkey_index,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+    }
+}
+
+/// `ibv_poll_cq` (through `context->ops.poll_cq`). When the CQ is empty it runs one round
+/// of the device on the calling thread (`Device::progress`, a no-op while the progress
+/// thread is in one), so a busy-polling program takes no thread hand-off per completion.
+pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
+    // SAFETY: a CQ we handed out.
+    let Some(c) = (unsafe { cq_of(cq) }) else { return -libc::EINVAL };
+    let want = usize::try_from(num_entries).unwrap_or(0);
+    if want == 0 {
+        return 0;
+    }
+    if wc.is_null() {
+        return -libc::EINVAL;
+    }
+    let mut got = 0usize;
+    let mut buf = [WorkCompletion::default(); 16];
+    let mut progressed = false;
+    while got < want {
+        let n = c.cq.poll(&mut buf[..(want - got).min(16)]);
+        if n == 0 {
+            if got == 0 && !progressed {
+                progressed = true;
+                c.core.progress();
+                continue;
+            }
+            break;
+        }
+        for (i, w) in buf[..n].iter().enumerate() {
+            // SAFETY: the caller's array of `num_entries` WCs; got + i < want.
+            unsafe { wc.add(got + i).write(to_ibv_wc(w)) };
+        }
+        got += n;
+    }
+    c_int::try_from(got).unwrap_or(c_int::MAX)
+}
+
+/// `ibv_req_notify_cq` (through `context->ops.req_notify_cq`).
+pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    // SAFETY: a CQ we handed out.
+    let Some(c) = (unsafe { cq_of(cq) }) else { return libc::EINVAL };
+    c.cq.req_notify(solicited_only != 0);
+    0
+}

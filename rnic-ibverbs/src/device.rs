@@ -1,0 +1,632 @@
+//! Devices and contexts: `ibv_get_device_list` (the devices of `RNIC_DEVICES`, as
+//! `rnic_verbs::devices` reads it), `ibv_open_device`, the device, port and GID queries,
+//! and asynchronous events on the context's `async_fd`.
+//!
+//! Opening a context binds nothing: a device's UDP socket and threads start at the first
+//! PD or CQ, so `ibv_devinfo` can list a device another process is using (only one process
+//! can own a device's address and port 4791).
+
+use crate::{copy_cstr, diag, guard, set_errno, EventFd};
+use libc::{c_char, c_int, c_void, size_t, ssize_t};
+use parking_lot::Mutex;
+use rnic_core::device::{Device, DeviceConfig, DeviceError};
+use rnic_core::engine::AsyncEvent;
+use rnic_verbs::{DeviceInfo, Gid};
+use rnic_verbs_sys::*;
+use std::collections::{HashMap, VecDeque};
+use std::mem::{offset_of, size_of};
+use std::net::IpAddr;
+use std::ptr::null_mut;
+use std::sync::{Arc, OnceLock};
+
+/// An `ibv_device`: one entry of `RNIC_DEVICES`. Lives as long as the process.
+#[repr(C)]
+pub struct Dev {
+    pub ibv: ibv_device,
+    pub info: DeviceInfo,
+    pub index: c_int,
+}
+
+// SAFETY: the C struct holds only inline arrays and a null ops table; nothing in it is
+// written after the device list is built.
+unsafe impl Sync for Dev {}
+// SAFETY: as above.
+unsafe impl Send for Dev {}
+
+static DEVICES: OnceLock<Result<Vec<&'static Dev>, String>> = OnceLock::new();
+
+fn devices() -> &'static Result<Vec<&'static Dev>, String> {
+    DEVICES.get_or_init(|| {
+        let list = rnic_verbs::devices().map_err(|e| e.to_string())?;
+        Ok(list
+            .into_iter()
+            .enumerate()
+            .map(|(i, info)| {
+                // SAFETY: all-zero is a valid ibv_device (integers and char arrays).
+                let mut ibv: ibv_device = unsafe { std::mem::zeroed() };
+                ibv.node_type = IBV_NODE_CA;
+                ibv.transport_type = IBV_TRANSPORT_IB;
+                copy_cstr(&mut ibv.name, &info.name);
+                copy_cstr(&mut ibv.dev_name, &format!("uverbs{i}"));
+                copy_cstr(&mut ibv.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{i}"));
+                copy_cstr(&mut ibv.ibdev_path, &format!("/sys/class/infiniband/{}", info.name));
+                let index = c_int::try_from(i).unwrap_or(c_int::MAX);
+                &*Box::leak(Box::new(Dev { ibv, info, index }))
+            })
+            .collect())
+    })
+}
+
+/// The node GUID of a device (the EUI-64 of its MAC, as rxe and `rnic devinfo`).
+fn guid(info: &DeviceInfo) -> u64 {
+    rnic_core::engine::guid_for(info.ip)
+}
+
+/// GID `index` of a device: rxe's table (index 0 link-local from the MAC, index 1 the
+/// address's RoCEv2 GID), the same as `rnic_verbs::Context::gid`.
+pub(crate) fn gid_of(info: &DeviceInfo, index: u32) -> Option<[u8; 16]> {
+    match index {
+        0 => {
+            let mut g = [0u8; 16];
+            g[0] = 0xfe;
+            g[1] = 0x80;
+            g[8..].copy_from_slice(&guid(info).to_be_bytes());
+            Some(g)
+        }
+        1 => Some(Gid::from_ip(info.ip).0),
+        _ => None,
+    }
+}
+
+/// Hard limits, the same as `rnic_verbs::Context::query_device` reports.
+pub(crate) const MAX_QP_WR: u32 = 16384;
+pub(crate) const MAX_SGE: u32 = 32;
+pub(crate) const MAX_CQE: u32 = 1 << 20;
+pub(crate) const MAX_INLINE: u32 = 1024;
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
+    guard(null_mut(), || match devices() {
+        Ok(list) => {
+            // calloc'd, as rdma-core's: ibv_free_device_list frees it.
+            // SAFETY: calloc of n+1 pointers; checked for NULL below.
+            let arr = unsafe { libc::calloc(list.len() + 1, size_of::<*mut ibv_device>()) }.cast::<*mut ibv_device>();
+            if arr.is_null() {
+                set_errno(libc::ENOMEM);
+                return null_mut();
+            }
+            for (i, d) in list.iter().enumerate() {
+                // SAFETY: i < n+1 slots; the device lives forever.
+                unsafe { *arr.add(i) = std::ptr::from_ref(&d.ibv).cast_mut() };
+            }
+            if !num_devices.is_null() {
+                // SAFETY: the caller's out-parameter.
+                unsafe { *num_devices = c_int::try_from(list.len()).unwrap_or(c_int::MAX) };
+            }
+            arr
+        }
+        Err(e) => {
+            diag(format!("no devices: {e}"));
+            if !num_devices.is_null() {
+                // SAFETY: the caller's out-parameter.
+                unsafe { *num_devices = 0 };
+            }
+            set_errno(libc::EINVAL);
+            null_mut()
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    // SAFETY: the array ibv_get_device_list calloc'd (or NULL).
+    unsafe { libc::free(list.cast()) };
+}
+
+/// Our device behind an `ibv_device` pointer the library handed out.
+pub(crate) unsafe fn dev_of<'a>(d: *mut ibv_device) -> Option<&'a Dev> {
+    // SAFETY: `ibv` is the first field of the repr(C) Dev the list points at.
+    (!d.is_null()).then(|| unsafe { &*d.cast::<Dev>() })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char {
+    // SAFETY: a device from our list.
+    match unsafe { dev_of(device) } {
+        Some(d) => d.ibv.name.as_ptr(),
+        None => std::ptr::null(),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
+    // SAFETY: a device from our list.
+    unsafe { dev_of(device) }.map_or(0, |d| guid(&d.info).to_be())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int {
+    // SAFETY: a device from our list.
+    unsafe { dev_of(device) }.map_or(-1, |d| d.index)
+}
+
+/// What a context shares with its helper thread and its objects.
+pub struct CtxShared {
+    pub dev: &'static Dev,
+    core: Mutex<Option<Device>>,
+    pub(crate) async_fd: EventFd,
+    async_q: Mutex<VecDeque<(ibv_event_type, usize)>>,
+    /// Objects by engine id, for the element of an asynchronous event (as usize pointers).
+    pub qps: Mutex<HashMap<u32, usize>>,
+    pub cqs: Mutex<HashMap<u32, usize>>,
+    pub srqs: Mutex<HashMap<u32, usize>>,
+}
+
+impl CtxShared {
+    /// The running device, started on first use.
+    pub(crate) fn core(self: &Arc<Self>) -> Result<Device, c_int> {
+        let mut g = self.core.lock();
+        if let Some(d) = g.as_ref() {
+            return Ok(d.clone());
+        }
+        let mut config = DeviceConfig::new(self.dev.info.name.clone(), self.dev.info.ip);
+        // The program's memory is registered in place; nothing DMAs into it, so pinning
+        // would only add RLIMIT_MEMLOCK failures real drivers avoid with CAP_IPC_LOCK.
+        config.pin_memory = false;
+        let dev = Device::open(config).map_err(|e| {
+            let errno = errno_of(&e);
+            let hint = if errno == libc::EADDRINUSE {
+                " (another process has this device open: each process uses its own device, e.g. -d rnic0 and -d rnic1)"
+            } else {
+                ""
+            };
+            diag(format!("cannot start {}: {e}{hint}", self.dev.info.name));
+            errno
+        })?;
+        // Asynchronous events reach the program through async_fd: a thread moves them
+        // from the engine's channel (it ends when the device's channel closes).
+        let rx = dev.events().clone();
+        let weak = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new().name(format!("{}-async", self.dev.info.name)).spawn(move || {
+            while let Ok(ev) = rx.recv() {
+                let Some(sh) = weak.upgrade() else { break };
+                sh.push_event(ev);
+            }
+        });
+        if let Err(e) = spawned {
+            diag(format!("cannot start the async event thread of {}: {e}", self.dev.info.name));
+            return Err(libc::EAGAIN);
+        }
+        *g = Some(dev.clone());
+        Ok(dev)
+    }
+
+    fn push_event(&self, ev: AsyncEvent) {
+        let (ty, element) = match ev {
+            AsyncEvent::QpFatal { qpn } => (IBV_EVENT_QP_FATAL, self.qps.lock().get(&qpn).copied()),
+            AsyncEvent::QpAccessErr { qpn } => (IBV_EVENT_QP_ACCESS_ERR, self.qps.lock().get(&qpn).copied()),
+            AsyncEvent::QpReqErr { qpn } => (IBV_EVENT_QP_REQ_ERR, self.qps.lock().get(&qpn).copied()),
+            AsyncEvent::CqError { cq } => (IBV_EVENT_CQ_ERR, self.cqs.lock().get(&cq).copied()),
+            AsyncEvent::SrqLimitReached { srq } => (IBV_EVENT_SRQ_LIMIT_REACHED, self.srqs.lock().get(&srq).copied()),
+            // The kernel raises no PORT_ACTIVE when a context opens; neither does this library.
+            AsyncEvent::PortActive { .. } => return,
+            _ => return,
+        };
+        // An event for an object the program already destroyed has nothing to point at.
+        let Some(element) = element else { return };
+        self.async_q.lock().push_back((ty, element));
+        self.async_fd.notify();
+    }
+}
+
+fn errno_of(e: &DeviceError) -> c_int {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = src {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if let Some(code) = io.raw_os_error() {
+                return code;
+            }
+        }
+        src = s.source();
+    }
+    libc::EINVAL
+}
+
+/// An open context: the `verbs_context` (with the `ibv_context` the program sees at its
+/// end) first, then ours.
+#[repr(C)]
+pub struct Ctx {
+    pub v: verbs_context,
+    pub sh: Arc<CtxShared>,
+}
+
+/// Our context behind an `ibv_context` pointer the library handed out.
+pub(crate) unsafe fn ctx_of<'a>(c: *mut ibv_context) -> Option<&'a Ctx> {
+    if c.is_null() {
+        return None;
+    }
+    // SAFETY: every context we hand out is the `context` field of the `verbs_context` at
+    // the start of a live Ctx.
+    Some(unsafe { &*c.cast::<u8>().sub(offset_of!(verbs_context, context)).cast::<Ctx>() })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+    guard(null_mut(), || {
+        // SAFETY: a device from our list.
+        let Some(dev) = (unsafe { dev_of(device) }) else {
+            set_errno(libc::EINVAL);
+            return null_mut();
+        };
+        // The list owns the device; take the 'static one.
+        let Some(dev) = devices().as_ref().ok().and_then(|l| l.iter().copied().find(|d| d.index == dev.index)) else {
+            set_errno(libc::ENODEV);
+            return null_mut();
+        };
+        let async_fd = match EventFd::new() {
+            Ok(f) => f,
+            Err(e) => {
+                set_errno(e.raw_os_error().unwrap_or(libc::EMFILE));
+                return null_mut();
+            }
+        };
+        let fd = async_fd.raw();
+        let sh = Arc::new(CtxShared {
+            dev,
+            core: Mutex::new(None),
+            async_fd,
+            async_q: Mutex::new(VecDeque::new()),
+            qps: Mutex::default(),
+            cqs: Mutex::default(),
+            srqs: Mutex::default(),
+        });
+        // SAFETY: all-zero is a valid verbs_context (pointers, Options, integers and a
+        // pthread mutex whose zero is PTHREAD_MUTEX_INITIALIZER on glibc).
+        let mut v: verbs_context = unsafe { std::mem::zeroed() };
+        v.sz = size_of::<verbs_context>();
+        v.query_port = Some(query_port_ex);
+        v.query_device_ex = Some(query_device_ex);
+        v.create_qp_ex = Some(crate::qp::create_qp_ex);
+        v.context.device = device;
+        v.context.cmd_fd = -1;
+        v.context.async_fd = fd;
+        v.context.num_comp_vectors = 1;
+        v.context.abi_compat = VERBS_ABI_IS_EXTENDED;
+        v.context.ops.poll_cq = Some(crate::cq::poll_cq);
+        v.context.ops.req_notify_cq = Some(crate::cq::req_notify_cq);
+        v.context.ops.post_send = Some(crate::qp::post_send);
+        v.context.ops.post_recv = Some(crate::qp::post_recv);
+        v.context.ops.post_srq_recv = Some(crate::qp::post_srq_recv);
+        v.context.ops._compat_query_device = Some(ibv_query_device);
+        let ctx = Box::into_raw(Box::new(Ctx { v, sh }));
+        // SAFETY: just allocated; the program gets the ibv_context inside.
+        unsafe { std::ptr::addr_of_mut!((*ctx).v.context) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
+    if context.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: a context from ibv_open_device, not used again by the program.
+    let ctx = unsafe { context.cast::<u8>().sub(offset_of!(verbs_context, context)).cast::<Ctx>() };
+    // SAFETY: allocated by Box in ibv_open_device.
+    drop(unsafe { Box::from_raw(ctx) });
+    0
+}
+
+fn device_attr(dev: &Dev) -> ibv_device_attr {
+    let mut a = ibv_device_attr::default();
+    copy_cstr(&mut a.fw_ver, &format!("rnic {}", env!("CARGO_PKG_VERSION")));
+    a.node_guid = guid(&dev.info).to_be();
+    a.sys_image_guid = a.node_guid;
+    a.max_mr_size = 1 << 40;
+    a.page_size_cap = 0xffff_f000;
+    // rxe's vendor id (0xFFFFFF: none); part 0. Programs that tune for a vendor (perftest
+    // for mlx5) take the generic path.
+    a.vendor_id = 0x00ff_ffff;
+    a.max_qp = 65536;
+    a.max_qp_wr = MAX_QP_WR as c_int;
+    // BAD_PKEY_CNTR | BAD_QKEY_CNTR | SYS_IMAGE_GUID | RC_RNR_NAK_GEN | N_NOTIFY_CQ
+    a.device_cap_flags = (1 << 1) | (1 << 2) | (1 << 11) | (1 << 12) | (1 << 14);
+    a.max_sge = MAX_SGE as c_int;
+    a.max_sge_rd = MAX_SGE as c_int;
+    a.max_cq = 65536;
+    a.max_cqe = MAX_CQE as c_int;
+    a.max_mr = 65536;
+    a.max_pd = 65536;
+    a.max_qp_rd_atom = 16;
+    a.max_res_rd_atom = 65536 * 16;
+    a.max_qp_init_rd_atom = 16;
+    a.atomic_cap = IBV_ATOMIC_HCA;
+    a.max_ah = 65536;
+    a.max_srq = 65536;
+    a.max_srq_wr = MAX_QP_WR as c_int;
+    a.max_srq_sge = MAX_SGE as c_int;
+    a.max_pkeys = 1;
+    a.local_ca_ack_delay = 15;
+    a.phys_port_cnt = 1;
+    a
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_device(context: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int {
+    // SAFETY: a context we handed out.
+    let Some(ctx) = (unsafe { ctx_of(context) }) else { return libc::EINVAL };
+    if attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: the caller's struct.
+    unsafe { attr.write(device_attr(ctx.sh.dev)) };
+    0
+}
+
+unsafe extern "C" fn query_device_ex(
+    context: *mut ibv_context,
+    _input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: size_t,
+) -> c_int {
+    // SAFETY: a context we handed out.
+    let Some(ctx) = (unsafe { ctx_of(context) }) else { return libc::EINVAL };
+    if attr.is_null() || attr_size < size_of::<ibv_device_attr>() {
+        return libc::EINVAL;
+    }
+    let mut ex = ibv_device_attr_ex::default();
+    ex.orig_attr = device_attr(ctx.sh.dev);
+    ex.phys_port_cnt_ex = 1;
+    let n = attr_size.min(size_of::<ibv_device_attr_ex>());
+    // SAFETY: the caller's struct holds `attr_size` bytes; we copy at most that many, and
+    // zero anything past our struct (a newer header's fields: none supported).
+    unsafe {
+        std::ptr::copy_nonoverlapping(std::ptr::from_ref(&ex).cast::<u8>(), attr.cast::<u8>(), n);
+        if attr_size > n {
+            std::ptr::write_bytes(attr.cast::<u8>().add(n), 0, attr_size - n);
+        }
+    }
+    0
+}
+
+fn port_attr(dev: &Dev) -> ibv_port_attr {
+    let _ = dev;
+    // SAFETY: all-zero is a valid ibv_port_attr (integers).
+    let mut p: ibv_port_attr = unsafe { std::mem::zeroed() };
+    p.state = IBV_PORT_ACTIVE;
+    p.max_mtu = IBV_MTU_4096;
+    p.active_mtu = IBV_MTU_4096;
+    p.gid_tbl_len = 2;
+    p.port_cap_flags = 1 << 16; // IB_PORT_CM_SUP
+    p.max_msg_sz = 1 << 31;
+    p.pkey_tbl_len = 1;
+    p.max_vl_num = 1;
+    p.active_width = 2; // 4X
+    p.active_speed = 32; // EDR
+    p.phys_state = 5; // LinkUp
+    p.link_layer = IBV_LINK_LAYER_ETHERNET;
+    p
+}
+
+unsafe extern "C" fn query_port_ex(
+    context: *mut ibv_context,
+    port_num: u8,
+    attr: *mut ibv_port_attr,
+    attr_size: size_t,
+) -> c_int {
+    // SAFETY: a context we handed out.
+    let Some(ctx) = (unsafe { ctx_of(context) }) else { return libc::EINVAL };
+    if port_num != 1 || attr.is_null() {
+        return libc::EINVAL;
+    }
+    let p = port_attr(ctx.sh.dev);
+    let n = attr_size.min(size_of::<ibv_port_attr>());
+    // SAFETY: the caller's struct holds `attr_size` bytes.
+    unsafe { std::ptr::copy_nonoverlapping(std::ptr::from_ref(&p).cast::<u8>(), attr.cast::<u8>(), n) };
+    0
+}
+
+/// The exported `ibv_query_port@IBVERBS_1.1` fills the older, shorter struct (everything
+/// before `port_cap_flags2`); the header's inline `ibv_query_port` calls the context's
+/// `query_port` with the full one.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_port(context: *mut ibv_context, port_num: u8, attr: *mut c_void) -> c_int {
+    // SAFETY: forwards the caller's pointers with the compat struct's size.
+    unsafe { query_port_ex(context, port_num, attr.cast(), offset_of!(ibv_port_attr, port_cap_flags2)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid(context: *mut ibv_context, port_num: u8, index: c_int, gid: *mut ibv_gid) -> c_int {
+    // SAFETY: a context we handed out.
+    let Some(ctx) = (unsafe { ctx_of(context) }) else { return -1 };
+    let g = u32::try_from(index).ok().and_then(|i| gid_of(&ctx.sh.dev.info, i));
+    match g {
+        Some(g) if port_num == 1 && !gid.is_null() => {
+            // SAFETY: the caller's 16-byte GID.
+            unsafe { (*gid).raw = g };
+            0
+        }
+        _ => {
+            set_errno(libc::EINVAL);
+            -1
+        }
+    }
+}
+
+fn gid_entry(dev: &Dev, index: u32) -> Option<ibv_gid_entry> {
+    let g = gid_of(&dev.info, index)?;
+    let mut e = ibv_gid_entry::default();
+    e.gid.raw = g;
+    e.gid_index = index;
+    e.port_num = 1;
+    e.gid_type = IBV_GID_TYPE_ROCE_V2;
+    // The interface the address is on: loopback for the default devices.
+    e.ndev_ifindex = if dev.info.ip.is_loopback() { 1 } else { 0 };
+    Some(e)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    context: *mut ibv_context,
+    port_num: u32,
+    gid_index: u32,
+    entry: *mut ibv_gid_entry,
+    _flags: u32,
+    entry_size: size_t,
+) -> c_int {
+    // SAFETY: a context we handed out.
+    let Some(ctx) = (unsafe { ctx_of(context) }) else { return libc::EINVAL };
+    if port_num != 1 || entry.is_null() || entry_size < size_of::<ibv_gid_entry>() {
+        return libc::EINVAL;
+    }
+    match gid_entry(ctx.sh.dev, gid_index) {
+        Some(e) => {
+            // SAFETY: the caller's entry, at least our size.
+            unsafe { entry.write(e) };
+            0
+        }
+        None => libc::ENODATA,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    context: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max_entries: size_t,
+    _flags: u32,
+    entry_size: size_t,
+) -> ssize_t {
+    // SAFETY: a context we handed out.
+    let Some(ctx) = (unsafe { ctx_of(context) }) else { return -(libc::EINVAL as ssize_t) };
+    if entries.is_null() || entry_size < size_of::<ibv_gid_entry>() {
+        return -(libc::EINVAL as ssize_t);
+    }
+    let mut n = 0usize;
+    for i in 0..2u32 {
+        if n >= max_entries {
+            return -(libc::EINVAL as ssize_t);
+        }
+        if let Some(e) = gid_entry(ctx.sh.dev, i) {
+            // SAFETY: entry n of the caller's array of `max_entries` entries of `entry_size`.
+            unsafe { entries.cast::<u8>().add(n * entry_size).cast::<ibv_gid_entry>().write(e) };
+            n += 1;
+        }
+    }
+    n as ssize_t
+}
+
+/// `ibv_query_gid_type` (IBVERBS_PRIVATE_34, used by ibv_devinfo): every GID is RoCE v2
+/// (`IBV_GID_TYPE_SYSFS_ROCE_V2` = 1).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    context: *mut ibv_context,
+    port_num: u8,
+    index: u32,
+    ty: *mut c_int,
+) -> c_int {
+    // SAFETY: a context we handed out.
+    let Some(ctx) = (unsafe { ctx_of(context) }) else { return -1 };
+    if port_num != 1 || ty.is_null() || gid_of(&ctx.sh.dev.info, index).is_none() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: the caller's out-parameter.
+    unsafe { *ty = 1 };
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_pkey(context: *mut ibv_context, port_num: u8, index: c_int, pkey: *mut u16) -> c_int {
+    // SAFETY: a context we handed out.
+    if unsafe { ctx_of(context) }.is_none() || port_num != 1 || index != 0 || pkey.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // The default P_Key, network order (the same bytes either way).
+    // SAFETY: the caller's out-parameter.
+    unsafe { *pkey = 0xffff };
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_pkey_index(context: *mut ibv_context, port_num: u8, pkey: u16) -> c_int {
+    // SAFETY: a context we handed out.
+    if unsafe { ctx_of(context) }.is_none() || port_num != 1 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    if pkey | 0x0080 == 0xffff {
+        0
+    } else {
+        set_errno(libc::ENOENT);
+        -1
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int {
+    // SAFETY: a context we handed out.
+    let Some(ctx) = (unsafe { ctx_of(context) }) else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    if event.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    let sh = &ctx.sh;
+    loop {
+        // Clear first, then re-arm if anything is (still or newly) queued: the fd is
+        // readable exactly while an event waits.
+        sh.async_fd.clear();
+        let next = {
+            let mut q = sh.async_q.lock();
+            let next = q.pop_front();
+            if !q.is_empty() {
+                sh.async_fd.notify();
+            }
+            next
+        };
+        if let Some((ty, element)) = next {
+            let mut ev = ibv_async_event::default();
+            ev.event_type = ty;
+            ev.element = match ty {
+                IBV_EVENT_CQ_ERR => ibv_async_event_element { cq: element as *mut ibv_cq },
+                IBV_EVENT_SRQ_LIMIT_REACHED | IBV_EVENT_SRQ_ERR => {
+                    ibv_async_event_element { srq: element as *mut ibv_srq }
+                }
+                _ => ibv_async_event_element { qp: element as *mut ibv_qp },
+            };
+            // SAFETY: the caller's struct.
+            unsafe { event.write(ev) };
+            return 0;
+        }
+        if sh.async_fd.nonblocking() {
+            set_errno(libc::EAGAIN);
+            return -1;
+        }
+        sh.async_fd.wait(-1);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {
+    // Nothing to count: destroying an object never waits for its events here.
+}
+
+/// The IP address a GID names, refusing what a UDP device cannot reach (the link-local
+/// GID of index 0) with the reason.
+pub(crate) fn ip_of_gid(raw: [u8; 16], what: &str) -> Result<IpAddr, c_int> {
+    if raw == [0u8; 16] {
+        diag(format!("{what}: the destination GID is zero (the program exchanged no GID: RoCE needs one, e.g. -g 1 / -x 1)"));
+        return Err(libc::EINVAL);
+    }
+    if raw[0] == 0xfe && raw[1] & 0xc0 == 0x80 {
+        diag(format!(
+            "{what}: the destination GID {} is link-local (GID index 0): rnic's devices send from index 1, the RoCEv2 GID ::ffff:a.b.c.d (use -g 1 / -x 1)",
+            Gid(raw)
+        ));
+        return Err(libc::EINVAL);
+    }
+    Ok(Gid(raw).to_ip())
+}

@@ -1,0 +1,148 @@
+//! # rnic-ibverbs: `libibverbs.so.1` on rnic's emulated devices
+//!
+//! Unmodified libibverbs programs (rdma-core's `ibv_*` examples, perftest, anything linked
+//! against `libibverbs.so.1`) run on rnic when this library is found first on
+//! `LD_LIBRARY_PATH`: `scripts/build-ibverbs.sh` links the crate's staticlib into
+//! `target/rnic-ibverbs/libibverbs.so.1` with rdma-core's symbol versions
+//! (`libibverbs.map`), and `rnic exec -- PROGRAM` runs a program with it.
+//!
+//! One copy of the ABI: the structs are `rnic-verbs-sys`'s (checked field by field against
+//! the installed `<infiniband/verbs.h>`), the same ones the `hw` backend hands to a real
+//! libibverbs. Every object the library hands out is a Rust struct whose first field is the
+//! rdma-core struct, so a pointer the program passes back is turned into ours by a cast:
+//!
+//! | rdma-core object | ours | backed by |
+//! |---|---|---|
+//! | `ibv_device` | [`device::Dev`] | an entry of `RNIC_DEVICES` |
+//! | `ibv_context` (inside `verbs_context`) | [`device::Ctx`] | a [`rnic_core::device::Device`], started at the first PD or CQ |
+//! | `ibv_pd`, `ibv_mr`, `ibv_ah` | [`mr`] | a PD id, an MTPT entry over the program's memory, a destination |
+//! | `ibv_cq`, `ibv_comp_channel` | [`cq`] | a [`rnic_core::cq::Cq`]; an eventfd the channel's `fd` is |
+//! | `ibv_qp` (inside `ibv_qp_ex`), `ibv_srq` | [`qp`] | a QP and an SRQ of the engine |
+//!
+//! The static-inline verbs of the header (`ibv_post_send`, `ibv_poll_cq`, ...) call through
+//! `context->ops`; the extended ones (`ibv_create_qp_ex`, `ibv_query_port`,
+//! `ibv_query_device_ex`) through the `verbs_context`; the `ibv_wr_*` work-request API
+//! through the function pointers of `ibv_qp_ex`. What rnic does not implement returns what
+//! rdma-core returns for an unsupported operation (`EOPNOTSUPP`, errno set), never a crash
+//! ([`unsupported`], [`private`]).
+//!
+//! Errors a program cannot diagnose from an errno alone (a device already in use by another
+//! process, a QP moved to RTR without a GID) are also explained in one line on stderr,
+//! `rnic: ...` (`RNIC_IBV_QUIET=1` silences them).
+#![allow(
+    non_camel_case_types,
+    non_snake_case,
+    clippy::missing_safety_doc,
+    missing_debug_implementations,
+    clippy::not_unsafe_ptr_arg_deref
+)]
+
+pub mod cq;
+pub mod device;
+pub mod misc;
+pub mod mr;
+pub mod private;
+pub mod qp;
+pub mod unsupported;
+
+use libc::c_int;
+
+/// Sets the calling thread's `errno`.
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: errno is thread-local; the pointer glibc returns is valid for this thread.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Explains an error on stderr (one line, `rnic: ...`) unless `RNIC_IBV_QUIET` is set.
+pub(crate) fn diag(msg: impl std::fmt::Display) {
+    if std::env::var_os("RNIC_IBV_QUIET").is_none_or(|v| v.is_empty() || v == "0") {
+        eprintln!("rnic: {msg}");
+    }
+}
+
+/// Runs `f`, turning a Rust panic into `on_panic` instead of unwinding into C (undefined
+/// behaviour). The library's functions never panic by design; this is the last guard.
+pub(crate) fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => {
+            diag("internal error (a panic was caught at the library boundary); please report it");
+            set_errno(libc::EIO);
+            on_panic
+        }
+    }
+}
+
+/// A blocking eventfd (as rdma-core's descriptors are blocking until the program sets
+/// `O_NONBLOCK`), used as a completion channel's `fd` and a context's `async_fd`.
+#[derive(Debug)]
+pub(crate) struct EventFd(std::os::fd::OwnedFd);
+
+impl EventFd {
+    pub(crate) fn new() -> std::io::Result<EventFd> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: eventfd takes no pointers; on success it returns a new fd we own.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a freshly created descriptor nothing else owns.
+        Ok(EventFd(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    pub(crate) fn raw(&self) -> c_int {
+        use std::os::fd::AsRawFd;
+        self.0.as_raw_fd()
+    }
+
+    /// Makes the descriptor readable.
+    pub(crate) fn notify(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes the 8 bytes of a live u64 to our open fd (never blocks short of a
+        // saturated counter, which stays readable).
+        let _ = unsafe { libc::write(self.raw(), std::ptr::addr_of!(one).cast(), 8) };
+    }
+
+    /// Makes it unreadable, without blocking whatever mode the program set.
+    pub(crate) fn clear(&self) {
+        if self.wait(0) {
+            let mut v: u64 = 0;
+            // SAFETY: the fd is readable (just polled), so this read of 8 bytes into a
+            // live u64 returns at once.
+            let _ = unsafe { libc::read(self.raw(), std::ptr::addr_of_mut!(v).cast(), 8) };
+        }
+    }
+
+    /// Waits until readable (`timeout_ms` -1 forever); true when readable.
+    pub(crate) fn wait(&self, timeout_ms: c_int) -> bool {
+        let mut p = libc::pollfd { fd: self.raw(), events: libc::POLLIN, revents: 0 };
+        loop {
+            // SAFETY: one live pollfd.
+            let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+            if r >= 0 {
+                return r > 0;
+            }
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return false;
+            }
+        }
+    }
+
+    /// True when the program set `O_NONBLOCK` on the descriptor.
+    pub(crate) fn nonblocking(&self) -> bool {
+        // SAFETY: F_GETFL on our open fd.
+        let fl = unsafe { libc::fcntl(self.raw(), libc::F_GETFL) };
+        fl >= 0 && fl & libc::O_NONBLOCK != 0
+    }
+}
+
+/// Copies `s` into a fixed C char array, NUL-terminated and truncated to fit.
+pub(crate) fn copy_cstr(dst: &mut [libc::c_char], s: &str) {
+    let n = s.len().min(dst.len().saturating_sub(1));
+    for (d, b) in dst.iter_mut().zip(s.as_bytes()[..n].iter()) {
+        *d = *b as libc::c_char;
+    }
+    if let Some(z) = dst.get_mut(n) {
+        *z = 0;
+    }
+}

@@ -1,0 +1,874 @@
+//! Queue pairs and shared receive queues: create, modify, query, destroy; posting through
+//! `context->ops` (`ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv`) and through the
+//! `ibv_wr_*` function pointers of `ibv_qp_ex` (perftest's default).
+
+use crate::cq::cq_of;
+use crate::device::{ctx_of, ip_of_gid, CtxShared, MAX_INLINE, MAX_QP_WR, MAX_SGE};
+use crate::mr::{ah_of, pd_of};
+use crate::{diag, guard, set_errno};
+use libc::{c_int, c_void, size_t};
+use parking_lot::Mutex;
+use rnic_core::device::Device;
+use rnic_core::engine::qp::{validate_send_inline, QpAttr, QpCap, QpShared};
+use rnic_core::mr::AccessFlags;
+use rnic_core::post::PostError;
+use rnic_core::qp_state::{QpAttrMask, QpState, QpType};
+use rnic_core::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
+use rnic_verbs_sys::*;
+use std::ptr::null_mut;
+use std::sync::Arc;
+
+/// A work request being built with the `ibv_wr_*` calls, between `wr_start` and
+/// `wr_complete`.
+struct Building {
+    wr: SendWr,
+    inline: Option<Vec<u8>>,
+}
+
+/// An `ibv_qp` (inside the `ibv_qp_ex` every QP here is).
+#[repr(C)]
+pub struct Qp {
+    pub ex: ibv_qp_ex,
+    pub shared: Arc<QpShared>,
+    core: Device,
+    ctx: Arc<CtxShared>,
+    cap: ibv_qp_cap,
+    sq_sig_all: c_int,
+    /// The Q_Key set by modify (for a UD send whose Q_Key has its high bit set).
+    qkey: Mutex<u32>,
+    batch: Mutex<(Vec<Building>, Option<c_int>)>,
+}
+
+unsafe fn qp_of<'a>(qp: *mut ibv_qp) -> Option<&'a Qp> {
+    // SAFETY: every ibv_qp we hand out is the first field of the ibv_qp_ex at the start
+    // of a live Qp.
+    (!qp.is_null()).then(|| unsafe { &*qp.cast::<Qp>() })
+}
+
+/// An `ibv_srq`.
+#[repr(C)]
+pub struct Srq {
+    pub ibv: ibv_srq,
+    pub srq: Arc<rnic_core::srq::Srq>,
+    core: Device,
+    ctx: Arc<CtxShared>,
+}
+
+unsafe fn srq_of<'a>(srq: *mut ibv_srq) -> Option<&'a Srq> {
+    // SAFETY: every ibv_srq we hand out is the first field of a live Srq.
+    (!srq.is_null()).then(|| unsafe { &*srq.cast::<Srq>() })
+}
+
+fn post_errno(e: &PostError) -> c_int {
+    match e {
+        PostError::QueueFull { .. } => libc::ENOMEM,
+        _ => libc::EINVAL,
+    }
+}
+
+/// The SGE list of a C work request.
+unsafe fn sges(list: *const ibv_sge, n: c_int) -> Vec<Sge> {
+    let n = usize::try_from(n).unwrap_or(0);
+    if list.is_null() || n == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the caller's array of `n` SGEs.
+    let s = unsafe { std::slice::from_raw_parts(list, n) };
+    s.iter().map(|g| Sge { addr: g.addr, length: g.length, lkey: g.lkey }).collect()
+}
+
+/// Inline data is copied when posted and needs no lkey (verbs): gathered here from the
+/// program's buffers.
+unsafe fn gather(sg: &[Sge]) -> Vec<u8> {
+    let total: usize = sg.iter().map(|s| s.length as usize).sum();
+    let mut v = Vec::with_capacity(total);
+    for s in sg {
+        if s.length > 0 {
+            // SAFETY: the program's inline buffer, readable for `length` bytes.
+            v.extend_from_slice(unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) });
+        }
+    }
+    v
+}
+
+fn send_op(opcode: ibv_wr_opcode, w: &ibv_send_wr) -> Result<SendOp, &'static str> {
+    // SAFETY (all union reads below): the opcode says which member the program filled;
+    // every member is plain integers and pointers, so any bytes are a valid value.
+    let (rdma, atomic) = unsafe { (w.wr.rdma, w.wr.atomic) };
+    // Immediate data travels in network order in ibv_send_wr (`__be32`); the engine
+    // takes it in host order.
+    let imm = u32::from_be(w.imm_data);
+    Ok(match opcode {
+        IBV_WR_SEND => SendOp::Send,
+        IBV_WR_SEND_WITH_IMM => SendOp::SendWithImm { imm },
+        IBV_WR_SEND_WITH_INV => SendOp::SendWithInv { invalidate_rkey: w.imm_data },
+        IBV_WR_RDMA_WRITE => SendOp::RdmaWrite { remote_addr: rdma.remote_addr, rkey: rdma.rkey },
+        IBV_WR_RDMA_WRITE_WITH_IMM => {
+            SendOp::RdmaWriteWithImm { remote_addr: rdma.remote_addr, rkey: rdma.rkey, imm }
+        }
+        IBV_WR_RDMA_READ => SendOp::RdmaRead { remote_addr: rdma.remote_addr, rkey: rdma.rkey },
+        IBV_WR_ATOMIC_CMP_AND_SWP => SendOp::AtomicCmpSwap {
+            remote_addr: atomic.remote_addr,
+            rkey: atomic.rkey,
+            compare: atomic.compare_add,
+            swap: atomic.swap,
+        },
+        IBV_WR_ATOMIC_FETCH_AND_ADD => {
+            SendOp::AtomicFetchAdd { remote_addr: atomic.remote_addr, rkey: atomic.rkey, add: atomic.compare_add }
+        }
+        IBV_WR_LOCAL_INV => SendOp::LocalInv { rkey: w.imm_data },
+        IBV_WR_BIND_MW => return Err("memory windows (IBV_WR_BIND_MW) are not supported"),
+        IBV_WR_TSO => return Err("TSO (IBV_WR_TSO) is only for raw packet QPs"),
+        _ => return Err("unknown opcode"),
+    })
+}
+
+fn flags_of(send_flags: u32) -> SendFlags {
+    SendFlags {
+        signaled: send_flags & IBV_SEND_SIGNALED != 0,
+        solicited: send_flags & IBV_SEND_SOLICITED != 0,
+        inline: send_flags & IBV_SEND_INLINE != 0,
+        fence: send_flags & IBV_SEND_FENCE != 0,
+    }
+}
+
+impl Qp {
+    fn ud_dest(&self, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) -> Result<Option<UdDest>, &'static str> {
+        if self.shared.qp_type != QpType::Ud {
+            return Ok(None);
+        }
+        // SAFETY: an AH we handed out (or NULL).
+        let Some(ah) = (unsafe { ah_of(ah) }) else { return Err("a UD send needs an address handle") };
+        // IBA 10.2.5: a Q_Key with its high bit set means "use the QP's own Q_Key".
+        let remote_qkey = if remote_qkey & 0x8000_0000 != 0 { *self.qkey.lock() } else { remote_qkey };
+        Ok(Some(UdDest { dst: ah.ip, remote_qpn, remote_qkey }))
+    }
+
+    /// Posts one built work request; `inline` bytes replace its SGEs.
+    fn post(&self, wr: &SendWr, inline: Option<&[u8]>) -> Result<(), c_int> {
+        let res = if let Some(bytes) = inline {
+            validate_send_inline(&self.shared, wr.wr_id, wr.op, bytes, wr.flags.signaled, wr.flags.solicited, wr.ud)
+                .map(|wqe| self.core.post_send_wqe(&self.shared, wqe))
+        } else {
+            self.core.post_send(&self.shared, wr)
+        };
+        res.map_err(|e| {
+            if !matches!(e, PostError::QueueFull { .. }) {
+                diag(format!("ibv_post_send on QP {}: {e}", self.shared.qpn));
+            }
+            post_errno(&e)
+        })
+    }
+}
+
+/// `ibv_post_send` (through `context->ops.post_send`).
+pub(crate) unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    // SAFETY: a QP we handed out.
+    let Some(q) = (unsafe { qp_of(qp) }) else { return libc::EINVAL };
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: the program's list of work requests.
+        let w = unsafe { &*cur };
+        let r = (|| {
+            let op = send_op(w.opcode, w).map_err(|why| {
+                diag(format!("ibv_post_send on QP {}: {why}", q.shared.qpn));
+                libc::EINVAL
+            })?;
+            // SAFETY: the UD member, read as plain data.
+            let ud = unsafe { w.wr.ud };
+            let ud = q.ud_dest(ud.ah, ud.remote_qpn, ud.remote_qkey).map_err(|why| {
+                diag(format!("ibv_post_send on QP {}: {why}", q.shared.qpn));
+                libc::EINVAL
+            })?;
+            // SAFETY: the program's SGE array of num_sge entries.
+            let sg_list = unsafe { sges(w.sg_list, w.num_sge) };
+            let flags = flags_of(w.send_flags);
+            let inline = if flags.inline && !matches!(op, SendOp::RdmaRead { .. }) {
+                if sg_list.len() > MAX_SGE as usize {
+                    return Err(libc::EINVAL);
+                }
+                // SAFETY: the program's inline buffers.
+                Some(unsafe { gather(&sg_list) })
+            } else {
+                None
+            };
+            let wr = SendWr { wr_id: w.wr_id, op, sg_list, flags, ud };
+            q.post(&wr, inline.as_deref())
+        })();
+        if let Err(e) = r {
+            if !bad_wr.is_null() {
+                // SAFETY: the caller's out-parameter.
+                unsafe { *bad_wr = cur };
+            }
+            return e;
+        }
+        cur = w.next;
+    }
+    0
+}
+
+/// `ibv_post_recv` (through `context->ops.post_recv`).
+pub(crate) unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: a QP we handed out.
+    let Some(q) = (unsafe { qp_of(qp) }) else { return libc::EINVAL };
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: the program's list of work requests.
+        let w = unsafe { &*cur };
+        // SAFETY: its SGE array.
+        let r = RecvWr { wr_id: w.wr_id, sg_list: unsafe { sges(w.sg_list, w.num_sge) } };
+        if let Err(e) = q.core.post_recv(&q.shared, &r) {
+            if !matches!(e, PostError::QueueFull { .. }) {
+                diag(format!("ibv_post_recv on QP {}: {e}", q.shared.qpn));
+            }
+            if !bad_wr.is_null() {
+                // SAFETY: the caller's out-parameter.
+                unsafe { *bad_wr = cur };
+            }
+            return post_errno(&e);
+        }
+        cur = w.next;
+    }
+    0
+}
+
+/// `ibv_post_srq_recv` (through `context->ops.post_srq_recv`).
+pub(crate) unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: an SRQ we handed out.
+    let Some(s) = (unsafe { srq_of(srq) }) else { return libc::EINVAL };
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: the program's list of work requests.
+        let w = unsafe { &*cur };
+        // SAFETY: its SGE array.
+        let r = RecvWr { wr_id: w.wr_id, sg_list: unsafe { sges(w.sg_list, w.num_sge) } };
+        if let Err(e) = s.core.post_srq_recv(&s.srq, &r) {
+            if !matches!(e, PostError::QueueFull { .. }) {
+                diag(format!("ibv_post_srq_recv on SRQ {}: {e}", s.srq.id()));
+            }
+            if !bad_wr.is_null() {
+                // SAFETY: the caller's out-parameter.
+                unsafe { *bad_wr = cur };
+            }
+            return post_errno(&e);
+        }
+        cur = w.next;
+    }
+    0
+}
+
+fn check_cap(cap: &ibv_qp_cap, has_srq: bool) -> Result<QpCap, String> {
+    let within = |v: u32, max: u32, what: &str| {
+        if v > max {
+            Err(format!("{what} {v} is more than the device's {max}"))
+        } else {
+            Ok(())
+        }
+    };
+    within(cap.max_send_wr, MAX_QP_WR, "max_send_wr")?;
+    within(cap.max_send_sge, MAX_SGE, "max_send_sge")?;
+    within(cap.max_inline_data, MAX_INLINE, "max_inline_data")?;
+    if !has_srq {
+        within(cap.max_recv_wr, MAX_QP_WR, "max_recv_wr")?;
+        within(cap.max_recv_sge, MAX_SGE, "max_recv_sge")?;
+    }
+    Ok(QpCap {
+        max_send_wr: cap.max_send_wr.max(1),
+        max_recv_wr: cap.max_recv_wr.max(1),
+        max_send_sge: cap.max_send_sge.max(1),
+        max_recv_sge: cap.max_recv_sge.max(1),
+        max_inline_data: cap.max_inline_data,
+    })
+}
+
+fn create(context: *mut ibv_context, attr: &mut ibv_qp_init_attr_ex) -> Result<*mut ibv_qp, c_int> {
+    // SAFETY: a context we handed out.
+    let ctx = unsafe { ctx_of(context) }.ok_or(libc::EINVAL)?;
+    let unsupported = |what: &str| {
+        diag(format!("ibv_create_qp: {what} is not supported"));
+        libc::EOPNOTSUPP
+    };
+    if attr.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+        return Err(libc::EINVAL);
+    }
+    let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    if attr.comp_mask & !known != 0 {
+        return Err(unsupported("XRC, TSO, RSS and indirection tables"));
+    }
+    if attr.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && attr.create_flags != 0 {
+        return Err(unsupported(&format!("create_flags {:#x}", attr.create_flags)));
+    }
+    if attr.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
+        let ok = IBV_QP_EX_WITH_RDMA_WRITE
+            | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+            | IBV_QP_EX_WITH_SEND
+            | IBV_QP_EX_WITH_SEND_WITH_IMM
+            | IBV_QP_EX_WITH_RDMA_READ
+            | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+            | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+            | IBV_QP_EX_WITH_LOCAL_INV
+            | IBV_QP_EX_WITH_SEND_WITH_INV;
+        if attr.send_ops_flags & !ok != 0 {
+            return Err(unsupported(&format!("send_ops_flags {:#x}", attr.send_ops_flags & !ok)));
+        }
+    }
+    let qp_type = match attr.qp_type {
+        IBV_QPT_RC => QpType::Rc,
+        IBV_QPT_UC => QpType::Uc,
+        IBV_QPT_UD => QpType::Ud,
+        t => return Err(unsupported(&format!("QP type {t} (rnic has RC, UC and UD)"))),
+    };
+    // SAFETY: a PD we handed out.
+    let pd = unsafe { pd_of(attr.pd) }.ok_or(libc::EINVAL)?;
+    // SAFETY: CQs we handed out.
+    let (scq, rcq) = unsafe { (cq_of(attr.send_cq), cq_of(attr.recv_cq)) };
+    let (Some(scq), Some(rcq)) = (scq, rcq) else {
+        diag("ibv_create_qp: a send and a receive CQ are required");
+        return Err(libc::EINVAL);
+    };
+    // SAFETY: an SRQ we handed out (or NULL).
+    let srq = unsafe { srq_of(attr.srq) };
+    let cap = check_cap(&attr.cap, srq.is_some()).map_err(|why| {
+        diag(format!("ibv_create_qp: {why}"));
+        libc::EINVAL
+    })?;
+    let shared = match pd.core.create_qp_with_srq(
+        qp_type,
+        pd.id,
+        cap,
+        attr.sq_sig_all != 0,
+        scq.cq.clone(),
+        rcq.cq.clone(),
+        srq.map(|s| s.srq.clone()),
+    ) {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            diag(format!("ibv_create_qp: {e}"));
+            return Err(libc::EINVAL);
+        }
+        Err(e) => {
+            diag(format!("ibv_create_qp: {e}"));
+            return Err(libc::EIO);
+        }
+    };
+    // Report what the QP got, as the kernel writes back the actual capabilities.
+    attr.cap.max_inline_data = cap.max_inline_data;
+    let qpn = shared.qpn.value();
+    let mut ex: ibv_qp_ex = unsafe {
+        // SAFETY: all-zero is a valid ibv_qp_ex (pointers, integers, Options, glibc's zero
+        // mutex and cond).
+        std::mem::zeroed()
+    };
+    ex.qp_base.context = context;
+    ex.qp_base.qp_context = attr.qp_context;
+    ex.qp_base.pd = attr.pd;
+    ex.qp_base.send_cq = attr.send_cq;
+    ex.qp_base.recv_cq = attr.recv_cq;
+    ex.qp_base.srq = attr.srq;
+    ex.qp_base.handle = qpn;
+    ex.qp_base.qp_num = qpn;
+    ex.qp_base.state = IBV_QPS_RESET;
+    ex.qp_base.qp_type = attr.qp_type;
+    ex.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    ex.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    ex.wr_bind_mw = Some(wr_bind_mw);
+    ex.wr_local_inv = Some(wr_local_inv);
+    ex.wr_rdma_read = Some(wr_rdma_read);
+    ex.wr_rdma_write = Some(wr_rdma_write);
+    ex.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    ex.wr_send = Some(wr_send);
+    ex.wr_send_imm = Some(wr_send_imm);
+    ex.wr_send_inv = Some(wr_send_inv);
+    ex.wr_send_tso = Some(wr_send_tso);
+    ex.wr_set_ud_addr = Some(wr_set_ud_addr);
+    ex.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
+    ex.wr_set_inline_data = Some(wr_set_inline_data);
+    ex.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    ex.wr_set_sge = Some(wr_set_sge);
+    ex.wr_set_sge_list = Some(wr_set_sge_list);
+    ex.wr_start = Some(wr_start);
+    ex.wr_complete = Some(wr_complete);
+    ex.wr_abort = Some(wr_abort);
+    let q = Qp {
+        ex,
+        shared,
+        core: pd.core.clone(),
+        ctx: ctx.sh.clone(),
+        cap: attr.cap,
+        sq_sig_all: attr.sq_sig_all,
+        qkey: Mutex::new(0),
+        batch: Mutex::new((Vec::new(), None)),
+    };
+    let p = Box::into_raw(Box::new(q));
+    ctx.sh.qps.lock().insert(qpn, p as usize);
+    Ok(p.cast())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    guard(null_mut(), || {
+        // SAFETY: a PD we handed out.
+        let (Some(p), false) = (unsafe { pd_of(pd) }, init.is_null()) else {
+            set_errno(libc::EINVAL);
+            return null_mut();
+        };
+        // SAFETY: the caller's attributes.
+        let i = unsafe { &mut *init };
+        let mut ex = ibv_qp_init_attr_ex {
+            qp_context: i.qp_context,
+            send_cq: i.send_cq,
+            recv_cq: i.recv_cq,
+            srq: i.srq,
+            cap: i.cap,
+            qp_type: i.qp_type,
+            sq_sig_all: i.sq_sig_all,
+            comp_mask: IBV_QP_INIT_ATTR_PD,
+            pd,
+            ..Default::default()
+        };
+        match create(p.ibv.context, &mut ex) {
+            Ok(q) => {
+                i.cap = ex.cap;
+                q
+            }
+            Err(e) => {
+                set_errno(e);
+                null_mut()
+            }
+        }
+    })
+}
+
+/// `ibv_create_qp_ex` (through the `verbs_context`).
+pub(crate) unsafe extern "C" fn create_qp_ex(context: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+    guard(null_mut(), || {
+        if attr.is_null() {
+            set_errno(libc::EINVAL);
+            return null_mut();
+        }
+        // SAFETY: the caller's attributes.
+        match create(context, unsafe { &mut *attr }) {
+            Ok(q) => q,
+            Err(e) => {
+                set_errno(e);
+                null_mut()
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    // Every QP here is an ibv_qp_ex (its first field is the ibv_qp).
+    qp.cast()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: a QP we handed out.
+        let (Some(q), false) = (unsafe { qp_of(qp) }, attr.is_null()) else { return libc::EINVAL };
+        // SAFETY: the caller's attributes.
+        let a = unsafe { &*attr };
+        let mask = attr_mask as u32;
+        let what = format!("ibv_modify_qp(QP {})", q.shared.qpn);
+        let Some(m) = QpAttrMask::from_bits(mask) else {
+            diag(format!("{what}: attribute mask {mask:#x} has bits rnic does not know"));
+            return libc::EINVAL;
+        };
+        let mut c = QpAttr { mask: m, ..QpAttr::default() };
+        if mask & IBV_QP_STATE != 0 {
+            let Some(s) = QpState::from_ibv(a.qp_state) else { return libc::EINVAL };
+            c.state = s;
+        }
+        c.access = AccessFlags::from_bits_truncate(a.qp_access_flags & 0xf);
+        c.path_mtu = a.path_mtu;
+        c.dest_qpn = a.dest_qp_num;
+        if mask & IBV_QP_AV != 0 {
+            let ah = &a.ah_attr;
+            if ah.is_global == 0 {
+                diag(format!(
+                    "{what}: the address vector has no GRH (is_global 0): RoCE addresses by GID (give the program a GID index, e.g. -g 1 / -x 1)"
+                ));
+                return libc::EINVAL;
+            }
+            if ah.grh.sgid_index != 1 {
+                diag(format!(
+                    "{what}: source GID index {} cannot send: rnic's devices send from GID index 1, the RoCEv2 GID ::ffff:a.b.c.d (use -g 1 / -x 1)",
+                    ah.grh.sgid_index
+                ));
+                return libc::EINVAL;
+            }
+            // SAFETY: the raw bytes of the GID union.
+            match ip_of_gid(unsafe { ah.grh.dgid.raw }, &what) {
+                Ok(ip) => c.remote_ip = Some(ip),
+                Err(e) => return e,
+            }
+        }
+        c.rq_psn = a.rq_psn;
+        c.sq_psn = a.sq_psn;
+        c.timeout = a.timeout;
+        c.retry_cnt = a.retry_cnt;
+        c.rnr_retry = a.rnr_retry;
+        c.min_rnr_timer = a.min_rnr_timer;
+        c.max_rd_atomic = a.max_rd_atomic;
+        c.max_dest_rd_atomic = a.max_dest_rd_atomic;
+        c.qkey = a.qkey;
+        c.pkey_index = a.pkey_index;
+        c.port = a.port_num;
+        match q.core.modify_qp(q.shared.qpn, c) {
+            Ok(Ok(())) => {
+                if mask & IBV_QP_QKEY != 0 {
+                    *q.qkey.lock() = a.qkey;
+                }
+                if mask & IBV_QP_STATE != 0 {
+                    // SAFETY: the program reads qp->state; we own the struct.
+                    unsafe { (*qp).state = a.qp_state };
+                }
+                0
+            }
+            Ok(Err(e)) => {
+                diag(format!("{what}: {e}"));
+                libc::EINVAL
+            }
+            Err(e) => {
+                diag(format!("{what}: {e}"));
+                libc::EIO
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _attr_mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: a QP we handed out.
+        let (Some(q), false) = (unsafe { qp_of(qp) }, attr.is_null()) else { return libc::EINVAL };
+        let c = match q.core.query_qp(q.shared.qpn) {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                diag(format!("ibv_query_qp(QP {}): {e}", q.shared.qpn));
+                return libc::EINVAL;
+            }
+            Err(_) => return libc::EIO,
+        };
+        let mut a = ibv_qp_attr::default();
+        a.qp_state = c.state.to_ibv();
+        a.cur_qp_state = a.qp_state;
+        a.path_mtu = c.path_mtu;
+        a.qkey = c.qkey;
+        a.rq_psn = c.rq_psn;
+        a.sq_psn = c.sq_psn;
+        a.dest_qp_num = c.dest_qpn;
+        a.qp_access_flags = c.access.bits();
+        a.cap = q.cap;
+        if let Some(ip) = c.remote_ip {
+            a.ah_attr.is_global = 1;
+            a.ah_attr.grh.dgid.raw = rnic_verbs::Gid::from_ip(ip).0;
+            a.ah_attr.grh.sgid_index = 1;
+            a.ah_attr.grh.hop_limit = 64;
+            a.ah_attr.port_num = 1;
+        }
+        a.pkey_index = c.pkey_index;
+        a.max_rd_atomic = c.max_rd_atomic;
+        a.max_dest_rd_atomic = c.max_dest_rd_atomic;
+        a.min_rnr_timer = c.min_rnr_timer;
+        a.port_num = c.port;
+        a.timeout = c.timeout;
+        a.retry_cnt = c.retry_cnt;
+        a.rnr_retry = c.rnr_retry;
+        // SAFETY: the caller's structs.
+        unsafe {
+            attr.write(a);
+            if !init_attr.is_null() {
+                let b = &q.ex.qp_base;
+                init_attr.write(ibv_qp_init_attr {
+                    qp_context: b.qp_context,
+                    send_cq: b.send_cq,
+                    recv_cq: b.recv_cq,
+                    srq: b.srq,
+                    cap: q.cap,
+                    qp_type: b.qp_type,
+                    sq_sig_all: q.sq_sig_all,
+                });
+            }
+        }
+        0
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    if qp.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: allocated by Box in create; the program does not use it again.
+    let q = unsafe { Box::from_raw(qp.cast::<Qp>()) };
+    q.ctx.qps.lock().remove(&q.shared.qpn.value());
+    match q.core.destroy_qp(q.shared.qpn) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            diag(format!("ibv_destroy_qp(QP {}): {e}", q.shared.qpn));
+            libc::EINVAL
+        }
+        Err(_) => libc::EIO,
+    }
+}
+
+// --- ibv_qp_ex: the work-request API (ibv_wr_start ... ibv_wr_complete) ----------------
+
+unsafe fn qx<'a>(qp: *mut ibv_qp_ex) -> &'a Qp {
+    // SAFETY: the ibv_qp_ex is the first field of a live Qp (the header's inline
+    // functions pass back the pointer ibv_qp_to_qp_ex returned).
+    unsafe { &*qp.cast::<Qp>() }
+}
+
+fn begin(qp: *mut ibv_qp_ex, op: SendOp) {
+    // SAFETY: see qx.
+    let q = unsafe { qx(qp) };
+    let (wr_id, flags) = (q.ex.wr_id, q.ex.wr_flags);
+    let mut b = q.batch.lock();
+    b.0.push(Building {
+        wr: SendWr { wr_id, op, sg_list: Vec::new(), flags: flags_of(flags), ud: None },
+        inline: None,
+    });
+}
+
+fn unsupported_wr(qp: *mut ibv_qp_ex, what: &str) {
+    // SAFETY: see qx.
+    let q = unsafe { qx(qp) };
+    diag(format!("QP {}: {what} is not supported", q.shared.qpn));
+    q.batch.lock().1.get_or_insert(libc::EOPNOTSUPP);
+}
+
+fn with_last(qp: *mut ibv_qp_ex, f: impl FnOnce(&mut Building)) {
+    // SAFETY: see qx.
+    let q = unsafe { qx(qp) };
+    let mut b = q.batch.lock();
+    match b.0.last_mut() {
+        Some(w) => f(w),
+        None => {
+            b.1.get_or_insert(libc::EINVAL);
+        }
+    }
+}
+
+unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
+    // SAFETY: see qx.
+    let q = unsafe { qx(qp) };
+    let mut b = q.batch.lock();
+    b.0.clear();
+    b.1 = None;
+}
+
+unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
+    // SAFETY: the caller's QP.
+    unsafe { wr_start(qp) };
+}
+
+unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
+    // SAFETY: see qx.
+    let q = unsafe { qx(qp) };
+    let (list, err) = {
+        let mut b = q.batch.lock();
+        (std::mem::take(&mut b.0), b.1.take())
+    };
+    if let Some(e) = err {
+        return e;
+    }
+    for w in &list {
+        if let Err(e) = q.post(&w.wr, w.inline.as_deref()) {
+            return e;
+        }
+    }
+    0
+}
+
+unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
+    begin(qp, SendOp::Send);
+}
+unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp_ex, imm_data: u32) {
+    begin(qp, SendOp::SendWithImm { imm: u32::from_be(imm_data) });
+}
+unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) {
+    begin(qp, SendOp::SendWithInv { invalidate_rkey });
+}
+unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    begin(qp, SendOp::RdmaWrite { remote_addr, rkey });
+}
+unsafe extern "C" fn wr_rdma_write_imm(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, imm_data: u32) {
+    begin(qp, SendOp::RdmaWriteWithImm { remote_addr, rkey, imm: u32::from_be(imm_data) });
+}
+unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    begin(qp, SendOp::RdmaRead { remote_addr, rkey });
+}
+unsafe extern "C" fn wr_atomic_cmp_swp(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, compare: u64, swap: u64) {
+    begin(qp, SendOp::AtomicCmpSwap { remote_addr, rkey, compare, swap });
+}
+unsafe extern "C" fn wr_atomic_fetch_add(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, add: u64) {
+    begin(qp, SendOp::AtomicFetchAdd { remote_addr, rkey, add });
+}
+unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) {
+    begin(qp, SendOp::LocalInv { rkey: invalidate_rkey });
+}
+unsafe extern "C" fn wr_bind_mw(qp: *mut ibv_qp_ex, _mw: *mut ibv_mw, _rkey: u32, _info: *const ibv_mw_bind_info) {
+    unsupported_wr(qp, "ibv_wr_bind_mw (memory windows)");
+}
+unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, _hdr: *mut c_void, _hdr_sz: u16, _mss: u16) {
+    unsupported_wr(qp, "ibv_wr_send_tso");
+}
+unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, _srqn: u32) {
+    unsupported_wr(qp, "ibv_wr_set_xrc_srqn (XRC)");
+}
+unsafe extern "C" fn wr_set_ud_addr(qp: *mut ibv_qp_ex, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) {
+    // SAFETY: see qx.
+    let q = unsafe { qx(qp) };
+    match q.ud_dest(ah, remote_qpn, remote_qkey) {
+        Ok(ud) => with_last(qp, |w| w.wr.ud = ud),
+        Err(why) => {
+            diag(format!("ibv_wr_set_ud_addr on QP {}: {why}", q.shared.qpn));
+            q.batch.lock().1.get_or_insert(libc::EINVAL);
+        }
+    }
+}
+unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    with_last(qp, |w| {
+        w.wr.sg_list = vec![Sge { addr, length, lkey }];
+        w.inline = None;
+    });
+}
+unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: size_t, sg_list: *const ibv_sge) {
+    // SAFETY: the program's SGE array.
+    let list = unsafe { sges(sg_list, c_int::try_from(num_sge).unwrap_or(0)) };
+    with_last(qp, |w| {
+        w.wr.sg_list = list;
+        w.inline = None;
+    });
+}
+unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: size_t) {
+    let bytes = if addr.is_null() || length == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: the program's buffer; copied now (the verbs contract: reusable at once).
+        unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), length) }.to_vec()
+    };
+    with_last(qp, |w| {
+        w.wr.flags.inline = true;
+        w.inline = Some(bytes);
+    });
+}
+unsafe extern "C" fn wr_set_inline_data_list(qp: *mut ibv_qp_ex, num_buf: size_t, buf_list: *const ibv_data_buf) {
+    let mut bytes = Vec::new();
+    if !buf_list.is_null() {
+        // SAFETY: the program's array of buffers.
+        for b in unsafe { std::slice::from_raw_parts(buf_list, num_buf) } {
+            if !b.addr.is_null() && b.length > 0 {
+                // SAFETY: each buffer, readable for its length; copied now.
+                bytes.extend_from_slice(unsafe { std::slice::from_raw_parts(b.addr.cast::<u8>(), b.length) });
+            }
+        }
+    }
+    with_last(qp, |w| {
+        w.wr.flags.inline = true;
+        w.inline = Some(bytes);
+    });
+}
+
+// --- Shared receive queues ---------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+    guard(null_mut(), || {
+        // SAFETY: a PD we handed out.
+        let (Some(p), false) = (unsafe { pd_of(pd) }, init.is_null()) else {
+            set_errno(libc::EINVAL);
+            return null_mut();
+        };
+        // SAFETY: the caller's attributes.
+        let i = unsafe { &mut *init };
+        let a = i.attr;
+        if a.max_wr == 0 || a.max_wr > MAX_QP_WR || a.max_sge > MAX_SGE {
+            diag(format!(
+                "ibv_create_srq: max_wr {} / max_sge {} not within 1..={MAX_QP_WR} / ..={MAX_SGE}",
+                a.max_wr, a.max_sge
+            ));
+            set_errno(libc::EINVAL);
+            return null_mut();
+        }
+        let srq = p.core.create_srq(p.id, a.max_wr, a.max_sge.max(1));
+        if a.srq_limit > 0 {
+            if let Err(e) = srq.set_limit(a.srq_limit) {
+                diag(format!("ibv_create_srq: srq_limit {}: {e}", a.srq_limit));
+                set_errno(libc::EINVAL);
+                return null_mut();
+            }
+        }
+        // SAFETY: all-zero is a valid ibv_srq.
+        let mut ibv: ibv_srq = unsafe { std::mem::zeroed() };
+        ibv.context = p.ibv.context;
+        ibv.srq_context = i.srq_context;
+        ibv.pd = pd;
+        ibv.handle = srq.id();
+        let id = srq.id();
+        let ptr = Box::into_raw(Box::new(Srq { ibv, srq, core: p.core.clone(), ctx: p.ctx.clone() }));
+        p.ctx.srqs.lock().insert(id, ptr as usize);
+        ptr.cast()
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: c_int) -> c_int {
+    // SAFETY: an SRQ we handed out.
+    let (Some(s), false) = (unsafe { srq_of(srq) }, attr.is_null()) else { return libc::EINVAL };
+    let mask = mask as u32;
+    if mask & IBV_SRQ_MAX_WR != 0 {
+        // The device does not report IBV_DEVICE_SRQ_RESIZE.
+        diag("ibv_modify_srq: resizing an SRQ (IBV_SRQ_MAX_WR) is not supported");
+        return libc::EINVAL;
+    }
+    if mask & IBV_SRQ_LIMIT != 0 {
+        // SAFETY: the caller's attributes.
+        if let Err(e) = s.srq.set_limit(unsafe { (*attr).srq_limit }) {
+            diag(format!("ibv_modify_srq: {e}"));
+            return libc::EINVAL;
+        }
+    }
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    // SAFETY: an SRQ we handed out.
+    let (Some(s), false) = (unsafe { srq_of(srq) }, attr.is_null()) else { return libc::EINVAL };
+    // SAFETY: the caller's struct.
+    unsafe { attr.write(ibv_srq_attr { max_wr: s.srq.max_wr(), max_sge: s.srq.max_sge(), srq_limit: s.srq.limit() }) };
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    if srq.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: allocated by Box in ibv_create_srq.
+    let s = unsafe { Box::from_raw(srq.cast::<Srq>()) };
+    s.ctx.srqs.lock().remove(&s.srq.id());
+    0
+}
