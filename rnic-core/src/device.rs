@@ -471,6 +471,28 @@ impl Device {
         }
     }
 
+    /// Runs one round on the calling thread, like [`progress`](Self::progress), without
+    /// telling the progress thread to stay away: for callers that cannot promise to keep
+    /// calling (the libibverbs library, whose program may next spin on memory an RDMA
+    /// WRITE fills, which only the progress thread can deliver). Never blocks.
+    pub fn progress_shared(&self) -> bool {
+        match self.inner.core.try_lock() {
+            Some(mut c) => {
+                let now = c.now();
+                // Not `inline`: ACKs leave at once, since no next round is promised.
+                let worked = c.round(false, now) == Round::Worked;
+                drop(c);
+                if worked && self.inner.sleeping.load(Ordering::SeqCst) {
+                    // The round may have armed a timer (a retransmission) earlier than
+                    // the one the sleeping progress thread waits for: let it look again.
+                    self.inner.waker.notify();
+                }
+                worked
+            }
+            None => false,
+        }
+    }
+
     /// How the UDP transport moves packets (GSO, GRO, spinning).
     pub fn transport(&self) -> TransportInfo {
         self.inner.transport

@@ -285,8 +285,10 @@ fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
 }
 
 /// `ibv_poll_cq` (through `context->ops.poll_cq`). When the CQ is empty it runs one round
-/// of the device on the calling thread (`Device::progress`, a no-op while the progress
-/// thread is in one), so a busy-polling program takes no thread hand-off per completion.
+/// of the device on the calling thread (`Device::progress_shared`, a no-op while the
+/// progress thread is in one), so a busy-polling program takes no thread hand-off per
+/// completion; the progress thread keeps running beside it, because the program may next
+/// wait on memory instead (perftest's write latency test spins on the buffer).
 pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
     // SAFETY: a CQ we handed out.
     let Some(c) = (unsafe { cq_of(cq) }) else { return -libc::EINVAL };
@@ -305,7 +307,7 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc:
         if n == 0 {
             if got == 0 && !progressed {
                 progressed = true;
-                c.core.progress();
+                c.core.progress_shared();
                 continue;
             }
             break;
