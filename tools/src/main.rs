@@ -8,6 +8,7 @@ mod capture;
 mod decode;
 mod demo;
 mod devinfo;
+mod exec;
 mod ladder;
 mod perf;
 mod pingpong;
@@ -40,6 +41,8 @@ enum Command {
     Perf(perf::Args),
     /// Show the emulated devices as ibv_devinfo does: attributes, port, GIDs, limits, counters.
     Devinfo(devinfo::Args),
+    /// Run an unmodified libibverbs program (ibv_rc_pingpong, perftest, ...) on rnic's devices.
+    Exec(exec::Args),
 }
 
 fn main() -> ExitCode {
@@ -52,5 +55,6 @@ fn main() -> ExitCode {
         Command::Rping(args) => rping::run(args),
         Command::Perf(args) => perf::run(args),
         Command::Devinfo(args) => devinfo::run(args),
+        Command::Exec(args) => exec::run(args),
     }
 }

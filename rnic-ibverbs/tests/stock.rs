@@ -1,0 +1,304 @@
+//! Stock libibverbs programs on rnic: Debian's `ibverbs-utils` and `perftest` binaries (not
+//! built here), run against the library `scripts/build-ibverbs.sh` links, two processes on
+//! one host (`-d rnic0` and `-d rnic1`, GID index 1).
+//!
+//! - `exports_cover_every_import`: every symbol and version those programs, the vendor
+//!   libraries they load and librdmacm import from libibverbs (and from libmlx5/libefa)
+//!   is exported by ours.
+//! - the other tests run the programs and check their exit status and their numbers.
+//!
+//! Needs the packages (`.ci/run` installs them) and a C compiler for the link; without
+//! them each test prints why it is skipped, except under CI (`CI` set), where a missing
+//! piece is a failure.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+/// Skips (prints why) or, under CI, fails.
+fn unavailable(why: &str) -> bool {
+    if std::env::var_os("CI").is_some() {
+        panic!("{why} (CI must provide it: see .ci/run)");
+    }
+    eprintln!("skipped: {why}");
+    true
+}
+
+/// Builds the library once per test binary (debug profile); its folder.
+fn lib_dir() -> Option<&'static Path> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if Command::new("cc").arg("--version").output().is_err() {
+            return None;
+        }
+        let out = Command::new(root().join("scripts/build-ibverbs.sh"))
+            .arg("--debug")
+            .current_dir(root())
+            .output()
+            .expect("run scripts/build-ibverbs.sh");
+        assert!(
+            out.status.success(),
+            "scripts/build-ibverbs.sh --debug failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(root().join("target/rnic-ibverbs-debug"))
+    })
+    .as_deref()
+}
+
+fn have(program: &str) -> bool {
+    Path::new("/usr/bin").join(program).is_file()
+}
+
+/// Library folder and the programs, or None (skipped).
+fn setup(programs: &[&str]) -> Option<&'static Path> {
+    if let Some(p) = programs.iter().find(|p| !have(p)) {
+        unavailable(&format!("/usr/bin/{p} is not installed (apt-get install ibverbs-utils perftest)"));
+        return None;
+    }
+    match lib_dir() {
+        Some(d) => Some(d),
+        None => {
+            unavailable("no C compiler (cc) to link libibverbs.so.1");
+            None
+        }
+    }
+}
+
+/// `(version, name)` of the dynamic symbols of `file`: imported (`undefined`) or exported.
+fn dyn_syms(file: &Path, undefined: bool) -> BTreeSet<(String, String)> {
+    let out = Command::new("objdump").arg("-T").arg(file).output().expect("objdump (binutils)");
+    assert!(out.status.success(), "objdump -T {}", file.display());
+    let mut set = BTreeSet::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 3 || !line.contains(" DF ") && !line.contains(" DO ") && !line.contains("*UND*") {
+            continue;
+        }
+        if line.contains("*UND*") != undefined {
+            continue;
+        }
+        let (ver, name) = (f[f.len() - 2], f[f.len() - 1]);
+        // Hidden compat versions print in parentheses when defined: not a default.
+        if !undefined && ver.starts_with('(') {
+            continue;
+        }
+        let ver = ver.trim_matches(|c| c == '(' || c == ')');
+        set.insert((ver.to_string(), name.to_string()));
+    }
+    set
+}
+
+#[test]
+fn exports_cover_every_import() {
+    let programs = ["ibv_devinfo", "ibv_rc_pingpong", "ib_write_bw"];
+    let Some(dir) = setup(&programs) else { return };
+    // Every binary of the two packages, as dpkg lists them.
+    let out = Command::new("dpkg").args(["-L", "ibverbs-utils", "perftest"]).output().expect("dpkg");
+    let files: Vec<PathBuf> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("/usr/bin/"))
+        .map(PathBuf::from)
+        // Programs, not scripts (perftest ships run_perftest_loopback).
+        .filter(|p| std::fs::read(p).is_ok_and(|b| b.starts_with(b"\x7fELF")))
+        .collect();
+    assert!(files.len() >= 10, "dpkg lists the packages' programs: {files:?}");
+    let mut importers = files.clone();
+    // The system's librdmacm (perftest links it) loads beside our library.
+    for lib in ["/usr/lib/x86_64-linux-gnu/librdmacm.so.1", "/usr/lib/aarch64-linux-gnu/librdmacm.so.1"] {
+        if Path::new(lib).is_file() {
+            importers.push(lib.into());
+        }
+    }
+    let mut ours = BTreeSet::new();
+    for lib in ["libibverbs.so.1", "libmlx5.so.1", "libefa.so.1"] {
+        ours.extend(dyn_syms(&dir.join(lib), false));
+    }
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for f in &importers {
+        for (ver, name) in dyn_syms(f, true) {
+            if ver.starts_with("IBVERBS_") || ver.starts_with("MLX5_") || ver.starts_with("EFA_") {
+                checked += 1;
+                if !ours.contains(&(ver.clone(), name.clone())) {
+                    missing.push(format!("{}: {name}@{ver}", f.display()));
+                }
+            }
+        }
+    }
+    assert!(checked > 500, "only {checked} imports found: is objdump's output parsed?");
+    assert!(missing.is_empty(), "imports rnic's libraries do not export:\n{}", missing.join("\n"));
+    eprintln!("{checked} imports of {} programs and libraries: all exported", importers.len());
+}
+
+/// The environment every program runs with: our library first, the test's own devices
+/// (addresses no other test uses), quiet spinning (see README: two programs spinning on a
+/// 2-CPU machine).
+fn command(dir: &Path, program: &str, base: u8) -> Command {
+    let mut c = Command::new(program);
+    c.env("LD_LIBRARY_PATH", dir)
+        .env("RNIC_DEVICES", format!("rnic0=127.0.81.{base},rnic1=127.0.81.{}", base + 1))
+        .env("RNIC_SPIN_US", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// True once a TCP socket listens on `port` (from /proc/net/tcp: a probe connection would
+/// be taken as the program's client).
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f)
+            .map(|t| t.lines().any(|l| l.split_whitespace().nth(1).is_some_and(|a| format!("{a} ").contains(&want)) && l.split_whitespace().nth(3) == Some("0A")))
+            .unwrap_or(false)
+    })
+}
+
+fn finish(mut child: Child, what: &str, deadline: Instant) -> Output {
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let mut stdout = Vec::new();
+            let mut stderr = Vec::new();
+            child.stdout.take().map(|mut s| s.read_to_end(&mut stdout));
+            child.stderr.take().map(|mut s| s.read_to_end(&mut stderr));
+            return Output { status, stdout, stderr };
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("wait");
+            panic!(
+                "{what} did not finish in time\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `program` as server (`-d rnic0`) and client (`-d rnic1 ... 127.0.0.1`) with
+/// `args`; returns the client's stdout after checking both succeeded.
+fn pair(dir: &Path, program: &str, args: &[&str], base: u8, port: u16, gid_flag: &str) -> String {
+    let what = format!("{program} {}", args.join(" "));
+    let port_s = port.to_string();
+    let mut srv = command(dir, program, base);
+    srv.args(["-d", "rnic0", gid_flag, "1", "-p", &port_s]).args(args);
+    let srv = srv.spawn().expect("spawn server");
+    let t0 = Instant::now();
+    while !listening(port) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{what}: the server never listened on TCP {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cli = command(dir, program, base);
+    cli.args(["-d", "rnic1", gid_flag, "1", "-p", &port_s]).args(args).arg("127.0.0.1");
+    let cli = cli.spawn().expect("spawn client");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let c = finish(cli, &format!("{what} (client)"), deadline);
+    let s = finish(srv, &format!("{what} (server)"), deadline);
+    let show = |o: &Output| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(c.status.success(), "{what}: client failed ({}):\n{}\nserver:\n{}", c.status, show(&c), show(&s));
+    assert!(s.status.success(), "{what}: server failed ({}):\n{}\nclient:\n{}", s.status, show(&s), show(&c));
+    String::from_utf8_lossy(&c.stdout).into_owned()
+}
+
+/// ibv_*_pingpong prints `N iters in T seconds = X usec/iter`.
+fn usec_per_iter(out: &str) -> f64 {
+    let line = out.lines().find(|l| l.contains("usec/iter")).unwrap_or_else(|| panic!("no usec/iter in:\n{out}"));
+    let v: f64 = line.split('=').nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok()).expect("a number");
+    v
+}
+
+#[test]
+fn ibverbs_utils() {
+    let Some(dir) = setup(&["ibv_devices", "ibv_devinfo", "ibv_rc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"]) else {
+        return;
+    };
+    // ibv_devices: both devices with their node GUIDs (EUI-64 of 02:00:7f:00:51:0a).
+    let out = command(dir, "ibv_devices", 10).output().expect("ibv_devices");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("rnic0") && text.contains("rnic1"), "{text}");
+    assert!(text.contains("00007ffffe00510a"), "node GUID of rnic0 (127.0.81.10): {text}");
+    // ibv_devinfo -v: attributes, port and both GIDs, RoCE v2.
+    let out = command(dir, "ibv_devinfo", 10).args(["-v", "-d", "rnic1"]).output().expect("ibv_devinfo");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for want in ["hca_id:\trnic1", "PORT_ACTIVE", "link_layer:\t\tEthernet", "::ffff:127.0.81.11, RoCE v2", "fe80::", "max_qp_wr:\t\t\t16384"] {
+        assert!(text.contains(want), "ibv_devinfo -v lacks {want:?}:\n{text}");
+    }
+    let mut port = 18910;
+    let mut next = || {
+        port += 1;
+        port
+    };
+    // RC: plain, with events, data checked over sizes from 1 byte to 1 MiB.
+    let t = usec_per_iter(&pair(dir, "ibv_rc_pingpong", &["-n", "500"], 10, next(), "-g"));
+    assert!(t > 0.0 && t < 5000.0, "rc_pingpong {t} usec/iter");
+    pair(dir, "ibv_rc_pingpong", &["-e", "-n", "200"], 10, next(), "-g");
+    for size in ["1", "4096", "65536", "1048576"] {
+        pair(dir, "ibv_rc_pingpong", &["-c", "-s", size, "-n", "20"], 10, next(), "-g");
+    }
+    pair(dir, "ibv_rc_pingpong", &["-e", "-c", "-s", "1048576", "-n", "10", "-m", "1024"], 10, next(), "-g");
+    pair(dir, "ibv_ud_pingpong", &["-n", "500"], 10, next(), "-g");
+    pair(dir, "ibv_ud_pingpong", &["-e", "-c", "-s", "1024", "-n", "100"], 10, next(), "-g");
+    pair(dir, "ibv_srq_pingpong", &["-n", "500"], 10, next(), "-g");
+    pair(dir, "ibv_srq_pingpong", &["-e", "-c", "-s", "8192", "-q", "4", "-n", "100"], 10, next(), "-g");
+    if have("ibv_uc_pingpong") {
+        pair(dir, "ibv_uc_pingpong", &["-c", "-n", "200"], 10, next(), "-g");
+    }
+}
+
+/// perftest prints a result row: `#bytes #iterations BW-peak BW-average MsgRate` or, for
+/// latency, `#bytes #iterations t_min t_max t_typical ...`. The numbers after the first two.
+fn result_row(out: &str) -> Vec<f64> {
+    let row = out
+        .lines()
+        .filter(|l| l.split_whitespace().next().is_some_and(|w| w.parse::<u64>().is_ok()) && l.split_whitespace().count() >= 5)
+        .last()
+        .unwrap_or_else(|| panic!("no result row in:\n{out}"));
+    row.split_whitespace().skip(2).filter_map(|w| w.parse().ok()).collect()
+}
+
+#[test]
+fn perftest() {
+    let tests = ["ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_atomic_bw", "ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_atomic_lat"];
+    let Some(dir) = setup(&tests) else { return };
+    let mut port = 18950;
+    let mut report = Vec::new();
+    for t in tests {
+        let conns: &[&str] = match t {
+            "ib_send_bw" | "ib_send_lat" => &["RC", "UC", "UD"],
+            "ib_write_bw" | "ib_write_lat" => &["RC", "UC"],
+            _ => &["RC"],
+        };
+        for conn in conns {
+            for api in [None, Some("--use_old_post_send")] {
+                port += 1;
+                let mut args = vec!["-c", conn, "-n", "200"];
+                args.extend(api);
+                let out = pair(dir, t, &args, 20, port, "-x");
+                let row = result_row(&out);
+                let what = format!("{t} -c {conn} {}", api.unwrap_or("(ibv_wr_* API)"));
+                if t.ends_with("_bw") {
+                    // BW peak, average (MB/s), message rate.
+                    assert!(row.len() >= 3 && row[1] > 0.0, "{what}: no bandwidth in {row:?}\n{out}");
+                    report.push(format!("{what}: {:.0} MB/s", row[1]));
+                } else {
+                    // t_min, t_max, t_typical (usec): sensible means above zero and well
+                    // under a millisecond typical on loopback.
+                    assert!(row.len() >= 3 && row[0] > 0.0 && row[2] < 1000.0, "{what}: latency row {row:?}\n{out}");
+                    report.push(format!("{what}: {:.2} usec typical", row[2]));
+                }
+            }
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+}
