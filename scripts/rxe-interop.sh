@@ -10,6 +10,8 @@
 # ../shared/vectors/check_pcap.sh and `rnic decode`, and prints PASS/FAIL per case.
 # UD: `rnic pingpong --ud` against ibv_ud_pingpong (Q_Key 0x11111111), 512-byte datagrams,
 # both roles.
+# Stock (CASES=stock): rdma-core's own ibv_rc_pingpong and perftest's ib_write_bw, unmodified,
+# on the namespace side through rnic's libibverbs.so.1, against the same programs on rxe0.
 #
 # Slow (guest boot ~20-60 s, then a few seconds per case), needs root (netns, tap, qemu), so
 # it is not part of `cargo test`. Usage, from the repository root:
@@ -33,6 +35,13 @@ source "$LABDIR/lablib.sh"
 if [ -z "${RNIC:-}" ]; then
   (cd "$ROOT" && cargo build --release -q -p rnic-tools) || { echo "rxe-interop: build failed" >&2; exit 2; }
   RNIC=$ROOT/target/release/rnic
+fi
+# rnic's libibverbs.so.1, for the stock programs (CASES=stock).
+IBVERBS=$ROOT/target/rnic-ibverbs
+if [ "${CASES:-all}" = all ] || [ "${CASES}" = stock ]; then
+  "$ROOT/scripts/build-ibverbs.sh" > /dev/null || { echo "rxe-interop: scripts/build-ibverbs.sh failed" >&2; exit 2; }
+  command -v ibv_rc_pingpong > /dev/null && command -v ib_write_bw > /dev/null \
+    || { echo "rxe-interop: CASES=stock needs ibverbs-utils and perftest on the host (apt-get install ibverbs-utils perftest)" >&2; exit 2; }
 fi
 if [ ! -e "$LAB/rootfs.img" ]; then
   echo "== building the rxe lab (first run only)"
@@ -173,8 +182,50 @@ wait \$P; echo \"exit \$?\""
   SUMMARY+=("$(printf '%-4s %-34s %s' "$verdict" "$id" "$why")")
 }
 
-# CASES=pingpong or CASES=rping runs one family (default: all).
-if [ "${CASES:-all}" != rping ]; then
+
+# stock_case NAME ROLE TOOL ARGS: the same stock program (Debian's ibverbs-utils / perftest
+# binary) on both sides: on the namespace side on rnic, through rnic's libibverbs.so.1
+# (scripts/build-ibverbs.sh; device rnic0 at 10.77.0.1), in the guest on rxe0.
+stock_case() {
+  local name=$1 role=$2 tool=$3 args=$4 id rnic_out guest_out rrc grc verdict why="" gflag=-g
+  SEQ=$((SEQ + 1)); id=$(printf '%02d' $SEQ)-$name
+  local job=$id-$STAMP port=$((18515 + SEQ)) pcap=$OUT/$id.pcap
+  rnic_out=$OUT/$id.rnic.txt; guest_out=$OUT/$id.guest.txt
+  case $tool in ib_*) gflag=-x ;; esac
+  local rnic_cmd=(env LD_LIBRARY_PATH="$IBVERBS" RNIC_DEVICES="rnic0=$HOST_IP" "$tool" -d rnic0 $gflag 1 -p $port $args)
+  echo "== $id: rnic ($tool on rnic's libibverbs) $role, $tool $args"
+  capture_start "$pcap"
+  if [ "$role" = server ]; then
+    ns timeout 150 "${rnic_cmd[@]}" > "$rnic_out" 2>&1 &
+    local rpid=$!
+    for _ in $(seq 1 100); do ns ss -ltnH "sport = :$port" | grep -q . && break; kill -0 $rpid 2>/dev/null || break; sleep 0.1; done
+    job a "$RUN" "$job" "timeout 120 $tool -d rxe0 $gflag 1 -p $port $args $HOST_IP; echo \"exit \$?\""
+    wait_job a "$RUN" "$job" 150 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
+    wait $rpid; rrc=$?
+  else
+    job a "$RUN" "$job" "timeout 120 $tool -d rxe0 $gflag 1 -p $port $args & P=\$!
+for i in \$(seq 1 300); do ss -ltnH 'sport = :$port' | grep -q . && break; sleep 0.1; done
+: > /lab/q/a.$job.listening
+wait \$P; echo \"exit \$?\""
+    for _ in $(seq 1 300); do [ -e "$RUN/q/a.$job.listening" ] && break; sleep 0.2; done
+    ns timeout 150 "${rnic_cmd[@]}" "$GUEST_IP" > "$rnic_out" 2>&1; rrc=$?
+    wait_job a "$RUN" "$job" 150 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
+  fi
+  capture_stop "$pcap" > /dev/null
+  "$VECTORS/check_pcap.sh" "$pcap" > "$OUT/$id.check.txt" 2>&1; local crc=$?
+  [ "$rrc" = 0 ] || why+=" rnic side exit $rrc;"
+  [ "${grc:-x}" = 0 ] || why+=" guest $tool exit ${grc:-none};"
+  [ "$crc" = 0 ] || why+=" check_pcap.sh failed;"
+  if [ -z "$why" ]; then verdict=PASS; else verdict=FAIL; fi
+  echo "   rnic:  $(grep -E 'iters in|^ [0-9]+ +[0-9]+ ' "$rnic_out" | tr -s ' ' | tr '\n' '|' )"
+  echo "   guest: $(grep -E 'iters in|^ [0-9]+ +[0-9]+ |Fail|Couldn|exit' "$guest_out" | tr -s ' ' | tr '\n' '|')"
+  echo "   pcap:  check_pcap rc=$crc"
+  echo "   => $verdict$why"
+  SUMMARY+=("$(printf '%-4s %-34s %s' "$verdict" "$id" "$why")")
+}
+
+# CASES=pingpong, CASES=rping or CASES=stock runs one family (default: all).
+if [ "${CASES:-all}" = all ] || [ "${CASES}" = pingpong ]; then
 run_case rc-rnic-server-64 server 64
 run_case rc-rnic-server-4096 server 4096
 run_case rc-rnic-client-64 client 64
@@ -182,11 +233,17 @@ run_case rc-rnic-client-4096 client 4096
 run_case ud-rnic-server-512 server 512 ud
 run_case ud-rnic-client-512 client 512 ud
 fi
-if [ "${CASES:-all}" != pingpong ]; then
+if [ "${CASES:-all}" = all ] || [ "${CASES}" = rping ]; then
 rping_case rping-rnic-server-64 server 64
 rping_case rping-rnic-server-4096 server 4096
 rping_case rping-rnic-client-64 client 64
 rping_case rping-rnic-client-4096 client 4096
+fi
+if [ "${CASES:-all}" = all ] || [ "${CASES}" = stock ]; then
+stock_case stock-rc_pingpong-rnic-server server ibv_rc_pingpong "-m $MTU -c -s 4096 -n 200"
+stock_case stock-rc_pingpong-rnic-client client ibv_rc_pingpong "-m $MTU -c -s 4096 -n 200"
+stock_case stock-write_bw-rnic-server server ib_write_bw "-m $MTU -s 65536 -n 200"
+stock_case stock-write_bw-rnic-client client ib_write_bw "-m $MTU -s 65536 -n 200"
 fi
 
 echo
