@@ -22,6 +22,13 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
 }
 
+/// The tests that run programs take turns: two processes per run already fill a 2-CPU
+/// machine, and the latency checks mean something only without a neighbour.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Skips (prints why) or, under CI, fails.
 fn unavailable(why: &str) -> bool {
     if std::env::var_os("CI").is_some() {
@@ -189,9 +196,21 @@ fn finish(mut child: Child, what: &str, deadline: Instant) -> Output {
 /// `args`; returns the client's stdout after checking both succeeded.
 fn pair(dir: &Path, program: &str, args: &[&str], base: u8, port: u16, gid_flag: &str) -> String {
     let what = format!("{program} {}", args.join(" "));
+    let mut full = vec![gid_flag, "1"];
+    full.extend_from_slice(args);
+    let (c, s) = pair_raw(dir, program, &full, base, port);
+    let show = |o: &Output| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(c.status.success(), "{what}: client failed ({}):\n{}\nserver:\n{}", c.status, show(&c), show(&s));
+    assert!(s.status.success(), "{what}: server failed ({}):\n{}\nclient:\n{}", s.status, show(&s), show(&c));
+    String::from_utf8_lossy(&c.stdout).into_owned()
+}
+
+/// Runs the pair and returns (client, server) outputs, whatever their status.
+fn pair_raw(dir: &Path, program: &str, args: &[&str], base: u8, port: u16) -> (Output, Output) {
+    let what = format!("{program} {}", args.join(" "));
     let port_s = port.to_string();
     let mut srv = command(dir, program, base);
-    srv.args(["-d", "rnic0", gid_flag, "1", "-p", &port_s]).args(args);
+    srv.args(["-d", "rnic0", "-p", &port_s]).args(args);
     let srv = srv.spawn().expect("spawn server");
     let t0 = Instant::now();
     while !listening(port) {
@@ -199,15 +218,12 @@ fn pair(dir: &Path, program: &str, args: &[&str], base: u8, port: u16, gid_flag:
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut cli = command(dir, program, base);
-    cli.args(["-d", "rnic1", gid_flag, "1", "-p", &port_s]).args(args).arg("127.0.0.1");
+    cli.args(["-d", "rnic1", "-p", &port_s]).args(args).arg("127.0.0.1");
     let cli = cli.spawn().expect("spawn client");
     let deadline = Instant::now() + Duration::from_secs(90);
     let c = finish(cli, &format!("{what} (client)"), deadline);
     let s = finish(srv, &format!("{what} (server)"), deadline);
-    let show = |o: &Output| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(c.status.success(), "{what}: client failed ({}):\n{}\nserver:\n{}", c.status, show(&c), show(&s));
-    assert!(s.status.success(), "{what}: server failed ({}):\n{}\nclient:\n{}", s.status, show(&s), show(&c));
-    String::from_utf8_lossy(&c.stdout).into_owned()
+    (c, s)
 }
 
 /// ibv_*_pingpong prints `N iters in T seconds = X usec/iter`.
@@ -222,6 +238,7 @@ fn ibverbs_utils() {
     let Some(dir) = setup(&["ibv_devices", "ibv_devinfo", "ibv_rc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"]) else {
         return;
     };
+    let _turn = serial();
     // ibv_devices: both devices with their node GUIDs (EUI-64 of 02:00:7f:00:51:0a).
     let out = command(dir, "ibv_devices", 10).output().expect("ibv_devices");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -254,6 +271,12 @@ fn ibverbs_utils() {
     if have("ibv_uc_pingpong") {
         pair(dir, "ibv_uc_pingpong", &["-c", "-n", "200"], 10, next(), "-g");
     }
+    // Without a GID (the habit on InfiniBand, wrong on RoCE) both sides fail, and the
+    // library says why and what to pass.
+    let (c, s) = pair_raw(dir, "ibv_rc_pingpong", &["-n", "10"], 10, next());
+    let err = format!("{}{}", String::from_utf8_lossy(&c.stderr), String::from_utf8_lossy(&s.stderr));
+    assert!(!c.status.success() && !s.status.success(), "rc_pingpong without -g must fail on RoCE");
+    assert!(err.contains("rnic: ") && err.contains("-g 1"), "the reason is on stderr: {err}");
 }
 
 /// perftest prints a result row: `#bytes #iterations BW-peak BW-average MsgRate` or, for
@@ -271,6 +294,7 @@ fn result_row(out: &str) -> Vec<f64> {
 fn perftest() {
     let tests = ["ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_atomic_bw", "ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_atomic_lat"];
     let Some(dir) = setup(&tests) else { return };
+    let _turn = serial();
     let mut port = 18950;
     let mut report = Vec::new();
     for t in tests {
@@ -301,4 +325,35 @@ fn perftest() {
         }
     }
     eprintln!("{}", report.join("\n"));
+}
+
+/// `tests/c/contract.c`, compiled against rdma-core's own `<infiniband/verbs.h>` and linked
+/// with rnic's library: the verbs contract as C sees it (errno values, inline sends,
+/// immediate data byte order, completion channel fd semantics, atomics through both post
+/// APIs, protection errors and their async event, flushing).
+#[test]
+fn c_contract() {
+    if !Path::new("/usr/include/infiniband/verbs.h").is_file() {
+        unavailable("/usr/include/infiniband/verbs.h is missing (apt-get install libibverbs-dev)");
+        return;
+    }
+    let Some(dir) = setup(&[]) else { return };
+    let _turn = serial();
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rnic-ibverbs-contract");
+    let out = Command::new("cc")
+        .arg("-Wall")
+        .arg("-Werror")
+        .arg("-o")
+        .arg(&exe)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/contract.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-libverbs")
+        .output()
+        .expect("cc");
+    assert!(out.status.success(), "compiling contract.c:\n{}", String::from_utf8_lossy(&out.stderr));
+    let out = command(dir, exe.to_str().expect("utf-8 path"), 30).output().expect("run contract");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "contract.c failed:\n{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("ok: ")).count(), 11, "every check ran:\n{text}");
+    eprintln!("{text}");
 }
