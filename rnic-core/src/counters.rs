@@ -98,4 +98,24 @@ counters! {
     /// UD packets the responder dropped silently: no receive WQE, or a receive buffer
     /// smaller than the 40-byte GRH area plus the payload (rnic; IBA 9.9.3 class D, rxe).
     ud_dropped_pkts,
+    /// Packets received marked congestion-experienced: ECN CE in their IP header, or
+    /// arriving while the receive queue was above its threshold (mlx5's name).
+    np_ecn_marked_roce_packets,
+    /// CNPs sent by the notification point (mlx5's name).
+    np_cnp_sent,
+    /// CNPs that cut a QP's rate at the reaction point (mlx5's name).
+    rp_cnp_handled,
+    /// CNPs received and ignored: congestion control off, or for a QP that has no
+    /// reaction point (UC, UD, not connected to the sender) (mlx5's name).
+    rp_cnp_ignored,
+    /// Receives that found the socket's receive queue above its congestion threshold (an
+    /// eighth of the buffer): their packets counted as congestion-experienced (rnic).
+    np_rx_queue_congested,
+    /// Loss signals (sequence NAKs, retransmission timeouts) that cut a QP's rate (rnic).
+    rp_loss_handled,
+    /// Packets the pacer held back to keep a QP at its rate (rnic).
+    rp_paced,
+    /// Times an RC QP waited for room towards its destination: the flow-control bound on
+    /// bytes in flight to one peer was reached (rnic).
+    tx_dest_blocked,
 }

@@ -90,7 +90,53 @@ pub struct DeviceConfig {
     /// `RNIC_FAULTS` environment variable is read at open (`loss=0.05,seed=7`, see
     /// [`Faults::from_spec`]). With faults, packets are sent one by one (no GSO).
     pub faults: Option<FaultHandle>,
+    /// Congestion control (`RNIC_CC=off|dcqcn`, default DCQCN): see [`CongestionControl`].
+    pub congestion_control: CongestionControl,
 }
+
+/// Congestion control of a device.
+///
+/// With [`Dcqcn`](CongestionControl::Dcqcn), the default, the device is a DCQCN
+/// notification point (a packet that arrives ECN-CE-marked, or while its socket's receive
+/// queue is above a threshold, is answered with a CNP to its sender QP, at most one per QP
+/// per 4 us) and reaction point (each RC QP has a rate, cut by CNPs and by loss,
+/// recovering on DCQCN's timers, and a pacer), and sends its packets ECN-capable
+/// (ECT(0)), as mlx5 does with `roce_np`/`roce_rp` enabled. `Off` does none of that.
+/// Flow control (the in-flight bound per destination) applies either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CongestionControl {
+    /// No congestion control.
+    Off,
+    /// DCQCN with mlx5's parameters at [`CC_LINE_RATE`].
+    #[default]
+    Dcqcn,
+}
+
+impl CongestionControl {
+    /// `RNIC_CC`: `off` or `dcqcn` (unset: DCQCN).
+    pub fn from_env() -> Result<CongestionControl, String> {
+        match std::env::var("RNIC_CC") {
+            Err(_) => Ok(CongestionControl::Dcqcn),
+            Ok(v) => match v.trim() {
+                "off" | "0" | "none" => Ok(CongestionControl::Off),
+                "dcqcn" | "1" | "on" => Ok(CongestionControl::Dcqcn),
+                _ => Err(format!("RNIC_CC={v:?}: `dcqcn` (the default) or `off`")),
+            },
+        }
+    }
+
+    /// The engine's parameters for it.
+    pub fn params(self) -> Option<crate::cc::DcqcnParams> {
+        match self {
+            CongestionControl::Off => None,
+            CongestionControl::Dcqcn => Some(crate::cc::DcqcnParams::mlx5(CC_LINE_RATE)),
+        }
+    }
+}
+
+/// The line rate DCQCN starts every QP at and recovers to, bytes/s: 100 Gbit/s, above
+/// what loopback carries, so an uncongested QP is never paced.
+pub const CC_LINE_RATE: f64 = 12.5e9;
 
 impl DeviceConfig {
     /// A device `name` at `ip`, port 4791, pinning on, capture from `RNIC_PCAP` if set.
@@ -110,6 +156,7 @@ impl DeviceConfig {
             ipv4_id: crate::rx_icrc::policy_from_env().ok().flatten().unwrap_or_default(),
             zero_copy: std::env::var("RNIC_ZERO_COPY").map_or(true, |v| v != "0"),
             faults: None,
+            congestion_control: CongestionControl::from_env().unwrap_or_default(),
         }
     }
 }
@@ -287,6 +334,13 @@ fn bind(config: &DeviceConfig) -> Result<UdpSocket, DeviceError> {
         // IPv4 ID 0 and DF on every datagram, so the ICRC is computable at both ends.
         crate::sys::set_pmtudisc_do(&s).map_err(err)?;
     }
+    // ECN: each datagram's TOS comes with it (CE marks count at the notification point),
+    // and with congestion control on, what this device sends is ECN-capable (ECT(0)), as
+    // a RoCE NIC marks its packets for the switches.
+    crate::sys::set_recv_tos(&s, config.ip.is_ipv6()).map_err(err)?;
+    if config.congestion_control != CongestionControl::Off {
+        crate::sys::set_tos(&s, config.ip.is_ipv6(), crate::sys::ECN_ECT0).map_err(err)?;
+    }
     s.bind(&addr.into()).map_err(err)?;
     let u: UdpSocket = s.into();
     u.set_read_timeout(Some(Duration::from_millis(50))).map_err(err)?;
@@ -311,6 +365,7 @@ fn check_env() -> Result<(), String> {
             return Err(format!("RNIC_ZERO_COPY={v:?}: 0 (copy payloads into packets) or 1 (the default)"));
         }
     }
+    CongestionControl::from_env()?;
     Ok(())
 }
 
@@ -357,7 +412,16 @@ impl Device {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() ^ u64::from(d.subsec_nanos()) << 20)
             ^ (u64::from(std::process::id()) << 32);
-        let engine_config = EngineConfig { zero_copy, cm_seed, ..EngineConfig::new(local.ip()) };
+        // Flow control: a peer like this device absorbs what its receive buffer holds; keep
+        // at most half of it in flight towards any one destination.
+        let rcvbuf = crate::sys::rx_backlog(&sock).map_or(16 << 20, |(_, b)| u64::from(b));
+        let engine_config = EngineConfig {
+            zero_copy,
+            cm_seed,
+            cc: config.congestion_control.params(),
+            max_inflight_per_dest: (rcvbuf / 2).clamp(1 << 20, 32 << 20),
+            ..EngineConfig::new(local.ip())
+        };
         let engine = Engine::new(engine_config, mtpt.clone(), counters.clone());
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
         let tx_sock = sock.try_clone().map_err(io_err)?;
@@ -381,6 +445,7 @@ impl Device {
                 faults: config.faults.clone(),
                 delayed: std::collections::BinaryHeap::new(),
                 seq: 0,
+                tos: if config.congestion_control == CongestionControl::Off { 0 } else { crate::sys::ECN_ECT0 },
             };
             let next_timer = [engine.poll_timeout(), tx.next_due()].into_iter().flatten().min();
             Arc::new(parking_lot::Mutex::new(Core {
@@ -496,6 +561,12 @@ impl Device {
     /// How the UDP transport moves packets (GSO, GRO, spinning).
     pub fn transport(&self) -> TransportInfo {
         self.inner.transport
+    }
+
+    /// Every RC QP's current DCQCN rate (bytes/s) by QP number; empty with congestion
+    /// control off. QPs that have sent nothing yet are not listed.
+    pub fn qp_rates(&self) -> Vec<(u32, f64)> {
+        self.inner.core.lock().engine.qp_rates()
     }
 
     /// The device's counters.
@@ -988,6 +1059,9 @@ struct Tx {
     faults: Option<FaultHandle>,
     delayed: std::collections::BinaryHeap<Delayed>,
     seq: u64,
+    /// The socket's TOS byte (ECT(0) with congestion control), restored after a packet a
+    /// fault rule marked CE.
+    tos: u8,
 }
 
 /// An empty vector with `v`'s allocation, for elements that borrow for another
@@ -1046,15 +1120,24 @@ impl Tx {
             f.lock().release_due(now, |w| due.push(w));
         }
         for w in due {
-            self.put(&w.data, w.dst, counters);
+            self.put(&w.data, w.dst, w.ce, counters);
         }
     }
 
-    fn put(&self, data: &[u8], dst: IpAddr, counters: &Counters) {
+    /// Sends one packet; `ce`: with ECN congestion-experienced in its IP header (a fault
+    /// rule playing a congested switch), the socket's TOS set for it alone.
+    fn put(&self, data: &[u8], dst: IpAddr, ce: bool, counters: &Counters) {
         if let Some(c) = &self.capture {
             c.record(self.local.ip(), dst, self.local.port(), ROCEV2_UDP_PORT, data);
         }
+        let v6 = self.local.is_ipv6();
+        if ce && crate::sys::set_tos(&self.sock, v6, self.tos | crate::sys::ECN_CE).is_err() {
+            counters.send_err.fetch_add(1, Ordering::Relaxed);
+        }
         if self.sock.send_to(data, SocketAddr::new(dst, ROCEV2_UDP_PORT)).is_err() {
+            counters.send_err.fetch_add(1, Ordering::Relaxed);
+        }
+        if ce && crate::sys::set_tos(&self.sock, v6, self.tos).is_err() {
             counters.send_err.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -1071,14 +1154,15 @@ impl Tx {
                 continue;
             }
             let Some(faults) = self.faults.clone() else {
-                self.put(&p.data, p.dst, counters);
+                self.put(&p.data, p.dst, false, counters);
                 continue;
             };
-            let w = Wire { src: self.local.ip(), dst: p.dst, src_port: self.local.port(), data: p.data.clone() };
+            let w =
+                Wire { src: self.local.ip(), dst: p.dst, src_port: self.local.port(), data: p.data.clone(), ce: false };
             let mut later = Vec::new();
             faults.lock().apply(now, w, |extra, w| {
                 if extra == 0 {
-                    self.put(&w.data, w.dst, counters);
+                    self.put(&w.data, w.dst, w.ce, counters);
                 } else {
                     later.push((now.saturating_add(extra), w));
                 }
@@ -1217,6 +1301,9 @@ struct Rx {
     scratch: crate::sys::RecvScratch,
     verifier: crate::gso::IdVerifier,
     ipv4_id: Ipv4IdPolicy,
+    /// The last receive found the queue above its threshold: what it took counts as
+    /// congestion-experienced (where a switch would have marked it).
+    congested: bool,
 }
 
 impl Rx {
@@ -1237,6 +1324,7 @@ impl Rx {
             scratch: crate::sys::RecvScratch::new(RX_BATCH),
             verifier: crate::gso::IdVerifier::new(),
             ipv4_id,
+            congested: false,
         }
     }
 
@@ -1244,8 +1332,24 @@ impl Rx {
     /// blocking. Returns the number of datagrams, to be handed on with [`Rx::deliver`].
     fn recv(&mut self, max: usize) -> usize {
         let max = max.clamp(1, self.bufs.len());
+        self.congested = false;
         match crate::sys::recv_msgs(&self.sock, &mut self.scratch, &mut self.bufs[..max], &mut self.meta, false) {
-            Ok(n) => n,
+            Ok(n) => {
+                if n == RX_BATCH {
+                    // A full batch: the receiver is behind. The congestion signal of a
+                    // software NIC on a host without switches is its own receive queue:
+                    // above an eighth of the buffer, what this receive took counts as
+                    // marked, as a switch marks packets above its queue threshold
+                    // (DCQCN's K_min), so the senders slow down before the queue overflows.
+                    if let Ok((queued, size)) = crate::sys::rx_backlog(&self.sock) {
+                        self.congested = queued >= size / 8;
+                        if self.congested {
+                            self.counters.np_rx_queue_congested.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                n
+            }
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => 0,
             Err(_) => {
                 self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
@@ -1302,7 +1406,7 @@ impl Rx {
                 let (s, d) = (m.src, self.local);
                 c.record_rx_ipv4_id(s.ip(), d.ip(), (s.port(), d.port()), ident, pkt);
             }
-            engine.handle_packet(now, m.src.ip(), pkt);
+            engine.handle_packet_ecn(now, m.src.ip(), pkt, m.ce || self.congested);
         }
         count
     }

@@ -163,7 +163,7 @@ impl Fabric {
                 if ctx.fill(&mut data).is_err() {
                     continue;
                 }
-                let pkt = Wire { src, dst: tx.dst, src_port: tx.src_port, data };
+                let pkt = Wire { src, dst: tx.dst, src_port: tx.src_port, data, ce: false };
                 let at = self.now + self.latency;
                 let traced = self.trace.is_some().then(|| pkt.clone());
                 let (wire, seq) = (&mut self.wire, &mut self.seq);
@@ -225,7 +225,7 @@ impl Fabric {
             e.counters().icrc_err.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        e.handle_packet(now, pkt.src, &pkt.data);
+        e.handle_packet_ecn(now, pkt.src, &pkt.data, pkt.ce);
     }
 
     /// Steps until nothing is left to happen or virtual time passes `deadline`.

@@ -39,6 +39,9 @@ pub struct Wire {
     pub src_port: u16,
     /// BTH..ICRC.
     pub data: Vec<u8>,
+    /// ECN congestion-experienced in the IP header (a switch's mark; the ICRC does not
+    /// cover it, IBA Annex A17.3.3).
+    pub ce: bool,
 }
 
 impl Wire {
@@ -89,6 +92,9 @@ pub enum Verdict {
         /// Bit index into the packet (modulo its length).
         bit: usize,
     },
+    /// Deliver it with ECN congestion-experienced set in its IP header, as a congested
+    /// switch marks a packet (the receiver's notification point answers with a CNP).
+    MarkCe,
 }
 
 impl Verdict {
@@ -101,6 +107,7 @@ impl Verdict {
             Verdict::Duplicate { .. } => "duplicate",
             Verdict::Reorder { .. } => "reorder",
             Verdict::Corrupt { .. } => "corrupt",
+            Verdict::MarkCe => "mark-ce",
         }
     }
 }
@@ -176,6 +183,7 @@ enum Action {
     /// A random bit that the ICRC covers.
     Corrupt,
     CorruptBit(usize),
+    MarkCe,
 }
 
 /// A rule built from a predicate and an action: `Fault::drop().opcode(..).nth(2)`.
@@ -249,6 +257,12 @@ impl Fault {
     /// Flip bit `bit` (modulo the packet's length in bits).
     pub fn corrupt_bit(bit: usize) -> Fault {
         Fault::new(Action::CorruptBit(bit))
+    }
+
+    /// Mark the packet ECN congestion-experienced, as a congested switch would: it is
+    /// delivered, and the receiver's notification point sends its sender a CNP.
+    pub fn mark_ce() -> Fault {
+        Fault::new(Action::MarkCe)
     }
 
     /// Only packets sent by `ip`.
@@ -395,6 +409,7 @@ impl Rule for Fault {
             Action::Reorder(t) => Verdict::Reorder { max_hold: t },
             Action::CorruptBit(bit) => Verdict::Corrupt { bit },
             Action::Corrupt => Verdict::Corrupt { bit: icrc_covered_bit(&mut self.rng, pkt.data.len()) },
+            Action::MarkCe => Verdict::MarkCe,
         }
     }
 
@@ -444,6 +459,8 @@ pub struct FaultStats {
     pub reordered: u64,
     /// Corrupted.
     pub corrupted: u64,
+    /// Marked ECN congestion-experienced.
+    pub marked_ce: u64,
 }
 
 #[derive(Debug)]
@@ -588,6 +605,10 @@ impl Faults {
                 }
                 deliver(0, pkt);
             }
+            Verdict::MarkCe => {
+                self.stats.marked_ce += 1;
+                deliver(0, Wire { ce: true, ..pkt });
+            }
         }
         // A packet went out on this path: what was held for it follows.
         self.release_path(src, dst, &mut deliver);
@@ -658,10 +679,12 @@ pub const DEFAULT_MAX_HOLD_NS: Time = 1_000_000;
 
 impl Faults {
     /// Parses the `RNIC_FAULTS` form: comma-separated `loss=P`, `dup=P`, `reorder=P`,
-    /// `corrupt=P` (probabilities from 0 to 1), `seed=N` and `hold_us=N` (the longest a
-    /// reordered packet is held), e.g. `loss=0.05,reorder=0.01,seed=7`.
+    /// `corrupt=P`, `ce=P` (ECN congestion-experienced marks; probabilities from 0 to 1),
+    /// `seed=N` and `hold_us=N` (the longest a reordered packet is held), e.g.
+    /// `loss=0.05,reorder=0.01,seed=7`.
     pub fn from_spec(spec: &str) -> Result<Faults, String> {
         let (mut loss, mut dup, mut reorder, mut corrupt, mut seed) = (0.0, 0.0, 0.0, 0.0, 0u64);
+        let mut ce = 0.0;
         let mut hold = DEFAULT_MAX_HOLD_NS;
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (k, v) = part.split_once('=').ok_or_else(|| format!("fault spec item `{part}` is not key=value"))?;
@@ -678,6 +701,7 @@ impl Faults {
                 "dup" | "duplicate" => dup = prob(v)?,
                 "reorder" => reorder = prob(v)?,
                 "corrupt" => corrupt = prob(v)?,
+                "ce" => ce = prob(v)?,
                 "seed" => seed = v.trim().parse().map_err(|_| format!("`seed={v}`: not an unsigned integer"))?,
                 "hold_us" => {
                     let us: u64 = v.trim().parse().map_err(|_| format!("`hold_us={v}`: not an unsigned integer"))?;
@@ -685,12 +709,16 @@ impl Faults {
                 }
                 other => {
                     return Err(format!(
-                        "unknown fault spec key `{other}` (known: loss, dup, reorder, corrupt, seed, hold_us)"
+                        "unknown fault spec key `{other}` (known: loss, dup, reorder, corrupt, ce, seed, hold_us)"
                     ))
                 }
             }
         }
-        Ok(Faults::random(seed, loss, dup, reorder, corrupt, hold))
+        let mut f = Faults::random(seed, loss, dup, reorder, corrupt, hold);
+        if ce > 0.0 {
+            f.add(Fault::mark_ce().probability(ce));
+        }
+        Ok(f)
     }
 }
 
@@ -717,7 +745,7 @@ mod tests {
         };
         let mut data = vec![0; repr.buffer_len()];
         repr.emit(&mut data, &[]).unwrap();
-        Wire { src: src.parse().unwrap(), dst: dst.parse().unwrap(), src_port: 4791, data }
+        Wire { src: src.parse().unwrap(), dst: dst.parse().unwrap(), src_port: 4791, data, ce: false }
     }
 
     fn run(f: &mut Faults, pkts: &[Wire]) -> Vec<(Time, u32)> {
@@ -814,6 +842,18 @@ mod tests {
         assert!(Faults::from_spec("los=0.1").unwrap_err().contains("unknown fault spec key `los`"));
         assert!(Faults::from_spec("loss").unwrap_err().contains("key=value"));
         assert!(Faults::from_spec("seed=-1").unwrap_err().contains("seed"));
+    }
+
+    #[test]
+    fn mark_ce_delivers_the_packet_marked_and_counts() {
+        let mut f = Faults::from_spec("ce=1").unwrap();
+        let mut got = Vec::new();
+        for p in stream(3) {
+            f.apply(0, p.clone(), |d, w| got.push((d, w.ce, w.data == p.data)));
+        }
+        assert_eq!(got, vec![(0, true, true); 3], "delivered at once, marked, bytes untouched");
+        assert_eq!(f.stats().marked_ce, 3);
+        assert!(Faults::from_spec("ce=1.5").unwrap_err().contains("between 0 and 1"));
     }
 
     #[test]

@@ -55,6 +55,50 @@ pub fn force_buffers(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
     setsockopt_int(sock, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, v)
 }
 
+/// The ECN field of the IPv4 TOS / IPv6 traffic class byte (RFC 3168).
+pub const ECN_MASK: u8 = 0b11;
+/// ECN-capable transport, ECT(0): what a RoCEv2 NIC with congestion control sets.
+pub const ECN_ECT0: u8 = 0b10;
+/// Congestion experienced: set by a congested switch (or a fault rule).
+pub const ECN_CE: u8 = 0b11;
+
+/// Asks for each datagram's TOS (IPv4) or traffic class (IPv6) as a control message, so
+/// that [`recv_msgs`] reports ECN CE marks.
+pub fn set_recv_tos(sock: &impl AsRawFd, ipv6: bool) -> io::Result<()> {
+    if ipv6 {
+        setsockopt_int(sock, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)
+    } else {
+        setsockopt_int(sock, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+    }
+}
+
+/// Sets the TOS (IPv4) or traffic class (IPv6) byte of every datagram the socket sends.
+pub fn set_tos(sock: &impl AsRawFd, ipv6: bool, tos: u8) -> io::Result<()> {
+    if ipv6 {
+        setsockopt_int(sock, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, libc::c_int::from(tos))
+    } else {
+        setsockopt_int(sock, libc::IPPROTO_IP, libc::IP_TOS, libc::c_int::from(tos))
+    }
+}
+
+/// The bytes waiting in the socket's receive queue and its receive buffer size
+/// (`SO_MEMINFO`'s `RMEM_ALLOC` and `RCVBUF`): how full the receive side is.
+pub fn rx_backlog(sock: &impl AsRawFd) -> io::Result<(u32, u32)> {
+    const SO_MEMINFO: libc::c_int = 55;
+    let mut v = [0u32; 16];
+    let mut len = libc::socklen_t::try_from(std::mem::size_of_val(&v)).unwrap_or(64);
+    // SAFETY: a borrowed open fd; `v` and `len` are live stack values and the kernel
+    // writes at most `len` (the size of `v`) bytes into `v`.
+    let rc = unsafe {
+        libc::getsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, SO_MEMINFO, v.as_mut_ptr().cast(), &mut len)
+    };
+    if rc == 0 {
+        Ok((v[0], v[1]))
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Turns UDP GRO on: the kernel may hand several datagrams of one flow to a single
 /// receive, with their segment size in a `UDP_GRO` control message.
 pub fn set_udp_gro(sock: &impl AsRawFd, on: bool) -> io::Result<()> {
@@ -187,11 +231,19 @@ pub struct RecvMeta {
     pub segment: usize,
     /// The datagram did not fit the buffer (`MSG_TRUNC`).
     pub truncated: bool,
+    /// Its IP header carried ECN congestion-experienced (needs [`set_recv_tos`]).
+    pub ce: bool,
 }
 
 impl Default for RecvMeta {
     fn default() -> RecvMeta {
-        RecvMeta { len: 0, src: std::net::SocketAddr::from(([0, 0, 0, 0], 0)), segment: 0, truncated: false }
+        RecvMeta {
+            len: 0,
+            src: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+            segment: 0,
+            truncated: false,
+            ce: false,
+        }
     }
 }
 
@@ -284,15 +336,22 @@ pub fn recv_msgs(
         // SAFETY: the kernel filled `names[i]` and set msg_namelen to its length.
         let addr = unsafe { socket2::SockAddr::new(names[i], h.msg_hdr.msg_namelen) };
         let mut segment = 0;
+        let mut tos = 0u8;
         // SAFETY: the kernel wrote msg_controllen bytes of well-formed cmsgs into
         // `ctrl[i]`; CMSG_FIRSTHDR/NXTHDR stay within msg_controllen and the int payload
-        // is read unaligned.
+        // is read unaligned (IP_TOS carries one byte, IPV6_TCLASS an int).
         unsafe {
             let mut cm = libc::CMSG_FIRSTHDR(std::ptr::addr_of!(h.msg_hdr));
             while !cm.is_null() {
-                if (*cm).cmsg_level == libc::SOL_UDP && (*cm).cmsg_type == UDP_GRO {
+                let (level, kind) = ((*cm).cmsg_level, (*cm).cmsg_type);
+                if level == libc::SOL_UDP && kind == UDP_GRO {
                     let v = std::ptr::read_unaligned(libc::CMSG_DATA(cm).cast::<libc::c_int>());
                     segment = usize::try_from(v).unwrap_or(0);
+                } else if level == libc::IPPROTO_IP && kind == libc::IP_TOS {
+                    tos = *libc::CMSG_DATA(cm);
+                } else if level == libc::IPPROTO_IPV6 && kind == libc::IPV6_TCLASS {
+                    let v = std::ptr::read_unaligned(libc::CMSG_DATA(cm).cast::<libc::c_int>());
+                    tos = u8::try_from(v & 0xff).unwrap_or(0);
                 }
                 cm = libc::CMSG_NXTHDR(std::ptr::addr_of!(h.msg_hdr), cm);
             }
@@ -302,6 +361,7 @@ pub fn recv_msgs(
             src: addr.as_socket().unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
             segment,
             truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+            ce: tos & ECN_MASK == ECN_CE,
         };
     }
     Ok(got)

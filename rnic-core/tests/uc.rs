@@ -327,7 +327,7 @@ fn an_ack_req_on_uc_draws_no_acknowledgement() {
     let mut pkt = vec![0; send.buffer_len()];
     send.emit(&mut pkt, &[0xab; 16]).unwrap();
     let (src, dst) = (p.nodes[A].ip, p.nodes[B].ip);
-    p.fab.inject(Wire { src, dst, src_port: rnic_wire::ROCEV2_UDP_PORT, data: pkt });
+    p.fab.inject(Wire { src, dst, src_port: rnic_wire::ROCEV2_UDP_PORT, data: pkt, ce: false });
     p.run();
     let r = Pair::wcs(&p.nodes[B].rcq);
     assert_eq!(r.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect::<Vec<_>>(), [(5, WcStatus::Success, 16)]);

@@ -13,7 +13,7 @@ use crate::wr::{WcOpcode, WcStatus, WorkCompletion};
 use rnic_wire::aeth::AethRepr;
 use rnic_wire::{Psn, Qpn};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -22,7 +22,7 @@ use std::sync::Arc;
 pub type Time = u64;
 
 /// Static limits of an engine (what `query_device` reports).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EngineConfig {
     /// The device's IP address (source of every packet).
     pub local_ip: IpAddr,
@@ -47,6 +47,20 @@ pub struct EngineConfig {
     /// default (tests replay exactly); a driver sets it from the clock and process ID, so
     /// that a restarted program does not reuse the IDs its last run's peers may remember.
     pub cm_seed: u64,
+    /// Congestion control (DCQCN, [`crate::cc`]): the reaction point's rate per RC QP and
+    /// the notification point's CNPs. `None` (the default of [`EngineConfig::new`], so
+    /// that fabric tests see raw protocol behaviour): no CNPs, no pacing, no rate cuts.
+    pub cc: Option<crate::cc::DcqcnParams>,
+    /// The notification point's least time between two CNPs to one QP, ns (mlx5's
+    /// `min_time_between_cnps`, 4 us).
+    pub cnp_gap_ns: u64,
+    /// Flow control: the most bytes an RC requester side of this engine keeps
+    /// unacknowledged towards one destination address, all QPs together (packets counted
+    /// at their path MTU; READ requests count their responses). New packets beyond it wait
+    /// for acknowledgements; retransmissions never wait. The driver sets it to half the
+    /// receive buffer a peer like itself has, so that a thousand QPs' windows together
+    /// cannot overflow the receiver's socket (each window alone is 128 packets).
+    pub max_inflight_per_dest: u64,
 }
 
 impl EngineConfig {
@@ -61,6 +75,9 @@ impl EngineConfig {
             zero_copy: false,
             ca_guid: guid_for(local_ip),
             cm_seed: 0x5eed,
+            cc: None,
+            cnp_gap_ns: 4_000,
+            max_inflight_per_dest: 16 << 20,
         }
     }
 }
@@ -142,6 +159,14 @@ pub(crate) struct Ctx {
     pub(crate) acks_scratch: Vec<Qpn>,
     /// QPs with READ responses still to send, served round-robin a burst at a time.
     pub(crate) reads: VecDeque<Qpn>,
+    /// The notification point's CNP rate limiter.
+    pub(crate) cnp: crate::cc::CnpLimiter,
+    /// Flow control: bytes unacknowledged towards each destination (all QPs).
+    pub(crate) inflight: HashMap<IpAddr, u64>,
+    /// QPs waiting for room towards a destination, oldest first.
+    pub(crate) dest_waiters: HashMap<IpAddr, VecDeque<Qpn>>,
+    /// Destinations whose in-flight bytes went down since the waiters were last served.
+    pub(crate) freed: Vec<IpAddr>,
 }
 
 /// Which of a QP's completion queues.
@@ -163,6 +188,10 @@ impl Ctx {
             acks: Vec::new(),
             acks_scratch: Vec::new(),
             reads: VecDeque::new(),
+            cnp: crate::cc::CnpLimiter::new(config.cnp_gap_ns),
+            inflight: HashMap::new(),
+            dest_waiters: HashMap::new(),
+            freed: Vec::new(),
         }
     }
 
@@ -199,6 +228,9 @@ impl Ctx {
         qp.shared.set_state(QpState::Err);
         qp.req.rto_deadline = None;
         qp.req.rnr_deadline = None;
+        qp.req.pace_deadline = None;
+        // Nothing of it is in flight any more, as flow control counts.
+        self.account_inflight(qp);
         let qpn = qp.qpn();
         let dest = qp.attr.dest_qpn;
         let mut push = |cq: &crate::cq::Cq, wc: WorkCompletion| {
@@ -263,7 +295,12 @@ impl Ctx {
     /// Puts the QP's earliest deadline in the timer heap if it is earlier than the one
     /// already there (a later deadline is found when the earlier entry fires).
     pub(crate) fn note_timers(&mut self, qp: &mut Qp) {
-        let Some(want) = [qp.req.rto_deadline, qp.req.rnr_deadline].into_iter().flatten().min() else { return };
+        let cc = qp.req.cc.as_ref().and_then(|c| c.rate.next_timeout());
+        let Some(want) =
+            [qp.req.rto_deadline, qp.req.rnr_deadline, qp.req.pace_deadline, cc].into_iter().flatten().min()
+        else {
+            return;
+        };
         if qp.timer_key.is_none_or(|k| want < k) {
             qp.timer_key = Some(want);
             self.timers.push(Reverse((want, qp.qpn().value())));
@@ -275,6 +312,58 @@ impl Ctx {
         if std::mem::take(&mut qp.resp.srq_limit_hit) {
             if let Some(srq) = qp.shared.srq.as_ref().map(|s| s.id()) {
                 self.events.push_back(AsyncEvent::SrqLimitReached { srq });
+            }
+        }
+    }
+}
+
+impl Ctx {
+    /// Flow control: is there room for `bytes` more towards `dst`? If not, the QP waits in
+    /// line for that destination (served as acknowledgements free room, oldest first). A
+    /// QP already in line waits for its turn; a QP with nothing in flight always has room
+    /// for one packet, so that a destination other QPs fill cannot starve it for good.
+    pub(crate) fn dest_room(&mut self, qp: &mut Qp, dst: IpAddr, bytes: u64) -> bool {
+        if !qp.req.dest_blocked {
+            let used = self.inflight.get(&dst).copied().unwrap_or(0);
+            if used + bytes <= self.config.max_inflight_per_dest || qp.req.inflight_bytes == 0 {
+                return true;
+            }
+            qp.req.dest_blocked = true;
+            self.counters.tx_dest_blocked.fetch_add(1, Ordering::Relaxed);
+            self.dest_waiters.entry(dst).or_default().push_back(qp.qpn());
+        }
+        false
+    }
+
+    /// Counts `bytes` more in flight towards `dst`, as the QP's share. Returns whether
+    /// the destination is now under pressure: half its bound or more in flight.
+    pub(crate) fn take_dest(&mut self, qp: &mut Qp, dst: IpAddr, bytes: u64) -> bool {
+        let used = self.inflight.entry(dst).or_insert(0);
+        *used += bytes;
+        qp.req.inflight_bytes += bytes;
+        *used >= self.config.max_inflight_per_dest / 2
+    }
+
+    /// Brings the QP's share of its destination's in-flight bytes down to what is still
+    /// unacknowledged (nothing once it leaves RTS/SQD), noting the destination freed.
+    pub(crate) fn account_inflight(&mut self, qp: &mut Qp) {
+        if qp.req.inflight_bytes == 0 {
+            return;
+        }
+        let Some(dst) = qp.attr.remote_ip else { return };
+        let want = if matches!(qp.state, QpState::Rts | QpState::Sqd) {
+            u64::try_from(qp.req.una.distance(qp.req.sent_end).max(0)).unwrap_or(0) * qp.mtu as u64
+        } else {
+            0
+        };
+        if want < qp.req.inflight_bytes {
+            let freed = qp.req.inflight_bytes - want;
+            qp.req.inflight_bytes = want;
+            if let Some(u) = self.inflight.get_mut(&dst) {
+                *u = u.saturating_sub(freed);
+            }
+            if self.dest_waiters.get(&dst).is_some_and(|w| !w.is_empty()) && !self.freed.contains(&dst) {
+                self.freed.push(dst);
             }
         }
     }

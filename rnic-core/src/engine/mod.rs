@@ -202,7 +202,12 @@ impl Engine {
         // the peer retry until RETRY_EXC_ERR).
         if let Some(qp) = self.qps.get_mut(qpn) {
             responder::flush_ack(qp, &mut self.cx);
+            // Its bytes in flight no longer count against the destination.
+            qp.state = QpState::Reset;
+            self.cx.account_inflight(qp);
         }
+        self.cx.cnp.forget(qpn.value());
+        self.serve_dest_waiters(0);
         // Its number is not handed out again until the cursor has walked the whole QPN
         // space (qp_table: rxe's cyclic allocation), so the peer's late packets for it
         // find no QP.
@@ -231,7 +236,11 @@ impl Engine {
         if next != cur {
             match next {
                 QpState::Err => cx.enter_error(qp, None),
-                QpState::Reset => reset_qp(qp),
+                QpState::Reset => {
+                    qp.state = QpState::Reset;
+                    cx.account_inflight(qp);
+                    reset_qp(qp);
+                }
                 _ => {
                     qp.state = next;
                     qp.shared.set_state(next);
@@ -288,6 +297,22 @@ impl Engine {
 
     /// Handles one received packet: BTH..ICRC, the ICRC already verified.
     pub fn handle_packet(&mut self, now: Time, src: IpAddr, data: &[u8]) {
+        self.handle_packet_ecn(now, src, data, false);
+    }
+
+    /// Handles one received packet that arrived congestion-experienced when `ce`: its IP
+    /// header carried ECN CE, or the transport's receive queue was above its threshold
+    /// (where a switch would have marked it). With congestion control on, the
+    /// notification point answers a marked RC or UC request with a CNP to the QP that sent
+    /// it (RoCEv2 Annex A17.9.2), at most one per QP per `cnp_gap_ns`.
+    pub fn handle_packet_ecn(&mut self, now: Time, src: IpAddr, data: &[u8], ce: bool) {
+        self.receive(now, src, data, ce);
+        if !self.cx.freed.is_empty() {
+            self.serve_dest_waiters(now);
+        }
+    }
+
+    fn receive(&mut self, now: Time, src: IpAddr, data: &[u8], ce: bool) {
         let cx = &mut self.cx;
         let pkt = match RocePacket::new_checked(data) {
             Ok(p) => p,
@@ -313,17 +338,35 @@ impl Engine {
             cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
             return;
         };
+        let qp_type = qp.shared.qp_type;
+        let peer_ok = qp_type == QpType::Ud || qp.attr.remote_ip == Some(src);
+        if ce {
+            cx.counters.np_ecn_marked_roce_packets.fetch_add(1, Ordering::Relaxed);
+        }
+        if info.transport == rnic_wire::opcode::Transport::Cnp {
+            // The reaction point (DCQCN): a CNP from the QP's peer cuts its rate.
+            let p = cx.config.cc.filter(|_| qp_type == QpType::Rc && peer_ok);
+            match (p, qp.req.cc.as_mut()) {
+                (Some(p), Some(c)) => {
+                    c.rate.on_cnp(now, &p);
+                    cx.counters.rp_cnp_handled.fetch_add(1, Ordering::Relaxed);
+                    cx.note_timers(qp);
+                }
+                _ => {
+                    cx.counters.rp_cnp_ignored.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            return;
+        }
         // rxe `check_type_state` / `check_addr`: a QP takes only its
         // transport's opcodes; a connected (RC, UC) QP only from its peer, a UD QP from
         // anyone (the DETH says who).
-        let qp_type = qp.shared.qp_type;
         let transport_ok = matches!(
             (qp_type, info.transport),
             (QpType::Rc, rnic_wire::opcode::Transport::Rc)
                 | (QpType::Uc, rnic_wire::opcode::Transport::Uc)
                 | (QpType::Ud, rnic_wire::opcode::Transport::Ud)
         );
-        let peer_ok = qp_type == QpType::Ud || qp.attr.remote_ip == Some(src);
         if !transport_ok || !peer_ok || matches!(qp.state, QpState::Reset | QpState::Init) {
             cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
             return;
@@ -336,9 +379,17 @@ impl Engine {
         if !info.request {
             if qp_type == QpType::Rc {
                 requester::handle_response(qp, cx, now, &repr, pkt.payload());
+                cx.account_inflight(qp);
                 cx.note_timers(qp);
             }
             return;
+        }
+        if ce && cx.config.cc.is_some() && qp_type != QpType::Ud && cx.cnp.on_marked(now, qp.qpn().value()) {
+            // The notification point: one CNP per QP per gap, to the sending QP. (UD has no
+            // reaction point here: its marked packets are counted, not answered.)
+            let repr = packet::cnp_repr(Qpn::new(qp.attr.dest_qpn));
+            cx.out.emit(&cx.counters, src, qp.src_port, &repr, |_| {});
+            cx.counters.np_cnp_sent.fetch_add(1, Ordering::Relaxed);
         }
         // The one place a QP's state is checked for incoming requests (IBA 10.3.1).
         if !qp.receives() {
@@ -392,12 +443,56 @@ impl Engine {
                 continue; // Superseded by an earlier entry, or the QP was re-created.
             }
             qp.timer_key = None;
-            let due = qp.req.rto_deadline.is_some_and(|d| d <= now) || qp.req.rnr_deadline.is_some_and(|d| d <= now);
-            if due {
-                requester::on_timer(qp, cx, now);
-            }
+            requester::on_timer(qp, cx, now);
+            cx.account_inflight(qp);
             cx.note_timers(qp);
         }
+        if !self.cx.freed.is_empty() {
+            self.serve_dest_waiters(now);
+        }
+    }
+
+    /// Flow control: QPs waiting for room towards a destination whose in-flight bytes
+    /// went down transmit again, oldest first, until one has to wait again (the room is
+    /// used up) or none is left.
+    fn serve_dest_waiters(&mut self, now: Time) {
+        let cx = &mut self.cx;
+        while let Some(dst) = cx.freed.pop() {
+            loop {
+                if cx.inflight.get(&dst).copied().unwrap_or(0) >= cx.config.max_inflight_per_dest {
+                    break;
+                }
+                let Some(qpn) = cx.dest_waiters.get_mut(&dst).and_then(std::collections::VecDeque::pop_front) else {
+                    break;
+                };
+                let Some(qp) = self.qps.get_mut(qpn) else { continue };
+                if !qp.req.dest_blocked || qp.attr.remote_ip != Some(dst) {
+                    continue; // Re-created, reset or moved since it got in line.
+                }
+                qp.req.dest_blocked = false;
+                requester::transmit(qp, cx, now);
+                cx.note_timers(qp);
+                if qp.req.dest_blocked {
+                    break; // In line again: the room is used up.
+                }
+            }
+        }
+    }
+
+    /// The current DCQCN rate of an RC QP, bytes/s (`None`: congestion control off, or
+    /// the QP has sent nothing yet).
+    pub fn qp_rate(&self, qpn: Qpn) -> Option<f64> {
+        self.qps.get(qpn).and_then(|qp| qp.req.cc.as_ref()).map(|c| c.rate.current)
+    }
+
+    /// Every RC QP's current DCQCN rate, bytes/s, by QP number.
+    pub fn qp_rates(&self) -> Vec<(u32, f64)> {
+        self.qps.iter().filter_map(|qp| qp.req.cc.as_ref().map(|c| (qp.qpn().value(), c.rate.current))).collect()
+    }
+
+    /// Bytes unacknowledged towards `dst` (all RC QPs; flow control's count).
+    pub fn inflight_to(&self, dst: IpAddr) -> u64 {
+        self.cx.inflight.get(&dst).copied().unwrap_or(0)
     }
 
     /// The next packet to transmit.

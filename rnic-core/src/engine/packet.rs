@@ -213,3 +213,41 @@ pub(crate) fn gsi_send(dest_qpn: u32, psn: Psn) -> RoceRepr {
         payload_len: rnic_wire::mad::MAD_LEN,
     }
 }
+
+/// A CNP (RoCEv2 Annex A17.9.2): opcode 0x81 to the QP whose packets arrived marked, BECN
+/// set, PSN 0, the default P_Key and 16 reserved bytes (as mlx5 sends it; see
+/// `shared/vectors` `cnp_ipv4`).
+pub(crate) fn cnp_repr(dest_qp: Qpn) -> RoceRepr {
+    RoceRepr {
+        bth: BthRepr {
+            opcode: Opcode::CNP,
+            se: false,
+            migreq: false,
+            pkey: 0xffff,
+            fecn: false,
+            becn: true,
+            dest_qp,
+            ack_req: false,
+            psn: Psn::new(0),
+        },
+        ext: ExtHeaders::default(),
+        payload_len: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Byte for byte the BTH and body of the CNP vector in `shared/vectors`
+    /// (`8100ffff40fffffe00000000` and 16 zero bytes).
+    #[test]
+    fn cnp_matches_the_vector() {
+        let repr = cnp_repr(Qpn::new(0xff_fffe));
+        let mut buf = vec![0xAAu8; repr.buffer_len()];
+        repr.emit(&mut buf, &[]).unwrap();
+        assert_eq!(buf.len(), 12 + 16 + 4);
+        assert_eq!(&buf[..12], &[0x81, 0, 0xff, 0xff, 0x40, 0xff, 0xff, 0xfe, 0, 0, 0, 0]);
+        assert!(buf[12..28].iter().all(|&b| b == 0), "reserved body: {:x?}", &buf[12..28]);
+    }
+}

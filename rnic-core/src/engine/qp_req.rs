@@ -28,6 +28,23 @@ pub(crate) struct ReqState {
     pub(crate) rnr_deadline: Option<u64>,
     pub(crate) pkts_since_ackreq: u32,
     pub(crate) reads_outstanding: u32,
+    /// Congestion control's reaction point for this QP (RC with
+    /// [`EngineConfig::cc`](super::EngineConfig::cc)): its rate and pacer.
+    pub(crate) cc: Option<Cc>,
+    /// The pacer holds the next packet until then.
+    pub(crate) pace_deadline: Option<u64>,
+    /// Flow control: this QP's share of its destination's in-flight bytes.
+    pub(crate) inflight_bytes: u64,
+    /// Waiting in line for room towards the destination.
+    pub(crate) dest_blocked: bool,
+}
+
+/// A QP's DCQCN reaction point: its rate, and the token bucket that spaces its packets
+/// at that rate.
+#[derive(Debug, Clone)]
+pub(crate) struct Cc {
+    pub(crate) rate: crate::cc::RateState,
+    pub(crate) pacer: crate::cc::Pacer,
 }
 
 impl ReqState {
@@ -45,6 +62,10 @@ impl ReqState {
             rnr_deadline: None,
             pkts_since_ackreq: 0,
             reads_outstanding: 0,
+            cc: None,
+            pace_deadline: None,
+            inflight_bytes: 0,
+            dest_blocked: false,
         }
     }
 }

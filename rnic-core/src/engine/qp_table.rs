@@ -48,6 +48,11 @@ impl QpTable {
         (!self.slots.is_empty()).then(|| off & (self.slots.len() - 1))
     }
 
+    /// Every live QP, in slot order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Qp> {
+        self.slots.iter().flatten()
+    }
+
     pub(crate) fn get(&self, qpn: Qpn) -> Option<&Qp> {
         let i = self.index(qpn.value())?;
         self.slots[i].as_ref().filter(|q| q.shared.qpn == qpn)

@@ -62,10 +62,10 @@ pub(crate) fn transmit(qp: &mut Qp, cx: &mut Ctx, now: Time) {
         }
         // A READ/atomic's one request, or a message's packets, as far as the window lets.
         let (sent, finished) = if f.is_read() {
-            let sent = send_rd_atomic(qp, cx, dst, idx);
+            let sent = send_rd_atomic(qp, cx, now, dst, idx);
             (sent, sent)
         } else {
-            send_data(qp, cx, dst, idx)
+            send_data(qp, cx, now, dst, idx)
         };
         sent_any |= sent;
         if !finished {
@@ -84,12 +84,68 @@ fn beyond_window(una: Psn, window: u32, psn: Psn) -> bool {
     una.distance(psn) >= i32::try_from(window).unwrap_or(i32::MAX)
 }
 
+/// Bytes a packet of `payload` bytes puts on the wire besides its payload (IPv4, UDP, BTH,
+/// a RETH, ICRC), as the pacer counts it.
+const WIRE_OVERHEAD: u64 = 20 + 8 + 12 + 16 + 4;
+
+/// Congestion and flow control, asked before each packet leaves (`bytes` on the wire;
+/// `reserve` packets of the PSN space it adds beyond what was ever sent: 0 for a
+/// retransmission). Flow control first: a packet that adds to the destination's in-flight
+/// bytes needs room there, or the QP waits in line for it. Then DCQCN's pacer, when the
+/// QP's rate is below line rate. `None` when the packet must wait; else whether the
+/// destination is under pressure (half its in-flight bound or more used).
+fn admit(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, bytes: u64, reserve: u32) -> Option<bool> {
+    let reserve_bytes = u64::from(reserve) * qp.mtu as u64;
+    if reserve > 0 && !cx.dest_room(qp, dst, reserve_bytes) {
+        return None;
+    }
+    if let Some(p) = cx.config.cc {
+        let c = qp.req.cc.get_or_insert_with(|| super::qp_req::Cc {
+            rate: crate::cc::RateState::new(&p),
+            pacer: crate::cc::Pacer::new(now, PACER_BURST),
+        });
+        // At line rate nothing is paced (and the bucket is not drawn on): the common
+        // case costs one comparison.
+        if c.rate.current < p.max_rate {
+            if let Err(at) = c.pacer.take(now, bytes, c.rate.current) {
+                qp.req.pace_deadline = Some(at);
+                cx.counters.rp_paced.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        }
+        c.rate.on_sent(bytes, &p);
+    }
+    if reserve > 0 {
+        return Some(cx.take_dest(qp, dst, reserve_bytes));
+    }
+    Some(false)
+}
+
+/// The pacer's largest burst: 64 KiB (a GSO batch of 16 packets of 4 KiB) may leave at
+/// once; at a rate of R bytes/s the bucket refills in 64 KiB / R.
+const PACER_BURST: f64 = 65_536.0;
+
+/// Packets beyond the highest PSN sent that a packet spanning `first..=last` adds.
+fn new_packets(sent_end: Psn, first: Psn, last: Psn) -> u32 {
+    let end = last.next();
+    let from = if sent_end.distance(first) > 0 { first } else { sent_end };
+    u32::try_from(from.distance(end).max(0)).unwrap_or(0)
+}
+
 /// Sends the one request of the READ, atomic, ATOMIC WRITE or FLUSH at `idx` of the send
-/// queue (a READ asks for the responses not yet received). False when the window is full.
-fn send_rd_atomic(qp: &mut Qp, cx: &mut Ctx, dst: IpAddr, idx: usize) -> bool {
+/// queue (a READ asks for the responses not yet received). False when the window is full,
+/// the pacer holds it or the destination has no room.
+fn send_rd_atomic(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, idx: usize) -> bool {
     let f = &qp.req.sq[idx];
     let psn = f.first_psn.add(f.read_got);
     if beyond_window(qp.req.una, cx.config.max_unacked_pkts, psn) {
+        return false;
+    }
+    // The request reserves its responses' PSNs (and the receive room they take here).
+    let reserve = new_packets(qp.req.sent_end, psn, f.last_psn());
+    // The request's own size: its RETH or AtomicETH (28 bytes at most) and headers.
+    let bytes = WIRE_OVERHEAD + 12;
+    if admit(qp, cx, now, dst, bytes, reserve).is_none() {
         return false;
     }
     let f = &mut qp.req.sq[idx];
@@ -114,23 +170,34 @@ fn send_rd_atomic(qp: &mut Qp, cx: &mut Ctx, dst: IpAddr, idx: usize) -> bool {
 
 /// Sends the packets of the SEND or RDMA WRITE at `idx` of the send queue that the window
 /// allows. Returns whether any went and whether all have.
-fn send_data(qp: &mut Qp, cx: &mut Ctx, dst: IpAddr, idx: usize) -> (bool, bool) {
+fn send_data(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, idx: usize) -> (bool, bool) {
     let (window, per_ack, zero_copy) = (cx.config.max_unacked_pkts, cx.config.max_pkts_per_ack, cx.config.zero_copy);
-    let (out, counters) = (&mut cx.out, &*cx.counters);
     let mut sent_any = false;
-    let f = &mut qp.req.sq[idx];
-    while f.sent < f.npkts {
+    loop {
+        let f = &qp.req.sq[idx];
+        if f.sent >= f.npkts {
+            break;
+        }
         let k = f.sent;
         let psn = f.first_psn.add(k);
         if beyond_window(qp.req.una, window, psn) {
             return (sent_any, false);
         }
-        let pos = position(k, f.npkts);
         let (offset, plen) = packet::segment(k, f.wqe.len, qp.mtu);
+        let reserve = new_packets(qp.req.sent_end, psn, psn);
+        let Some(pressure) = admit(qp, cx, now, dst, plen as u64 + WIRE_OVERHEAD, reserve) else {
+            return (sent_any, false);
+        };
+        let (out, counters) = (&mut cx.out, &*cx.counters);
+        let f = &mut qp.req.sq[idx];
+        let pos = position(k, f.npkts);
         qp.req.pkts_since_ackreq += 1;
         // AckReq on the last packet, and every `per_ack` packets of a long message so
         // the window keeps moving (rxe RXE_MAX_PKT_PER_ACK).
-        let ack_req = pos.ends() || qp.req.pkts_since_ackreq >= per_ack;
+        // Flow control: with the destination's in-flight bound half used or more, every
+        // packet asks for an ACK (the responder still coalesces them per QP), so that the
+        // room a QP holds comes back even when it has to wait before its message's end.
+        let ack_req = pos.ends() || qp.req.pkts_since_ackreq >= per_ack || pressure;
         if ack_req {
             qp.req.pkts_since_ackreq = 0;
         }
@@ -256,6 +323,8 @@ fn acknowledge_through(qp: &mut Qp, cx: &mut Ctx, now: Time, psn: Psn) {
     // Only move forward, and never beyond what was sent.
     if qp.req.una.distance(new_una) > 0 && new_una.distance(qp.req.sent_end) >= 0 {
         qp.req.una = new_una;
+        // Flow control: what is acknowledged no longer takes room towards the peer.
+        cx.account_inflight(qp);
         // Forward progress: the retry counters start over (rxe reset_retry_counters).
         qp.req.started_retry = false;
         qp.req.retry_left = qp.attr.retry_cnt;
@@ -448,8 +517,18 @@ fn atomic_response(qp: &mut Qp, cx: &mut Ctx, now: Time, repr: &RoceRepr) {
     acknowledge_through(qp, cx, now, psn);
 }
 
-/// A timer fired: retransmit (local ACK timeout) or resume after an RNR wait.
+/// A timer fired: DCQCN's rate increase and alpha decay, the pacer's next packet, a
+/// retransmission (local ACK timeout) or the end of an RNR wait.
 pub(crate) fn on_timer(qp: &mut Qp, cx: &mut Ctx, now: Time) {
+    if let (Some(p), Some(c)) = (cx.config.cc, qp.req.cc.as_mut()) {
+        if c.rate.next_timeout().is_some_and(|t| t <= now) {
+            c.rate.on_timer(now, &p);
+        }
+    }
+    if qp.req.pace_deadline.is_some_and(|t| t <= now) {
+        qp.req.pace_deadline = None;
+        transmit(qp, cx, now);
+    }
     if qp.req.rnr_deadline.is_some_and(|t| t <= now) {
         qp.req.rnr_deadline = None;
         transmit(qp, cx, now);
@@ -484,6 +563,12 @@ fn start_retry(qp: &mut Qp, cx: &mut Ctx, now: Time, from: Option<Psn>, timeout:
     qp.req.retry_left -= 1;
     qp.req.started_retry = true;
     cx.counters.completer_retry_err.fetch_add(1, Ordering::Relaxed);
+    // A loss signal cuts the rate as a CNP does (DCQCN's reaction point; a peer such as
+    // Linux rxe sends no CNPs, so loss is the only signal it gives).
+    if let (Some(p), Some(c)) = (cx.config.cc, qp.req.cc.as_mut()) {
+        c.rate.on_loss(now, &p);
+        cx.counters.rp_loss_handled.fetch_add(1, Ordering::Relaxed);
+    }
     let at = from.unwrap_or(qp.req.una);
     rewind(qp, at);
     transmit(qp, cx, now);

@@ -34,6 +34,12 @@ pub struct Setup {
     /// Fabric only: the engines send payloads of 512 bytes or more from registered
     /// memory (`EngineConfig::zero_copy`), as the UDP driver does.
     pub zero_copy: bool,
+    /// Fabric only: congestion control (`EngineConfig::cc`; the UDP devices take
+    /// `RNIC_CC`, DCQCN by default).
+    pub cc: Option<rnic_core::cc::DcqcnParams>,
+    /// Fabric only: flow control's in-flight bound per destination
+    /// (`EngineConfig::max_inflight_per_dest`), when given.
+    pub max_inflight: Option<u64>,
 }
 
 impl Default for Setup {
@@ -48,6 +54,8 @@ impl Default for Setup {
             min_rnr_timer: 1,
             max_rd_atomic: 4,
             zero_copy: false,
+            cc: None,
+            max_inflight: None,
         }
     }
 }
@@ -174,6 +182,10 @@ impl FabricNet {
             let counters = Arc::new(Counters::default());
             let mut cfg = EngineConfig::new(ip);
             cfg.zero_copy = s.zero_copy;
+            cfg.cc = s.cc;
+            if let Some(m) = s.max_inflight {
+                cfg.max_inflight_per_dest = m;
+            }
             let mut e = Engine::new(cfg, mtpt.clone(), counters.clone());
             let mem = Arc::new(MemBlock::new(MEM).unwrap());
             let keys = mtpt.register(PdId(1), mem.clone(), 0, MEM, mem.addr(), AccessFlags::all()).unwrap();
@@ -236,7 +248,7 @@ impl Net for FabricNet {
     }
     fn inject(&mut self, from: usize, data: Vec<u8>) {
         let (src, dst) = (self.ends[from].ip, self.ends[1 - from].ip);
-        self.fab.inject(Wire { src, dst, src_port: rnic_wire::ROCEV2_UDP_PORT, data });
+        self.fab.inject(Wire { src, dst, src_port: rnic_wire::ROCEV2_UDP_PORT, data, ce: false });
     }
 }
 
@@ -296,6 +308,10 @@ impl UdpNet {
 
     pub fn faults(&self, n: usize) -> &FaultHandle {
         &self.faults[n]
+    }
+
+    pub fn device(&self, n: usize) -> &Device {
+        &self.devs[n]
     }
 }
 
