@@ -535,6 +535,11 @@ impl Faults {
         self.rules.push(Box::new(rule));
     }
 
+    /// Removes every rule (packets held for reordering still come out when due).
+    pub fn clear(&mut self) {
+        self.rules.clear();
+    }
+
     /// True when no rule is installed.
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()

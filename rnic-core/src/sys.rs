@@ -89,9 +89,8 @@ pub fn rx_backlog(sock: &impl AsRawFd) -> io::Result<(u32, u32)> {
     let mut len = libc::socklen_t::try_from(std::mem::size_of_val(&v)).unwrap_or(64);
     // SAFETY: a borrowed open fd; `v` and `len` are live stack values and the kernel
     // writes at most `len` (the size of `v`) bytes into `v`.
-    let rc = unsafe {
-        libc::getsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, SO_MEMINFO, v.as_mut_ptr().cast(), &mut len)
-    };
+    let rc =
+        unsafe { libc::getsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, SO_MEMINFO, v.as_mut_ptr().cast(), &mut len) };
     if rc == 0 {
         Ok((v[0], v[1]))
     } else {
@@ -237,13 +236,7 @@ pub struct RecvMeta {
 
 impl Default for RecvMeta {
     fn default() -> RecvMeta {
-        RecvMeta {
-            len: 0,
-            src: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
-            segment: 0,
-            truncated: false,
-            ce: false,
-        }
+        RecvMeta { len: 0, src: std::net::SocketAddr::from(([0, 0, 0, 0], 0)), segment: 0, truncated: false, ce: false }
     }
 }
 

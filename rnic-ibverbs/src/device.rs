@@ -435,7 +435,12 @@ pub unsafe extern "C" fn ibv_query_port(context: *mut ibv_context, port_num: u8,
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ibv_query_gid(context: *mut ibv_context, port_num: u8, index: c_int, gid: *mut ibv_gid) -> c_int {
+pub unsafe extern "C" fn ibv_query_gid(
+    context: *mut ibv_context,
+    port_num: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
     // SAFETY: a context we handed out.
     let Some(ctx) = (unsafe { ctx_of(context) }) else { return -1 };
     let g = u32::try_from(index).ok().and_then(|i| gid_of(&ctx.sh.dev.info, i));
@@ -536,7 +541,12 @@ pub unsafe extern "C" fn ibv_query_gid_type(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ibv_query_pkey(context: *mut ibv_context, port_num: u8, index: c_int, pkey: *mut u16) -> c_int {
+pub unsafe extern "C" fn ibv_query_pkey(
+    context: *mut ibv_context,
+    port_num: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
     // SAFETY: a context we handed out.
     if unsafe { ctx_of(context) }.is_none() || port_num != 1 || index != 0 || pkey.is_null() {
         set_errno(libc::EINVAL);
@@ -618,7 +628,9 @@ pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {
 /// GID of index 0) with the reason.
 pub(crate) fn ip_of_gid(raw: [u8; 16], what: &str) -> Result<IpAddr, c_int> {
     if raw == [0u8; 16] {
-        diag(format!("{what}: the destination GID is zero (the program exchanged no GID: RoCE needs one, e.g. -g 1 / -x 1)"));
+        diag(format!(
+            "{what}: the destination GID is zero (the program exchanged no GID: RoCE needs one, e.g. -g 1 / -x 1)"
+        ));
         return Err(libc::EINVAL);
     }
     if raw[0] == 0xfe && raw[1] & 0xc0 == 0x80 {

@@ -103,9 +103,7 @@ fn send_op(opcode: ibv_wr_opcode, w: &ibv_send_wr) -> Result<SendOp, &'static st
         IBV_WR_SEND_WITH_IMM => SendOp::SendWithImm { imm },
         IBV_WR_SEND_WITH_INV => SendOp::SendWithInv { invalidate_rkey: w.imm_data },
         IBV_WR_RDMA_WRITE => SendOp::RdmaWrite { remote_addr: rdma.remote_addr, rkey: rdma.rkey },
-        IBV_WR_RDMA_WRITE_WITH_IMM => {
-            SendOp::RdmaWriteWithImm { remote_addr: rdma.remote_addr, rkey: rdma.rkey, imm }
-        }
+        IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::RdmaWriteWithImm { remote_addr: rdma.remote_addr, rkey: rdma.rkey, imm },
         IBV_WR_RDMA_READ => SendOp::RdmaRead { remote_addr: rdma.remote_addr, rkey: rdma.rkey },
         IBV_WR_ATOMIC_CMP_AND_SWP => SendOp::AtomicCmpSwap {
             remote_addr: atomic.remote_addr,

@@ -165,7 +165,12 @@ fn listening(port: u16) -> bool {
     let want = format!(":{port:04X} ");
     ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
         std::fs::read_to_string(f)
-            .map(|t| t.lines().any(|l| l.split_whitespace().nth(1).is_some_and(|a| format!("{a} ").contains(&want)) && l.split_whitespace().nth(3) == Some("0A")))
+            .map(|t| {
+                t.lines().any(|l| {
+                    l.split_whitespace().nth(1).is_some_and(|a| format!("{a} ").contains(&want))
+                        && l.split_whitespace().nth(3) == Some("0A")
+                })
+            })
             .unwrap_or(false)
     })
 }
@@ -229,13 +234,19 @@ fn pair_raw(dir: &Path, program: &str, args: &[&str], base: u8, port: u16) -> (O
 /// ibv_*_pingpong prints `N iters in T seconds = X usec/iter`.
 fn usec_per_iter(out: &str) -> f64 {
     let line = out.lines().find(|l| l.contains("usec/iter")).unwrap_or_else(|| panic!("no usec/iter in:\n{out}"));
-    let v: f64 = line.split('=').nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok()).expect("a number");
+    let v: f64 = line
+        .split('=')
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .expect("a number");
     v
 }
 
 #[test]
 fn ibverbs_utils() {
-    let Some(dir) = setup(&["ibv_devices", "ibv_devinfo", "ibv_rc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"]) else {
+    let Some(dir) = setup(&["ibv_devices", "ibv_devinfo", "ibv_rc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"])
+    else {
         return;
     };
     let _turn = serial();
@@ -248,7 +259,14 @@ fn ibverbs_utils() {
     let out = command(dir, "ibv_devinfo", 10).args(["-v", "-d", "rnic1"]).output().expect("ibv_devinfo");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    for want in ["hca_id:\trnic1", "PORT_ACTIVE", "link_layer:\t\tEthernet", "::ffff:127.0.81.11, RoCE v2", "fe80::", "max_qp_wr:\t\t\t16384"] {
+    for want in [
+        "hca_id:\trnic1",
+        "PORT_ACTIVE",
+        "link_layer:\t\tEthernet",
+        "::ffff:127.0.81.11, RoCE v2",
+        "fe80::",
+        "max_qp_wr:\t\t\t16384",
+    ] {
         assert!(text.contains(want), "ibv_devinfo -v lacks {want:?}:\n{text}");
     }
     let mut port = 18910;
@@ -284,7 +302,9 @@ fn ibverbs_utils() {
 fn result_row(out: &str) -> Vec<f64> {
     let row = out
         .lines()
-        .filter(|l| l.split_whitespace().next().is_some_and(|w| w.parse::<u64>().is_ok()) && l.split_whitespace().count() >= 5)
+        .filter(|l| {
+            l.split_whitespace().next().is_some_and(|w| w.parse::<u64>().is_ok()) && l.split_whitespace().count() >= 5
+        })
         .last()
         .unwrap_or_else(|| panic!("no result row in:\n{out}"));
     row.split_whitespace().skip(2).filter_map(|w| w.parse().ok()).collect()
@@ -292,7 +312,16 @@ fn result_row(out: &str) -> Vec<f64> {
 
 #[test]
 fn perftest() {
-    let tests = ["ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_atomic_bw", "ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_atomic_lat"];
+    let tests = [
+        "ib_send_bw",
+        "ib_write_bw",
+        "ib_read_bw",
+        "ib_atomic_bw",
+        "ib_send_lat",
+        "ib_write_lat",
+        "ib_read_lat",
+        "ib_atomic_lat",
+    ];
     let Some(dir) = setup(&tests) else { return };
     let _turn = serial();
     let mut port = 18950;

@@ -2,6 +2,8 @@
 //! per path MTU, and SEND, RDMA WRITE with immediate and RDMA READ of several sizes,
 //! every byte verified, told so that a student can follow who did what.
 
+mod congest;
+
 use rnic_core::faults::{FaultHandle, Faults};
 use rnic_verbs::{
     AccessFlags, CompletionQueue, Context, MemoryRegion, PathMtu, QueuePair, RecvWr, SendOp, SendWr, WcStatus,
@@ -53,6 +55,11 @@ pub struct Args {
     /// Write the same drawing as a self-contained HTML page.
     #[arg(long, value_name = "OUT.html")]
     pub html: Option<PathBuf>,
+    /// Watch congestion control instead: one QP streams WRITEs while a fault rule marks
+    /// 2% of its packets ECN congestion-experienced for 400 ms; shows the DCQCN rate, the
+    /// throughput and the CNPs every 100 ms, then verifies the data.
+    #[arg(long)]
+    pub congest: bool,
 }
 
 fn probability(s: &str) -> Result<f64, String> {
@@ -387,6 +394,15 @@ pub fn run(args: &Args) -> ExitCode {
 }
 
 fn run_inner(args: &Args) -> Result<ExitCode, String> {
+    if args.congest {
+        return congest::run(args.ip, args.peer_ip, args.seed).map(|ok| {
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        });
+    }
     let mut mtus = Vec::new();
     for m in &args.mtus {
         mtus.push(

@@ -164,6 +164,30 @@ pub fn render(ctx: &Context, verbose: bool) -> String {
         }
     }
     if verbose {
+        // Not ibv_devinfo lines: rnic's congestion and flow control (mlx5 shows these
+        // under /sys/class/net/<if>/ecn and in its counters).
+        let dev = ctx.device();
+        let cc = dev.config().congestion_control;
+        let mode = match cc.params() {
+            None => "off (RNIC_CC=off)".to_string(),
+            Some(p) => format!(
+                "DCQCN, line rate {:.1} GB/s, CNP gap 4 us, rpg_time_reset {} us, rpg_byte_reset {}, \
+                 rpg_ai_rate {:.0} Mbit/s, rpg_hai_rate {:.0} Mbit/s",
+                p.max_rate / 1e9,
+                p.time_reset_ns / 1000,
+                p.byte_reset,
+                p.ai_rate * 8.0 / 1e6,
+                p.hai_rate * 8.0 / 1e6
+            ),
+        };
+        port(&mut s, "congestion_control", "\t", &mode);
+        let rates = dev.qp_rates();
+        if !rates.is_empty() {
+            s.push_str("\t\t\tqp_rates:\n");
+            for (qpn, r) in rates {
+                kv(&mut s, "\t\t\t\t", &format!("{qpn:#08x}"), "\t", format_args!("{:.1} MB/s", r / 1e6));
+            }
+        }
         s.push_str("\t\t\tcounters:\n");
         for (name, v) in ctx.counters() {
             kv(&mut s, "\t\t\t\t", name, "\t", v);
@@ -228,6 +252,9 @@ mod tests {
             "\t\t\tgid_tbl_len:\t\t2\n",
             "\t\t\tcounters:\n\t\t\t\tsent_pkts:\t0\n",
             "\t\t\t\ticrc_err:\t0\n",
+            "\t\t\tcongestion_control:\t",
+            "\t\t\t\tnp_cnp_sent:\t0\n",
+            "\t\t\t\trp_cnp_handled:\t0\n",
         ] {
             assert!(out.contains(want), "missing {want:?} in\n{out}");
         }

@@ -143,6 +143,50 @@ fn demo_recovers_from_faults_and_fails_loudly_when_it_cannot() {
     assert!(!out.status.success() && stderr.contains("RNIC_FAULTS: unknown fault spec key `lose`"), "{stderr}");
 }
 
+/// `rnic demo --congest`: under CE marks the QP's rate falls far below line rate and CNPs
+/// flow both ways' counters; after the marks it recovers; the data verifies. `RNIC_CC=off`
+/// is refused with the reason, and a bad `RNIC_CC` is named.
+#[test]
+fn demo_congest_shows_dcqcn_cutting_and_recovering() {
+    let out = rnic()
+        .env_remove("RNIC_CC")
+        .args(["demo", "--congest", "--ip", "127.0.10.12", "--peer-ip", "127.0.10.13"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("16 of 16 target slots verified byte for byte"), "{stdout}");
+    let low: f64 = stdout
+        .split("rate fell to ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no rate line in {stdout}"));
+    assert!(low < 5_000.0, "the rate never fell far below line rate (12500 MB/s): {low}\n{stdout}");
+    let cnps: u64 = stdout
+        .split("rnic0 rp_cnp_handled=")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(cnps > 10, "{stdout}");
+    assert!(stdout.contains("back at line rate"), "{stdout}");
+
+    let off = rnic()
+        .env("RNIC_CC", "off")
+        .args(["demo", "--congest", "--ip", "127.0.10.14", "--peer-ip", "127.0.10.15"])
+        .output()
+        .unwrap();
+    assert!(!off.status.success() && String::from_utf8_lossy(&off.stderr).contains("RNIC_CC=off"));
+    let bad = rnic()
+        .env("RNIC_CC", "cubic")
+        .args(["demo", "--ip", "127.0.10.16", "--peer-ip", "127.0.10.17"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && stderr.contains("RNIC_CC=\"cubic\""), "{stderr}");
+}
+
 /// `rnic demo --ladder --html`: the transfers drawn with what each CPU saw; rnic1's CPU
 /// sees nothing of a READ, and the page is written.
 #[test]

@@ -396,6 +396,65 @@ pub struct Report {
     pub verified: bool,
     /// Why not.
     pub error: Option<String>,
+    /// Congestion and flow control on the client's device after the run (rnic devices).
+    pub cc: Option<CcSummary>,
+}
+
+/// What congestion and flow control did: the DCQCN rate of the device's QPs and the
+/// counters of its notification and reaction points (cumulative over the run so far).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CcSummary {
+    /// `dcqcn` or `off`.
+    pub mode: &'static str,
+    /// QPs with a rate.
+    pub qps: usize,
+    /// Smallest, median and largest rate, MB/s.
+    pub rate_mbps: Option<(f64, f64, f64)>,
+    /// `np_*`, `rp_*` and `tx_dest_blocked` counters.
+    pub counters: Vec<(&'static str, u64)>,
+}
+
+impl CcSummary {
+    /// From a device.
+    pub fn of(dev: &rnic_core::device::Device) -> CcSummary {
+        let mode = match dev.config().congestion_control {
+            rnic_core::device::CongestionControl::Off => "off",
+            _ => "dcqcn",
+        };
+        let mut rates: Vec<f64> = dev.qp_rates().into_iter().map(|(_, r)| r / MB).collect();
+        rates.sort_by(f64::total_cmp);
+        let rate_mbps = (!rates.is_empty()).then(|| (rates[0], rates[rates.len() / 2], rates[rates.len() - 1]));
+        let counters = dev
+            .counters()
+            .snapshot()
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("np_") || k.starts_with("rp_") || *k == "tx_dest_blocked")
+            .collect();
+        CcSummary { mode, qps: rates.len(), rate_mbps, counters }
+    }
+
+    /// One line under the table row.
+    pub fn line(&self) -> String {
+        let mut s = format!(" congestion control: {}", self.mode);
+        if let Some((lo, med, hi)) = self.rate_mbps {
+            s += &format!(", rate per QP min/median/max {lo:.0}/{med:.0}/{hi:.0} MB/s ({} QPs)", self.qps);
+        }
+        let c: Vec<String> = self.counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        s + &format!("\n   {}", c.join(" "))
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let counters: serde_json::Map<String, serde_json::Value> =
+            self.counters.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect();
+        json!({
+            "mode": self.mode,
+            "qps_with_rate": self.qps,
+            "rate_min_mbps": self.rate_mbps.map(|r| r.0),
+            "rate_median_mbps": self.rate_mbps.map(|r| r.1),
+            "rate_max_mbps": self.rate_mbps.map(|r| r.2),
+            "counters": counters,
+        })
+    }
 }
 
 /// Bandwidth or latency figures.
@@ -500,6 +559,9 @@ impl Report {
         }
         if let Some(e) = &self.error {
             o.insert("error".into(), json!(e));
+        }
+        if let Some(c) = &self.cc {
+            o.insert("congestion".into(), c.json());
         }
         if let Some(l) = self.lost {
             o.insert("lost".into(), json!(l));
@@ -927,11 +989,16 @@ fn client_inner(
                     }
                     runs.push(r);
                 }
-                median_round(runs, test.lat)
+                let mut r = median_round(runs, test.lat);
+                r.cc = Some(CcSummary::of(s.ctx.device()));
+                r
             }
         };
         if !quiet {
             println!("{}", table_row(&r));
+            if let Some(c) = &r.cc {
+                println!("{}", c.line());
+            }
         }
         reports.push(r);
     }
@@ -977,6 +1044,7 @@ fn udp_report(test: Test, p: &Params, size: u64, base: &Baseline) -> Report {
         lost: None,
         verified: true,
         error: None,
+        cc: None,
     }
 }
 
@@ -1133,6 +1201,7 @@ fn client_size(
         lost: p.ud.then_some(lost),
         verified: error.is_none(),
         error,
+        cc: None,
     })
 }
 

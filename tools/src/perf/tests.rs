@@ -154,6 +154,7 @@ fn json_has_exactly_the_issue_fields() {
         lost: None,
         verified: true,
         error: None,
+        cc: None,
     };
     let v = bw.json();
     let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
@@ -182,6 +183,7 @@ fn json_has_exactly_the_issue_fields() {
         figures: Figures::Lat(LatStats { min: 1.0, typical: 2.0, avg: 2.5, p99: 4.0, p999: 5.0, max: 9.0 }),
         verified: false,
         error: Some("byte 3".into()),
+        cc: None,
         ..bw
     };
     let v = lat.json();
@@ -220,6 +222,7 @@ fn round(ratio: Option<f64>, avg: f64, verified: bool) -> Report {
         lost: None,
         verified,
         error: (!verified).then(|| "bad byte".to_string()),
+        cc: None,
     }
 }
 
