@@ -103,6 +103,8 @@ pub struct RateState {
     pub cnps_handled: u64,
     /// Loss signals that cut it.
     pub losses_handled: u64,
+    /// The lowest current rate it has had, bytes/s.
+    pub lowest: f64,
 }
 
 impl RateState {
@@ -119,6 +121,7 @@ impl RateState {
             next_alpha: None,
             cnps_handled: 0,
             losses_handled: 0,
+            lowest: p.max_rate,
         }
     }
 
@@ -156,6 +159,7 @@ impl RateState {
         self.target = self.current;
         let factor = (f64::from(self.alpha) / f64::from(ALPHA_ONE) / 2.0).min(f64::from(p.min_dec_fac) / 100.0);
         self.current = (self.current * (1.0 - factor)).max(p.min_rate);
+        self.lowest = self.lowest.min(self.current);
         self.timer_events = 0;
         self.byte_events = 0;
         self.bytes = 0;

@@ -52,6 +52,9 @@ counters! {
     completer_retry_err,
     /// Packets that could not be sent.
     send_err,
+    /// Receives the socket failed with an error other than "nothing there" (rnic; rxe
+    /// has no socket, the nearest is its `rcvd_pkts` drop accounting).
+    rx_socket_err,
     /// SEND messages sent.
     rdma_sends,
     /// SEND messages received.
@@ -111,6 +114,10 @@ counters! {
     /// Receives that found the socket's receive queue above its congestion threshold (an
     /// eighth of the buffer): their packets counted as congestion-experienced (rnic).
     np_rx_queue_congested,
+    /// Datagrams that waited in the socket's receive queue longer than 1 ms (the kernel's
+    /// receive timestamp against the clock when the device took them): counted as
+    /// congestion-experienced (rnic).
+    np_rx_queue_delayed,
     /// Loss signals (sequence NAKs, retransmission timeouts) that cut a QP's rate (rnic).
     rp_loss_handled,
     /// Packets the pacer held back to keep a QP at its rate (rnic).

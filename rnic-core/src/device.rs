@@ -338,6 +338,8 @@ fn bind(config: &DeviceConfig) -> Result<UdpSocket, DeviceError> {
     // and with congestion control on, what this device sends is ECN-capable (ECT(0)), as
     // a RoCE NIC marks its packets for the switches.
     crate::sys::set_recv_tos(&s, config.ip.is_ipv6()).map_err(err)?;
+    // The kernel's receive time of each datagram: how long it waited for this device.
+    crate::sys::set_rx_timestamps(&s).map_err(err)?;
     if config.congestion_control != CongestionControl::Off {
         crate::sys::set_tos(&s, config.ip.is_ipv6(), crate::sys::ECN_ECT0).map_err(err)?;
     }
@@ -563,9 +565,13 @@ impl Device {
         self.inner.transport
     }
 
-    /// Every RC QP's current DCQCN rate (bytes/s) by QP number; empty with congestion
-    /// control off. QPs that have sent nothing yet are not listed.
-    pub fn qp_rates(&self) -> Vec<(u32, f64)> {
+    /// Every RC QP's DCQCN rate (current and lowest, bytes/s) and the cuts it took; empty
+    /// with congestion control off. QPs that have sent nothing yet are not listed.
+    ///
+    /// It takes the device's lock for a moment (the progress thread then stays away for
+    /// up to a few hundred microseconds, as from an application's own round): watch it at
+    /// a millisecond's pace, not in a tight loop.
+    pub fn qp_rates(&self) -> Vec<crate::engine::QpRate> {
         self.inner.core.lock().engine.qp_rates()
     }
 
@@ -765,6 +771,11 @@ impl Drop for Inner {
 fn to_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
+
+/// A datagram that waited in the socket queue longer than this counts as
+/// congestion-experienced: the receiver is not keeping up (descheduled, or fed faster than
+/// it processes), as a switch queue that long would have marked it.
+const RX_CE_WAIT_NS: u64 = 1_000_000;
 
 /// Messages taken per `recvmmsg`.
 const RX_BATCH: usize = 32;
@@ -1335,6 +1346,18 @@ impl Rx {
         self.congested = false;
         match crate::sys::recv_msgs(&self.sock, &mut self.scratch, &mut self.bufs[..max], &mut self.meta, false) {
             Ok(n) => {
+                if n > 0 {
+                    // One clock read per receive: which datagrams waited too long.
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+                    for m in &mut self.meta[..n] {
+                        if m.stamp_ns > 0 && now.saturating_sub(m.stamp_ns) > RX_CE_WAIT_NS {
+                            m.ce = true;
+                            self.counters.np_rx_queue_delayed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
                 if n == RX_BATCH {
                     // A full batch: the receiver is behind. The congestion signal of a
                     // software NIC on a host without switches is its own receive queue:
@@ -1352,7 +1375,8 @@ impl Rx {
             }
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => 0,
             Err(_) => {
-                self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+                // A receive the socket refused (not a packet: nothing was malformed).
+                self.counters.rx_socket_err.fetch_add(1, Ordering::Relaxed);
                 0
             }
         }

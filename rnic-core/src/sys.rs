@@ -232,16 +232,37 @@ pub struct RecvMeta {
     pub truncated: bool,
     /// Its IP header carried ECN congestion-experienced (needs [`set_recv_tos`]).
     pub ce: bool,
+    /// When the kernel received it, ns since the Unix epoch (`CLOCK_REALTIME`; needs
+    /// [`set_rx_timestamps`]); 0 when not reported.
+    pub stamp_ns: u64,
 }
 
 impl Default for RecvMeta {
     fn default() -> RecvMeta {
-        RecvMeta { len: 0, src: std::net::SocketAddr::from(([0, 0, 0, 0], 0)), segment: 0, truncated: false, ce: false }
+        RecvMeta {
+            len: 0,
+            src: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+            segment: 0,
+            truncated: false,
+            ce: false,
+            stamp_ns: 0,
+        }
     }
 }
 
-// Room for a UDP_GRO int cmsg plus anything else the kernel might add.
-type RecvCmsgBuf = [u64; 8];
+// Room for the UDP_GRO int, the TOS byte and the timestamp cmsgs (24 + 24 + 32 bytes)
+// plus anything else the kernel might add.
+type RecvCmsgBuf = [u64; 16];
+
+/// `SO_TIMESTAMPNS` (the "old" one, a 64-bit `struct timespec` on 64-bit Linux), and its
+/// control message type.
+const SO_TIMESTAMPNS_OLD: libc::c_int = 35;
+
+/// Asks for each datagram's kernel receive time (`SO_TIMESTAMPNS`), so that
+/// [`recv_msgs`] reports how long it waited in the socket queue.
+pub fn set_rx_timestamps(sock: &impl AsRawFd) -> io::Result<()> {
+    setsockopt_int(sock, libc::SOL_SOCKET, SO_TIMESTAMPNS_OLD, 1)
+}
 
 /// The per-message structures `recvmmsg` needs, allocated once per receiving thread.
 pub struct RecvScratch {
@@ -270,7 +291,7 @@ impl RecvScratch {
             iovs: vec![libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; n],
             // SAFETY: plain C structs for which all-zero is a valid value.
             names: vec![unsafe { std::mem::zeroed() }; n],
-            ctrl: vec![[0; 8]; n],
+            ctrl: vec![[0; 16]; n],
             // SAFETY: as above.
             hdrs: vec![unsafe { std::mem::zeroed() }; n],
         }
@@ -330,6 +351,7 @@ pub fn recv_msgs(
         let addr = unsafe { socket2::SockAddr::new(names[i], h.msg_hdr.msg_namelen) };
         let mut segment = 0;
         let mut tos = 0u8;
+        let mut stamp_ns = 0u64;
         // SAFETY: the kernel wrote msg_controllen bytes of well-formed cmsgs into
         // `ctrl[i]`; CMSG_FIRSTHDR/NXTHDR stay within msg_controllen and the int payload
         // is read unaligned (IP_TOS carries one byte, IPV6_TCLASS an int).
@@ -342,6 +364,10 @@ pub fn recv_msgs(
                     segment = usize::try_from(v).unwrap_or(0);
                 } else if level == libc::IPPROTO_IP && kind == libc::IP_TOS {
                     tos = *libc::CMSG_DATA(cm);
+                } else if level == libc::SOL_SOCKET && kind == SO_TIMESTAMPNS_OLD {
+                    let t = std::ptr::read_unaligned(libc::CMSG_DATA(cm).cast::<libc::timespec>());
+                    let (sec, ns) = (u64::try_from(t.tv_sec).unwrap_or(0), u64::try_from(t.tv_nsec).unwrap_or(0));
+                    stamp_ns = sec.saturating_mul(1_000_000_000).saturating_add(ns);
                 } else if level == libc::IPPROTO_IPV6 && kind == libc::IPV6_TCLASS {
                     let v = std::ptr::read_unaligned(libc::CMSG_DATA(cm).cast::<libc::c_int>());
                     tos = u8::try_from(v & 0xff).unwrap_or(0);
@@ -355,6 +381,7 @@ pub fn recv_msgs(
             segment,
             truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
             ce: tos & ECN_MASK == ECN_CE,
+            stamp_ns,
         };
     }
     Ok(got)

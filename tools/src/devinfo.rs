@@ -184,8 +184,15 @@ pub fn render(ctx: &Context, verbose: bool) -> String {
         let rates = dev.qp_rates();
         if !rates.is_empty() {
             s.push_str("\t\t\tqp_rates:\n");
-            for (qpn, r) in rates {
-                kv(&mut s, "\t\t\t\t", &format!("{qpn:#08x}"), "\t", format_args!("{:.1} MB/s", r / 1e6));
+            for r in rates {
+                let v = format_args!(
+                    "{:.1} MB/s (lowest {:.1}, {} CNPs, {} losses)",
+                    r.rate / 1e6,
+                    r.lowest / 1e6,
+                    r.cnps,
+                    r.losses
+                );
+                kv(&mut s, "\t\t\t\t", &format!("{:#08x}", r.qpn), "\t", v);
             }
         }
         s.push_str("\t\t\tcounters:\n");

@@ -100,6 +100,21 @@ struct Gsi {
     psn: Psn,
 }
 
+/// One RC QP's DCQCN reaction point, as [`Engine::qp_rates`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QpRate {
+    /// The QP.
+    pub qpn: u32,
+    /// Its current rate, bytes/s.
+    pub rate: f64,
+    /// The lowest rate it has had, bytes/s.
+    pub lowest: f64,
+    /// CNPs that cut it.
+    pub cnps: u64,
+    /// Loss signals that cut it.
+    pub losses: u64,
+}
+
 /// READ response packets generated per drain of the engine's output (all QPs together):
 /// a peer's large READ costs at most this many buffered packets at a time.
 pub const READ_BURST: usize = 64;
@@ -485,9 +500,20 @@ impl Engine {
         self.qps.get(qpn).and_then(|qp| qp.req.cc.as_ref()).map(|c| c.rate.current)
     }
 
-    /// Every RC QP's current DCQCN rate, bytes/s, by QP number.
-    pub fn qp_rates(&self) -> Vec<(u32, f64)> {
-        self.qps.iter().filter_map(|qp| qp.req.cc.as_ref().map(|c| (qp.qpn().value(), c.rate.current))).collect()
+    /// Every RC QP's DCQCN reaction point (congestion control on, and the QP has sent).
+    pub fn qp_rates(&self) -> Vec<QpRate> {
+        self.qps
+            .iter()
+            .filter_map(|qp| {
+                qp.req.cc.as_ref().map(|c| QpRate {
+                    qpn: qp.qpn().value(),
+                    rate: c.rate.current,
+                    lowest: c.rate.lowest,
+                    cnps: c.rate.cnps_handled,
+                    losses: c.rate.losses_handled,
+                })
+            })
+            .collect()
     }
 
     /// Bytes unacknowledged towards `dst` (all RC QPs; flow control's count).

@@ -11,6 +11,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 const SLOT: usize = 65_536;
+const SLOT_U32: u32 = 65_536;
 const SLOTS: usize = 16;
 const TICK: Duration = Duration::from_millis(100);
 
@@ -45,7 +46,7 @@ pub(super) fn run(ip: IpAddr, peer_ip: IpAddr, seed: u64) -> Result<bool, String
     let remote = b.mr.remote();
     let post = |k: usize| {
         let op = SendOp::RdmaWrite { remote_addr: remote.addr + (k * SLOT) as u64, rkey: remote.rkey };
-        qa.post_send(&SendWr::new(k as u64, op, vec![a.mr.sge(k * SLOT, SLOT as u32)])).map_err(|e| e.to_string())
+        qa.post_send(&SendWr::new(k as u64, op, vec![a.mr.sge(k * SLOT, SLOT_U32)])).map_err(|e| e.to_string())
     };
     println!("rnic demo --congest: DCQCN on one RC QP, rnic0 -> rnic1, 64 KiB RDMA WRITEs kept 16 deep");
     println!("  a fault rule on rnic0's wire plays a congested switch: it sets ECN CE on a share of the packets;");
@@ -81,7 +82,7 @@ pub(super) fn run(ip: IpAddr, peer_ip: IpAddr, seed: u64) -> Result<bool, String
                 post(usize::try_from(wc.wr_id).unwrap_or(0))?;
             }
             if start.elapsed() >= tick_end {
-                let rate = a.ctx.device().qp_rates().first().map_or(f64::NAN, |r| r.1);
+                let rate = a.ctx.device().qp_rates().first().map_or(f64::NAN, |r| r.rate);
                 let cnps = (counter(&b, "np_cnp_sent"), counter(&a, "rp_cnp_handled"));
                 let thr = (done_bytes - prev.0) as f64 / TICK.as_secs_f64() / 1e6;
                 println!(

@@ -408,8 +408,10 @@ pub struct CcSummary {
     pub mode: &'static str,
     /// QPs with a rate.
     pub qps: usize,
-    /// Smallest, median and largest rate, MB/s.
+    /// Smallest, median and largest current rate, MB/s.
     pub rate_mbps: Option<(f64, f64, f64)>,
+    /// The lowest rate any QP had during the run, MB/s.
+    pub lowest_mbps: Option<f64>,
     /// `np_*`, `rp_*` and `tx_dest_blocked` counters.
     pub counters: Vec<(&'static str, u64)>,
 }
@@ -421,16 +423,18 @@ impl CcSummary {
             rnic_core::device::CongestionControl::Off => "off",
             _ => "dcqcn",
         };
-        let mut rates: Vec<f64> = dev.qp_rates().into_iter().map(|(_, r)| r / MB).collect();
+        let all = dev.qp_rates();
+        let mut rates: Vec<f64> = all.iter().map(|r| r.rate / MB).collect();
         rates.sort_by(f64::total_cmp);
         let rate_mbps = (!rates.is_empty()).then(|| (rates[0], rates[rates.len() / 2], rates[rates.len() - 1]));
+        let lowest_mbps = all.iter().map(|r| r.lowest / MB).min_by(f64::total_cmp);
         let counters = dev
             .counters()
             .snapshot()
             .into_iter()
             .filter(|(k, _)| k.starts_with("np_") || k.starts_with("rp_") || *k == "tx_dest_blocked")
             .collect();
-        CcSummary { mode, qps: rates.len(), rate_mbps, counters }
+        CcSummary { mode, qps: rates.len(), rate_mbps, lowest_mbps, counters }
     }
 
     /// One line under the table row.
@@ -438,6 +442,9 @@ impl CcSummary {
         let mut s = format!(" congestion control: {}", self.mode);
         if let Some((lo, med, hi)) = self.rate_mbps {
             s += &format!(", rate per QP min/median/max {lo:.0}/{med:.0}/{hi:.0} MB/s ({} QPs)", self.qps);
+        }
+        if let Some(l) = self.lowest_mbps {
+            s += &format!(", lowest during the run {l:.0} MB/s");
         }
         let c: Vec<String> = self.counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
         s + &format!("\n   {}", c.join(" "))
@@ -452,6 +459,7 @@ impl CcSummary {
             "rate_min_mbps": self.rate_mbps.map(|r| r.0),
             "rate_median_mbps": self.rate_mbps.map(|r| r.1),
             "rate_max_mbps": self.rate_mbps.map(|r| r.2),
+            "rate_lowest_mbps": self.lowest_mbps,
             "counters": counters,
         })
     }
