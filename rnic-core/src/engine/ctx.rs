@@ -57,9 +57,10 @@ pub struct EngineConfig {
     /// Flow control: the most bytes an RC requester side of this engine keeps
     /// unacknowledged towards one destination address, all QPs together (packets counted
     /// at their path MTU; READ requests count their responses). New packets beyond it wait
-    /// for acknowledgements; retransmissions never wait. The driver sets it to half the
-    /// receive buffer a peer like itself has, so that a thousand QPs' windows together
-    /// cannot overflow the receiver's socket (each window alone is 128 packets).
+    /// for acknowledgements; retransmissions never wait. The driver sets it from the
+    /// receive buffer a peer like itself has (a quarter, at most 8 MiB), so that a thousand
+    /// QPs' windows together cannot overflow the receiver's socket (each window alone is
+    /// 128 packets).
     pub max_inflight_per_dest: u64,
 }
 
@@ -320,12 +321,12 @@ impl Ctx {
 impl Ctx {
     /// Flow control: is there room for `bytes` more towards `dst`? If not, the QP waits in
     /// line for that destination (served as acknowledgements free room, oldest first). A
-    /// QP already in line waits for its turn; a QP with nothing in flight always has room
-    /// for one packet, so that a destination other QPs fill cannot starve it for good.
+    /// QP already in line waits for its turn; a destination with nothing in flight always
+    /// takes a packet, so that a bound below a packet cannot stop traffic for good.
     pub(crate) fn dest_room(&mut self, qp: &mut Qp, dst: IpAddr, bytes: u64) -> bool {
         if !qp.req.dest_blocked {
             let used = self.inflight.get(&dst).copied().unwrap_or(0);
-            if used + bytes <= self.config.max_inflight_per_dest || qp.req.inflight_bytes == 0 {
+            if used + bytes <= self.config.max_inflight_per_dest || used == 0 {
                 return true;
             }
             qp.req.dest_blocked = true;
