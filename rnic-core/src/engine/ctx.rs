@@ -13,7 +13,7 @@ use crate::wr::{WcOpcode, WcStatus, WorkCompletion};
 use rnic_wire::aeth::AethRepr;
 use rnic_wire::{Psn, Qpn};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -162,10 +162,9 @@ pub(crate) struct Ctx {
     pub(crate) reads: VecDeque<Qpn>,
     /// The notification point's CNP rate limiter.
     pub(crate) cnp: crate::cc::CnpLimiter,
-    /// Flow control: bytes unacknowledged towards each destination (all QPs).
-    pub(crate) inflight: HashMap<IpAddr, u64>,
-    /// QPs waiting for room towards a destination, oldest first.
-    pub(crate) dest_waiters: HashMap<IpAddr, VecDeque<Qpn>>,
+    /// Flow control: per destination, the bytes unacknowledged (all QPs) and the QPs
+    /// waiting for room, oldest first.
+    pub(crate) dests: Dests,
     /// Destinations whose in-flight bytes went down since the waiters were last served.
     pub(crate) freed: Vec<IpAddr>,
 }
@@ -190,8 +189,7 @@ impl Ctx {
             acks_scratch: Vec::new(),
             reads: VecDeque::new(),
             cnp: crate::cc::CnpLimiter::new(config.cnp_gap_ns),
-            inflight: HashMap::new(),
-            dest_waiters: HashMap::new(),
+            dests: Dests::default(),
             freed: Vec::new(),
         }
     }
@@ -325,13 +323,13 @@ impl Ctx {
     /// takes a packet, so that a bound below a packet cannot stop traffic for good.
     pub(crate) fn dest_room(&mut self, qp: &mut Qp, dst: IpAddr, bytes: u64) -> bool {
         if !qp.req.dest_blocked {
-            let used = self.inflight.get(&dst).copied().unwrap_or(0);
-            if used + bytes <= self.config.max_inflight_per_dest || used == 0 {
+            let d = self.dests.get(dst);
+            if d.used + bytes <= self.config.max_inflight_per_dest || d.used == 0 {
                 return true;
             }
             qp.req.dest_blocked = true;
             self.counters.tx_dest_blocked.fetch_add(1, Ordering::Relaxed);
-            self.dest_waiters.entry(dst).or_default().push_back(qp.qpn());
+            d.waiters.push_back(qp.qpn());
         }
         false
     }
@@ -339,10 +337,10 @@ impl Ctx {
     /// Counts `bytes` more in flight towards `dst`, as the QP's share. Returns whether
     /// the destination is now under pressure: half its bound or more in flight.
     pub(crate) fn take_dest(&mut self, qp: &mut Qp, dst: IpAddr, bytes: u64) -> bool {
-        let used = self.inflight.entry(dst).or_insert(0);
-        *used += bytes;
+        let d = self.dests.get(dst);
+        d.used += bytes;
         qp.req.inflight_bytes += bytes;
-        *used >= self.config.max_inflight_per_dest / 2
+        d.used >= self.config.max_inflight_per_dest / 2
     }
 
     /// Brings the QP's share of its destination's in-flight bytes down to what is still
@@ -360,13 +358,45 @@ impl Ctx {
         if want < qp.req.inflight_bytes {
             let freed = qp.req.inflight_bytes - want;
             qp.req.inflight_bytes = want;
-            if let Some(u) = self.inflight.get_mut(&dst) {
-                *u = u.saturating_sub(freed);
-            }
-            if self.dest_waiters.get(&dst).is_some_and(|w| !w.is_empty()) && !self.freed.contains(&dst) {
+            let d = self.dests.get(dst);
+            d.used = d.used.saturating_sub(freed);
+            if !d.waiters.is_empty() && !self.freed.contains(&dst) {
                 self.freed.push(dst);
             }
         }
+    }
+}
+
+/// One destination's flow-control state.
+#[derive(Debug)]
+pub(crate) struct Dest {
+    pub(crate) ip: IpAddr,
+    /// Bytes unacknowledged towards it, all QPs.
+    pub(crate) used: u64,
+    /// QPs waiting for room, oldest first.
+    pub(crate) waiters: VecDeque<Qpn>,
+}
+
+/// The destinations an engine sends to: a handful at most in practice, so a vector
+/// searched from the most recently used end (no hashing on the per-packet path).
+#[derive(Debug, Default)]
+pub(crate) struct Dests(Vec<Dest>);
+
+impl Dests {
+    /// `ip`'s state, created empty on first use.
+    pub(crate) fn get(&mut self, ip: IpAddr) -> &mut Dest {
+        match self.0.iter().position(|d| d.ip == ip) {
+            Some(i) => &mut self.0[i],
+            None => {
+                self.0.push(Dest { ip, used: 0, waiters: VecDeque::new() });
+                self.0.last_mut().expect("just pushed")
+            }
+        }
+    }
+
+    /// Bytes unacknowledged towards `ip`.
+    pub(crate) fn used(&self, ip: IpAddr) -> u64 {
+        self.0.iter().find(|d| d.ip == ip).map_or(0, |d| d.used)
     }
 }
 

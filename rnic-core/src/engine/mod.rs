@@ -478,17 +478,17 @@ impl Engine {
         let mut i = 0;
         while i < cx.freed.len() {
             let dst = cx.freed[i];
-            let used = cx.inflight.get(&dst).copied().unwrap_or(0);
+            let used = cx.dests.used(dst);
             if used > 0 && max.saturating_sub(used) < max / 8 {
                 i += 1; // Not yet: later acknowledgements free more.
                 continue;
             }
             cx.freed.swap_remove(i);
             loop {
-                if cx.inflight.get(&dst).copied().unwrap_or(0) >= max {
+                if cx.dests.used(dst) >= max {
                     break;
                 }
-                let Some(qpn) = cx.dest_waiters.get_mut(&dst).and_then(std::collections::VecDeque::pop_front) else {
+                let Some(qpn) = cx.dests.get(dst).waiters.pop_front() else {
                     break;
                 };
                 let Some(qp) = self.qps.get_mut(qpn) else { continue };
@@ -529,7 +529,7 @@ impl Engine {
 
     /// Bytes unacknowledged towards `dst` (all RC QPs; flow control's count).
     pub fn inflight_to(&self, dst: IpAddr) -> u64 {
-        self.cx.inflight.get(&dst).copied().unwrap_or(0)
+        self.cx.dests.used(dst)
     }
 
     /// The next packet to transmit.
