@@ -373,9 +373,7 @@ unsafe extern "C" fn query_device_ex(
     if attr.is_null() || attr_size < size_of::<ibv_device_attr>() {
         return libc::EINVAL;
     }
-    let mut ex = ibv_device_attr_ex::default();
-    ex.orig_attr = device_attr(ctx.sh.dev);
-    ex.phys_port_cnt_ex = 1;
+    let ex = ibv_device_attr_ex { orig_attr: device_attr(ctx.sh.dev), phys_port_cnt_ex: 1, ..Default::default() };
     let n = attr_size.min(size_of::<ibv_device_attr_ex>());
     // SAFETY: the caller's struct holds `attr_size` bytes; we copy at most that many, and
     // zero anything past our struct (a newer header's fields: none supported).
@@ -598,8 +596,7 @@ pub unsafe extern "C" fn ibv_get_async_event(context: *mut ibv_context, event: *
             next
         };
         if let Some((ty, element)) = next {
-            let mut ev = ibv_async_event::default();
-            ev.event_type = ty;
+            let mut ev = ibv_async_event { event_type: ty, ..Default::default() };
             ev.element = match ty {
                 IBV_EVENT_CQ_ERR => ibv_async_event_element { cq: element as *mut ibv_cq },
                 IBV_EVENT_SRQ_LIMIT_REACHED | IBV_EVENT_SRQ_ERR => {

@@ -271,8 +271,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         set_errno(libc::EINVAL);
         return -1;
     };
-    let mut a = ibv_ah_attr::default();
-    a.is_global = 1;
+    let mut a = ibv_ah_attr { is_global: 1, ..Default::default() };
     a.grh.dgid.raw = rnic_verbs::Gid::from_ip(ip).0;
     a.grh.sgid_index = 1;
     a.grh.hop_limit = 64;

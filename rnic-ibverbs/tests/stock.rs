@@ -302,10 +302,9 @@ fn ibverbs_utils() {
 fn result_row(out: &str) -> Vec<f64> {
     let row = out
         .lines()
-        .filter(|l| {
+        .rfind(|l| {
             l.split_whitespace().next().is_some_and(|w| w.parse::<u64>().is_ok()) && l.split_whitespace().count() >= 5
         })
-        .last()
         .unwrap_or_else(|| panic!("no result row in:\n{out}"));
     row.split_whitespace().skip(2).filter_map(|w| w.parse().ok()).collect()
 }

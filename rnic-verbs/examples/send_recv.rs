@@ -5,7 +5,7 @@
 use rnic_verbs::*;
 use std::time::Duration;
 
-fn main() -> Result<()> {
+fn run() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let ip_a = args.next().unwrap_or_else(|| "127.0.0.1".into()).parse().expect("IP address");
     let ip_b = args.next().unwrap_or_else(|| "127.0.0.2".into()).parse().expect("IP address");
@@ -45,4 +45,16 @@ fn main() -> Result<()> {
 
 fn serde_json_like(e: &Endpoint) -> String {
     format!("{{qpn: {:#x}, gid: {}, psn: {:#x}}}", e.qpn, e.gid, e.psn)
+}
+
+/// Runs the example; on failure prints the error with its causes (`Error::report`), not
+/// the `Debug` form a `main` returning `Result` would print.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", e.report());
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -123,7 +123,7 @@ fn parse_oob(m: &[u8; 52]) -> Endpoint {
     Endpoint { qpn: hex(f[1]), psn: hex(f[2]), gid: Gid::from_wire_hex(f[3]).expect("32 hex digits") }
 }
 
-fn main() -> Result<()> {
+fn run() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let ip = |i: usize, d: &str| -> IpAddr { args.get(i).map_or(d, String::as_str).parse().expect("IP address") };
     match args.first().map(String::as_str) {
@@ -158,6 +158,18 @@ fn main() -> Result<()> {
             let server = std::thread::spawn(move || pong(&b));
             ping(&a, &ep_b)?;
             server.join().expect("server thread")
+        }
+    }
+}
+
+/// Runs the example; on failure prints the error with its causes (`Error::report`), not
+/// the `Debug` form a `main` returning `Result` would print.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", e.report());
+            std::process::ExitCode::FAILURE
         }
     }
 }

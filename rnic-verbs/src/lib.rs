@@ -108,16 +108,16 @@ pub enum Error {
         why: String,
     },
     /// Opening the device failed.
-    #[error("open device: {0}")]
+    #[error("open device")]
     OpenDevice(#[source] DeviceError),
     /// Registering memory failed.
-    #[error("register memory region: {0}")]
+    #[error("register memory region")]
     RegMr(#[source] DeviceError),
     /// Creating a QP failed.
-    #[error("create QP: {0}")]
+    #[error("create QP")]
     CreateQp(#[source] EngineError),
     /// Modifying a QP failed.
-    #[error("modify QP {qpn:#x}: {source}")]
+    #[error("modify QP {qpn:#x}")]
     ModifyQp {
         /// The QP.
         qpn: u32,
@@ -126,7 +126,7 @@ pub enum Error {
         source: EngineError,
     },
     /// Querying a QP failed.
-    #[error("query QP {qpn:#x}: {source}")]
+    #[error("query QP {qpn:#x}")]
     QueryQp {
         /// The QP.
         qpn: u32,
@@ -135,7 +135,7 @@ pub enum Error {
         source: EngineError,
     },
     /// Posting a send work request failed.
-    #[error("post send on QP {qpn:#x}: {source}")]
+    #[error("post send on QP {qpn:#x}")]
     PostSend {
         /// The QP.
         qpn: u32,
@@ -144,7 +144,7 @@ pub enum Error {
         source: PostError,
     },
     /// Posting a receive work request failed.
-    #[error("post receive on QP {qpn:#x}: {source}")]
+    #[error("post receive on QP {qpn:#x}")]
     PostRecv {
         /// The QP.
         qpn: u32,
@@ -153,7 +153,7 @@ pub enum Error {
         source: PostError,
     },
     /// A memory region access by the application was out of range.
-    #[error("memory region access: {0}")]
+    #[error("memory region access")]
     MrAccess(#[source] rnic_core::mem::MemError),
     /// A connection-management call failed (a rejection, nobody listening, no answer, a
     /// call that does not fit the connection's state).
@@ -165,7 +165,7 @@ pub enum Error {
         why: String,
     },
     /// A connect step failed.
-    #[error("connect QP {qpn:#x} ({step}): {source}")]
+    #[error("connect QP {qpn:#x} ({step})")]
     Connect {
         /// The QP.
         qpn: u32,
@@ -184,7 +184,7 @@ pub enum Error {
         why: String,
     },
     /// The device's threads have stopped.
-    #[error("device stopped: {0}")]
+    #[error("device stopped")]
     DeviceStopped(#[source] DeviceError),
     /// Waiting for completions timed out.
     #[error("timed out after {0:?} waiting for completions")]
@@ -193,7 +193,7 @@ pub enum Error {
     #[error("timed out after {0:?} waiting for an event")]
     EventTimeout(Duration),
     /// Posting to a shared receive queue failed.
-    #[error("post receive on SRQ {srq}: {source}")]
+    #[error("post receive on SRQ {srq}")]
     PostSrqRecv {
         /// The SRQ.
         srq: u32,
@@ -202,7 +202,7 @@ pub enum Error {
         source: PostError,
     },
     /// Modifying a shared receive queue failed.
-    #[error("modify SRQ {srq}: {source}")]
+    #[error("modify SRQ {srq}")]
     ModifySrq {
         /// The SRQ.
         srq: u32,
@@ -229,6 +229,31 @@ pub enum Error {
         /// Events not acknowledged.
         outstanding: u32,
     },
+}
+
+impl Error {
+    /// The error and every cause under it on one line (`post send on QP 0x11: ...: ...`).
+    /// `Display` shows this error alone and [`source`](std::error::Error::source) returns
+    /// its cause, so a program printing errors should print this (or walk the chain).
+    pub fn report(&self) -> String {
+        report(self)
+    }
+}
+
+/// Any error with every cause under it on one line, joined by `: ` (each cause's text
+/// once: an error whose `Display` already ends with its cause's text is not repeated).
+pub fn report(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.ends_with(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
 }
 
 /// Result with this crate's [`Error`].

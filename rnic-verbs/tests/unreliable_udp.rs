@@ -93,7 +93,7 @@ fn uc_send_and_write_over_udp() {
     }
     let read = SendOp::RdmaRead { remote_addr: b.mr.remote().addr, rkey: b.mr.remote().rkey };
     let e = qa.post_send(&SendWr::new(9, read, vec![a.mr.sge(0, 8)])).unwrap_err();
-    assert!(e.to_string().contains("RDMA_READ is not supported on a UC QP"), "{e}");
+    assert!(e.report().contains("RDMA_READ is not supported on a UC QP"), "{e}");
     // UC has no acknowledgements: b sent nothing.
     assert_eq!(b.ctx.counter("sent_pkts"), Some(0));
 }
@@ -104,22 +104,22 @@ fn ud_api_errors_are_precise() {
     let prepared = a.pd.qp_builder(&a.cq, &a.cq).qp_type(QpType::Ud).build().unwrap();
     let e =
         a.pd.qp_builder(&a.cq, &a.cq).qp_type(QpType::Ud).build().unwrap().connect(&prepared.endpoint()).unwrap_err();
-    assert!(e.to_string().contains("UD, which is not connected: use activate()"), "{e}");
+    assert!(e.report().contains("UD, which is not connected: use activate()"), "{e}");
     let e = a.pd.qp_builder(&a.cq, &a.cq).build().unwrap().activate().unwrap_err();
-    assert!(e.to_string().contains("connected QPs use connect"), "{e}");
+    assert!(e.report().contains("connected QPs use connect"), "{e}");
     let qp = prepared.activate().unwrap();
     assert_eq!(qp.query().unwrap().qkey, DEFAULT_QKEY);
     let e = a.pd.create_ah(Gid([0; 16])).unwrap_err();
-    assert!(e.to_string().contains("all zeros"), "{e}");
+    assert!(e.report().contains("all zeros"), "{e}");
     let e = a.pd.create_ah(Gid::from_ip("fd00::1".parse().unwrap())).unwrap_err();
-    assert!(e.to_string().contains("not of the same IP version"), "{e}");
+    assert!(e.report().contains("not of the same IP version"), "{e}");
     let e = qp.post_send(&SendWr::send(1, vec![a.mr.sge(0, 8)])).unwrap_err();
-    assert!(e.to_string().contains("needs a destination"), "{e}");
+    assert!(e.report().contains("needs a destination"), "{e}");
     let ah = a.pd.create_ah(Gid::from_ip("127.0.52.6".parse().unwrap())).unwrap();
     let e = qp.post_send(&SendWr::send(1, vec![a.mr.sge(0, 4097)]).to(ah.dest(0x11, QKEY))).unwrap_err();
-    assert!(e.to_string().contains("UD message of 4097 bytes exceeds the port MTU of 4096"), "{e}");
+    assert!(e.report().contains("UD message of 4097 bytes exceeds the port MTU of 4096"), "{e}");
     let e = a.pd.create_ah_from_grh(&[0; 40]).unwrap_err();
-    assert!(e.to_string().contains("neither an IPv4 header"), "{e}");
+    assert!(e.report().contains("neither an IPv4 header"), "{e}");
 }
 
 /// A UD QP on a device capturing its traffic pings two peers, which answer from the GRH;

@@ -87,26 +87,32 @@ fn bad_calls_return_errors_naming_what_was_wrong() {
     let prepared = a.pd.qp_builder(&a.cq, &a.cq).cap(QpCap { max_send_wr: 2, ..QpCap::default() }).build().unwrap();
     // Posting a send in INIT.
     let e = prepared.qp().post_send(&SendWr::send(1, vec![a.mr.sge(0, 8)])).unwrap_err();
-    assert!(e.to_string().contains("state Init"), "{e}");
+    assert!(e.report().contains("state Init"), "{e}");
     // A bad transition through the escape hatch.
     let bad = QpAttr { mask: QpAttrMask::STATE, state: QpState::Rts, ..QpAttr::default() };
     let e = prepared.qp().modify(&bad).unwrap_err();
     assert!(matches!(e, Error::ModifyQp { .. }), "{e:?}");
-    assert!(e.to_string().contains("INIT->RTS"), "{e}");
+    assert!(e.report().contains("INIT->RTS"), "{e}");
     // Connect to a peer that does not exist: nothing will ever be acknowledged.
     let ghost = Endpoint { qpn: 0x11, gid: Gid::from_ip("127.0.13.99".parse().unwrap()), psn: 0 };
     let qp = prepared.connect(&ghost).unwrap();
     // lkey of another PD.
     let e = qp.post_send(&SendWr::send(1, vec![foreign.sge(0, 8)])).unwrap_err();
-    assert!(e.to_string().contains("protection domain"), "{e}");
+    assert!(e.report().contains("protection domain"), "{e}");
     // SGE over the region's end.
     let e = qp.post_send(&SendWr::send(1, vec![a.mr.sge(0, 8), a.mr.sge(65530, 7)])).unwrap_err();
-    assert!(e.to_string().starts_with("post send on QP 0x11: SGE 1:"), "{e}");
+    assert!(e.report().starts_with("post send on QP 0x11: SGE 1:"), "{e}");
     // Queue full: two posts fit, the third does not.
     qp.post_send(&SendWr::send(1, vec![a.mr.sge(0, 8)])).unwrap();
     qp.post_send(&SendWr::send(2, vec![a.mr.sge(0, 8)])).unwrap();
     let e = qp.post_send(&SendWr::send(3, vec![a.mr.sge(0, 8)])).unwrap_err();
-    assert!(e.to_string().contains("send queue is full (2"), "{e}");
+    assert!(e.report().contains("send queue is full (2"), "{e}");
+    // Display says what failed, `source()` why, `report()` both, each once (a chain
+    // printer would otherwise print the cause twice).
+    let cause = std::error::Error::source(&e).expect("a cause").to_string();
+    assert_eq!(e.to_string(), "post send on QP 0x11");
+    assert_eq!(e.report(), format!("post send on QP 0x11: {cause}"));
+    assert_eq!(rnic_verbs::report(&e), e.report());
     // Unknown device.
     assert!(matches!(Context::open("mlx5_0"), Err(Error::NoSuchDevice { .. })));
 }

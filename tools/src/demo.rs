@@ -107,11 +107,11 @@ fn open(name: &str, ip: IpAddr, pcap: &Option<PathBuf>, faults: Option<FaultHand
     if faults.is_some() {
         cfg.faults = faults;
     }
-    let ctx = Context::open_with(cfg).map_err(|e| e.to_string())?;
+    let ctx = Context::open_with(cfg).map_err(|e| rnic_verbs::report(&e))?;
     let pd = ctx.alloc_pd();
-    let cq = ctx.create_cq(256).map_err(|e| e.to_string())?;
+    let cq = ctx.create_cq(256).map_err(|e| rnic_verbs::report(&e))?;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mr = pd.allocate_mr(BUF, access).map_err(|e| e.to_string())?;
+    let mr = pd.allocate_mr(BUF, access).map_err(|e| rnic_verbs::report(&e))?;
     Ok(Side { ctx, pd, cq, mr })
 }
 
@@ -236,7 +236,7 @@ impl Demo {
     }
 
     fn wc(&self, cq: &CompletionQueue) -> Result<WorkCompletion, String> {
-        cq.wait(1, TIMEOUT).map(|v| v[0]).map_err(|e| e.to_string())
+        cq.wait(1, TIMEOUT).map(|v| v[0]).map_err(|e| rnic_verbs::report(&e))
     }
 
     fn run_mtu(&mut self, mtu: PathMtu) -> Result<(), String> {
@@ -247,8 +247,8 @@ impl Demo {
         let qa = qp(&self.a, mtu, timeout)?;
         let qb = qp(&self.b, mtu, timeout)?;
         let (ea, eb) = (qa.endpoint(), qb.endpoint());
-        let qa = qa.connect(&eb).map_err(|e| e.to_string())?;
-        let qb = qb.connect(&ea).map_err(|e| e.to_string())?;
+        let qa = qa.connect(&eb).map_err(|e| rnic_verbs::report(&e))?;
+        let qb = qb.connect(&ea).map_err(|e| rnic_verbs::report(&e))?;
         self.say(format!(
             "\n== path MTU {m}: rnic0 QP {:#x} (first PSN {:#08x}) <-> rnic1 QP {:#x} (first PSN {:#08x}) ==",
             ea.qpn, ea.psn, eb.qpn, eb.psn
@@ -268,11 +268,12 @@ impl Demo {
 
     fn send(&mut self, qa: &QueuePair, qb: &QueuePair, mtu: usize, len: usize, seed: u32) -> Result<(), String> {
         let data = pattern(seed, len);
-        self.a.mr.write(0, &data).map_err(|e| e.to_string())?;
-        self.b.mr.write(0, &vec![0u8; len]).map_err(|e| e.to_string())?;
+        self.a.mr.write(0, &data).map_err(|e| rnic_verbs::report(&e))?;
+        self.b.mr.write(0, &vec![0u8; len]).map_err(|e| rnic_verbs::report(&e))?;
         let (sa, sb) = (Self::sent(&self.a), Self::sent(&self.b));
-        qb.post_recv(&RecvWr { wr_id: 10, sg_list: vec![self.b.mr.sge(0, len32(len))] }).map_err(|e| e.to_string())?;
-        qa.post_send(&SendWr::send(1, vec![self.a.mr.sge(0, len32(len))])).map_err(|e| e.to_string())?;
+        qb.post_recv(&RecvWr { wr_id: 10, sg_list: vec![self.b.mr.sge(0, len32(len))] })
+            .map_err(|e| rnic_verbs::report(&e))?;
+        qa.post_send(&SendWr::send(1, vec![self.a.mr.sge(0, len32(len))])).map_err(|e| rnic_verbs::report(&e))?;
         let wa = self.requester_wc()?;
         self.note(false, format!("CPU: {} {}", wa.opcode.name(), wa.status));
         let wb = self.wc(&self.b.cq)?;
@@ -292,7 +293,7 @@ impl Demo {
             wa.status
         ));
         let mut got = vec![0u8; len];
-        self.b.mr.read(0, &mut got).map_err(|e| e.to_string())?;
+        self.b.mr.read(0, &mut got).map_err(|e| rnic_verbs::report(&e))?;
         let good = wa.status == WcStatus::Success
             && wb.status == WcStatus::Success
             && wb.byte_len as usize == len
@@ -305,13 +306,13 @@ impl Demo {
 
     fn write_imm(&mut self, qa: &QueuePair, qb: &QueuePair, mtu: usize, len: usize, seed: u32) -> Result<(), String> {
         let data = pattern(seed, len);
-        self.a.mr.write(0, &data).map_err(|e| e.to_string())?;
+        self.a.mr.write(0, &data).map_err(|e| rnic_verbs::report(&e))?;
         let r = self.b.mr.remote();
         let (sa, sb) = (Self::sent(&self.a), Self::sent(&self.b));
-        qb.post_recv(&RecvWr { wr_id: 11, sg_list: vec![] }).map_err(|e| e.to_string())?;
+        qb.post_recv(&RecvWr { wr_id: 11, sg_list: vec![] }).map_err(|e| rnic_verbs::report(&e))?;
         let imm = 0xC0DE_0000 | (seed & 0xffff);
         let op = SendOp::RdmaWriteWithImm { remote_addr: r.addr + 4096, rkey: r.rkey, imm };
-        qa.post_send(&SendWr::new(2, op, vec![self.a.mr.sge(0, len32(len))])).map_err(|e| e.to_string())?;
+        qa.post_send(&SendWr::new(2, op, vec![self.a.mr.sge(0, len32(len))])).map_err(|e| rnic_verbs::report(&e))?;
         let wa = self.requester_wc()?;
         self.note(false, format!("CPU: {} {}", wa.opcode.name(), wa.status));
         let wb = self.wc(&self.b.cq)?;
@@ -335,7 +336,7 @@ impl Demo {
             wa.status
         ));
         let mut got = vec![0u8; len];
-        self.b.mr.read(4096, &mut got).map_err(|e| e.to_string())?;
+        self.b.mr.read(4096, &mut got).map_err(|e| rnic_verbs::report(&e))?;
         let good = wa.status == WcStatus::Success && wb.imm_data == imm && wb.wc_flags.with_imm && got == data;
         self.check(format!("RDMA_WRITE_WITH_IMM {len} B at MTU {mtu}"), good, || {
             format!("completions {wa} / {wb}, bytes equal: {}", got == data)
@@ -345,12 +346,13 @@ impl Demo {
 
     fn read(&mut self, qa: &QueuePair, mtu: usize, len: usize, seed: u32) -> Result<(), String> {
         let data = pattern(seed, len);
-        self.b.mr.write(8192, &data).map_err(|e| e.to_string())?;
-        self.a.mr.write(BUF / 2, &vec![0u8; len]).map_err(|e| e.to_string())?;
+        self.b.mr.write(8192, &data).map_err(|e| rnic_verbs::report(&e))?;
+        self.a.mr.write(BUF / 2, &vec![0u8; len]).map_err(|e| rnic_verbs::report(&e))?;
         let r = self.b.mr.remote();
         let (sa, sb) = (Self::sent(&self.a), Self::sent(&self.b));
         let op = SendOp::RdmaRead { remote_addr: r.addr + 8192, rkey: r.rkey };
-        qa.post_send(&SendWr::new(3, op, vec![self.a.mr.sge(BUF / 2, len32(len))])).map_err(|e| e.to_string())?;
+        qa.post_send(&SendWr::new(3, op, vec![self.a.mr.sge(BUF / 2, len32(len))]))
+            .map_err(|e| rnic_verbs::report(&e))?;
         let wa = self.requester_wc()?;
         self.note(false, format!("CPU: {} {} ({} bytes)", wa.opcode.name(), wa.status, wa.byte_len));
         let nothing = format!("CPU: nothing (one-sided READ; its CQ holds {})", self.b.cq.len());
@@ -365,7 +367,7 @@ impl Demo {
             wa.byte_len
         ));
         let mut got = vec![0u8; len];
-        self.a.mr.read(BUF / 2, &mut got).map_err(|e| e.to_string())?;
+        self.a.mr.read(BUF / 2, &mut got).map_err(|e| rnic_verbs::report(&e))?;
         let good = wa.status == WcStatus::Success && self.b.cq.is_empty() && got == data;
         self.check(format!("RDMA_READ {len} B at MTU {mtu}"), good, || {
             format!("completion {wa}, bytes equal: {}", got == data)
@@ -379,7 +381,7 @@ fn len32(len: usize) -> u32 {
 }
 
 fn qp(side: &Side, mtu: PathMtu, timeout: u8) -> Result<rnic_verbs::PreparedQp, String> {
-    side.pd.qp_builder(&side.cq, &side.cq).mtu(mtu).timeout(timeout).build().map_err(|e| e.to_string())
+    side.pd.qp_builder(&side.cq, &side.cq).mtu(mtu).timeout(timeout).build().map_err(|e| rnic_verbs::report(&e))
 }
 
 /// Runs the demo; 0 when every transfer verified.

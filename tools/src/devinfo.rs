@@ -66,7 +66,7 @@ pub fn run(a: &Args) -> ExitCode {
         match Context::open_with(config) {
             Ok(ctx) => print!("{}", render(&ctx, a.verbose)),
             Err(e) => {
-                eprintln!("rnic devinfo: {}: cannot open at {}: {e}", d.name, d.ip);
+                eprintln!("rnic devinfo: {}: cannot open at {}: {}", d.name, d.ip, e.report());
                 failed = true;
             }
         }

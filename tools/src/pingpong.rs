@@ -238,7 +238,7 @@ fn run_inner(a: &Args) -> Result<(), String> {
         Some(ip) => Context::open_at(&a.dev, ip),
         None => Context::open(&a.dev),
     }
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| rnic_verbs::report(&e))?;
     let result = run_on(a, &ctx, mtu, size);
     if a.counters {
         let c: Vec<String> =
@@ -255,12 +255,12 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
         Some(ch) => ctx.create_cq_with_channel(a.rx_depth as usize + 1, ch),
         None => ctx.create_cq(a.rx_depth as usize + 1),
     }
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| rnic_verbs::report(&e))?;
     // UD (ibv_ud_pingpong): receives land at 0 with the 40-byte GRH area first, sends
     // go from UD_GRH_LEN, so the payload sits at the same place both ways (an echo).
     let at = if a.ud { GRH_LEN } else { 0 };
-    let mr = pd.allocate_mr((at + size).max(1), AccessFlags::LOCAL_WRITE).map_err(|e| e.to_string())?;
-    mr.write(at, &vec![FILL; size]).map_err(|e| e.to_string())?;
+    let mr = pd.allocate_mr((at + size).max(1), AccessFlags::LOCAL_WRITE).map_err(|e| rnic_verbs::report(&e))?;
+    mr.write(at, &vec![FILL; size]).map_err(|e| rnic_verbs::report(&e))?;
     let cap = rnic_verbs::QpCap {
         max_send_wr: 1,
         max_recv_wr: a.rx_depth,
@@ -284,15 +284,18 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
         .max_rd_atomic(1)
         .max_dest_rd_atomic(1)
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| rnic_verbs::report(&e))?;
     let len = u32::try_from(size).map_err(|_| "-s: too large")?;
     let sge = mr.sge(at, len);
     let rx_sge = mr.sge(0, len + u32::try_from(at).unwrap_or(0));
     for _ in 0..a.rx_depth {
-        prepared.qp().post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: vec![rx_sge] }).map_err(|e| e.to_string())?;
+        prepared
+            .qp()
+            .post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: vec![rx_sge] })
+            .map_err(|e| rnic_verbs::report(&e))?;
     }
     if a.events {
-        cq.req_notify(false).map_err(|e| format!("Couldn't request CQ notification: {e}"))?;
+        cq.req_notify(false).map_err(|e| format!("Couldn't request CQ notification: {}", e.report()))?;
     }
     let ep = prepared.endpoint();
     let mine = Dest { lid: 0, qpn: ep.qpn, psn: ep.psn, gid: ep.gid };
@@ -315,11 +318,11 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
     let mut ud_dest = None;
     let mut bring_up = |prepared: PreparedQp, ep: &Endpoint| -> Result<QueuePair, String> {
         if a.ud {
-            let ah = pd.create_ah(ep.gid).map_err(|e| e.to_string())?;
+            let ah = pd.create_ah(ep.gid).map_err(|e| rnic_verbs::report(&e))?;
             ud_dest = Some(ah.dest(ep.qpn, UD_QKEY));
-            prepared.activate().map_err(|e| e.to_string())
+            prepared.activate().map_err(|e| rnic_verbs::report(&e))
         } else {
-            prepared.connect(ep).map_err(|e| e.to_string())
+            prepared.connect(ep).map_err(|e| rnic_verbs::report(&e))
         }
     };
     let (qp, remote) = match &a.server {
@@ -345,13 +348,13 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
 
     let expect = a.chk.then(|| chk_pattern(size));
     if client && a.chk {
-        mr.write(at, &chk_pattern(size)).map_err(|e| e.to_string())?;
+        mr.write(at, &chk_pattern(size)).map_err(|e| rnic_verbs::report(&e))?;
     }
     let wr = match ud_dest {
         Some(d) => SendWr::send(SEND_WRID, vec![sge]).to(d),
         None => SendWr::send(SEND_WRID, vec![sge]),
     };
-    let post_send = |qp: &QueuePair| qp.post_send(&wr).map_err(|e| e.to_string());
+    let post_send = |qp: &QueuePair| qp.post_send(&wr).map_err(|e| rnic_verbs::report(&e));
     // rc_pingpong's `pending`: the next SEND goes once the last one completed and the
     // peer's message arrived.
     let mut pending = RECV_WRID;
@@ -372,7 +375,8 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
             match wc.wr_id {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
-                    qp.post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: vec![rx_sge] }).map_err(|e| e.to_string())?;
+                    qp.post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: vec![rx_sge] })
+                        .map_err(|e| rnic_verbs::report(&e))?;
                     rcnt += 1;
                     if let Some(expect) = &expect {
                         check_received(&mr, at, expect, rcnt)?;
@@ -388,7 +392,7 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
         }
     }
     let usec = start.elapsed().as_secs_f64() * 1e6;
-    cq.ack_events(num_cq_events).map_err(|e| e.to_string())?;
+    cq.ack_events(num_cq_events).map_err(|e| rnic_verbs::report(&e))?;
     let bytes = 2 * u64::try_from(size).unwrap_or(u64::MAX) * u64::from(a.iters);
     for line in result_lines(bytes, a.iters, usec) {
         println!("{line}");
@@ -426,9 +430,9 @@ fn next_completions(
     let blank = WorkCompletion::new(0, WcStatus::Success, rnic_verbs::WcOpcode::Send, 0);
     let mut wc = [blank; 2];
     if let Some(ch) = channel {
-        ch.get_cq_event(IDLE).map_err(|e| format!("Failed to get cq_event: {e}"))?;
+        ch.get_cq_event(IDLE).map_err(|e| format!("Failed to get cq_event: {}", e.report()))?;
         *num_cq_events += 1;
-        cq.req_notify(false).map_err(|e| format!("Couldn't request CQ notification: {e}"))?;
+        cq.req_notify(false).map_err(|e| format!("Couldn't request CQ notification: {}", e.report()))?;
         let n = cq.poll(&mut wc);
         out.extend(wc.into_iter().take(n));
         return Ok(());
@@ -451,7 +455,7 @@ fn next_completions(
 
 fn check_received(mr: &rnic_verbs::MemoryRegion, at: usize, expect: &[u8], iter: u32) -> Result<(), String> {
     let mut got = vec![0u8; expect.len()];
-    mr.read(at, &mut got).map_err(|e| e.to_string())?;
+    mr.read(at, &mut got).map_err(|e| rnic_verbs::report(&e))?;
     match got.iter().zip(expect).position(|(g, e)| g != e) {
         None => Ok(()),
         Some(at) => Err(format!(
@@ -471,7 +475,7 @@ fn connect_retry(host: &str, port: u16) -> Result<(TcpStream, SocketAddr), Strin
             (host, port).to_socket_addrs().map_err(|e| format!("{e} for {host}:{port}"))?.collect();
         let last = match TcpStream::connect(&addrs[..]) {
             Ok(s) => {
-                let peer = s.peer_addr().map_err(|e| e.to_string())?;
+                let peer = s.peer_addr().map_err(|e| rnic_verbs::report(&e))?;
                 return Ok((s, peer));
             }
             Err(e) => e,
@@ -497,7 +501,7 @@ mod tests {
     fn parse(args: &[&str]) -> Result<Args, String> {
         Cli::try_parse_from(std::iter::once("pingpong").chain(args.iter().copied()))
             .map(|c| c.a)
-            .map_err(|e| e.to_string())
+            .map_err(|e| rnic_verbs::report(&e))
     }
 
     #[test]

@@ -96,7 +96,7 @@ impl Bufs {
     fn new(ctx: &Context, pd: &rnic_verbs::ProtectionDomain, size: u32) -> Result<Bufs, String> {
         let size = size as usize;
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
-        let mr = pd.allocate_mr(2 * size + 2 * INFO, access).map_err(|e| e.to_string())?;
+        let mr = pd.allocate_mr(2 * size + 2 * INFO, access).map_err(|e| rnic_verbs::report(&e))?;
         let _ = ctx;
         Ok(Bufs { mr, size })
     }
@@ -118,11 +118,11 @@ impl Bufs {
         info[..8].copy_from_slice(&(self.mr.addr() + off as u64).to_be_bytes());
         info[8..12].copy_from_slice(&self.mr.rkey().to_be_bytes());
         info[12..].copy_from_slice(&u32::try_from(self.size).unwrap_or(u32::MAX).to_be_bytes());
-        self.mr.write(self.send(), &info).map_err(|e| e.to_string())
+        self.mr.write(self.send(), &info).map_err(|e| rnic_verbs::report(&e))
     }
     fn received(&self) -> Result<(u64, u32, u32), String> {
         let mut b = [0u8; INFO];
-        self.mr.read(self.recv(), &mut b).map_err(|e| e.to_string())?;
+        self.mr.read(self.recv(), &mut b).map_err(|e| rnic_verbs::report(&e))?;
         let addr = u64::from_be_bytes(b[..8].try_into().unwrap_or_default());
         let rkey = u32::from_be_bytes(b[8..12].try_into().unwrap_or_default());
         let size = u32::from_be_bytes(b[12..].try_into().unwrap_or_default());
@@ -130,7 +130,7 @@ impl Bufs {
     }
     fn c_string(&self, off: usize) -> Result<String, String> {
         let mut b = vec![0u8; self.size];
-        self.mr.read(off, &mut b).map_err(|e| e.to_string())?;
+        self.mr.read(off, &mut b).map_err(|e| rnic_verbs::report(&e))?;
         let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
         Ok(String::from_utf8_lossy(&b[..end]).into_owned())
     }
@@ -156,7 +156,7 @@ pub fn ping_text(ping: u64, start: u8, size: usize) -> Vec<u8> {
 fn wait_for(cq: &CompletionQueue, want: &[WcOpcode], debug: bool) -> Result<(), String> {
     let mut left: Vec<WcOpcode> = want.to_vec();
     while !left.is_empty() {
-        let wc = cq.wait(1, WAIT).map_err(|e| format!("waiting for {left:?}: {e}"))?[0];
+        let wc = cq.wait(1, WAIT).map_err(|e| format!("waiting for {left:?}: {}", e.report()))?[0];
         if wc.status != WcStatus::Success {
             return Err(format!("cq completion failed status {} ({})", wc.status as u32, wc.status));
         }
@@ -171,11 +171,12 @@ fn wait_for(cq: &CompletionQueue, want: &[WcOpcode], debug: bool) -> Result<(), 
 }
 
 fn post_recv(conn: &rnic_verbs::QueuePair, b: &Bufs) -> Result<(), String> {
-    conn.post_recv(&RecvWr { wr_id: 1, sg_list: vec![b.mr.sge(b.recv(), INFO_LEN)] }).map_err(|e| e.to_string())
+    conn.post_recv(&RecvWr { wr_id: 1, sg_list: vec![b.mr.sge(b.recv(), INFO_LEN)] })
+        .map_err(|e| rnic_verbs::report(&e))
 }
 
 fn post_info_send(conn: &Connection, b: &Bufs) -> Result<(), String> {
-    conn.qp.post_send(&SendWr::send(2, vec![b.mr.sge(b.send(), INFO_LEN)])).map_err(|e| e.to_string())
+    conn.qp.post_send(&SendWr::send(2, vec![b.mr.sge(b.send(), INFO_LEN)])).map_err(|e| rnic_verbs::report(&e))
 }
 
 fn client(a: &Args) -> Result<(), String> {
@@ -184,8 +185,8 @@ fn client(a: &Args) -> Result<(), String> {
         (None, IpAddr::V4(v)) if v.is_loopback() => IpAddr::from([127, 0, 0, 2]),
         (None, _) => return Err("-I ADDR: give this host's rnic address (the server is not on loopback)".into()),
     };
-    let ctx = Context::open_at("rnic0", local).map_err(|e| e.to_string())?;
-    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(16).map_err(|e| e.to_string())?);
+    let ctx = Context::open_at("rnic0", local).map_err(|e| rnic_verbs::report(&e))?;
+    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(16).map_err(|e| rnic_verbs::report(&e))?);
     let b = Bufs::new(&ctx, &pd, a.size)?;
     let access = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
     let mtu = rnic_verbs::PathMtu::from_bytes(a.mtu).ok_or_else(|| format!("--mtu {}: not 256 .. 4096", a.mtu))?;
@@ -196,9 +197,9 @@ fn client(a: &Args) -> Result<(), String> {
         .max_rd_atomic(1)
         .max_dest_rd_atomic(1)
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| rnic_verbs::report(&e))?;
     post_recv(qp.qp(), &b)?;
-    let conn = ctx.cm_connect(qp, a.addr, a.port, &[], WAIT).map_err(|e| e.to_string())?;
+    let conn = ctx.cm_connect(qp, a.addr, a.port, &[], WAIT).map_err(|e| rnic_verbs::report(&e))?;
     if a.debug {
         eprintln!("rping: connected, QP {:#x}", conn.qp.qpn());
     }
@@ -207,8 +208,8 @@ fn client(a: &Args) -> Result<(), String> {
     while a.count.is_none_or(|c| ping < c) {
         let text = ping_text(ping, start, b.size);
         start = if start >= 122 { 65 } else { start + 1 };
-        b.mr.write(b.start(), &text).map_err(|e| e.to_string())?;
-        b.mr.write(b.rdma(), &vec![0u8; b.size]).map_err(|e| e.to_string())?;
+        b.mr.write(b.start(), &text).map_err(|e| rnic_verbs::report(&e))?;
+        b.mr.write(b.rdma(), &vec![0u8; b.size]).map_err(|e| rnic_verbs::report(&e))?;
         // 1. Our start buffer: the server READs it.
         b.advertise(b.start())?;
         post_info_send(&conn, &b)?;
@@ -220,7 +221,7 @@ fn client(a: &Args) -> Result<(), String> {
         wait_for(&cq, &[WcOpcode::Send, WcOpcode::Recv], a.debug)?;
         post_recv(&conn.qp, &b)?;
         let mut echo = vec![0u8; b.size];
-        b.mr.read(b.rdma(), &mut echo).map_err(|e| e.to_string())?;
+        b.mr.read(b.rdma(), &mut echo).map_err(|e| rnic_verbs::report(&e))?;
         if a.validate && echo != text {
             return Err(format!("data mismatch in ping {ping}"));
         }
@@ -229,9 +230,9 @@ fn client(a: &Args) -> Result<(), String> {
         }
         ping += 1;
     }
-    conn.disconnect(&[]).map_err(|e| e.to_string())?;
+    conn.disconnect(&[]).map_err(|e| rnic_verbs::report(&e))?;
     loop {
-        match ctx.cm_get_event(WAIT).map_err(|e| e.to_string())? {
+        match ctx.cm_get_event(WAIT).map_err(|e| rnic_verbs::report(&e))? {
             CmEvent::Disconnected { .. } => break,
             _ => continue,
         }
@@ -240,11 +241,11 @@ fn client(a: &Args) -> Result<(), String> {
 }
 
 fn server(a: &Args) -> Result<(), String> {
-    let ctx = Context::open_at("rnic0", a.addr).map_err(|e| e.to_string())?;
-    ctx.cm_listen(a.port).map_err(|e| e.to_string())?;
+    let ctx = Context::open_at("rnic0", a.addr).map_err(|e| rnic_verbs::report(&e))?;
+    ctx.cm_listen(a.port).map_err(|e| rnic_verbs::report(&e))?;
     loop {
         let req = loop {
-            match ctx.cm_get_event(Duration::from_secs(3600)).map_err(|e| e.to_string())? {
+            match ctx.cm_get_event(Duration::from_secs(3600)).map_err(|e| rnic_verbs::report(&e))? {
                 CmEvent::ConnectRequest(r) => break r,
                 _ => continue,
             }
@@ -291,7 +292,7 @@ fn recv_or_disconnect(ctx: &Context, cq: &CompletionQueue, conn: &Connection, a:
 }
 
 fn serve_one(a: &Args, ctx: &Context, req: &rnic_verbs::ConnectRequest) -> Result<(), String> {
-    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(16).map_err(|e| e.to_string())?);
+    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(16).map_err(|e| rnic_verbs::report(&e))?);
     let b = Bufs::new(ctx, &pd, a.size)?;
     let access = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
     let qp = pd
@@ -300,9 +301,9 @@ fn serve_one(a: &Args, ctx: &Context, req: &rnic_verbs::ConnectRequest) -> Resul
         .max_rd_atomic(1)
         .max_dest_rd_atomic(1)
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| rnic_verbs::report(&e))?;
     post_recv(qp.qp(), &b)?;
-    let conn = ctx.cm_accept(req, qp, &[]).map_err(|e| e.to_string())?;
+    let conn = ctx.cm_accept(req, qp, &[]).map_err(|e| rnic_verbs::report(&e))?;
     loop {
         // 1. The client's start buffer: READ it.
         if !recv_or_disconnect(ctx, &cq, &conn, a)? {
@@ -311,11 +312,11 @@ fn serve_one(a: &Args, ctx: &Context, req: &rnic_verbs::ConnectRequest) -> Resul
         let (addr, rkey, size) = b.received()?;
         post_recv(&conn.qp, &b)?;
         let len = (size as usize).min(b.size);
-        b.mr.write(b.rdma(), &vec![0u8; b.size]).map_err(|e| e.to_string())?;
+        b.mr.write(b.rdma(), &vec![0u8; b.size]).map_err(|e| rnic_verbs::report(&e))?;
         let read = SendOp::RdmaRead { remote_addr: addr, rkey };
         conn.qp
             .post_send(&SendWr::new(3, read, vec![b.mr.sge(b.rdma(), u32::try_from(len).unwrap_or(0))]))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| rnic_verbs::report(&e))?;
         wait_for(&cq, &[WcOpcode::RdmaRead], a.debug)?;
         if a.verbose {
             println!("server ping data: {}", b.c_string(b.rdma())?);
@@ -333,7 +334,7 @@ fn serve_one(a: &Args, ctx: &Context, req: &rnic_verbs::ConnectRequest) -> Resul
         let text = b.c_string(b.rdma())?;
         let n = u32::try_from((text.len() + 1).min(b.size)).unwrap_or(0);
         let write = SendOp::RdmaWrite { remote_addr: addr, rkey };
-        conn.qp.post_send(&SendWr::new(4, write, vec![b.mr.sge(b.rdma(), n)])).map_err(|e| e.to_string())?;
+        conn.qp.post_send(&SendWr::new(4, write, vec![b.mr.sge(b.rdma(), n)])).map_err(|e| rnic_verbs::report(&e))?;
         wait_for(&cq, &[WcOpcode::RdmaWrite], a.debug)?;
         // 4. Begin again.
         post_info_send(&conn, &b)?;

@@ -34,19 +34,19 @@ pub(super) fn run(ip: IpAddr, peer_ip: IpAddr, seed: u64) -> Result<bool, String
     if a.ctx.device().config().congestion_control.params().is_none() {
         return Err("--congest shows DCQCN, but RNIC_CC=off turns it off: unset RNIC_CC".into());
     }
-    let qa = a.pd.qp_builder(&a.cq, &a.cq).mtu(PathMtu::Mtu4096).build().map_err(|e| e.to_string())?;
-    let qb = b.pd.qp_builder(&b.cq, &b.cq).mtu(PathMtu::Mtu4096).build().map_err(|e| e.to_string())?;
+    let qa = a.pd.qp_builder(&a.cq, &a.cq).mtu(PathMtu::Mtu4096).build().map_err(|e| rnic_verbs::report(&e))?;
+    let qb = b.pd.qp_builder(&b.cq, &b.cq).mtu(PathMtu::Mtu4096).build().map_err(|e| rnic_verbs::report(&e))?;
     let (ea, eb) = (qa.endpoint(), qb.endpoint());
-    let qa = qa.connect(&eb).map_err(|e| e.to_string())?;
-    let _qb = qb.connect(&ea).map_err(|e| e.to_string())?;
+    let qa = qa.connect(&eb).map_err(|e| rnic_verbs::report(&e))?;
+    let _qb = qb.connect(&ea).map_err(|e| rnic_verbs::report(&e))?;
     for k in 0..SLOTS {
         let seed = u32::try_from(k).unwrap_or(0) + 77;
-        a.mr.write(k * SLOT, &pattern(seed, SLOT)).map_err(|e| e.to_string())?;
+        a.mr.write(k * SLOT, &pattern(seed, SLOT)).map_err(|e| rnic_verbs::report(&e))?;
     }
     let remote = b.mr.remote();
     let post = |k: usize| {
         let op = SendOp::RdmaWrite { remote_addr: remote.addr + (k * SLOT) as u64, rkey: remote.rkey };
-        qa.post_send(&SendWr::new(k as u64, op, vec![a.mr.sge(k * SLOT, SLOT_U32)])).map_err(|e| e.to_string())
+        qa.post_send(&SendWr::new(k as u64, op, vec![a.mr.sge(k * SLOT, SLOT_U32)])).map_err(|e| rnic_verbs::report(&e))
     };
     println!("rnic demo --congest: DCQCN on one RC QP, rnic0 -> rnic1, 64 KiB RDMA WRITEs kept 16 deep");
     println!("  a fault rule on rnic0's wire plays a congested switch: it sets ECN CE on a share of the packets;");
@@ -74,7 +74,7 @@ pub(super) fn run(ip: IpAddr, peer_ip: IpAddr, seed: u64) -> Result<bool, String
         }
         let phase_end = start.elapsed() + len;
         while start.elapsed() < phase_end {
-            for wc in a.cq.wait(1, Duration::from_secs(10)).map_err(|e| e.to_string())? {
+            for wc in a.cq.wait(1, Duration::from_secs(10)).map_err(|e| rnic_verbs::report(&e))? {
                 if wc.status != WcStatus::Success {
                     return Err(format!("rnic0's WRITE failed: {wc}"));
                 }
@@ -110,7 +110,7 @@ pub(super) fn run(ip: IpAddr, peer_ip: IpAddr, seed: u64) -> Result<bool, String
     // Drain the WRITEs in flight, then check every slot.
     let mut outstanding = SLOTS;
     while outstanding > 0 {
-        for wc in a.cq.wait(1, Duration::from_secs(10)).map_err(|e| e.to_string())? {
+        for wc in a.cq.wait(1, Duration::from_secs(10)).map_err(|e| rnic_verbs::report(&e))? {
             if wc.status != WcStatus::Success {
                 return Err(format!("rnic0's WRITE failed: {wc}"));
             }
@@ -120,7 +120,7 @@ pub(super) fn run(ip: IpAddr, peer_ip: IpAddr, seed: u64) -> Result<bool, String
     let mut ok = true;
     let mut got = vec![0u8; SLOT];
     for k in 0..SLOTS {
-        b.mr.read(k * SLOT, &mut got).map_err(|e| e.to_string())?;
+        b.mr.read(k * SLOT, &mut got).map_err(|e| rnic_verbs::report(&e))?;
         ok &= got == pattern(u32::try_from(k).unwrap_or(0) + 77, SLOT);
     }
     println!();

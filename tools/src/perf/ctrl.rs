@@ -138,8 +138,8 @@ impl Ctrl {
 
     /// Wraps a TCP stream.
     pub fn tcp(s: TcpStream) -> Result<Ctrl, String> {
-        s.set_read_timeout(Some(CTRL_TIMEOUT)).map_err(|e| e.to_string())?;
-        s.set_nodelay(true).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(CTRL_TIMEOUT)).map_err(|e| rnic_verbs::report(&e))?;
+        s.set_nodelay(true).map_err(|e| rnic_verbs::report(&e))?;
         Ok(Ctrl::Tcp(BufReader::new(s)))
     }
 
@@ -147,7 +147,7 @@ impl Ctrl {
     pub fn send(&mut self, m: &Msg) -> Result<(), String> {
         match self {
             Ctrl::Tcp(r) => {
-                let mut line = serde_json::to_string(m).map_err(|e| e.to_string())?;
+                let mut line = serde_json::to_string(m).map_err(|e| rnic_verbs::report(&e))?;
                 line.push('\n');
                 r.get_mut().write_all(line.as_bytes()).map_err(|e| format!("control connection: {e}"))
             }
@@ -164,7 +164,7 @@ impl Ctrl {
     /// other side goes away; for the end of a run, which can take as long as the run).
     fn recv_within(&mut self, limit: Option<Duration>) -> Result<Msg, String> {
         if let Ctrl::Tcp(r) = self {
-            r.get_ref().set_read_timeout(limit).map_err(|e| e.to_string())?;
+            r.get_ref().set_read_timeout(limit).map_err(|e| rnic_verbs::report(&e))?;
         }
         let m = match self {
             Ctrl::Tcp(r) => {

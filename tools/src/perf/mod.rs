@@ -759,7 +759,7 @@ fn connect(host: &str, port: u16) -> Result<Ctrl, String> {
 fn serve(ip: IpAddr, port: u16) -> Result<(), String> {
     let l = TcpListener::bind((ip, port)).map_err(|e| format!("cannot listen on {ip}:{port}: {e}"))?;
     eprintln!("rnic perf: waiting for a client on {ip}:{port}");
-    let (s, from) = l.accept().map_err(|e| e.to_string())?;
+    let (s, from) = l.accept().map_err(|e| rnic_verbs::report(&e))?;
     eprintln!("rnic perf: client {from}");
     server_side(Ctrl::tcp(s)?, ip)
 }
@@ -811,7 +811,7 @@ fn udp_source(ctrl: &mut Ctrl, local: IpAddr, peer: IpAddr, n: u64, size: u64) -
 /// Baseline, receiving side: returns (datagrams timed, seconds, gro).
 fn udp_sink(ctrl: &mut Ctrl, local: IpAddr, n: u64) -> Result<(u64, f64, bool), String> {
     let sock = udp::bind(local).map_err(|e| format!("UDP baseline: bind {local}: {e}"))?;
-    let port = sock.local_addr().map_err(|e| e.to_string())?.port();
+    let port = sock.local_addr().map_err(|e| rnic_verbs::report(&e))?.port();
     ctrl.send(&Msg::UdpReady { port })?;
     let (r, gro) = udp::sink(&sock, n, Duration::from_millis(300)).map_err(|e| format!("UDP baseline: {e}"))?;
     ctrl.send(&Msg::UdpDone { datagrams: r.timed, secs: r.secs })?;
@@ -823,7 +823,7 @@ fn udp_sink(ctrl: &mut Ctrl, local: IpAddr, n: u64) -> Result<(u64, f64, bool), 
 fn udp_both(ctrl: &mut Ctrl, local: IpAddr, peer: IpAddr, n: u64, size: u64) -> Result<(u64, f64, bool), String> {
     let sink = udp::bind(local).map_err(|e| format!("UDP baseline: bind {local}: {e}"))?;
     let src = udp::bind(local).map_err(|e| format!("UDP baseline: bind {local}: {e}"))?;
-    ctrl.send(&Msg::UdpReady { port: sink.local_addr().map_err(|e| e.to_string())?.port() })?;
+    ctrl.send(&Msg::UdpReady { port: sink.local_addr().map_err(|e| rnic_verbs::report(&e))?.port() })?;
     let port = ctrl.expect("udp_ready", |m| if let Msg::UdpReady { port } = m { Some(port) } else { None })?;
     let size = usize::try_from(size).map_err(|_| "UDP baseline: size too large".to_string())?;
     let (mine, gso) = std::thread::scope(|sc| {
@@ -909,7 +909,7 @@ fn client_baseline(
 fn server_baseline(ctrl: &mut Ctrl, ip: IpAddr, peer: IpAddr, test: Test, p: &Params, size: u64) -> Result<(), String> {
     if test.lat {
         let sock = udp::bind(ip).map_err(|e| format!("UDP baseline: bind {ip}: {e}"))?;
-        let port = sock.local_addr().map_err(|e| e.to_string())?.port();
+        let port = sock.local_addr().map_err(|e| rnic_verbs::report(&e))?.port();
         ctrl.send(&Msg::UdpReady { port })?;
         pin(1);
         udp::pong(&sock, Duration::from_secs(600)).map_err(|e| format!("UDP baseline: {e}"))?;
@@ -1231,7 +1231,7 @@ fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
                 ctrl.expect("setup", |m| if let Msg::Setup { qps, mr } = m { Some((qps, mr)) } else { None })?;
             // -R: listen before the client learns it may connect.
             if let Some(port) = p.cm_port {
-                s.ctx.cm_listen(port).map_err(|e| e.to_string())?;
+                s.ctx.cm_listen(port).map_err(|e| rnic_verbs::report(&e))?;
             }
             ctrl.send(&Msg::Setup { qps: s.endpoints(), mr: s.remote_mr() })?;
             s.connect(&eps, mr, false)?;

@@ -75,7 +75,7 @@ impl Side {
         // Benchmarks register up to 2 x 64 MiB + 8 MiB; pinning that would need a large
         // RLIMIT_MEMLOCK and changes nothing per packet.
         cfg.pin_memory = false;
-        let ctx = Context::open_with(cfg).map_err(|e| e.to_string())?;
+        let ctx = Context::open_with(cfg).map_err(|e| rnic_verbs::report(&e))?;
         let pd = ctx.alloc_pd();
         let q = params.qps as usize;
         let max_size = usize::try_from(params.sizes.iter().copied().max().unwrap_or(1).max(1))
@@ -96,13 +96,13 @@ impl Side {
             Some(ch) => ctx.create_cq_with_channel(d, ch),
             None => ctx.create_cq(d),
         };
-        let scq = cq(depth).map_err(|e| e.to_string())?;
-        let rcq = cq(depth).map_err(|e| e.to_string())?;
+        let scq = cq(depth).map_err(|e| rnic_verbs::report(&e))?;
+        let rcq = cq(depth).map_err(|e| rnic_verbs::report(&e))?;
         let access = AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_ATOMIC;
-        let mr = pd.allocate_mr(nbuf * stride + max_size, access).map_err(|e| e.to_string())?;
+        let mr = pd.allocate_mr(nbuf * stride + max_size, access).map_err(|e| rnic_verbs::report(&e))?;
         let mtu = PathMtu::from_bytes(params.mtu).ok_or_else(|| format!("-m {}: not a path MTU", params.mtu))?;
         let cap = QpCap {
             max_send_wr: params.tx_depth,
@@ -123,7 +123,7 @@ impl Side {
                     .max_rd_atomic(16)
                     .max_dest_rd_atomic(16)
             };
-            prepared.push(b.build().map_err(|e| e.to_string())?);
+            prepared.push(b.build().map_err(|e| rnic_verbs::report(&e))?);
         }
         Ok(Side {
             ctx,
@@ -152,11 +152,11 @@ impl Side {
     /// `ibv_get_cq_event`, `ibv_ack_cq_events`). Returns false without -e.
     fn sleep_on(&self, cq: &CompletionQueue) -> Result<bool, String> {
         let Some(ch) = &self.channel else { return Ok(false) };
-        cq.req_notify(false).map_err(|e| e.to_string())?;
+        cq.req_notify(false).map_err(|e| rnic_verbs::report(&e))?;
         if cq.is_empty() {
             // A bounded sleep: the callers' stall checks still run.
             if let Ok(got) = ch.get_cq_event(Duration::from_millis(100)) {
-                got.ack_events(1).map_err(|e| e.to_string())?;
+                got.ack_events(1).map_err(|e| rnic_verbs::report(&e))?;
             }
         }
         Ok(true)
@@ -185,7 +185,7 @@ impl Side {
             let wait = std::time::Duration::from_secs(60);
             for (p, ep) in self.prepared.drain(..).zip(peer) {
                 let conn = if active {
-                    self.ctx.cm_connect(p, ep.gid.to_ip(), port, &[], wait).map_err(|e| e.to_string())?
+                    self.ctx.cm_connect(p, ep.gid.to_ip(), port, &[], wait).map_err(|e| rnic_verbs::report(&e))?
                 } else {
                     let req = loop {
                         match self.ctx.cm_get_event(wait).map_err(|e| format!("-R: waiting for a REQ: {e}"))? {
@@ -193,7 +193,7 @@ impl Side {
                             _ => continue,
                         }
                     };
-                    self.ctx.cm_accept(&req, p, &[]).map_err(|e| e.to_string())?
+                    self.ctx.cm_accept(&req, p, &[]).map_err(|e| rnic_verbs::report(&e))?
                 };
                 self.qps.push(conn.qp);
                 self.conns.push(conn.id);
@@ -202,12 +202,12 @@ impl Side {
         for (p, ep) in self.prepared.drain(..).zip(peer) {
             if self.grh > 0 {
                 // UD: no connection; every send names the peer's QP through an AH.
-                self.qps.push(p.activate().map_err(|e| e.to_string())?);
-                let ah = self.pd.create_ah(ep.gid).map_err(|e| e.to_string())?;
+                self.qps.push(p.activate().map_err(|e| rnic_verbs::report(&e))?);
+                let ah = self.pd.create_ah(ep.gid).map_err(|e| rnic_verbs::report(&e))?;
                 self.dests.push(ah.dest(ep.qpn, UD_QKEY));
                 self.ahs.push(ah);
             } else {
-                self.qps.push(p.connect(ep).map_err(|e| e.to_string())?);
+                self.qps.push(p.connect(ep).map_err(|e| rnic_verbs::report(&e))?);
             }
         }
         self.remote = Some(mr);
@@ -243,7 +243,7 @@ impl Side {
     pub fn prepare(&self, kind: TestKind, size: usize) -> Result<(), String> {
         let pat = pattern(size);
         let zero = vec![0u8; size];
-        let w = |off: usize, b: &[u8]| self.mr.write(off, b).map_err(|e| e.to_string());
+        let w = |off: usize, b: &[u8]| self.mr.write(off, b).map_err(|e| rnic_verbs::report(&e));
         if kind == TestKind::Read {
             w(0, &pat)?;
             w(self.local_offset(), &zero)?;
@@ -290,7 +290,7 @@ impl Side {
             _ => (0, "WRITE target"),
         };
         let mut got = vec![0u8; size];
-        self.mr.read(off, &mut got).map_err(|e| e.to_string())?;
+        self.mr.read(off, &mut got).map_err(|e| rnic_verbs::report(&e))?;
         let mut want = pat;
         if let Some((_, tag)) = last {
             if let Some(b) = want.last_mut() {
@@ -305,7 +305,7 @@ impl Side {
 
     fn read_u64(&self, off: usize) -> Result<u64, String> {
         let mut b = [0u8; 8];
-        self.mr.read(off, &mut b).map_err(|e| e.to_string())?;
+        self.mr.read(off, &mut b).map_err(|e| rnic_verbs::report(&e))?;
         // RDMA atomics act on the responder's 64-bit words in its own byte order.
         Ok(u64::from_ne_bytes(b))
     }
@@ -355,7 +355,7 @@ fn one_sided_in(kind: TestKind) -> bool {
 
 fn post_recv(qp: &QueuePair, mr: &MemoryRegion, off: usize, len: usize, wr_id: u64) -> Result<(), String> {
     let len = u32::try_from(len).map_err(|_| format!("receive buffer of {len} bytes too large"))?;
-    qp.post_recv(&RecvWr { wr_id, sg_list: vec![mr.sge(off, len)] }).map_err(|e| e.to_string())
+    qp.post_recv(&RecvWr { wr_id, sg_list: vec![mr.sge(off, len)] }).map_err(|e| rnic_verbs::report(&e))
 }
 
 fn check_wc(wc: &WorkCompletion) -> Result<(), String> {
@@ -448,7 +448,7 @@ pub fn initiator_bw(side: &Side, p: &Params, kind: TestKind, size: usize, progre
         if let Some(d) = side.dests.get(qi) {
             wr.ud = Some(*d);
         }
-        side.qps[qi].post_send(&wr).map_err(|e| e.to_string())
+        side.qps[qi].post_send(&wr).map_err(|e| rnic_verbs::report(&e))
     };
     let mut turns = 0u32;
     loop {
@@ -595,8 +595,8 @@ pub fn target_send(
             let qi = (wc.wr_id >> 32) as usize;
             let off = side.slot_offset(qi, (wc.wr_id & 0xffff_ffff) as usize);
             let data = off + side.grh;
-            side.mr.read(data, &mut head).map_err(|e| e.to_string())?;
-            side.mr.read(data + size - edge, &mut tail).map_err(|e| e.to_string())?;
+            side.mr.read(data, &mut head).map_err(|e| rnic_verbs::report(&e))?;
+            side.mr.read(data + size - edge, &mut tail).map_err(|e| rnic_verbs::report(&e))?;
             if head[..] != pat[..edge] || tail[..] != pat[size - edge..] {
                 return Err(format!("SEND {got}: its first/last bytes differ from what was sent"));
             }
@@ -677,10 +677,10 @@ pub fn latency(
         let t0 = Instant::now();
         let send = |outstanding: &mut u64, wr: &mut SendWr| -> Result<(), String> {
             if !one_sided_in(kind) {
-                side.mr.write(local + size - 1, &[t]).map_err(|e| e.to_string())?;
+                side.mr.write(local + size - 1, &[t]).map_err(|e| rnic_verbs::report(&e))?;
             }
             wr.wr_id = i;
-            qp.post_send(wr).map_err(|e| e.to_string())?;
+            qp.post_send(wr).map_err(|e| rnic_verbs::report(&e))?;
             *outstanding += 1;
             if side.channel.is_none() {
                 side.ctx.progress();
@@ -705,7 +705,7 @@ pub fn latency(
                 }
                 match kind {
                     TestKind::Write => {
-                        side.mr.read(size - 1, byte).map_err(|e| e.to_string())?;
+                        side.mr.read(size - 1, byte).map_err(|e| rnic_verbs::report(&e))?;
                         if byte[0] == t {
                             *last = Some((0, t));
                             return Ok(true);
@@ -722,7 +722,7 @@ pub fn latency(
                                 ));
                             }
                             let off = side.slot_offset(0, (wc.wr_id & 0xffff_ffff) as usize);
-                            side.mr.read(off + side.grh + size - 1, byte).map_err(|e| e.to_string())?;
+                            side.mr.read(off + side.grh + size - 1, byte).map_err(|e| rnic_verbs::report(&e))?;
                             if byte[0] != t {
                                 return Err(format!("message {i}: tag {:#04x}, expected {t:#04x}", byte[0]));
                             }

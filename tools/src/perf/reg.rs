@@ -52,19 +52,20 @@ pub fn measure(max: usize) -> Result<Vec<RegRow>, String> {
     while n <= max {
         let app = Arc::new(MemBlock::new(n).map_err(|e| format!("{n} bytes: {e}"))?);
         // The application's data: its pages are faulted in, as a buffer in use is.
-        app.fill(0, n, 0x5a).map_err(|e| e.to_string())?;
+        app.fill(0, n, 0x5a).map_err(|e| rnic_verbs::report(&e))?;
         let bounce = Arc::new(MemBlock::new(n).map_err(|e| format!("{n} bytes: {e}"))?);
-        bounce.fill(0, n, 0).map_err(|e| e.to_string())?;
+        bounce.fill(0, n, 0).map_err(|e| rnic_verbs::report(&e))?;
         let _ = bounce.pin();
-        let copy_ns = median_ns(|| app.copy_to(0, &bounce, 0, n).map_err(|e| e.to_string()))?;
+        let copy_ns = median_ns(|| app.copy_to(0, &bounce, 0, n).map_err(|e| rnic_verbs::report(&e)))?;
         let iova = app.addr();
         let reg = |pin: bool| {
             median_ns(|| {
                 if pin {
-                    app.pin().map_err(|e| e.to_string())?;
+                    app.pin().map_err(|e| rnic_verbs::report(&e))?;
                 }
-                let keys = mtpt.register(PdId(1), app.clone(), 0, n, iova, access).map_err(|e| e.to_string())?;
-                mtpt.deregister(keys.lkey).map_err(|e| e.to_string())?;
+                let keys =
+                    mtpt.register(PdId(1), app.clone(), 0, n, iova, access).map_err(|e| rnic_verbs::report(&e))?;
+                mtpt.deregister(keys.lkey).map_err(|e| rnic_verbs::report(&e))?;
                 if pin {
                     app.unpin();
                 }

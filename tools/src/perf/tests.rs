@@ -12,7 +12,7 @@ struct Cli {
 fn parse(line: &str) -> Result<Args, String> {
     Cli::try_parse_from(std::iter::once("perf").chain(line.split_whitespace()))
         .map(|c| c.args)
-        .map_err(|e| e.to_string())
+        .map_err(|e| rnic_verbs::report(&e))
 }
 
 fn params(line: &str) -> Result<(Test, Params), String> {
