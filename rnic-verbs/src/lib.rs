@@ -1068,6 +1068,22 @@ impl CompletionQueue {
 }
 
 /// Builds a queue pair (`ibv_create_qp` plus the attributes `connect` will use).
+///
+/// Defaults, each changed by the setter of the same name:
+///
+/// | attribute | default | note |
+/// |---|---|---|
+/// | `qp_type` | RC | |
+/// | `cap` | 256 send and 256 receive WRs, 4 SGEs each, 256 bytes inline | devinfo's limits: `max_qp_wr` 16384, `max_sge` 32 |
+/// | `access` | REMOTE_WRITE, REMOTE_READ | add REMOTE_ATOMIC (and FLUSH_GLOBAL) for atomics and FLUSH |
+/// | `mtu` | 1024 | `ibv_rc_pingpong`'s default; devinfo's `active_mtu` (4096) is the most the port takes, and `rnic perf` uses it (`-m 4096`), as perftest uses the port's |
+/// | `timeout` | 14 (4.096 us x 2^14 = 67 ms) | as perftest and rdma_cm |
+/// | `retry_cnt`, `rnr_retry` | 7, 7 (7 = retry RNR forever) | as perftest |
+/// | `min_rnr_timer` | 12 (0.64 ms) | as `ibv_rc_pingpong` |
+/// | `max_rd_atomic`, `max_dest_rd_atomic` | 1, 1 | devinfo's `max_qp_rd_atom` is 16, and `rnic perf` asks for 16 on RC |
+/// | `sq_sig_all` | false | |
+/// | `psn` | random | |
+/// | `qkey` (UD) | [`DEFAULT_QKEY`] | |
 #[derive(Debug, Clone)]
 pub struct QpBuilder {
     pd: ProtectionDomain,

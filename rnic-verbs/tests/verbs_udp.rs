@@ -153,3 +153,29 @@ fn cq_overflow_puts_the_qp_in_error_and_raises_async_events() {
     assert_eq!(small.poll_one().map(|w| w.wr_id), Some(0));
     assert!(b.ctx.counter("cq_overflow").unwrap() >= 1);
 }
+
+/// The defaults `QpBuilder`'s documentation lists are what a connected QP has (and what
+/// `cap` defaults to), so the table there cannot drift from the code.
+#[test]
+fn builder_defaults_are_the_documented_ones() {
+    let a = end("rnic0", "127.0.15.1", 1 << 16);
+    let b = end("rnic1", "127.0.15.2", 1 << 16);
+    let qa = a.pd.qp_builder(&a.cq, &a.cq).build().unwrap();
+    let qb = b.pd.qp_builder(&b.cq, &b.cq).build().unwrap();
+    let (ea, eb) = (qa.endpoint(), qb.endpoint());
+    let qa = qa.connect(&eb).unwrap();
+    let _qb = qb.connect(&ea).unwrap();
+    let at = qa.query().unwrap();
+    assert_eq!(at.access, AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ);
+    assert_eq!(PathMtu::from_ibv(at.path_mtu), Some(PathMtu::Mtu1024));
+    assert_eq!((at.timeout, at.retry_cnt, at.rnr_retry, at.min_rnr_timer), (14, 7, 7, 12));
+    assert_eq!((at.max_rd_atomic, at.max_dest_rd_atomic), (1, 1));
+    assert_eq!(
+        QpCap::default(),
+        QpCap { max_send_wr: 256, max_recv_wr: 256, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 256 }
+    );
+    // And the device limits the table compares them with (devinfo's).
+    let d = a.ctx.query_device();
+    assert_eq!((d.max_qp_wr, d.max_sge, d.max_qp_rd_atom), (16384, 32, 16));
+    assert_eq!(a.ctx.query_port().active_mtu, PathMtu::Mtu4096);
+}
