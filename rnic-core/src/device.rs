@@ -35,7 +35,7 @@ use crate::mem::{MemBlock, MemError};
 use crate::mr::{AccessFlags, MrError, MrKeys, Mtpt, PdId};
 use crate::qp_state::QpType;
 use crate::srq::Srq;
-use crate::wr::{RecvWr, SendWr};
+use crate::wr::{RecvWrRef, SendWrRef};
 use crossbeam_channel::{Receiver, Sender};
 use rnic_wire::icrc::{IcrcContext, Ipv4IdPolicy};
 use rnic_wire::{Qpn, ROCEV2_UDP_PORT};
@@ -663,7 +663,7 @@ impl Device {
 
     /// Posts a receive WQE to a shared receive queue (validated on the calling thread,
     /// queued lock-free; no command to the progress thread).
-    pub fn post_srq_recv(&self, srq: &Srq, wr: &RecvWr) -> Result<(), PostError> {
+    pub fn post_srq_recv<'a>(&self, srq: &Srq, wr: impl Into<RecvWrRef<'a>>) -> Result<(), PostError> {
         srq.post_recv(&self.inner.mtpt, wr)
     }
 
@@ -721,7 +721,7 @@ impl Device {
     }
 
     /// Validates a send WR on the calling thread and hands it to the engine.
-    pub fn post_send(&self, qp: &QpShared, wr: &SendWr) -> Result<(), PostError> {
+    pub fn post_send<'a>(&self, qp: &QpShared, wr: impl Into<SendWrRef<'a>>) -> Result<(), PostError> {
         let wqe = qp::validate_send(qp, &self.inner.mtpt, wr)?;
         self.hand_over(Cmd::PostSend(qp.qpn, wqe), &qp.sq_outstanding);
         Ok(())
@@ -733,7 +733,7 @@ impl Device {
     }
 
     /// Validates a receive WR on the calling thread and hands it to the engine.
-    pub fn post_recv(&self, qp: &QpShared, wr: &RecvWr) -> Result<(), PostError> {
+    pub fn post_recv<'a>(&self, qp: &QpShared, wr: impl Into<RecvWrRef<'a>>) -> Result<(), PostError> {
         let wqe = qp::validate_recv(qp, &self.inner.mtpt, wr)?;
         self.hand_over(Cmd::PostRecv(qp.qpn, wqe), &qp.rq_outstanding);
         Ok(())

@@ -8,7 +8,7 @@
 
 use crate::mr::{AccessFlags, Mtpt, PdId};
 use crate::post::{check_sges, PostError, RecvWqe, WqeData};
-use crate::wr::RecvWr;
+use crate::wr::RecvWrRef;
 use crossbeam_queue::ArrayQueue;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -86,12 +86,13 @@ impl Srq {
 
     /// Posts a receive WQE (`ibv_post_srq_recv`): its buffers must be locally writable
     /// regions of the SRQ's PD.
-    pub fn post_recv(&self, mtpt: &Mtpt, wr: &RecvWr) -> Result<(), PostError> {
+    pub fn post_recv<'a>(&self, mtpt: &Mtpt, wr: impl Into<RecvWrRef<'a>>) -> Result<(), PostError> {
+        let wr = &wr.into();
         if wr.sg_list.len() > self.max_sge as usize {
             return Err(PostError::TooManySges { given: wr.sg_list.len(), max: self.max_sge });
         }
         // The same checks as a QP's receive queue (validate_recv).
-        let (slices, len) = check_sges(mtpt, self.pd, &wr.sg_list, AccessFlags::LOCAL_WRITE)?;
+        let (slices, len) = check_sges(mtpt, self.pd, wr.sg_list, AccessFlags::LOCAL_WRITE)?;
         let wqe = RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(slices), len };
         self.queue.push(wqe).map_err(|_| PostError::QueueFull { queue: "shared receive", depth: self.max_wr() })
     }

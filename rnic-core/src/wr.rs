@@ -228,6 +228,68 @@ pub struct SendWr {
     pub ud: Option<UdDest>,
 }
 
+/// A send work request that borrows its scatter/gather list: what [`SendWr`] says,
+/// without owning a `Vec`. Post a list of them in one call, or build them from another
+/// representation (a C `ibv_send_wr`) without allocating. Every posting call takes either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendWrRef<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub op: SendOp,
+    /// Local buffers.
+    pub sg_list: &'a [Sge],
+    /// Flags.
+    pub flags: SendFlags,
+    /// UD only: the destination.
+    pub ud: Option<UdDest>,
+}
+
+impl<'a> From<&'a SendWr> for SendWrRef<'a> {
+    fn from(w: &'a SendWr) -> SendWrRef<'a> {
+        SendWrRef { wr_id: w.wr_id, op: w.op, sg_list: &w.sg_list, flags: w.flags, ud: w.ud }
+    }
+}
+
+impl<'a> From<&'a mut SendWr> for SendWrRef<'a> {
+    fn from(w: &'a mut SendWr) -> SendWrRef<'a> {
+        SendWrRef::from(&*w)
+    }
+}
+
+impl<'a> From<&'a SendWrRef<'a>> for SendWrRef<'a> {
+    fn from(w: &'a SendWrRef<'a>) -> SendWrRef<'a> {
+        *w
+    }
+}
+
+/// A receive work request that borrows its scatter list (see [`SendWrRef`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvWrRef<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Buffers an incoming SEND is scattered into, in order.
+    pub sg_list: &'a [Sge],
+}
+
+impl<'a> From<&'a RecvWr> for RecvWrRef<'a> {
+    fn from(w: &'a RecvWr) -> RecvWrRef<'a> {
+        RecvWrRef { wr_id: w.wr_id, sg_list: &w.sg_list }
+    }
+}
+
+impl<'a> From<&'a mut RecvWr> for RecvWrRef<'a> {
+    fn from(w: &'a mut RecvWr) -> RecvWrRef<'a> {
+        RecvWrRef::from(&*w)
+    }
+}
+
+impl<'a> From<&'a RecvWrRef<'a>> for RecvWrRef<'a> {
+    fn from(w: &'a RecvWrRef<'a>) -> RecvWrRef<'a> {
+        *w
+    }
+}
+
 impl SendWr {
     /// A signaled SEND of `sg_list`.
     pub fn send(wr_id: u64, sg_list: Vec<Sge>) -> SendWr {

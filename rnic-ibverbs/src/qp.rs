@@ -13,7 +13,7 @@ use rnic_core::engine::qp::{validate_send_inline, QpAttr, QpCap, QpShared};
 use rnic_core::mr::AccessFlags;
 use rnic_core::post::PostError;
 use rnic_core::qp_state::{QpAttrMask, QpState, QpType};
-use rnic_core::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
+use rnic_core::wr::{RecvWrRef, SendFlags, SendOp, SendWrRef, Sge, UdDest};
 use rnic_verbs_sys::*;
 use std::ptr::null_mut;
 use std::sync::Arc;
@@ -21,7 +21,9 @@ use std::sync::Arc;
 /// A work request being built with the `ibv_wr_*` calls, between `wr_start` and
 /// `wr_complete`.
 struct Building {
-    wr: SendWr,
+    wr: SendWrRef<'static>,
+    /// The WR's SGEs (its `sg_list` is set from them when it is posted).
+    sg: Sges,
     inline: Option<Vec<u8>>,
 }
 
@@ -67,10 +69,13 @@ fn post_errno(e: &PostError) -> c_int {
 }
 
 /// The SGE list of a C work request.
-unsafe fn sges(list: *const ibv_sge, n: c_int) -> Vec<Sge> {
+/// A WR's SGEs, on the stack for up to 8 (no allocation per work request posted).
+type Sges = smallvec::SmallVec<[Sge; 8]>;
+
+unsafe fn sges(list: *const ibv_sge, n: c_int) -> Sges {
     let n = usize::try_from(n).unwrap_or(0);
     if list.is_null() || n == 0 {
-        return Vec::new();
+        return Sges::new();
     }
     // SAFETY: the caller's array of `n` SGEs.
     let s = unsafe { std::slice::from_raw_parts(list, n) };
@@ -143,7 +148,7 @@ impl Qp {
     }
 
     /// Posts one built work request; `inline` bytes replace its SGEs.
-    fn post(&self, wr: &SendWr, inline: Option<&[u8]>) -> Result<(), c_int> {
+    fn post(&self, wr: SendWrRef<'_>, inline: Option<&[u8]>) -> Result<(), c_int> {
         let res = if let Some(bytes) = inline {
             validate_send_inline(&self.shared, wr.wr_id, wr.op, bytes, wr.flags.signaled, wr.flags.solicited, wr.ud)
                 .map(|wqe| self.core.post_send_wqe(&self.shared, wqe))
@@ -194,8 +199,8 @@ pub(crate) unsafe extern "C" fn post_send(
             } else {
                 None
             };
-            let wr = SendWr { wr_id: w.wr_id, op, sg_list, flags, ud };
-            q.post(&wr, inline.as_deref())
+            let wr = SendWrRef { wr_id: w.wr_id, op, sg_list: &sg_list, flags, ud };
+            q.post(wr, inline.as_deref())
         })();
         if let Err(e) = r {
             if !bad_wr.is_null() {
@@ -222,8 +227,8 @@ pub(crate) unsafe extern "C" fn post_recv(
         // SAFETY: the program's list of work requests.
         let w = unsafe { &*cur };
         // SAFETY: its SGE array.
-        let r = RecvWr { wr_id: w.wr_id, sg_list: unsafe { sges(w.sg_list, w.num_sge) } };
-        if let Err(e) = q.core.post_recv(&q.shared, &r) {
+        let sg = unsafe { sges(w.sg_list, w.num_sge) };
+        if let Err(e) = q.core.post_recv(&q.shared, RecvWrRef { wr_id: w.wr_id, sg_list: &sg }) {
             if !matches!(e, PostError::QueueFull { .. }) {
                 diag(format!("ibv_post_recv on QP {}: {e}", q.shared.qpn));
             }
@@ -251,8 +256,8 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
         // SAFETY: the program's list of work requests.
         let w = unsafe { &*cur };
         // SAFETY: its SGE array.
-        let r = RecvWr { wr_id: w.wr_id, sg_list: unsafe { sges(w.sg_list, w.num_sge) } };
-        if let Err(e) = s.core.post_srq_recv(&s.srq, &r) {
+        let sg = unsafe { sges(w.sg_list, w.num_sge) };
+        if let Err(e) = s.core.post_srq_recv(&s.srq, RecvWrRef { wr_id: w.wr_id, sg_list: &sg }) {
             if !matches!(e, PostError::QueueFull { .. }) {
                 diag(format!("ibv_post_srq_recv on SRQ {}: {e}", s.srq.id()));
             }
@@ -644,7 +649,8 @@ fn begin(qp: *mut ibv_qp_ex, op: SendOp) {
     let (wr_id, flags) = (q.ex.wr_id, q.ex.wr_flags);
     let mut b = q.batch.lock();
     b.0.push(Building {
-        wr: SendWr { wr_id, op, sg_list: Vec::new(), flags: flags_of(flags), ud: None },
+        wr: SendWrRef { wr_id, op, sg_list: &[], flags: flags_of(flags), ud: None },
+        sg: Sges::new(),
         inline: None,
     });
 }
@@ -692,7 +698,7 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
         return e;
     }
     for w in &list {
-        if let Err(e) = q.post(&w.wr, w.inline.as_deref()) {
+        if let Err(e) = q.post(SendWrRef { sg_list: &w.sg, ..w.wr }, w.inline.as_deref()) {
             return e;
         }
     }
@@ -748,7 +754,9 @@ unsafe extern "C" fn wr_set_ud_addr(qp: *mut ibv_qp_ex, ah: *mut ibv_ah, remote_
 }
 unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     with_last(qp, |w| {
-        w.wr.sg_list = vec![Sge { addr, length, lkey }];
+        // The WR's list keeps its allocation from one post to the next.
+        w.sg.clear();
+        w.sg.push(Sge { addr, length, lkey });
         w.inline = None;
     });
 }
@@ -756,7 +764,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: size_t, sg_lis
     // SAFETY: the program's SGE array.
     let list = unsafe { sges(sg_list, c_int::try_from(num_sge).unwrap_or(0)) };
     with_last(qp, |w| {
-        w.wr.sg_list = list;
+        w.sg = list;
         w.inline = None;
     });
 }

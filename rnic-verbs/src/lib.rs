@@ -81,8 +81,8 @@ pub use rnic_core::engine::qp::PostError;
 pub use rnic_core::engine::EngineError;
 pub use rnic_core::faults::{Fault, FaultHandle, Faults};
 pub use rnic_core::wr::{
-    RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, FLUSH_GLOBAL,
-    FLUSH_PERSISTENT,
+    RecvWr, RecvWrRef, SendFlags, SendOp, SendWr, SendWrRef, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    FLUSH_GLOBAL, FLUSH_PERSISTENT,
 };
 pub use rnic_wire::Opcode;
 
@@ -148,6 +148,19 @@ pub enum Error {
     PostRecv {
         /// The QP.
         qpn: u32,
+        /// Why.
+        #[source]
+        source: PostError,
+    },
+    /// A work request of a list was refused; those before it were posted.
+    #[error("post {queue} list on QP {qpn:#x}: work request {index} refused ({index} before it posted)")]
+    PostList {
+        /// The QP.
+        qpn: u32,
+        /// "send" or "receive".
+        queue: &'static str,
+        /// Its place in the list (0-based) = how many were posted.
+        index: usize,
         /// Why.
         #[source]
         source: PostError,
@@ -800,7 +813,7 @@ impl SharedReceiveQueue {
 
     /// Posts a receive work request (`ibv_post_srq_recv`); its buffers must be locally
     /// writable regions of the SRQ's protection domain.
-    pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
+    pub fn post_recv<'a>(&self, wr: impl Into<RecvWrRef<'a>>) -> Result<()> {
         self.pd
             .inner
             .ctx
@@ -1432,19 +1445,54 @@ impl QueuePair {
         }
     }
 
-    /// Posts a send work request (`ibv_post_send`).
-    pub fn post_send(&self, wr: &SendWr) -> Result<()> {
+    /// Posts a send work request (`ibv_post_send`): a [`SendWr`] or a [`SendWrRef`] that
+    /// borrows its SGE list.
+    pub fn post_send<'a>(&self, wr: impl Into<SendWrRef<'a>>) -> Result<()> {
         self.context()
             .dev
             .post_send(&self.inner.shared, wr)
             .map_err(|source| Error::PostSend { qpn: self.qpn(), source })
     }
 
-    /// Posts a receive work request (`ibv_post_recv`).
-    pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
+    /// Posts a list of send work requests in one call, in order (`ibv_post_send` with a
+    /// chained list): `&[SendWr]`, `&[SendWrRef]` or any iterator of either, so a batch
+    /// built from borrowed SGE slices allocates nothing. Stops at the first one refused:
+    /// the error says which (those before it are posted, as `bad_wr` tells in verbs).
+    /// Returns how many were posted.
+    pub fn post_send_list<'a, W: Into<SendWrRef<'a>>>(&self, wrs: impl IntoIterator<Item = W>) -> Result<usize> {
+        let mut n = 0;
+        for wr in wrs {
+            self.context().dev.post_send(&self.inner.shared, wr).map_err(|source| Error::PostList {
+                qpn: self.qpn(),
+                queue: "send",
+                index: n,
+                source,
+            })?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Posts a receive work request (`ibv_post_recv`): a [`RecvWr`] or a [`RecvWrRef`].
+    pub fn post_recv<'a>(&self, wr: impl Into<RecvWrRef<'a>>) -> Result<()> {
         self.context()
             .dev
             .post_recv(&self.inner.shared, wr)
             .map_err(|source| Error::PostRecv { qpn: self.qpn(), source })
+    }
+
+    /// Posts a list of receive work requests in one call (see [`post_send_list`](Self::post_send_list)).
+    pub fn post_recv_list<'a, W: Into<RecvWrRef<'a>>>(&self, wrs: impl IntoIterator<Item = W>) -> Result<usize> {
+        let mut n = 0;
+        for wr in wrs {
+            self.context().dev.post_recv(&self.inner.shared, wr).map_err(|source| Error::PostList {
+                qpn: self.qpn(),
+                queue: "receive",
+                index: n,
+                source,
+            })?;
+            n += 1;
+        }
+        Ok(n)
     }
 }

@@ -29,13 +29,16 @@ fn readme_snippets() -> Vec<Vec<String>> {
 #[test]
 fn every_readme_snippet_is_here_line_for_line() {
     let me = include_str!("readme.rs");
-    let lines: Vec<&str> = me.lines().map(str::trim).collect();
+    // Whitespace runs count as one space (alignment before a comment is the README's own).
+    let norm = |l: &str| l.split_whitespace().collect::<Vec<_>>().join(" ");
+    let lines: Vec<String> = me.lines().map(norm).collect();
     let snippets = readme_snippets();
     assert!(snippets.len() >= 5, "the README has {} rust snippets", snippets.len());
     for (k, snippet) in snippets.iter().enumerate() {
         // In order, each line after the previous one (set-up lines may come between).
         let mut at = 0;
         for want in snippet {
+            let want = &norm(want);
             match lines[at..].iter().position(|l| l == want) {
                 Some(i) => at += i + 1,
                 None => panic!("README snippet {} line `{want}` is not in tests/readme.rs (in order)", k + 1),
@@ -51,6 +54,7 @@ fn ok(wcs: &[WorkCompletion]) {
 }
 
 /// "A tour": open, register, build, connect, SEND, wait.
+#[rustfmt::skip] // The README's lines, exactly as pasted.
 fn tour() -> Result<()> {
     // The other side, rnic1: a QP whose endpoint comes "from the other side", a receive posted.
     let peer_ctx = Context::open("rnic1")?;
@@ -68,7 +72,7 @@ fn tour() -> Result<()> {
     let prepared = pd.qp_builder(&cq, &cq).build()?;
     let peer_qp = peer_prepared.connect(&prepared.endpoint())?;
     peer_qp.post_recv(&RecvWr { wr_id: 9, sg_list: vec![peer_mr.sge(0, 4096)] })?;
-    let qp = prepared.connect(&peer_endpoint)?; // peer_endpoint came from the other side
+    let qp = prepared.connect(&peer_endpoint)?;   // peer_endpoint came from the other side
     qp.post_send(&SendWr::send(1, vec![mr.sge(0, 64)]))?;
     let wc = cq.wait(1, std::time::Duration::from_secs(1))?;
     ok(&wc);
@@ -77,6 +81,7 @@ fn tour() -> Result<()> {
 }
 
 /// "Atomics, invalidation, SRQ, sleeping on completions".
+#[rustfmt::skip] // The README's lines, exactly as pasted.
 fn atomics() -> Result<()> {
     let remote_access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
     let peer_ctx = Context::open("rnic1")?;
@@ -111,11 +116,7 @@ fn atomics() -> Result<()> {
     qp.post_send(&SendWr::compare_swap(2, mr.sge(8, 8), peer.addr, peer.rkey, old, new))?;
     // ATOMIC_WRITE and FLUSH (IBA 1.5) as rxe answers them (FLUSH: QP and region FLUSH_GLOBAL):
     qp.post_send(&SendWr::new(3, SendOp::AtomicWrite { remote_addr, rkey, value: 42 }, vec![]))?;
-    qp.post_send(&SendWr::new(
-        4,
-        SendOp::Flush { remote_addr, rkey, len, placement: FLUSH_GLOBAL, whole_region: false },
-        vec![],
-    ))?;
+    qp.post_send(&SendWr::new(4, SendOp::Flush { remote_addr, rkey, len, placement: FLUSH_GLOBAL, whole_region: false }, vec![]))?;
     // Invalidation: the peer's region `rkey` stops working; its receive WC says so.
     qp.post_send(&SendWr::new(5, SendOp::SendWithInv { invalidate_rkey: rkey }, vec![mr.sge(0, 8)]))?;
     qp.post_send(&SendWr::local_inv(6, my_mr.lkey()))?;
@@ -136,8 +137,8 @@ fn atomics() -> Result<()> {
     let srq = pd.create_srq(256, 1)?;
     let qp = pd.qp_builder(&cq, &cq).srq(&srq).build()?;
     srq.post_recv(&RecvWr { wr_id: 7, sg_list: vec![mr.sge(0, 4096)] })?;
-    srq.modify_limit(16)?; // AsyncEvent::SrqLimitReached once fewer than 16 remain
-                           // Sleep instead of spinning: a completion channel.
+    srq.modify_limit(16)?;   // AsyncEvent::SrqLimitReached once fewer than 16 remain
+    // Sleep instead of spinning: a completion channel.
     let chan = ctx.create_comp_channel();
     let cq = ctx.create_cq_with_channel(64, &chan)?;
     // (Traffic for the new CQ: another QP pair, SENDs into receives the peer posted.)
@@ -148,20 +149,21 @@ fn atomics() -> Result<()> {
     for k in 0..2 {
         qb.post_recv(&RecvWr { wr_id: 60 + k, sg_list: vec![peer_buf.sge(0, 64)] })?;
     }
-    cq.req_notify(false)?; // or true: solicited (and failed) completions only
+    cq.req_notify(false)?;                       // or true: solicited (and failed) completions only
     qa.post_send(&SendWr::send(70, vec![mr.sge(0, 64)]))?;
     let which = chan.get_cq_event(Duration::from_secs(1))?;
     which.ack_events(1)?;
     ok(&which.wait(1, T)?);
     qa.post_send(&SendWr::send(71, vec![mr.sge(0, 64)]))?;
-    let wc = cq.wait_event(&chan, Duration::from_secs(1))?; // the whole dance in one call
+    let wc = cq.wait_event(&chan, Duration::from_secs(1))?;   // the whole dance in one call
     assert_eq!(wc.wr_id, 71);
-    let ev = ctx.get_async_event(Duration::from_secs(1))?; // QpAccessErr, QpReqErr, QpFatal, CqError, SrqLimitReached, PortActive
+    let ev = ctx.get_async_event(Duration::from_secs(1))?;   // QpAccessErr, QpReqErr, QpFatal, CqError, SrqLimitReached, PortActive
     assert_eq!(ev, AsyncEvent::PortActive { port: 1 });
     Ok(())
 }
 
 /// "Connections through the Communication Manager": both sides, on two threads.
+#[rustfmt::skip] // The README's lines, exactly as pasted.
 fn cm() -> Result<()> {
     let server_ip: std::net::IpAddr = "127.0.86.1".parse().unwrap();
     std::thread::scope(|sc| -> Result<()> {
@@ -173,9 +175,9 @@ fn cm() -> Result<()> {
             // passive side
             ctx.cm_listen(7174)?;
             if let CmEvent::ConnectRequest(req) = ctx.cm_get_event(Duration::from_secs(10))? {
-                let qp = pd.qp_builder(&cq, &cq).build()?; // in INIT
+                let qp = pd.qp_builder(&cq, &cq).build()?;           // in INIT
                 qp.qp().post_recv(&RecvWr { wr_id: 1, sg_list: vec![mr.sge(0, 4096)] })?;
-                let conn = ctx.cm_accept(&req, qp, b"welcome")?; // RTR + RTS from the REQ, then the REP
+                let conn = ctx.cm_accept(&req, qp, b"welcome")?;     // RTR + RTS from the REQ, then the REP
                 ok(&cq.wait(1, T)?);
                 loop {
                     if let CmEvent::Disconnected { .. } = ctx.cm_get_event(T)? {
@@ -192,27 +194,28 @@ fn cm() -> Result<()> {
         let mr = pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE)?;
         // active side
         let qp = pd.qp_builder(&cq, &cq).build()?;
-        let conn = ctx.cm_connect(qp, server_ip, 7174, b"hello", Duration::from_secs(10))?; // server_ip: an IpAddr
+        let conn = ctx.cm_connect(qp, server_ip, 7174, b"hello", Duration::from_secs(10))?;   // server_ip: an IpAddr
         conn.qp.post_send(&SendWr::send(1, vec![mr.sge(0, 64)]))?;
         ok(&cq.wait(1, T)?);
-        conn.disconnect(b"")?; // CmEvent::Disconnected on both sides
+        conn.disconnect(b"")?;                                    // CmEvent::Disconnected on both sides
         passive.join().expect("the passive side panicked")
     })
 }
 
 /// "Fault injection": the chain on rnic0's transmit side; a WRITE still completes intact.
+#[rustfmt::skip] // The README's lines, exactly as pasted.
 fn faults() -> Result<()> {
     let ip_a: std::net::IpAddr = "127.0.86.1".parse().unwrap();
     use rnic_verbs::{DeviceConfig, Fault, FaultHandle, Faults, Opcode};
-    let mut f = Faults::new(42); // seeded: reproducible
-    f.add(Fault::drop().opcode(Opcode::RC_ACKNOWLEDGE).nth(1)); // lose the first ACK
-    f.add(Fault::drop().requests().psn_range(0x10, 4).probability(0.5)); // predicates AND together
-    f.add(Fault::reorder(1_000_000).from(ip_a).first(3)); // next packet overtakes (hold <= 1 ms)
-    f.add(Fault::corrupt().probability(0.01)); // flip an ICRC-covered bit
+    let mut f = Faults::new(42);                                         // seeded: reproducible
+    f.add(Fault::drop().opcode(Opcode::RC_ACKNOWLEDGE).nth(1));          // lose the first ACK
+    f.add(Fault::drop().requests().psn_range(0x10, 4).probability(0.5));  // predicates AND together
+    f.add(Fault::reorder(1_000_000).from(ip_a).first(3));                // next packet overtakes (hold <= 1 ms)
+    f.add(Fault::corrupt().probability(0.01));                           // flip an ICRC-covered bit
     f.add(Fault::duplicate(50_000).opcode(Opcode::RC_RDMA_READ_REQUEST));
     // Real time, on a device's UDP transport (every packet it sends):
     let mut cfg = DeviceConfig::new("rnic0", ip_a);
-    cfg.faults = Some(FaultHandle::new(f)); // read stats/log through the handle later
+    cfg.faults = Some(FaultHandle::new(f));        // read stats/log through the handle later
     let ctx = Context::open_with(cfg)?;
     // Virtual time, deterministic: rnic_core::fabric::Fabric::new(latency).with_seed(42)
     // with fab.add_rule(...), fab.inject(...) for hand-made packets, fab.trace for a log.
@@ -234,6 +237,7 @@ fn faults() -> Result<()> {
 }
 
 /// "UC and UD": a datagram to the peer's UD QP.
+#[rustfmt::skip] // The README's lines, exactly as pasted.
 fn ud() -> Result<()> {
     let peer_ctx = Context::open("rnic1")?;
     let peer_pd = peer_ctx.alloc_pd();
@@ -249,7 +253,7 @@ fn ud() -> Result<()> {
     let mr = pd.allocate_mr(8192, AccessFlags::LOCAL_WRITE)?;
     let qp = pd.qp_builder(&cq, &cq).qp_type(QpType::Ud).qkey(0x1111_1111).build()?.activate()?;
     qp.post_recv(&RecvWr { wr_id: 1, sg_list: vec![mr.sge(0, (GRH_LEN + 1024) as u32)] })?;
-    let ah = pd.create_ah(peer.gid)?; // peer: the other side's Endpoint
+    let ah = pd.create_ah(peer.gid)?;                 // peer: the other side's Endpoint
     qp.post_send(&SendWr::send(2, vec![mr.sge(4096, 512)]).to(ah.dest(peer.qpn, 0x1111_1111)))?;
     ok(&cq.wait(1, T)?);
     let got = peer_cq.wait(1, T)?;

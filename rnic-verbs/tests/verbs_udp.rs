@@ -179,3 +179,76 @@ fn builder_defaults_are_the_documented_ones() {
     assert_eq!((d.max_qp_wr, d.max_sge, d.max_qp_rd_atom), (16384, 32, 16));
     assert_eq!(a.ctx.query_port().active_mtu, PathMtu::Mtu4096);
 }
+
+/// Lists of work requests in one call, built from borrowed SGE slices (no `Vec` per WR):
+/// all posted in order and completed; a list with a bad WR stops there, says which, and
+/// the ones before it still complete.
+#[test]
+fn lists_of_borrowed_work_requests_post_in_one_call() {
+    let a = end("rnic0", "127.0.16.1", 1 << 16);
+    let b = end("rnic1", "127.0.16.2", 1 << 16);
+    let (qa, qb) = pair(&a, &b, PathMtu::Mtu1024);
+    let sges: Vec<Sge> = (0..4).map(|k| b.mr.sge(k * 1024, 1024)).collect();
+    let recvs: Vec<RecvWrRef<'_>> =
+        sges.iter().enumerate().map(|(k, s)| RecvWrRef { wr_id: k as u64, sg_list: std::slice::from_ref(s) }).collect();
+    assert_eq!(qb.post_recv_list(&recvs).unwrap(), 4);
+    for k in 0..4u8 {
+        a.mr.write(usize::from(k) * 100, &[k + 1; 100]).unwrap();
+    }
+    let src: Vec<Sge> = (0..4).map(|k| a.mr.sge(k * 100, 100)).collect();
+    let flags = SendFlags { signaled: true, ..SendFlags::default() };
+    let sends: Vec<SendWrRef<'_>> = src
+        .iter()
+        .enumerate()
+        .map(|(k, s)| SendWrRef {
+            wr_id: 10 + k as u64,
+            op: SendOp::Send,
+            sg_list: std::slice::from_ref(s),
+            flags,
+            ud: None,
+        })
+        .collect();
+    assert_eq!(qa.post_send_list(sends.iter()).unwrap(), 4);
+    let wcs = a.cq.wait(4, Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        (10..14).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>()
+    );
+    let got = b.cq.wait(4, Duration::from_secs(5)).unwrap();
+    for (k, wc) in got.iter().enumerate() {
+        assert_eq!((wc.wr_id, wc.byte_len), (k as u64, 100));
+        let mut v = [0u8; 100];
+        b.mr.read(k * 1024, &mut v).unwrap();
+        assert_eq!(v, [k as u8 + 1; 100]);
+    }
+    // A list whose third WR names more SGEs than the QP takes: two posted, the error says so.
+    let too_many = [a.mr.sge(0, 8); 5];
+    let bad = [
+        SendWrRef {
+            wr_id: 20,
+            op: SendOp::RdmaWrite { remote_addr: b.mr.addr(), rkey: b.mr.rkey() },
+            sg_list: &src[..1],
+            flags,
+            ud: None,
+        },
+        SendWrRef {
+            wr_id: 21,
+            op: SendOp::RdmaWrite { remote_addr: b.mr.addr(), rkey: b.mr.rkey() },
+            sg_list: &src[..1],
+            flags,
+            ud: None,
+        },
+        SendWrRef {
+            wr_id: 22,
+            op: SendOp::RdmaWrite { remote_addr: b.mr.addr(), rkey: b.mr.rkey() },
+            sg_list: &too_many,
+            flags,
+            ud: None,
+        },
+    ];
+    let e = qa.post_send_list(bad).unwrap_err();
+    assert!(matches!(e, Error::PostList { index: 2, queue: "send", .. }), "{}", e.report());
+    assert!(e.report().contains("work request 2 refused (2 before it posted)"), "{}", e.report());
+    let wcs = a.cq.wait(2, Duration::from_secs(5)).unwrap();
+    assert_eq!(wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![20, 21]);
+}

@@ -6,7 +6,7 @@ use crate::cq::Cq;
 use crate::mr::{AccessFlags, MrSlice, Mtpt, PdId};
 use crate::post::{check_sges, check_transport, check_ud_len, reserve, WqeData};
 use crate::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
-use crate::wr::{RecvWr, SendOp, SendWr, UdDest};
+use crate::wr::{RecvWrRef, SendOp, SendWrRef, UdDest};
 use rnic_wire::Qpn;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -180,7 +180,8 @@ impl QpShared {
 }
 
 /// Checks a send WR against the QP and the memory table and reserves its queue slot.
-pub fn validate_send(shared: &QpShared, mtpt: &Mtpt, wr: &SendWr) -> Result<SendWqe, PostError> {
+pub fn validate_send<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<SendWrRef<'a>>) -> Result<SendWqe, PostError> {
+    let wr = &wr.into();
     let state = shared.state();
     // IBA 10.8.2 / verbs: send WRs are accepted in RTS, SQD and (to be flushed) ERR.
     if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
@@ -207,13 +208,13 @@ pub fn validate_send(shared: &QpShared, mtpt: &Mtpt, wr: &SendWr) -> Result<Send
         // Inline data is copied now, so its buffers need no lkey (verbs semantics), but it
         // must still be memory the caller owns: it is read through registered regions when
         // an lkey is valid, otherwise the caller must use the API's inline helper.
-        let (slices, len) = check_sges(mtpt, shared.pd, &wr.sg_list, AccessFlags::empty())?;
+        let (slices, len) = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::empty())?;
         let mut v = vec![0u8; len];
         WqeData::Sges(slices).gather(0, &mut v);
         WqeData::Inline(v)
     } else {
         let need = if wr.op.writes_local() { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
-        let (slices, _) = check_sges(mtpt, shared.pd, &wr.sg_list, need)?;
+        let (slices, _) = check_sges(mtpt, shared.pd, wr.sg_list, need)?;
         WqeData::Sges(slices)
     };
     let len = match &data {
@@ -238,7 +239,7 @@ pub fn validate_send(shared: &QpShared, mtpt: &Mtpt, wr: &SendWr) -> Result<Send
 /// 8-byte locally writable result buffer (IBA 9.4.5: the atomic returns 8 bytes), and
 /// ATOMIC WRITE, FLUSH and LOCAL_INV carry no SGE. Returns the WQE for the operations
 /// whose data is not gathered from SGEs, `None` for the rest.
-fn validate_extended_op(shared: &QpShared, wr: &SendWr) -> Result<Option<SendWqe>, PostError> {
+fn validate_extended_op(shared: &QpShared, wr: &SendWrRef<'_>) -> Result<Option<SendWqe>, PostError> {
     let op = wr.op.name();
     let data = match wr.op {
         SendOp::AtomicCmpSwap { .. } | SendOp::AtomicFetchAdd { .. } => {
@@ -318,7 +319,8 @@ pub fn validate_send_inline(
 }
 
 /// Checks a receive WR (its buffers must be locally writable) and reserves its slot.
-pub fn validate_recv(shared: &QpShared, mtpt: &Mtpt, wr: &RecvWr) -> Result<RecvWqe, PostError> {
+pub fn validate_recv<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<RecvWrRef<'a>>) -> Result<RecvWqe, PostError> {
+    let wr = &wr.into();
     let state = shared.state();
     // Verbs: receive WRs may be posted from INIT on (not in RESET).
     if state == QpState::Reset {
@@ -330,7 +332,7 @@ pub fn validate_recv(shared: &QpShared, mtpt: &Mtpt, wr: &RecvWr) -> Result<Recv
     if wr.sg_list.len() > shared.cap.max_recv_sge as usize {
         return Err(PostError::TooManySges { given: wr.sg_list.len(), max: shared.cap.max_recv_sge });
     }
-    let (slices, len) = check_sges(mtpt, shared.pd, &wr.sg_list, AccessFlags::LOCAL_WRITE)?;
+    let (slices, len) = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::LOCAL_WRITE)?;
     reserve(&shared.rq_outstanding, shared.cap.max_recv_wr, "receive")?;
     Ok(RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(slices), len })
 }
