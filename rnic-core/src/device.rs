@@ -139,25 +139,75 @@ impl CongestionControl {
 pub const CC_LINE_RATE: f64 = 12.5e9;
 
 impl DeviceConfig {
-    /// A device `name` at `ip`, port 4791, pinning on, capture from `RNIC_PCAP` if set.
+    /// A device `name` at `ip`, port 4791, pinning on, with the settings the environment
+    /// gives ([`EnvSettings`]: `RNIC_PCAP`, `RNIC_SPIN_US`, `RNIC_ZERO_COPY`,
+    /// `RNIC_IPV4_ID`, `RNIC_CC`). A variable that does not parse leaves its default here,
+    /// and [`Device::open`] then refuses to open, naming it: never a silent fallback.
     pub fn new(name: impl Into<String>, ip: IpAddr) -> DeviceConfig {
+        let env = EnvSettings::read().unwrap_or_default();
         DeviceConfig {
             name: name.into(),
             ip,
             port: ROCEV2_UDP_PORT,
             pin_memory: true,
-            capture: std::env::var_os("RNIC_PCAP").map(PathBuf::from),
+            capture: env.pcap,
             max_mr: 1 << 16,
-            spin: Duration::from_micros(
-                std::env::var("RNIC_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_SPIN_US),
-            ),
+            spin: env.spin.unwrap_or(Duration::from_micros(DEFAULT_SPIN_US)),
             gso: true,
             gro: true,
-            ipv4_id: crate::rx_icrc::policy_from_env().ok().flatten().unwrap_or_default(),
-            zero_copy: std::env::var("RNIC_ZERO_COPY").map_or(true, |v| v != "0"),
+            ipv4_id: env.ipv4_id.unwrap_or_default(),
+            zero_copy: env.zero_copy.unwrap_or(true),
             faults: None,
-            congestion_control: CongestionControl::from_env().unwrap_or_default(),
+            congestion_control: env.cc.unwrap_or_default(),
         }
+    }
+}
+
+/// Every environment variable a device reads, parsed in this one place, strictly: a
+/// value that does not parse is an error naming the variable and what it takes.
+/// (`RNIC_DEVICES`, which names the devices, is the verbs API's: `rnic_verbs::devices`.)
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EnvSettings {
+    /// `RNIC_PCAP=FILE`: capture every packet to this pcap.
+    pub pcap: Option<PathBuf>,
+    /// `RNIC_SPIN_US=N`: spin-before-sleep of the device threads, microseconds.
+    pub spin: Option<Duration>,
+    /// `RNIC_ZERO_COPY=0|1`: send payloads from registered memory (1, the default).
+    pub zero_copy: Option<bool>,
+    /// `RNIC_IPV4_ID=solve|strict`: the receive side's IPv4 ID policy.
+    pub ipv4_id: Option<Ipv4IdPolicy>,
+    /// `RNIC_CC=dcqcn|off`: congestion control.
+    pub cc: Option<CongestionControl>,
+    /// `RNIC_FAULTS=loss=P,...`: a fault chain on every packet sent ([`Faults::from_spec`]).
+    pub faults: Option<String>,
+}
+
+impl EnvSettings {
+    /// Reads and checks them all.
+    pub fn read() -> Result<EnvSettings, String> {
+        let var = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
+        let mut e = EnvSettings { pcap: std::env::var_os("RNIC_PCAP").map(PathBuf::from), ..EnvSettings::default() };
+        if let Some(v) = var("RNIC_SPIN_US") {
+            let us =
+                v.trim().parse::<u64>().map_err(|_| format!("RNIC_SPIN_US={v:?}: not a number of microseconds"))?;
+            e.spin = Some(Duration::from_micros(us));
+        }
+        if let Some(v) = var("RNIC_ZERO_COPY") {
+            e.zero_copy = Some(match v.trim() {
+                "0" => false,
+                "1" => true,
+                _ => return Err(format!("RNIC_ZERO_COPY={v:?}: 0 (copy payloads into packets) or 1 (the default)")),
+            });
+        }
+        e.ipv4_id = crate::rx_icrc::policy_from_env()?;
+        if std::env::var_os("RNIC_CC").is_some() {
+            e.cc = Some(CongestionControl::from_env()?);
+        }
+        if let Some(v) = var("RNIC_FAULTS") {
+            Faults::from_spec(&v).map_err(|why| format!("RNIC_FAULTS: {why}"))?;
+            e.faults = Some(v);
+        }
+        Ok(e)
     }
 }
 
@@ -356,30 +406,16 @@ fn transport_info(config: &DeviceConfig, sock: &UdpSocket) -> TransportInfo {
     TransportInfo { gso, gro, spin: config.spin }
 }
 
-/// The environment variables `DeviceConfig::new` reads, checked strictly (a value that does
-/// not parse is an error naming it, not a silent default).
-fn check_env() -> Result<(), String> {
-    if let Ok(v) = std::env::var("RNIC_SPIN_US") {
-        v.trim().parse::<u64>().map_err(|_| format!("RNIC_SPIN_US={v:?}: not a number of microseconds"))?;
-    }
-    if let Ok(v) = std::env::var("RNIC_ZERO_COPY") {
-        if !matches!(v.trim(), "0" | "1") {
-            return Err(format!("RNIC_ZERO_COPY={v:?}: 0 (copy payloads into packets) or 1 (the default)"));
-        }
-    }
-    CongestionControl::from_env()?;
-    Ok(())
-}
-
 impl Device {
     /// Opens a device: binds its UDP port and starts its progress and receive threads.
     pub fn open(mut config: DeviceConfig) -> Result<Device, DeviceError> {
-        crate::rx_icrc::policy_from_env().map_err(|why| DeviceError::Config { name: config.name.clone(), why })?;
-        check_env().map_err(|why| DeviceError::Config { name: config.name.clone(), why })?;
+        let env = EnvSettings::read().map_err(|why| match why.strip_prefix("RNIC_FAULTS: ") {
+            Some(reason) => DeviceError::Faults { name: config.name.clone(), reason: reason.to_string() },
+            None => DeviceError::Config { name: config.name.clone(), why },
+        })?;
         if config.faults.is_none() {
-            if let Some(spec) = std::env::var_os("RNIC_FAULTS") {
-                let spec = spec.to_string_lossy();
-                let f = Faults::from_spec(&spec)
+            if let Some(spec) = &env.faults {
+                let f = Faults::from_spec(spec)
                     .map_err(|reason| DeviceError::Faults { name: config.name.clone(), reason })?;
                 config.faults = (!f.is_empty()).then(|| FaultHandle::new(f));
             }
