@@ -466,3 +466,31 @@ fn a_slow_receiver_makes_the_senders_rate_fall_and_rise_back() {
     }
     assert!(back >= line, "A's rate fell to {low:.0} B/s and is at {back:.0}, not back at line rate");
 }
+
+/// A QP that holds a destination's room is destroyed while another waits for it with
+/// nothing in flight (and nothing else will arrive: the first QP's packets are lost): the
+/// waiter is served at the next timeout call, not left waiting for an ACK that never comes.
+#[test]
+fn destroying_the_qp_that_holds_the_room_lets_the_waiters_go() {
+    let limit = 16 * 1024;
+    let mut fab = Fabric::new(2_000).with_seed(9);
+    let cfg = |ip: &str| EngineConfig { max_inflight_per_dest: limit, ..EngineConfig::new(ip.parse().unwrap()) };
+    let a = host_with(&mut fab, cfg("10.0.0.1"), 2);
+    let b = host_with(&mut fab, cfg("10.0.0.2"), 2);
+    connect(&mut fab, &a, &b);
+    let lost = b.qps[0].qpn.value();
+    fab.add_rule(Fault::drop().qpn(lost));
+    post_write(&mut fab, &a, &b, 0, 1, 64 * 1024);
+    post_write(&mut fab, &a, &b, 1, 2, 4096);
+    assert_eq!(fab.engine(a.idx).inflight_to(b.ip), limit, "QP 0 took the room");
+    let qpn0 = a.qps[0].qpn;
+    fab.engine(a.idx).destroy_qp(qpn0).unwrap();
+    assert_eq!(fab.engine(a.idx).inflight_to(b.ip), 0);
+    assert_eq!(fab.engine(a.idx).poll_timeout(), Some(0), "the waiter is due now");
+    // Well within QP 0's 1 ms retransmission timer (whose stale entry would also wake the
+    // engine): the waiter goes at once.
+    let deadline = fab.now() + MS / 2;
+    fab.run_while(|_| false, deadline);
+    let wc = a.scq.poll_one().expect("QP 1's WRITE completed");
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::Success));
+}

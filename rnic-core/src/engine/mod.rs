@@ -222,7 +222,8 @@ impl Engine {
             self.cx.account_inflight(qp);
         }
         self.cx.cnp.forget(qpn.value());
-        self.serve_dest_waiters(0);
+        // QPs waiting for the room it held are served at the next call with a clock
+        // (`poll_timeout` says "now" while one is due).
         // Its number is not handed out again until the cursor has walked the whole QPN
         // space (qp_table: rxe's cyclic allocation), so the peer's late packets for it
         // find no QP.
@@ -426,7 +427,7 @@ impl Engine {
     /// `Some(0)` means output is waiting to be generated (paced READ responses): drain
     /// the transmits again without sleeping.
     pub fn poll_timeout(&self) -> Option<Time> {
-        if self.has_pending_transmit() {
+        if self.has_pending_transmit() || self.cx.freed.iter().any(|&d| self.dest_due(d)) {
             return Some(0);
         }
         let qps = self.cx.timers.peek().map(|Reverse((t, _))| *t);
@@ -473,16 +474,15 @@ impl Engine {
     /// room at a time, every waiting QP would send its messages a packet per turn (one ACK
     /// and one system call per packet: half the bandwidth of 1024 QPs on loopback).
     fn serve_dest_waiters(&mut self, now: Time) {
-        let cx = &mut self.cx;
-        let max = cx.config.max_inflight_per_dest;
+        let max = self.cx.config.max_inflight_per_dest;
         let mut i = 0;
-        while i < cx.freed.len() {
-            let dst = cx.freed[i];
-            let used = cx.dests.used(dst);
-            if used > 0 && max.saturating_sub(used) < max / 8 {
+        while i < self.cx.freed.len() {
+            let dst = self.cx.freed[i];
+            if !self.dest_due(dst) {
                 i += 1; // Not yet: later acknowledgements free more.
                 continue;
             }
+            let cx = &mut self.cx;
             cx.freed.swap_remove(i);
             loop {
                 if cx.dests.used(dst) >= max {
@@ -503,6 +503,13 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Whether the QPs waiting for room towards `dst` are to be served now: nothing is in
+    /// flight there, or an eighth of the bound is free.
+    fn dest_due(&self, dst: IpAddr) -> bool {
+        let (used, max) = (self.cx.dests.used(dst), self.cx.config.max_inflight_per_dest);
+        used == 0 || max.saturating_sub(used) >= max / 8
     }
 
     /// The current DCQCN rate of an RC QP, bytes/s (`None`: congestion control off, or
