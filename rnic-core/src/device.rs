@@ -409,10 +409,7 @@ fn transport_info(config: &DeviceConfig, sock: &UdpSocket) -> TransportInfo {
 impl Device {
     /// Opens a device: binds its UDP port and starts its progress and receive threads.
     pub fn open(mut config: DeviceConfig) -> Result<Device, DeviceError> {
-        let env = EnvSettings::read().map_err(|why| match why.strip_prefix("RNIC_FAULTS: ") {
-            Some(reason) => DeviceError::Faults { name: config.name.clone(), reason: reason.to_string() },
-            None => DeviceError::Config { name: config.name.clone(), why },
-        })?;
+        let env = EnvSettings::read().map_err(|why| DeviceError::Config { name: config.name.clone(), why })?;
         if config.faults.is_none() {
             if let Some(spec) = &env.faults {
                 let f = Faults::from_spec(spec)

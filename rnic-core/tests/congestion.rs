@@ -292,18 +292,9 @@ fn two_qps_through_one_bottleneck_converge_to_fair_shares() {
     let c = 50e6; // bytes/s
     let p = DcqcnParams::mlx5(2.0 * c);
     let mut fab = Fabric::new(2_000).with_seed(5);
-    let mut a = host(&mut fab, "10.0.0.1", 2, Some(p));
+    let a = host(&mut fab, "10.0.0.1", 2, Some(p));
     let b = host(&mut fab, "10.0.0.2", 2, Some(p));
-    for k in 0..2 {
-        let attrs_a = common::net::attrs(&Setup::default(), 0, b.ip, b.qps[k].qpn.value());
-        let attrs_b = common::net::attrs(&Setup::default(), 1, a.ip, a.qps[k].qpn.value());
-        for x in attrs_a {
-            fab.engine(a.idx).modify_qp(0, a.qps[k].qpn, &x).unwrap();
-        }
-        for x in attrs_b {
-            fab.engine(b.idx).modify_qp(0, b.qps[k].qpn, &x).unwrap();
-        }
-    }
+    connect(&mut fab, &a, &b);
     // The bottleneck, and what each QP got through it after the warm-up.
     let (total, warmup) = (500 * MS, 300 * MS);
     let qpns = [b.qps[0].qpn.value(), b.qps[1].qpn.value()];
@@ -333,22 +324,6 @@ fn two_qps_through_one_bottleneck_converge_to_fair_shares() {
         });
     }
     // Each QP keeps 8 WRITEs of 16 KiB posted (QP 1 from 20 ms on).
-    let post = |fab: &mut Fabric, a: &mut Host, k: usize, id: u64| {
-        let wqe = rnic_core::engine::qp::validate_send(
-            &a.qps[k],
-            &a.mtpt,
-            &SendWr {
-                wr_id: (k as u64) << 32 | id,
-                op: SendOp::RdmaWrite { remote_addr: b.mem.addr(), rkey: b.keys.rkey },
-                sg_list: vec![rnic_core::wr::Sge { addr: a.mem.addr(), length: 16 * 1024, lkey: a.keys.lkey }],
-                flags: SendFlags { signaled: true, ..SendFlags::default() },
-                ud: None,
-            },
-        )
-        .unwrap();
-        let now = fab.now();
-        fab.engine(a.idx).post_send(now, a.qps[k].qpn, wqe);
-    };
     let mut started = [false; 2];
     let mut next_id = 0;
     while fab.now() < total {
@@ -357,14 +332,15 @@ fn two_qps_through_one_bottleneck_converge_to_fair_shares() {
                 started[k] = true;
                 for _ in 0..8 {
                     next_id += 1;
-                    post(&mut fab, &mut a, k, next_id);
+                    post_write(&mut fab, &a, &b, k, (k as u64) << 32 | next_id, 16 * 1024);
                 }
             }
         }
         while let Some(wc) = a.scq.poll_one() {
             assert_eq!(wc.status, WcStatus::Success);
             next_id += 1;
-            post(&mut fab, &mut a, (wc.wr_id >> 32) as usize, next_id);
+            let k = (wc.wr_id >> 32) as usize;
+            post_write(&mut fab, &a, &b, k, (k as u64) << 32 | next_id, 16 * 1024);
         }
         if !fab.step() {
             break;

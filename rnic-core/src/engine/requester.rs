@@ -99,9 +99,9 @@ fn admit(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, bytes: u64, reserve:
     if reserve > 0 && !cx.dest_room(qp, dst, reserve_bytes) {
         return None;
     }
-    if let Some(p) = cx.config.cc {
+    if let Some(p) = &cx.config.cc {
         let c = qp.req.cc.get_or_insert_with(|| super::qp_req::Cc {
-            rate: crate::cc::RateState::new(&p),
+            rate: crate::cc::RateState::new(p),
             pacer: crate::cc::Pacer::new(now, PACER_BURST),
         });
         // At line rate nothing is paced (and the bucket is not drawn on): the common
@@ -113,7 +113,7 @@ fn admit(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, bytes: u64, reserve:
                 return None;
             }
         }
-        c.rate.on_sent(bytes, &p);
+        c.rate.on_sent(bytes, p);
     }
     if reserve > 0 {
         return Some(cx.take_dest(qp, dst, reserve_bytes));
