@@ -1,6 +1,7 @@
 //! Devices and contexts: `ibv_get_device_list` (the devices of `RNIC_DEVICES`, as
-//! `rnic_verbs::devices` reads it), `ibv_open_device`, the device, port and GID queries,
-//! and asynchronous events on the context's `async_fd`.
+//! `rnic_verbs::emulated_devices` reads it: never hardware devices, since this library is
+//! the libibverbs a hardware backend would load), `ibv_open_device`, the device, port and
+//! GID queries, and asynchronous events on the context's `async_fd`.
 //!
 //! Opening a context binds nothing: a device's UDP socket and threads start at the first
 //! PD or CQ, so `ibv_devinfo` can list a device another process is using (only one process
@@ -37,7 +38,7 @@ static DEVICES: OnceLock<Result<Vec<&'static Dev>, String>> = OnceLock::new();
 
 fn devices() -> &'static Result<Vec<&'static Dev>, String> {
     DEVICES.get_or_init(|| {
-        let list = rnic_verbs::devices().map_err(|e| e.to_string())?;
+        let list = rnic_verbs::emulated_devices().map_err(|e| e.to_string())?;
         Ok(list
             .into_iter()
             .enumerate()

@@ -12,7 +12,7 @@ fn run() -> Result<()> {
     let (a, b) = (Context::open_at("rnic0", ip_a)?, Context::open_at("rnic1", ip_b)?);
 
     // Each side: a protection domain, a completion queue, a registered buffer, a QP.
-    let (pd_a, pd_b) = (a.alloc_pd(), b.alloc_pd());
+    let (pd_a, pd_b) = (a.alloc_pd()?, b.alloc_pd()?);
     let (cq_a, cq_b) = (a.create_cq(16)?, b.create_cq(16)?);
     let buf_a = pd_a.allocate_mr(4096, AccessFlags::LOCAL_WRITE)?;
     let buf_b = pd_b.allocate_mr(4096, AccessFlags::LOCAL_WRITE)?;

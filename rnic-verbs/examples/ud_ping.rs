@@ -33,7 +33,7 @@ struct Side {
 
 fn side(name: &str, ip: IpAddr) -> Result<Side> {
     let ctx = Context::open_at(name, ip)?;
-    let pd = ctx.alloc_pd();
+    let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(16)?;
     let mr = pd.allocate_mr(16384, AccessFlags::LOCAL_WRITE)?;
     let prepared = pd.qp_builder(&cq, &cq).qp_type(QpType::Ud).qkey(QKEY).build()?;

@@ -10,7 +10,7 @@ fn run() -> Result<()> {
     let ip_a = args.next().unwrap_or_else(|| "127.0.0.1".into()).parse().expect("IP address");
     let ip_b = args.next().unwrap_or_else(|| "127.0.0.2".into()).parse().expect("IP address");
     let (a, b) = (Context::open_at("rnic0", ip_a)?, Context::open_at("rnic1", ip_b)?);
-    let (pd_a, pd_b) = (a.alloc_pd(), b.alloc_pd());
+    let (pd_a, pd_b) = (a.alloc_pd()?, b.alloc_pd()?);
     let (cq_a, cq_b) = (a.create_cq(16)?, b.create_cq(16)?);
     let local = pd_a.allocate_mr(1 << 16, AccessFlags::LOCAL_WRITE)?;
     // The target region grants remote write and read; its rkey is what the peer needs.

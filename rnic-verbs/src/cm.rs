@@ -10,7 +10,7 @@
 //! # fn main() -> Result<()> {
 //! // Passive side.
 //! let ctx = Context::open("rnic0")?;
-//! let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64)?);
+//! let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(64)?);
 //! ctx.cm_listen(7174)?;
 //! if let CmEvent::ConnectRequest(req) = ctx.cm_get_event(Duration::from_secs(10))? {
 //!     let qp = pd.qp_builder(&cq, &cq).build()?;
@@ -19,7 +19,7 @@
 //! }
 //! // Active side (another device or process):
 //! let ctx = Context::open("rnic1")?;
-//! let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64)?);
+//! let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(64)?);
 //! let qp = pd.qp_builder(&cq, &cq).build()?;
 //! let conn = ctx.cm_connect(qp, "127.0.0.1".parse().unwrap(), 7174, b"hello", Duration::from_secs(10))?;
 //! conn.disconnect(b"")?;
@@ -117,7 +117,7 @@ impl Context {
         op: &'static str,
         f: impl FnOnce(&mut core::CmAgent, u64) -> std::result::Result<T, core::CmError> + Send + 'static,
     ) -> Result<T> {
-        self.dev.cm_call(f).map_err(Error::DeviceStopped)?.map_err(|e| cm_err(op, e))
+        self.emu(op)?.dev.cm_call(f).map_err(Error::DeviceStopped)?.map_err(|e| cm_err(op, e))
     }
 
     /// Accepts connect requests for `port` (rdma_cm's TCP port space, as `rdma_listen`).
@@ -127,31 +127,33 @@ impl Context {
 
     /// The next CM event, waiting up to `timeout`.
     pub fn cm_get_event(&self, timeout: Duration) -> Result<CmEvent> {
+        let e = self.emu("CM get event")?;
         let deadline = Instant::now() + timeout;
         loop {
             let raw = match self.take_stashed() {
                 Some(e) => e,
                 None => {
                     let left = deadline.saturating_duration_since(Instant::now());
-                    self.dev.cm_events().recv_timeout(left).map_err(|_| Error::EventTimeout(timeout))?
+                    e.dev.cm_events().recv_timeout(left).map_err(|_| Error::EventTimeout(timeout))?
                 }
             };
-            self.dev.cm_fd_rearm();
-            if let Some(e) = convert(raw) {
-                return Ok(e);
+            e.dev.cm_fd_rearm();
+            if let Some(ev) = convert(raw) {
+                return Ok(ev);
             }
         }
     }
 
     /// The next CM event, if one is waiting.
-    pub fn cm_poll_event(&self) -> Option<CmEvent> {
+    pub fn cm_poll_event(&self) -> Result<Option<CmEvent>> {
+        let e = self.emu("CM poll event")?;
         loop {
-            let raw = self.take_stashed().or_else(|| self.dev.cm_events().try_recv().ok());
+            let raw = self.take_stashed().or_else(|| e.dev.cm_events().try_recv().ok());
             // The fd stays readable exactly while events wait.
-            self.dev.cm_fd_rearm();
-            let raw = raw?;
-            if let Some(e) = convert(raw) {
-                return Some(e);
+            e.dev.cm_fd_rearm();
+            let Some(raw) = raw else { return Ok(None) };
+            if let Some(ev) = convert(raw) {
+                return Ok(Some(ev));
             }
         }
     }
@@ -159,12 +161,12 @@ impl Context {
     /// A descriptor readable while CM events wait: `poll` or `epoll` it beside other
     /// descriptors (as rdma_cm's `event_channel->fd`), then take events with
     /// [`cm_poll_event`](Self::cm_poll_event).
-    pub fn cm_event_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.dev.cm_fd()
+    pub fn cm_event_fd(&self) -> Result<std::os::fd::BorrowedFd<'_>> {
+        Ok(self.emu("CM event fd")?.dev.cm_fd())
     }
 
     fn take_stashed(&self) -> Option<core::CmEvent> {
-        self.cm_stash.lock().pop_front()
+        self.emu("CM").ok()?.cm_stash.lock().pop_front()
     }
 
     /// Connects `qp` (built, in INIT) to `port` at `dst`, as `rdma_connect`: sends the REQ
@@ -220,7 +222,7 @@ impl Context {
         let mut others = Vec::new();
         let result = loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let ev = match self.dev.cm_events().recv_timeout(left) {
+            let ev = match self.emu("CM connect")?.dev.cm_events().recv_timeout(left) {
                 Ok(e) => e,
                 Err(_) => break Err(Error::EventTimeout(timeout)),
             };
@@ -229,11 +231,8 @@ impl Context {
                     let attrs = core::active_attrs(&params, &rep, b.access);
                     let access = QpAttr { access: b.access, ..attrs };
                     for a in &access.bring_up(b.qp_type)[1..] {
-                        qp.qp.raw_modify(a).map_err(|source| Error::Connect {
-                            qpn: qp.qp.qpn(),
-                            step: "CM",
-                            source,
-                        })?;
+                        let qpn = qp.qp.qpn();
+                        qp.qp.modify_as(a, "CM", |source| Error::Connect { qpn, step: "CM", source })?;
                     }
                     self.cm_call("connect", move |cm, now| cm.ready_to_use(now, id, &[]))?;
                     break Ok(rep.private_data);
@@ -253,7 +252,7 @@ impl Context {
                 other => others.push(other),
             }
         };
-        self.cm_stash.lock().extend(others);
+        self.emu("CM connect")?.cm_stash.lock().extend(others);
         let private = result?;
         Ok(Connection { qp: qp.qp, id, private_data: private, ctx: self.clone() })
     }
@@ -276,7 +275,8 @@ impl Context {
         };
         let attrs = core::passive_attrs(&req.req, &accept, b.access);
         for a in &attrs.bring_up(b.qp_type)[1..] {
-            qp.qp.raw_modify(a).map_err(|source| Error::Connect { qpn: qp.qp.qpn(), step: "CM", source })?;
+            let qpn = qp.qp.qpn();
+            qp.qp.modify_as(a, "CM", |source| Error::Connect { qpn, step: "CM", source })?;
         }
         let id = req.id;
         self.cm_call("accept", move |cm, now| cm.accept(now, id, &accept))?;

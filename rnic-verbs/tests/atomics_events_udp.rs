@@ -42,7 +42,7 @@ fn atomics_and_invalidation_over_udp_with_a_checked_capture() {
     let bctx = Context::open_at("rnic1", "127.0.51.2".parse().unwrap()).unwrap();
     assert_eq!(actx.query_device().atomic_cap, "ATOMIC_HCA");
     {
-        let (apd, bpd) = (actx.alloc_pd(), bctx.alloc_pd());
+        let (apd, bpd) = (actx.alloc_pd().unwrap(), bctx.alloc_pd().unwrap());
         let (acq, bcq) = (actx.create_cq(64).unwrap(), bctx.create_cq(64).unwrap());
         let amr = apd.allocate_mr(4096, ALL).unwrap();
         let bmr = bpd.allocate_mr(4096, ALL).unwrap();
@@ -101,8 +101,8 @@ fn atomics_and_invalidation_over_udp_with_a_checked_capture() {
 fn get_cq_event_wakes_a_sleeping_thread_and_counts_acks() {
     let actx = Context::open_at("rnic0", "127.0.51.3".parse().unwrap()).unwrap();
     let bctx = Context::open_at("rnic1", "127.0.51.4".parse().unwrap()).unwrap();
-    let (apd, bpd) = (actx.alloc_pd(), bctx.alloc_pd());
-    let chan = bctx.create_comp_channel();
+    let (apd, bpd) = (actx.alloc_pd().unwrap(), bctx.alloc_pd().unwrap());
+    let chan = bctx.create_comp_channel().unwrap();
     let acq = actx.create_cq(16).unwrap();
     let bcq = bctx.create_cq_with_channel(16, &chan).unwrap();
     let amr = apd.allocate_mr(4096, ALL).unwrap();
@@ -117,7 +117,7 @@ fn get_cq_event_wakes_a_sleeping_thread_and_counts_acks() {
         std::thread::spawn(move || {
             let t0 = Instant::now();
             let cq = chan.get_cq_event(T).unwrap();
-            let wc = cq.poll_one().unwrap();
+            let wc = cq.poll_one().unwrap().unwrap();
             assert_eq!(bcq.unacked_events(), 1);
             cq.ack_events(1).unwrap();
             (wc, t0.elapsed())
@@ -150,7 +150,7 @@ fn srq_limit_and_port_events_arrive_on_the_async_queue() {
     let actx = Context::open_at("rnic0", "127.0.51.5".parse().unwrap()).unwrap();
     let bctx = Context::open_at("rnic1", "127.0.51.6".parse().unwrap()).unwrap();
     assert_eq!(bctx.get_async_event(T).unwrap(), AsyncEvent::PortActive { port: 1 });
-    let (apd, bpd) = (actx.alloc_pd(), bctx.alloc_pd());
+    let (apd, bpd) = (actx.alloc_pd().unwrap(), bctx.alloc_pd().unwrap());
     let (acq, bcq) = (actx.create_cq(64).unwrap(), bctx.create_cq(64).unwrap());
     let amr = apd.allocate_mr(4096, ALL).unwrap();
     let bmr = bpd.allocate_mr(4096, ALL).unwrap();
@@ -172,6 +172,6 @@ fn srq_limit_and_port_events_arrive_on_the_async_queue() {
     qa1.post_send(&SendWr::send(12, vec![amr.sge(0, 8)])).unwrap();
     assert_eq!(bcq.wait(1, T).unwrap()[0].wr_id, 2);
     assert_eq!(bctx.get_async_event(T).unwrap(), AsyncEvent::SrqLimitReached { srq: srq.id() });
-    assert_eq!(srq.limit(), 0);
+    assert_eq!(srq.limit().unwrap(), 0);
     assert_eq!(acq.wait(3, T).unwrap().len(), 3);
 }

@@ -17,7 +17,7 @@ fn connect_accept_move_data_and_disconnect() {
     let client = Context::open_at("rnic1", ip("127.0.44.2")).unwrap();
     server.cm_listen(7471).unwrap();
     let s = std::thread::spawn(move || {
-        let (pd, cq) = (server.alloc_pd(), server.create_cq(64).unwrap());
+        let (pd, cq) = (server.alloc_pd().unwrap(), server.create_cq(64).unwrap());
         let mr = pd.allocate_mr(8192, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).unwrap();
         // The event fd: not readable before the request, readable once it waits, not
         // after it was taken.
@@ -27,9 +27,9 @@ fn connect_accept_move_data_and_disconnect() {
             // SAFETY: one pollfd on a live descriptor.
             unsafe { libc::poll(&mut p, 1, ms) == 1 }
         };
-        assert!(readable(server.cm_event_fd(), 10_000), "the fd wakes a poll when the REQ arrives");
-        let Some(CmEvent::ConnectRequest(req)) = server.cm_poll_event() else { panic!("not a request") };
-        assert!(!readable(server.cm_event_fd(), 0), "nothing waits any more");
+        assert!(readable(server.cm_event_fd().unwrap(), 10_000), "the fd wakes a poll when the REQ arrives");
+        let Some(CmEvent::ConnectRequest(req)) = server.cm_poll_event().unwrap() else { panic!("not a request") };
+        assert!(!readable(server.cm_event_fd().unwrap(), 0), "nothing waits any more");
         assert_eq!((req.src, req.port, &req.private_data[..5]), (ip("127.0.44.2"), 7471, &b"hello"[..]));
         let qp = pd.qp_builder(&cq, &cq).access(AccessFlags::REMOTE_WRITE).build().unwrap();
         let conn = server.cm_accept(&req, qp, b"welcome").unwrap();
@@ -43,7 +43,7 @@ fn connect_accept_move_data_and_disconnect() {
         let ev = server.cm_get_event(T).unwrap();
         assert!(matches!(ev, CmEvent::Disconnected { id, .. } if id == conn.id), "{ev:?}");
     });
-    let (pd, cq) = (client.alloc_pd(), client.create_cq(64).unwrap());
+    let (pd, cq) = (client.alloc_pd().unwrap(), client.create_cq(64).unwrap());
     let mr = pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
     mr.write(0, b"over the CM").unwrap();
     let qp = pd.qp_builder(&cq, &cq).build().unwrap();
@@ -64,7 +64,7 @@ fn connect_accept_move_data_and_disconnect() {
 fn nobody_listening_and_a_rejection_are_errors_that_say_so() {
     let server = Context::open_at("rnic0", ip("127.0.44.5")).unwrap();
     let client = Context::open_at("rnic1", ip("127.0.44.6")).unwrap();
-    let (pd, cq) = (client.alloc_pd(), client.create_cq(64).unwrap());
+    let (pd, cq) = (client.alloc_pd().unwrap(), client.create_cq(64).unwrap());
     let qp = pd.qp_builder(&cq, &cq).build().unwrap();
     let err = client.cm_connect(qp, ip("127.0.44.5"), 9999, b"", T).unwrap_err().to_string();
     assert!(err.contains("nobody listens on 127.0.44.5 port 9999"), "{err}");

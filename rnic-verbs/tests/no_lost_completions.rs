@@ -8,7 +8,7 @@ use std::time::Duration;
 fn a_timed_out_wait_gives_back_what_it_took() {
     let a = Context::open_at("rnic0", "127.0.48.1".parse().unwrap()).unwrap();
     let b = Context::open_at("rnic1", "127.0.48.2".parse().unwrap()).unwrap();
-    let (pa, pb) = (a.alloc_pd(), b.alloc_pd());
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
     let ma = pa.allocate_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
     let mb = pb.allocate_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
@@ -31,7 +31,7 @@ fn a_timed_out_wait_gives_back_what_it_took() {
     let wcs = ca.wait(2, Duration::from_secs(1)).unwrap();
     assert_eq!((wcs[0].wr_id, wcs[1].wr_id), (0, 1), "in their order");
     assert_eq!(cb.wait(2, Duration::from_secs(1)).unwrap().len(), 2);
-    assert!(ca.is_empty() && ca.poll_one().is_none());
+    assert!(ca.is_empty() && ca.poll_one().unwrap().is_none());
 }
 
 /// RNIC_DEVICES that does not parse is an error naming the bad entry, never the defaults.
@@ -64,7 +64,7 @@ fn api_polish() {
 
     let a = Context::open_at("rnic0", "127.0.48.5".parse().unwrap()).unwrap();
     let b = Context::open_at("rnic1", "127.0.48.6".parse().unwrap()).unwrap();
-    let pd = a.alloc_pd();
+    let pd = a.alloc_pd().unwrap();
     let mr = pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
     let srq = pd.create_srq(16, 1).unwrap();
     assert_eq!(mr.pd().context().name(), "rnic0");

@@ -58,7 +58,7 @@ fn ok(wcs: &[WorkCompletion]) {
 fn tour() -> Result<()> {
     // The other side, rnic1: a QP whose endpoint comes "from the other side", a receive posted.
     let peer_ctx = Context::open("rnic1")?;
-    let peer_pd = peer_ctx.alloc_pd();
+    let peer_pd = peer_ctx.alloc_pd()?;
     let peer_cq = peer_ctx.create_cq(64)?;
     let peer_mr = peer_pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE)?;
     let peer_prepared = peer_pd.qp_builder(&peer_cq, &peer_cq).build()?;
@@ -66,7 +66,7 @@ fn tour() -> Result<()> {
 
     use rnic_verbs::*;
     let ctx = Context::open("rnic0")?;
-    let pd = ctx.alloc_pd();
+    let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(64)?;
     let mr = pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE)?;
     let prepared = pd.qp_builder(&cq, &cq).build()?;
@@ -85,12 +85,12 @@ fn tour() -> Result<()> {
 fn atomics() -> Result<()> {
     let remote_access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
     let peer_ctx = Context::open("rnic1")?;
-    let peer_pd = peer_ctx.alloc_pd();
+    let peer_pd = peer_ctx.alloc_pd()?;
     let peer_cq = peer_ctx.create_cq(64)?;
     let peer_mr = peer_pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE | remote_access | AccessFlags::FLUSH_GLOBAL)?;
     let peer_buf = peer_pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE)?;
     let ctx = Context::open("rnic0")?;
-    let pd = ctx.alloc_pd();
+    let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(64)?;
     let mr = pd.allocate_mr(8192, AccessFlags::LOCAL_WRITE)?;
     let my_mr = pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE)?;
@@ -139,7 +139,7 @@ fn atomics() -> Result<()> {
     srq.post_recv(&RecvWr { wr_id: 7, sg_list: vec![mr.sge(0, 4096)] })?;
     srq.modify_limit(16)?;   // AsyncEvent::SrqLimitReached once fewer than 16 remain
     // Sleep instead of spinning: a completion channel.
-    let chan = ctx.create_comp_channel();
+    let chan = ctx.create_comp_channel()?;
     let cq = ctx.create_cq_with_channel(64, &chan)?;
     // (Traffic for the new CQ: another QP pair, SENDs into receives the peer posted.)
     let qa = pd.qp_builder(&cq, &cq).build()?;
@@ -169,7 +169,7 @@ fn cm() -> Result<()> {
     std::thread::scope(|sc| -> Result<()> {
         let passive = sc.spawn(|| -> Result<()> {
             let ctx = Context::open("rnic0")?;
-            let pd = ctx.alloc_pd();
+            let pd = ctx.alloc_pd()?;
             let cq = ctx.create_cq(64)?;
             let mr = pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE)?;
             // passive side
@@ -189,7 +189,7 @@ fn cm() -> Result<()> {
         });
         std::thread::sleep(Duration::from_millis(100));
         let ctx = Context::open("rnic1")?;
-        let pd = ctx.alloc_pd();
+        let pd = ctx.alloc_pd()?;
         let cq = ctx.create_cq(64)?;
         let mr = pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE)?;
         // active side
@@ -220,7 +220,7 @@ fn faults() -> Result<()> {
     // Virtual time, deterministic: rnic_core::fabric::Fabric::new(latency).with_seed(42)
     // with fab.add_rule(...), fab.inject(...) for hand-made packets, fab.trace for a log.
     let peer_ctx = Context::open("rnic1")?;
-    let (pd, peer_pd) = (ctx.alloc_pd(), peer_ctx.alloc_pd());
+    let (pd, peer_pd) = (ctx.alloc_pd().unwrap(), peer_ctx.alloc_pd().unwrap());
     let (cq, peer_cq) = (ctx.create_cq(16)?, peer_ctx.create_cq(16)?);
     let mr = pd.allocate_mr(1 << 16, AccessFlags::LOCAL_WRITE)?;
     let target = peer_pd.allocate_mr(1 << 16, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
@@ -240,7 +240,7 @@ fn faults() -> Result<()> {
 #[rustfmt::skip] // The README's lines, exactly as pasted.
 fn ud() -> Result<()> {
     let peer_ctx = Context::open("rnic1")?;
-    let peer_pd = peer_ctx.alloc_pd();
+    let peer_pd = peer_ctx.alloc_pd()?;
     let peer_cq = peer_ctx.create_cq(16)?;
     let peer_mr = peer_pd.allocate_mr(8192, AccessFlags::LOCAL_WRITE)?;
     let peer_prepared = peer_pd.qp_builder(&peer_cq, &peer_cq).qp_type(QpType::Ud).qkey(0x1111_1111).build()?;
@@ -248,7 +248,7 @@ fn ud() -> Result<()> {
     let peer_qp = peer_prepared.activate()?;
     peer_qp.post_recv(&RecvWr { wr_id: 5, sg_list: vec![peer_mr.sge(0, (GRH_LEN + 1024) as u32)] })?;
     let ctx = Context::open("rnic0")?;
-    let pd = ctx.alloc_pd();
+    let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(16)?;
     let mr = pd.allocate_mr(8192, AccessFlags::LOCAL_WRITE)?;
     let qp = pd.qp_builder(&cq, &cq).qp_type(QpType::Ud).qkey(0x1111_1111).build()?.activate()?;

@@ -25,7 +25,7 @@ fn c(ctx: &Context, name: &str) -> u64 {
 
 /// A 256 KiB WRITE at MTU 1024 between `a` and `b`, checked byte for byte.
 fn write_256k(a: &Context, b: &Context) {
-    let (pa, pb) = (a.alloc_pd(), b.alloc_pd());
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
     let acc = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let (ma, mb) = (pa.allocate_mr(256 << 10, acc).unwrap(), pb.allocate_mr(256 << 10, acc).unwrap());
@@ -46,8 +46,8 @@ fn write_256k(a: &Context, b: &Context) {
 fn gso_batches_arrive_as_gro_batches_with_segment_ids() {
     let a = open("rnic0", "127.0.33.1", true, true);
     let b = open("rnic1", "127.0.33.2", true, true);
-    let t = a.device().transport();
-    if !t.gso || !b.device().transport().gro {
+    let t = a.emulated().unwrap().transport();
+    if !t.gso || !b.emulated().unwrap().transport().gro {
         eprintln!("this kernel lacks UDP GSO/GRO: {t:?}; nothing to observe");
         return;
     }
@@ -63,7 +63,7 @@ fn gso_batches_arrive_as_gro_batches_with_segment_ids() {
 fn without_gro_segments_match_by_the_id_window() {
     let a = open("rnic0", "127.0.33.3", true, true);
     let b = open("rnic1", "127.0.33.4", true, false);
-    if !a.device().transport().gso {
+    if !a.emulated().unwrap().transport().gso {
         return;
     }
     write_256k(&a, &b);
@@ -78,7 +78,7 @@ fn without_gro_segments_match_by_the_id_window() {
 fn without_gso_every_packet_is_id_zero() {
     let a = open("rnic0", "127.0.33.5", false, true);
     let b = open("rnic1", "127.0.33.6", true, true);
-    assert!(!a.device().transport().gso);
+    assert!(!a.emulated().unwrap().transport().gso);
     write_256k(&a, &b);
     assert_eq!(c(&a, "tx_gso_batches"), 0);
     assert_eq!((c(&b, "icrc_gso_index"), c(&b, "icrc_gso_window"), c(&b, "icrc_err")), (0, 0, 0));
@@ -95,7 +95,7 @@ fn hand_built_packets_with_nonzero_ids() {
     let b = Context::open_with(cfg).unwrap();
     let s = UdpSocket::bind("127.0.33.7:0").unwrap();
     let from = s.local_addr().unwrap();
-    let to = b.device().local_addr();
+    let to = b.emulated().unwrap().local_addr();
     let packet = |ident: u16| {
         // RC SEND ONLY to QP 0x99 (none: counted as unknown after the ICRC check).
         let mut p = vec![0x04, 0, 0xff, 0xff, 0, 0, 0, 0x99, 0, 0, 0, 1, 1, 2, 3, 4, 0, 0, 0, 0];
@@ -124,7 +124,7 @@ fn hand_built_packets_with_nonzero_ids() {
     assert_eq!((c(&b, "icrc_gso_window"), c(&b, "unknown_qp_pkts"), c(&b, "icrc_ipv4_id_solved")), (1, 2, 0));
     // The default policy solves for an ID beyond the window, and counts it.
     let d = open("rnic2", "127.0.33.9", true, true);
-    let to = d.device().local_addr();
+    let to = d.emulated().unwrap().local_addr();
     let packet = |ident: u16| {
         let mut p = vec![0x04, 0, 0xff, 0xff, 0, 0, 0, 0x99, 0, 0, 0, 1, 1, 2, 3, 4, 0, 0, 0, 0];
         let ctx = IcrcContext { ipv4_ident: ident, ..IcrcContext::new(from.ip(), to.ip(), from.port(), to.port()) };
@@ -156,7 +156,7 @@ fn application_driven_progress_loses_no_wakeup() {
             Context::open_with(cfg).unwrap()
         };
         let (a, b) = (mk("rnic0", "127.0.33.11"), mk("rnic1", "127.0.33.12"));
-        let (pa, pb) = (a.alloc_pd(), b.alloc_pd());
+        let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
         let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
         let (ma, mb) = (
             pa.allocate_mr(64, AccessFlags::LOCAL_WRITE).unwrap(),
@@ -176,8 +176,8 @@ fn application_driven_progress_loses_no_wakeup() {
                 assert!(std::time::Instant::now() < until, "iteration {i} stuck");
                 a.progress();
                 b.progress();
-                sent |= ca.poll_one().is_some_and(|w| w.status == WcStatus::Success);
-                got |= cb.poll_one().is_some_and(|w| w.status == WcStatus::Success && w.wr_id == i);
+                sent |= ca.poll_one().unwrap().is_some_and(|w| w.status == WcStatus::Success);
+                got |= cb.poll_one().unwrap().is_some_and(|w| w.status == WcStatus::Success && w.wr_id == i);
             }
             let mut v = [0u8; 8];
             mb.read(0, &mut v).unwrap();

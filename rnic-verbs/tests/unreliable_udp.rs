@@ -23,7 +23,7 @@ struct End {
 
 fn end_with(config: DeviceConfig) -> End {
     let ctx = Context::open_with(DeviceConfig { pin_memory: false, ..config }).unwrap();
-    let pd = ctx.alloc_pd();
+    let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256).unwrap();
     let mr = pd.allocate_mr(1 << 20, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).unwrap();
     End { ctx, pd, cq, mr }

@@ -17,7 +17,7 @@ struct End {
 
 fn end(name: &str, ip: &str, len: usize) -> End {
     let ctx = Context::open_at(name, ip.parse().unwrap()).unwrap();
-    let pd = ctx.alloc_pd();
+    let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64).unwrap();
     let mr =
         pd.allocate_mr(len, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ).unwrap();
@@ -82,7 +82,7 @@ fn every_operation_over_udp_at_the_extreme_mtus() {
 #[test]
 fn bad_calls_return_errors_naming_what_was_wrong() {
     let a = end("rnic0", "127.0.13.1", 1 << 16);
-    let other_pd = a.ctx.alloc_pd();
+    let other_pd = a.ctx.alloc_pd().unwrap();
     let foreign = other_pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
     let prepared = a.pd.qp_builder(&a.cq, &a.cq).cap(QpCap { max_send_wr: 2, ..QpCap::default() }).build().unwrap();
     // Posting a send in INIT.
@@ -141,7 +141,7 @@ fn cq_overflow_puts_the_qp_in_error_and_raises_async_events() {
     assert_eq!(qb.state(), QpState::Err);
     let mut events = Vec::new();
     while events.len() < 2 && std::time::Instant::now() < deadline {
-        match b.ctx.poll_async_event() {
+        match b.ctx.poll_async_event().unwrap() {
             // Raised once when the device opened.
             Some(AsyncEvent::PortActive { .. }) => {}
             Some(e) => events.push(e),
@@ -150,7 +150,7 @@ fn cq_overflow_puts_the_qp_in_error_and_raises_async_events() {
     }
     assert!(events.contains(&AsyncEvent::CqError { cq: 2 }), "{events:?}");
     assert!(events.contains(&AsyncEvent::QpFatal { qpn: qb.qpn() }), "{events:?}");
-    assert_eq!(small.poll_one().map(|w| w.wr_id), Some(0));
+    assert_eq!(small.poll_one().unwrap().map(|w| w.wr_id), Some(0));
     assert!(b.ctx.counter("cq_overflow").unwrap() >= 1);
 }
 
@@ -177,7 +177,7 @@ fn builder_defaults_are_the_documented_ones() {
     // And the device limits the table compares them with (devinfo's).
     let d = a.ctx.query_device();
     assert_eq!((d.max_qp_wr, d.max_sge, d.max_qp_rd_atom), (16384, 32, 16));
-    assert_eq!(a.ctx.query_port().active_mtu, PathMtu::Mtu4096);
+    assert_eq!(a.ctx.query_port().unwrap().active_mtu, PathMtu::Mtu4096);
 }
 
 /// Lists of work requests in one call, built from borrowed SGE slices (no `Vec` per WR):
@@ -251,4 +251,44 @@ fn lists_of_borrowed_work_requests_post_in_one_call() {
     assert!(e.report().contains("work request 2 refused (2 before it posted)"), "{}", e.report());
     let wcs = a.cq.wait(2, Duration::from_secs(5)).unwrap();
     assert_eq!(wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![20, 21]);
+}
+
+#[test]
+fn a_region_is_reachable_as_a_slice_without_a_copy() {
+    let a = end("rnic0", "127.0.17.1", 8192);
+    let b = end("rnic1", "127.0.17.2", 8192);
+    let (qa, qb) = pair(&a, &b, PathMtu::Mtu1024);
+    let mut mine = a.mr.clone();
+    let msg = bytes(5, 3000);
+    // SAFETY: nothing is posted on this region yet and the peer has not been told its
+    // rkey: this handle is the only one touching it.
+    unsafe { mine.as_mut_slice()[..msg.len()].copy_from_slice(&msg) };
+    assert_eq!(a.mr.to_vec()[..msg.len()], msg[..], "the slice is the region's memory, not a copy");
+    qb.post_recv(&RecvWr { wr_id: 1, sg_list: vec![b.mr.sge(100, 4000)] }).unwrap();
+    qa.post_send(&SendWr::send(2, vec![a.mr.sge(0, msg.len() as u32)])).unwrap();
+    let got = b.cq.wait(1, T).unwrap();
+    assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, msg.len() as u32));
+    // SAFETY: the receive completed and nothing else is posted on or can write b's region.
+    let seen = unsafe { &b.mr.as_slice()[100..100 + msg.len()] };
+    assert_eq!(seen, &msg[..]);
+    assert_eq!(unsafe { b.mr.as_slice() }.len(), b.mr.len());
+    a.cq.wait(1, T).unwrap();
+}
+
+#[test]
+fn devices_say_which_backend_runs_them() {
+    let listed = devices().unwrap();
+    for name in ["rnic0", "rnic1"] {
+        let d = listed.iter().find(|d| d.name == name).unwrap_or_else(|| panic!("{name} listed: {listed:?}"));
+        assert_eq!(d.kind, DeviceKind::Emulated);
+    }
+    assert!(emulated_devices().unwrap().iter().all(|d| d.kind == DeviceKind::Emulated));
+    let ctx = Context::open_at("rnic7", "127.0.17.7".parse().unwrap()).unwrap();
+    assert_eq!(ctx.kind(), DeviceKind::Emulated);
+    assert!(ctx.emulated().is_some());
+    // A name that is neither configured nor (with the `hw` feature) a libibverbs device.
+    let e = Context::open("no-such-rdma-device").unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, Error::NoSuchDevice { .. }), "{e:?}");
+    assert!(text.contains("no-such-rdma-device") && text.contains("rnic0=127.0.0.1"), "{text}");
 }

@@ -108,7 +108,7 @@ fn open(name: &str, ip: IpAddr, pcap: &Option<PathBuf>, faults: Option<FaultHand
         cfg.faults = faults;
     }
     let ctx = Context::open_with(cfg).map_err(|e| rnic_verbs::report(&e))?;
-    let pd = ctx.alloc_pd();
+    let pd = ctx.alloc_pd().map_err(|e| rnic_verbs::report(&e))?;
     let cq = ctx.create_cq(256).map_err(|e| rnic_verbs::report(&e))?;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let mr = pd.allocate_mr(BUF, access).map_err(|e| rnic_verbs::report(&e))?;
@@ -148,7 +148,7 @@ struct Demo {
     b: Side,
     quiet: bool,
     /// Counters before the current transfer (rnic0, rnic1), when faults are on.
-    before: Option<[Vec<(&'static str, u64)>; 2]>,
+    before: Option<[Vec<(String, u64)>; 2]>,
     ok: usize,
     failed: Vec<String>,
     /// With --ladder/--html: what each side's CPU saw, and when (ns since the epoch, the
@@ -190,7 +190,7 @@ impl Demo {
         let sides = [(&self.a, "rnic0"), (&self.b, "rnic1")];
         let mut lines = Vec::new();
         for (side, name) in sides {
-            if let Some(f) = side.ctx.device().faults() {
+            if let Some(f) = side.ctx.emulated().and_then(|d| d.faults()) {
                 for ev in f.lock().take_log() {
                     lines.push(format!("      fault  {name}: {:<9} {}", ev.verdict.name(), ev.packet));
                 }
@@ -199,7 +199,7 @@ impl Demo {
         let now = [self.a.ctx.counters(), self.b.ctx.counters()];
         for (i, name) in ["rnic0", "rnic1"].into_iter().enumerate() {
             for (c, meaning) in RECOVERY {
-                let get = |v: &[(&str, u64)]| v.iter().find(|(n, _)| n == c).map_or(0, |(_, x)| *x);
+                let get = |v: &[(String, u64)]| v.iter().find(|(n, _)| n == c).map_or(0, |(_, x)| *x);
                 let d = get(&now[i]) - get(&before[i]);
                 if d > 0 {
                     lines.push(format!("      recover {name}: {d} {meaning}"));

@@ -8,7 +8,7 @@
 //! program reads its own with `Context::counters` (or `rnic pingpong --counters`).
 
 use rnic_core::device::DeviceConfig;
-use rnic_verbs::{devices, Context, DeviceInfo, PathMtu};
+use rnic_verbs::{devices, Context, DeviceInfo, DeviceKind, PathMtu};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
@@ -62,11 +62,19 @@ pub fn run(a: &Args) -> ExitCode {
     }
     let mut failed = false;
     for d in chosen {
-        let config = DeviceConfig { port: 0, pin_memory: false, capture: None, ..DeviceConfig::new(&d.name, d.ip) };
-        match Context::open_with(config) {
-            Ok(ctx) => print!("{}", render(&ctx, a.verbose)),
+        let opened = match d.kind {
+            DeviceKind::Emulated => Context::open_with(DeviceConfig {
+                port: 0,
+                pin_memory: false,
+                capture: None,
+                ..DeviceConfig::new(&d.name, d.ip)
+            }),
+            DeviceKind::Hardware => Context::open(&d.name),
+        };
+        match opened.and_then(|ctx| render(&ctx, a.verbose)) {
+            Ok(s) => print!("{s}"),
             Err(e) => {
-                eprintln!("rnic devinfo: {}: cannot open at {}: {}", d.name, d.ip, e.report());
+                eprintln!("rnic devinfo: {} ({}): {}", d.name, d.kind, e.report());
                 failed = true;
             }
         }
@@ -111,9 +119,9 @@ fn kv(s: &mut String, indent: &str, key: &str, tabs: &str, v: impl std::fmt::Dis
 }
 
 /// One device's block, as ibv_devinfo [-v] prints it.
-pub fn render(ctx: &Context, verbose: bool) -> String {
+pub fn render(ctx: &Context, verbose: bool) -> Result<String, rnic_verbs::Error> {
     let d = ctx.query_device();
-    let p = ctx.query_port();
+    let p = ctx.query_port()?;
     let mut s = String::new();
     let dev = |s: &mut String, k: &str, tabs: &str, v: &dyn std::fmt::Display| kv(s, "\t", k, tabs, v);
     let port = |s: &mut String, k: &str, tabs: &str, v: &dyn std::fmt::Display| kv(s, "\t\t\t", k, tabs, v);
@@ -164,9 +172,12 @@ pub fn render(ctx: &Context, verbose: bool) -> String {
         }
     }
     if verbose {
+        // Not an ibv_devinfo line: which backend runs the device.
+        port(&mut s, "backend", "\t\t", &ctx.kind());
+    }
+    if let (true, Some(dev)) = (verbose, ctx.emulated()) {
         // Not ibv_devinfo lines: rnic's congestion and flow control (mlx5 shows these
         // under /sys/class/net/<if>/ecn and in its counters).
-        let dev = ctx.device();
         let cc = dev.config().congestion_control;
         let mode = match cc.params() {
             None => "off (RNIC_CC=off)".to_string(),
@@ -197,11 +208,16 @@ pub fn render(ctx: &Context, verbose: bool) -> String {
         }
         s.push_str("\t\t\tcounters:\n");
         for (name, v) in ctx.counters() {
-            kv(&mut s, "\t\t\t\t", name, "\t", v);
+            kv(&mut s, "\t\t\t\t", &name, "\t", v);
+        }
+    } else if verbose {
+        s.push_str("\t\t\tcounters:\n");
+        for (name, v) in ctx.counters() {
+            kv(&mut s, "\t\t\t\t", &name, "\t", v);
         }
     }
     s.push('\n');
-    s
+    Ok(s)
 }
 
 #[cfg(test)]
@@ -220,7 +236,7 @@ mod tests {
 
     #[test]
     fn the_short_form_is_ibv_devinfo_s() {
-        let out = render(&open(), false);
+        let out = render(&open(), false).unwrap();
         let want = "hca_id:\trnic9\n\
             \ttransport:\t\t\tInfiniBand (0)\n\
             \tfw_ver:\t\t\t\t0.1.0\n\
@@ -245,7 +261,7 @@ mod tests {
 
     #[test]
     fn verbose_adds_limits_and_counters() {
-        let out = render(&open(), true);
+        let out = render(&open(), true).unwrap();
         for want in [
             "\tmax_qp:\t\t\t\t65536\n",
             "\tmax_qp_wr:\t\t\t16384\n",
@@ -273,8 +289,8 @@ mod tests {
     #[test]
     fn list_and_guid() {
         let all = vec![
-            DeviceInfo { name: "rnic0".into(), ip: "127.0.0.1".parse().unwrap() },
-            DeviceInfo { name: "rnic1".into(), ip: "127.0.0.2".parse().unwrap() },
+            DeviceInfo { name: "rnic0".into(), ip: "127.0.0.1".parse().unwrap(), kind: DeviceKind::Emulated },
+            DeviceInfo { name: "rnic1".into(), ip: "127.0.0.2".parse().unwrap(), kind: DeviceKind::Emulated },
         ];
         assert_eq!(list(&all), "2 HCAs found:\n\trnic0\n\trnic1\n");
         assert_eq!(list(&all[..1]), "1 HCA found:\n\trnic0\n");

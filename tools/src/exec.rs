@@ -52,7 +52,7 @@ pub fn run(a: &Args) -> ExitCode {
         return ExitCode::from(2);
     };
     // A bad RNIC_DEVICES would only show inside the program as "no devices": say it here.
-    if let Err(e) = rnic_verbs::devices() {
+    if let Err(e) = rnic_verbs::emulated_devices() {
         eprintln!("rnic exec: {e}");
         return ExitCode::from(2);
     }

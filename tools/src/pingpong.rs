@@ -249,8 +249,8 @@ fn run_inner(a: &Args) -> Result<(), String> {
 }
 
 fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), String> {
-    let pd = ctx.alloc_pd();
-    let channel = a.events.then(|| ctx.create_comp_channel());
+    let pd = ctx.alloc_pd().map_err(|e| rnic_verbs::report(&e))?;
+    let channel = if a.events { Some(ctx.create_comp_channel().map_err(|e| rnic_verbs::report(&e))?) } else { None };
     let cq = match &channel {
         Some(ch) => ctx.create_cq_with_channel(a.rx_depth as usize + 1, ch),
         None => ctx.create_cq(a.rx_depth as usize + 1),
@@ -433,13 +433,13 @@ fn next_completions(
         ch.get_cq_event(IDLE).map_err(|e| format!("Failed to get cq_event: {}", e.report()))?;
         *num_cq_events += 1;
         cq.req_notify(false).map_err(|e| format!("Couldn't request CQ notification: {}", e.report()))?;
-        let n = cq.poll(&mut wc);
+        let n = cq.poll(&mut wc).map_err(|e| rnic_verbs::report(&e))?;
         out.extend(wc.into_iter().take(n));
         return Ok(());
     }
     let since = Instant::now();
     loop {
-        let n = cq.poll(&mut wc);
+        let n = cq.poll(&mut wc).map_err(|e| rnic_verbs::report(&e))?;
         if n > 0 {
             out.extend(wc.into_iter().take(n));
             return Ok(());

@@ -186,7 +186,8 @@ fn client(a: &Args) -> Result<(), String> {
         (None, _) => return Err("-I ADDR: give this host's rnic address (the server is not on loopback)".into()),
     };
     let ctx = Context::open_at("rnic0", local).map_err(|e| rnic_verbs::report(&e))?;
-    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(16).map_err(|e| rnic_verbs::report(&e))?);
+    let (pd, cq) =
+        (ctx.alloc_pd().map_err(|e| rnic_verbs::report(&e))?, ctx.create_cq(16).map_err(|e| rnic_verbs::report(&e))?);
     let b = Bufs::new(&ctx, &pd, a.size)?;
     let access = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
     let mtu = rnic_verbs::PathMtu::from_bytes(a.mtu).ok_or_else(|| format!("--mtu {}: not 256 .. 4096", a.mtu))?;
@@ -264,10 +265,14 @@ fn server(a: &Args) -> Result<(), String> {
 fn recv_or_disconnect(ctx: &Context, cq: &CompletionQueue, conn: &Connection, a: &Args) -> Result<bool, String> {
     let deadline = std::time::Instant::now() + Duration::from_secs(3600);
     loop {
-        if let Some(wc) = cq.poll_one() {
+        if let Some(wc) = cq.poll_one().map_err(|e| rnic_verbs::report(&e))? {
             if wc.status != WcStatus::Success {
                 // The client's disconnect flushes what we had posted.
-                if ctx.cm_poll_event().is_some_and(|e| matches!(e, CmEvent::Disconnected { .. })) {
+                if ctx
+                    .cm_poll_event()
+                    .map_err(|e| rnic_verbs::report(&e))?
+                    .is_some_and(|e| matches!(e, CmEvent::Disconnected { .. }))
+                {
                     return Ok(false);
                 }
                 return Err(format!("cq completion failed status {} ({})", wc.status as u32, wc.status));
@@ -280,7 +285,7 @@ fn recv_or_disconnect(ctx: &Context, cq: &CompletionQueue, conn: &Connection, a:
             }
             continue;
         }
-        match ctx.cm_poll_event() {
+        match ctx.cm_poll_event().map_err(|e| rnic_verbs::report(&e))? {
             Some(CmEvent::Disconnected { id, .. }) if id == conn.id => return Ok(false),
             _ => {}
         }
@@ -292,7 +297,8 @@ fn recv_or_disconnect(ctx: &Context, cq: &CompletionQueue, conn: &Connection, a:
 }
 
 fn serve_one(a: &Args, ctx: &Context, req: &rnic_verbs::ConnectRequest) -> Result<(), String> {
-    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(16).map_err(|e| rnic_verbs::report(&e))?);
+    let (pd, cq) =
+        (ctx.alloc_pd().map_err(|e| rnic_verbs::report(&e))?, ctx.create_cq(16).map_err(|e| rnic_verbs::report(&e))?);
     let b = Bufs::new(ctx, &pd, a.size)?;
     let access = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
     let qp = pd

@@ -7,8 +7,8 @@
 //! Invalidate / LOCAL_INV and a completion's invalidated R_Key are host order in both.
 
 pub(crate) use crate::{
-    AccessFlags, AsyncEvent, DeviceAttr, Gid, PathMtu, PortAttr, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr,
-    SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, AsyncEvent, DeviceAttr, Gid, PathMtu, PortAttr, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWrRef,
+    SendOp, SendWrRef, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use super::context::{HwAsyncEvent, HwEventElement};
@@ -211,7 +211,7 @@ fn sge_to_ibv(s: &Sge) -> ibv_sge {
     ibv_sge { addr: s.addr, length: s.length, lkey: s.lkey }
 }
 
-fn send_flags_to_ibv(wr: &SendWr) -> u32 {
+fn send_flags_to_ibv(wr: &SendWrRef<'_>) -> u32 {
     let f = wr.flags;
     let mut bits = 0;
     if f.signaled {
@@ -231,7 +231,10 @@ fn send_flags_to_ibv(wr: &SendWr) -> u32 {
 
 /// One `ibv_send_wr` for `wr` (without its SGE pointer and list link). `ah_for` gives the
 /// address handle of a UD destination.
-pub fn send_wr_to_ibv(wr: &SendWr, ah_for: &mut dyn FnMut(&UdDest) -> HwResult<*mut ibv_ah>) -> HwResult<ibv_send_wr> {
+pub fn send_wr_to_ibv(
+    wr: &SendWrRef<'_>,
+    ah_for: &mut dyn FnMut(&UdDest) -> HwResult<*mut ibv_ah>,
+) -> HwResult<ibv_send_wr> {
     let mut r = ibv_send_wr { wr_id: wr.wr_id, send_flags: send_flags_to_ibv(wr), ..Default::default() };
     r.num_sge = libc::c_int::try_from(wr.sg_list.len())
         .map_err(|_| HwError::InvalidArgument { op: "post send", why: "too many SGEs".into() })?;
@@ -300,16 +303,27 @@ pub struct IbvSendList {
 
 impl IbvSendList {
     /// Converts `wrs` and links them.
-    pub fn new(wrs: &[SendWr], ah_for: &mut dyn FnMut(&UdDest) -> HwResult<*mut ibv_ah>) -> HwResult<IbvSendList> {
-        let mut sges = Vec::with_capacity(wrs.iter().map(|w| w.sg_list.len()).sum());
-        let mut raw = Vec::with_capacity(wrs.len());
+    pub fn new<'a, W: Into<SendWrRef<'a>>>(
+        wrs: impl IntoIterator<Item = W>,
+        ah_for: &mut dyn FnMut(&UdDest) -> HwResult<*mut ibv_ah>,
+    ) -> HwResult<IbvSendList> {
+        let mut sges = Vec::new();
+        let mut raw = Vec::new();
+        let mut counts = Vec::new();
         for wr in wrs {
-            raw.push(send_wr_to_ibv(wr, ah_for)?);
+            let wr: SendWrRef<'a> = wr.into();
+            raw.push(send_wr_to_ibv(&wr, ah_for)?);
             sges.extend(wr.sg_list.iter().map(sge_to_ibv));
+            counts.push(wr.sg_list.len());
         }
         let mut l = IbvSendList { wrs: raw, sges };
-        l.link(wrs.iter().map(|w| w.sg_list.len()));
+        l.link(counts.into_iter());
         Ok(l)
+    }
+
+    /// True when the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.wrs.is_empty()
     }
 
     fn link(&mut self, counts: impl Iterator<Item = usize>) {
@@ -335,6 +349,11 @@ impl IbvSendList {
         }
     }
 
+    /// The first entry's id (0 when empty).
+    pub fn first_id(&self) -> u64 {
+        self.wrs.first().map_or(0, |w| w.wr_id)
+    }
+
     /// Which entry `bad` (the provider's `bad_wr`) is, and its id.
     pub fn index_of(&self, bad: *const ibv_send_wr) -> Option<(usize, u64)> {
         self.wrs.iter().position(|w| std::ptr::eq(w, bad)).map(|i| (i, self.wrs[i].wr_id))
@@ -350,10 +369,11 @@ pub struct IbvRecvList {
 
 impl IbvRecvList {
     /// Converts `wrs` and links them.
-    pub fn new(wrs: &[RecvWr]) -> HwResult<IbvRecvList> {
+    pub fn new<'a, W: Into<RecvWrRef<'a>>>(wrs: impl IntoIterator<Item = W>) -> HwResult<IbvRecvList> {
+        let wrs: Vec<RecvWrRef<'a>> = wrs.into_iter().map(Into::into).collect();
         let mut sges = Vec::with_capacity(wrs.iter().map(|w| w.sg_list.len()).sum());
         let mut raw = Vec::with_capacity(wrs.len());
-        for wr in wrs {
+        for wr in &wrs {
             let num_sge = libc::c_int::try_from(wr.sg_list.len())
                 .map_err(|_| HwError::InvalidArgument { op: "post receive", why: "too many SGEs".into() })?;
             raw.push(ibv_recv_wr { wr_id: wr.wr_id, num_sge, ..Default::default() });
@@ -362,7 +382,7 @@ impl IbvRecvList {
         let mut l = IbvRecvList { wrs: raw, sges };
         let base = l.sges.as_mut_ptr();
         let mut at = 0;
-        for (r, w) in l.wrs.iter_mut().zip(wrs) {
+        for (r, w) in l.wrs.iter_mut().zip(&wrs) {
             r.sg_list = if w.sg_list.is_empty() { std::ptr::null_mut() } else { base.wrapping_add(at) };
             at += w.sg_list.len();
         }
@@ -374,6 +394,11 @@ impl IbvRecvList {
         Ok(l)
     }
 
+    /// True when the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.wrs.is_empty()
+    }
+
     /// The head of the list (null when empty).
     pub fn head(&mut self) -> *mut ibv_recv_wr {
         if self.wrs.is_empty() {
@@ -381,6 +406,11 @@ impl IbvRecvList {
         } else {
             self.wrs.as_mut_ptr()
         }
+    }
+
+    /// The first entry's id (0 when empty).
+    pub fn first_id(&self) -> u64 {
+        self.wrs.first().map_or(0, |w| w.wr_id)
     }
 
     /// Which entry `bad` is, and its id.
@@ -543,6 +573,7 @@ pub fn async_event(e: &HwAsyncEvent) -> Option<AsyncEvent> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::SendWr;
 
     fn no_ah(_: &UdDest) -> HwResult<*mut ibv_ah> {
         panic!("no UD here")

@@ -101,6 +101,8 @@ pub(super) struct CqInner {
     pub(super) cq: *mut ibv_cq,
     channel: Option<HwCompChannel>,
     unacked: Mutex<u32>,
+    /// Completions taken from the device and given back (a timed-out wait): polled first.
+    stash: Mutex<std::collections::VecDeque<WorkCompletion>>,
 }
 
 // SAFETY: libibverbs CQs may be polled and armed from any thread (the provider locks);
@@ -149,7 +151,13 @@ impl HwCq {
         if cq.is_null() {
             return Err(HwError::last_os(format!("ibv_create_cq({depth} entries)")));
         }
-        let inner = Arc::new(CqInner { ctx: ctx.clone(), cq, channel: channel.cloned(), unacked: Mutex::new(0) });
+        let inner = Arc::new(CqInner {
+            ctx: ctx.clone(),
+            cq,
+            channel: channel.cloned(),
+            unacked: Mutex::new(0),
+            stash: Mutex::default(),
+        });
         if let Some(c) = channel {
             c.inner.cqs.lock().insert(cq as usize, Arc::downgrade(&inner));
         }
@@ -190,6 +198,16 @@ impl HwCq {
     pub fn poll_wc(&self, out: &mut [WorkCompletion]) -> HwResult<usize> {
         let mut raw = [ibv_wc::default(); 16];
         let mut done = 0;
+        {
+            let mut stash = self.inner.stash.lock();
+            while done < out.len() {
+                match stash.pop_front() {
+                    Some(wc) => out[done] = wc,
+                    None => break,
+                }
+                done += 1;
+            }
+        }
         while done < out.len() {
             let want = (out.len() - done).min(raw.len());
             let n = self.poll(&mut raw[..want])?;
@@ -204,12 +222,35 @@ impl HwCq {
         Ok(done)
     }
 
+    /// Puts completions back at the head of the CQ (in order): the next poll returns them
+    /// first. A wait that times out gives back what it took, so none is lost.
+    pub fn give_back(&self, wcs: Vec<WorkCompletion>) {
+        let mut stash = self.inner.stash.lock();
+        for wc in wcs.into_iter().rev() {
+            stash.push_front(wc);
+        }
+    }
+
+    /// Completions given back and not yet polled again.
+    pub fn stashed(&self) -> usize {
+        self.inner.stash.lock().len()
+    }
+
     /// Polls (yielding between tries) until `got` holds `n` completions or `timeout`
     /// passed. Every completion taken is pushed to `got` before anything can fail, so a
     /// timeout loses none: they are in `got` beside the error.
     pub fn wait_into(&self, n: usize, timeout: Duration, got: &mut Vec<WorkCompletion>) -> HwResult<()> {
         let deadline = Instant::now() + timeout;
         let mut raw = [ibv_wc::default(); 16];
+        {
+            let mut stash = self.inner.stash.lock();
+            while got.len() < n {
+                match stash.pop_front() {
+                    Some(wc) => got.push(wc),
+                    None => break,
+                }
+            }
+        }
         while got.len() < n {
             let want = (n - got.len()).min(raw.len());
             let k = self.poll(&mut raw[..want])?;
@@ -261,10 +302,15 @@ impl HwCq {
         *self.inner.unacked.lock()
     }
 
+    /// True when this CQ reports its events to `channel`.
+    pub fn reports_to(&self, channel: &HwCompChannel) -> bool {
+        self.inner.channel.as_ref().is_some_and(|c| Arc::ptr_eq(&c.inner, &channel.inner))
+    }
+
     /// Sleeps on `channel` until a completion is available or `timeout` passes, then takes
     /// it (arm, poll again, sleep, acknowledge: the verbs pattern).
     pub fn wait_event(&self, channel: &HwCompChannel, timeout: Duration) -> HwResult<WorkCompletion> {
-        if !self.inner.channel.as_ref().is_some_and(|c| Arc::ptr_eq(&c.inner, &channel.inner)) {
+        if !self.reports_to(channel) {
             return Err(HwError::InvalidArgument {
                 op: "wait for a completion event",
                 why: format!("CQ {} does not report to that completion channel", self.id()),

@@ -117,7 +117,7 @@ impl HwPd {
 
     /// The AH a UD send to `ip` uses: made once per destination and kept until the PD
     /// goes (a QP posting it holds the PD).
-    pub(super) fn ud_ah(&self, ip: IpAddr) -> HwResult<*mut rnic_verbs_sys::ibv_ah> {
+    pub(crate) fn ud_ah(&self, ip: IpAddr) -> HwResult<*mut rnic_verbs_sys::ibv_ah> {
         let mut ahs = self.inner.ud_ahs.lock();
         if let Some(ah) = ahs.get(&ip) {
             return Ok(ah.0);

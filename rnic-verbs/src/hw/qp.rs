@@ -3,7 +3,7 @@
 
 use super::convert::{
     cap_from_ibv, cap_to_ibv, qp_attr_from_ibv, qp_attr_to_ibv, qp_type_from_ibv, qp_type_to_ibv, ud_dest_ip,
-    IbvRecvList, IbvSendList, QpAttr, QpAttrMask, QpCap, QpType, RecvWr, SendWr, QUERY_MASK,
+    IbvRecvList, IbvSendList, QpAttr, QpAttrMask, QpCap, QpType, RecvWrRef, SendWrRef, QUERY_MASK,
 };
 use super::cq::HwCq;
 use super::pd::HwPd;
@@ -180,18 +180,18 @@ impl HwQp {
 
     /// `ibv_post_send` through `context->ops`: the whole list in one call. UD destinations
     /// get their address handle from the PD (made once per destination).
-    pub fn post_send(&self, wrs: &[SendWr]) -> HwResult<()> {
-        if wrs.is_empty() {
-            return Ok(());
-        }
+    pub fn post_send<'a, W: Into<SendWrRef<'a>>>(&self, wrs: impl IntoIterator<Item = W>) -> HwResult<()> {
         let pd = self.pd().clone();
         let mut l = IbvSendList::new(wrs, &mut |d| pd.ud_ah(ud_dest_ip(d)))?;
+        if l.is_empty() {
+            return Ok(());
+        }
         let mut bad = std::ptr::null_mut();
         // SAFETY: a live QP; the list, its SGEs and its AHs (kept by the PD) live across
         // the call.
         let r = unsafe { sys::ops::post_send(self.inner.qp, l.head(), &mut bad) };
         if r != 0 {
-            let (index, wr_id) = l.index_of(bad).unwrap_or((0, wrs[0].wr_id));
+            let (index, wr_id) = l.index_of(bad).unwrap_or((0, l.first_id()));
             return Err(HwError::Post {
                 op: "ibv_post_send",
                 index,
@@ -203,10 +203,7 @@ impl HwQp {
     }
 
     /// `ibv_post_recv` through `context->ops`: the whole list in one call.
-    pub fn post_recv(&self, wrs: &[RecvWr]) -> HwResult<()> {
-        if wrs.is_empty() {
-            return Ok(());
-        }
+    pub fn post_recv<'a, W: Into<RecvWrRef<'a>>>(&self, wrs: impl IntoIterator<Item = W>) -> HwResult<()> {
         if self.inner.init.srq.is_some() {
             return Err(HwError::InvalidArgument {
                 op: "post receive",
@@ -214,11 +211,14 @@ impl HwQp {
             });
         }
         let mut l = IbvRecvList::new(wrs)?;
+        if l.is_empty() {
+            return Ok(());
+        }
         let mut bad = std::ptr::null_mut();
         // SAFETY: a live QP; the list and its SGEs live across the call.
         let r = unsafe { sys::ops::post_recv(self.inner.qp, l.head(), &mut bad) };
         if r != 0 {
-            let (index, wr_id) = l.index_of(bad).unwrap_or((0, wrs[0].wr_id));
+            let (index, wr_id) = l.index_of(bad).unwrap_or((0, l.first_id()));
             return Err(HwError::Post {
                 op: "ibv_post_recv",
                 index,

@@ -1,6 +1,6 @@
 //! Shared receive queues.
 
-use super::convert::{IbvRecvList, RecvWr};
+use super::convert::{IbvRecvList, RecvWrRef};
 use super::pd::HwPd;
 use super::{HwError, HwResult};
 use rnic_verbs_sys::{self as sys, ibv_srq};
@@ -66,16 +66,16 @@ impl HwSrq {
     }
 
     /// `ibv_post_srq_recv` through `context->ops`, the whole list in one call.
-    pub fn post_recv(&self, wrs: &[RecvWr]) -> HwResult<()> {
+    pub fn post_recv<'a, W: Into<RecvWrRef<'a>>>(&self, wrs: impl IntoIterator<Item = W>) -> HwResult<()> {
         let mut l = IbvRecvList::new(wrs)?;
-        if wrs.is_empty() {
+        if l.is_empty() {
             return Ok(());
         }
         let mut bad = std::ptr::null_mut();
         // SAFETY: a live SRQ; the list and its SGEs live across the call.
         let r = unsafe { sys::ops::post_srq_recv(self.inner.srq, l.head(), &mut bad) };
         if r != 0 {
-            let (index, wr_id) = l.index_of(bad).unwrap_or((0, wrs[0].wr_id));
+            let (index, wr_id) = l.index_of(bad).unwrap_or((0, l.first_id()));
             return Err(HwError::Post {
                 op: "ibv_post_srq_recv",
                 index,

@@ -31,7 +31,7 @@ pub(super) fn run(ip: IpAddr, peer_ip: IpAddr, seed: u64) -> Result<bool, String
     let faults = FaultHandle::new(Faults::new(seed));
     let a = open("rnic0", ip, &None, Some(faults.clone()))?;
     let b = open("rnic1", peer_ip, &None, None)?;
-    if a.ctx.device().config().congestion_control.params().is_none() {
+    if a.ctx.emulated().is_some_and(|d| d.config().congestion_control.params().is_none()) {
         return Err("--congest shows DCQCN, but RNIC_CC=off turns it off: unset RNIC_CC".into());
     }
     let qa = a.pd.qp_builder(&a.cq, &a.cq).mtu(PathMtu::Mtu4096).build().map_err(|e| rnic_verbs::report(&e))?;
@@ -82,7 +82,7 @@ pub(super) fn run(ip: IpAddr, peer_ip: IpAddr, seed: u64) -> Result<bool, String
                 post(usize::try_from(wc.wr_id).unwrap_or(0))?;
             }
             if start.elapsed() >= tick_end {
-                let rate = a.ctx.device().qp_rates().first().map_or(f64::NAN, |r| r.rate);
+                let rate = a.ctx.emulated().and_then(|d| d.qp_rates().first().copied()).map_or(f64::NAN, |r| r.rate);
                 let cnps = (counter(&b, "np_cnp_sent"), counter(&a, "rp_cnp_handled"));
                 let thr = (done_bytes - prev.0) as f64 / TICK.as_secs_f64() / 1e6;
                 println!(

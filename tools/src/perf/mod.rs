@@ -90,6 +90,12 @@ pub struct Args {
     /// 127.0.0.2).
     #[arg(long)]
     pub ip: Option<IpAddr>,
+    /// Run on this device instead of an emulated one at --ip: a hardware device
+    /// (`rxe0`, `mlx5_0`; the binary built with `--features hw`) or a name from
+    /// RNIC_DEVICES. A hardware device has no UDP baseline: no ratio is reported. With
+    /// --server or a host only.
+    #[arg(short = 'd', long = "ib-dev")]
+    pub device: Option<String>,
     /// The second device's address with --loopback.
     #[arg(long, default_value = "127.0.0.2")]
     pub peer_ip: IpAddr,
@@ -680,20 +686,23 @@ pub fn run(a: &Args) -> ExitCode {
         }
     };
     let progress = !a.json;
+    let dev = a.device.clone();
     let result = if a.server {
         let ip = a.ip.unwrap_or(IpAddr::from([127, 0, 0, 1]));
-        serve(ip, a.port).map(|()| Vec::new())
+        serve(ip, dev, a.port).map(|()| Vec::new())
     } else if let Some(host) = &a.host {
         let ip = a.ip.unwrap_or(IpAddr::from([127, 0, 0, 2]));
-        connect(host, a.port).and_then(|c| client(c, ip, test, &params, progress, a.json))
+        connect(host, a.port).and_then(|c| client(c, ip, dev, test, &params, progress, a.json))
+    } else if dev.is_some() {
+        Err("-d: one device per process; run the server (--server) and the client (a host) apart".into())
     } else {
         let (ip, peer) = (a.ip.unwrap_or(IpAddr::from([127, 0, 0, 1])), a.peer_ip);
         let (c, s) = Ctrl::pair();
         // Both ends of a ping-pong in one process: keep their two busy-polling threads on
         // two CPUs, as the UDP baseline's are (the scheduler may otherwise stack them).
         PIN.store(test.lat, Ordering::Relaxed);
-        let server = std::thread::spawn(move || server_side(s, peer));
-        let r = client(c, ip, test, &params, progress, a.json);
+        let server = std::thread::spawn(move || server_side(s, peer, None));
+        let r = client(c, ip, None, test, &params, progress, a.json);
         match server.join() {
             Ok(Ok(())) => r,
             Ok(Err(e)) => r.and(Err(e)),
@@ -756,12 +765,12 @@ fn connect(host: &str, port: u16) -> Result<Ctrl, String> {
     }
 }
 
-fn serve(ip: IpAddr, port: u16) -> Result<(), String> {
+fn serve(ip: IpAddr, dev: Option<String>, port: u16) -> Result<(), String> {
     let l = TcpListener::bind((ip, port)).map_err(|e| format!("cannot listen on {ip}:{port}: {e}"))?;
     eprintln!("rnic perf: waiting for a client on {ip}:{port}");
     let (s, from) = l.accept().map_err(|e| rnic_verbs::report(&e))?;
     eprintln!("rnic perf: client {from}");
-    server_side(Ctrl::tcp(s)?, ip)
+    server_side(Ctrl::tcp(s)?, ip, dev)
 }
 
 /// Number of datagrams the bandwidth baseline sends: as many as the test moves, and
@@ -929,12 +938,13 @@ fn server_baseline(ctrl: &mut Ctrl, ip: IpAddr, peer: IpAddr, test: Test, p: &Pa
 fn client(
     mut ctrl: Ctrl,
     ip: IpAddr,
+    dev: Option<String>,
     test: Test,
     p: &Params,
     progress: bool,
     quiet: bool,
 ) -> Result<Vec<Report>, String> {
-    let r = client_inner(&mut ctrl, ip, test, p, progress, quiet);
+    let r = client_inner(&mut ctrl, ip, dev.as_deref(), test, p, progress, quiet);
     if let Err(e) = &r {
         let _ = ctrl.send(&Msg::Error { why: e.clone() });
     }
@@ -944,13 +954,17 @@ fn client(
 fn client_inner(
     ctrl: &mut Ctrl,
     ip: IpAddr,
+    dev: Option<&str>,
     test: Test,
     p: &Params,
     progress: bool,
     quiet: bool,
 ) -> Result<Vec<Report>, String> {
+    let mut side = if test.kind == TestKind::Udp { None } else { Some(rdma::Side::open("rnic0", ip, dev, p)?) };
+    // A hardware device has no UDP baseline: neither side runs one.
+    let hw = side.as_ref().is_some_and(|s| s.ctx.emulated().is_none());
+    let p = &Params { no_baseline: p.no_baseline || hw, ..p.clone() };
     ctrl.send(&Msg::Hello { params: p.clone() })?;
-    let mut side = if test.kind == TestKind::Udp { None } else { Some(rdma::Side::open("rnic0", ip, p)?) };
     let peer_ip = if let Some(s) = &mut side {
         ctrl.send(&Msg::Setup { qps: s.endpoints(), mr: s.remote_mr() })?;
         let (eps, mr) =
@@ -965,8 +979,14 @@ fn client_inner(
         )?
     };
     if !quiet {
-        let t = side.as_ref().map(|s| s.ctx.device().transport());
+        let t = side.as_ref().and_then(|s| s.ctx.emulated().map(|d| d.transport()));
         println!("{}", header(test, p, side.as_ref().map_or("udp", |s| s.ctx.name()), t));
+        if side.as_ref().is_some_and(|s| s.ctx.emulated().is_none()) {
+            println!(
+                " Baseline        : none: {} is a hardware device, and a UDP socket's speed says nothing about a NIC's",
+                side.as_ref().map_or("", |s| s.ctx.name())
+            );
+        }
         println!("{}", table_head(test.lat));
     }
     let mut reports = Vec::new();
@@ -985,8 +1005,9 @@ fn client_inner(
                 // baseline, test, baseline, ..., test, baseline: each test run against the
                 // better of the two baselines beside it (on a shared machine either can
                 // catch a busy moment), so slow drifts of the machine cancel out.
-                let mut before =
-                    if p.no_baseline { None } else { Some(client_baseline(ctrl, ip, peer_ip, test, p, size)?) };
+                // A hardware device has no UDP baseline to be compared with.
+                let baseline = !p.no_baseline && s.ctx.emulated().is_some();
+                let mut before = if baseline { Some(client_baseline(ctrl, ip, peer_ip, test, p, size)?) } else { None };
                 let mut runs = Vec::new();
                 for _ in 0..rounds {
                     let mut r = client_size(ctrl, s, test, p, size, progress).map_err(|e| with_counters(e, s))?;
@@ -998,7 +1019,7 @@ fn client_inner(
                     runs.push(r);
                 }
                 let mut r = median_round(runs, test.lat);
-                r.cc = Some(CcSummary::of(s.ctx.device()));
+                r.cc = s.ctx.emulated().map(CcSummary::of);
                 r
             }
         };
@@ -1213,18 +1234,18 @@ fn client_size(
     })
 }
 
-fn server_side(mut ctrl: Ctrl, ip: IpAddr) -> Result<(), String> {
-    let r = server_inner(&mut ctrl, ip);
+fn server_side(mut ctrl: Ctrl, ip: IpAddr, dev: Option<String>) -> Result<(), String> {
+    let r = server_inner(&mut ctrl, ip, dev.as_deref());
     if let Err(e) = &r {
         let _ = ctrl.send(&Msg::Error { why: e.clone() });
     }
     r
 }
 
-fn server_inner(ctrl: &mut Ctrl, ip: IpAddr) -> Result<(), String> {
+fn server_inner(ctrl: &mut Ctrl, ip: IpAddr, dev: Option<&str>) -> Result<(), String> {
     let p = ctrl.expect("hello", |m| if let Msg::Hello { params } = m { Some(params) } else { None })?;
     let test = Test::parse(&p.test).ok_or_else(|| format!("unknown test {}", p.test))?;
-    let mut side = if test.kind == TestKind::Udp { None } else { Some(rdma::Side::open("rnic1", ip, &p)?) };
+    let mut side = if test.kind == TestKind::Udp { None } else { Some(rdma::Side::open("rnic1", ip, dev, &p)?) };
     let peer_ip = match &mut side {
         Some(s) => {
             let (eps, mr) =

@@ -69,14 +69,21 @@ pub struct Side {
 }
 
 impl Side {
-    /// Opens device `name` at `ip` and creates the QPs and buffer `params` ask for.
-    pub fn open(name: &str, ip: IpAddr, params: &Params) -> Result<Side, String> {
-        let mut cfg = DeviceConfig::new(name, ip);
-        // Benchmarks register up to 2 x 64 MiB + 8 MiB; pinning that would need a large
-        // RLIMIT_MEMLOCK and changes nothing per packet.
-        cfg.pin_memory = false;
-        let ctx = Context::open_with(cfg).map_err(|e| rnic_verbs::report(&e))?;
-        let pd = ctx.alloc_pd();
+    /// Opens emulated device `name` at `ip`, or the device named `dev` (hardware or
+    /// configured), and creates the QPs and buffer `params` ask for.
+    pub fn open(name: &str, ip: IpAddr, dev: Option<&str>, params: &Params) -> Result<Side, String> {
+        let ctx = match dev {
+            Some(d) => Context::open(d),
+            None => {
+                let mut cfg = DeviceConfig::new(name, ip);
+                // Benchmarks register up to 2 x 64 MiB + 8 MiB; pinning that would need a
+                // large RLIMIT_MEMLOCK and changes nothing per packet.
+                cfg.pin_memory = false;
+                Context::open_with(cfg)
+            }
+        }
+        .map_err(|e| rnic_verbs::report(&e))?;
+        let pd = ctx.alloc_pd().map_err(|e| rnic_verbs::report(&e))?;
         let q = params.qps as usize;
         let max_size = usize::try_from(params.sizes.iter().copied().max().unwrap_or(1).max(1))
             .map_err(|_| "message size too large".to_string())?;
@@ -91,7 +98,8 @@ impl Side {
             (1, 0)
         };
         let depth = (q * (params.tx_depth as usize + slots) + 64).min(1 << 20);
-        let channel = params.events.then(|| ctx.create_comp_channel());
+        let channel =
+            if params.events { Some(ctx.create_comp_channel().map_err(|e| rnic_verbs::report(&e))?) } else { None };
         let cq = |d| match &channel {
             Some(ch) => ctx.create_cq_with_channel(d, ch),
             None => ctx.create_cq(d),
@@ -479,7 +487,7 @@ pub fn initiator_bw(side: &Side, p: &Params, kind: TestKind, size: usize, progre
                 s.since_sig = 0;
             }
         }
-        let n = side.scq.poll(&mut wcs);
+        let n = side.scq.poll(&mut wcs).map_err(|e| rnic_verbs::report(&e))?;
         if n > 0 {
             for wc in &wcs[..n] {
                 check_wc(wc)?;
@@ -566,7 +574,7 @@ pub fn target_send(
         if abort.load(Ordering::Acquire) {
             return Err("aborted".into());
         }
-        let n = side.rcq.poll(&mut wcs);
+        let n = side.rcq.poll(&mut wcs).map_err(|e| rnic_verbs::report(&e))?;
         if n == 0 {
             let want = target.load(Ordering::Acquire);
             if side.grh > 0 && want != u64::MAX && idle.check_due() && last_move.elapsed() > UD_QUIET {
@@ -644,7 +652,7 @@ pub fn latency(
     // Retires send completions; waits for one when the send queue is full.
     let mut reap = |outstanding: &mut u64, must: bool| -> Result<(), String> {
         loop {
-            let n = side.scq.poll(&mut wcs);
+            let n = side.scq.poll(&mut wcs).map_err(|e| rnic_verbs::report(&e))?;
             for wc in &wcs[..n] {
                 check_wc(wc)?;
             }
@@ -712,7 +720,7 @@ pub fn latency(
                         }
                     }
                     TestKind::Send => {
-                        if let Some(wc) = side.rcq.poll_one() {
+                        if let Some(wc) = side.rcq.poll_one().map_err(|e| rnic_verbs::report(&e))? {
                             check_wc(&wc)?;
                             if wc.byte_len as usize != size + side.grh {
                                 return Err(format!(
@@ -732,7 +740,7 @@ pub fn latency(
                         }
                     }
                     _ => {
-                        if let Some(wc) = side.scq.poll_one() {
+                        if let Some(wc) = side.scq.poll_one().map_err(|e| rnic_verbs::report(&e))? {
                             check_wc(&wc)?;
                             *outstanding -= 1;
                             return Ok(true);
@@ -832,7 +840,7 @@ mod tests {
     /// The data check fails on zeros and on one flipped bit, and passes on the pattern.
     #[test]
     fn verification_names_the_first_wrong_byte() {
-        let s = Side::open("rnic9", "127.0.32.20".parse().unwrap(), &params("write_bw")).unwrap();
+        let s = Side::open("rnic9", "127.0.32.20".parse().unwrap(), None, &params("write_bw")).unwrap();
         s.prepare(TestKind::Write, 64).unwrap();
         let e = s.verify(TestKind::Write, 64, None).unwrap_err();
         assert!(e.contains("WRITE target: byte 0 of 64"), "{e}");

@@ -1,0 +1,176 @@
+//! Memory regions (`ibv_mr`): registered memory, its keys, and the ways to reach its bytes.
+
+use crate::pd::ProtectionDomain;
+use crate::types::RemoteMr;
+use crate::{Error, Result, Sge};
+use rnic_core::mem::MemBlock;
+use rnic_core::mr::MrKeys;
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub(crate) enum MrBackend {
+    Emu {
+        block: Arc<MemBlock>,
+        keys: MrKeys,
+        iova: u64,
+        len: usize,
+    },
+    #[cfg(feature = "hw")]
+    Hw(crate::hw::HwMr),
+}
+
+#[derive(Debug)]
+struct MrInner {
+    pd: ProtectionDomain,
+    b: MrBackend,
+}
+
+impl Drop for MrInner {
+    fn drop(&mut self) {
+        if let MrBackend::Emu { keys, .. } = &self.b {
+            let (e, _) = self.pd.emu_pd();
+            let _ = e.dev.mtpt().deregister(keys.lkey);
+        }
+        // A hardware region deregisters itself (ibv_dereg_mr) when its last handle goes.
+    }
+}
+
+/// A registered memory region (`ibv_mr`). Its bytes are reached through copies
+/// ([`MemoryRegion::read`], [`MemoryRegion::write`]) because the NIC may write them at
+/// any time, or, under a contract the caller upholds, as a slice
+/// ([`MemoryRegion::as_slice`]); the region is deregistered when the last clone is dropped.
+#[derive(Clone, Debug)]
+pub struct MemoryRegion {
+    inner: Arc<MrInner>,
+}
+
+impl MemoryRegion {
+    pub(crate) fn new(pd: ProtectionDomain, b: MrBackend) -> MemoryRegion {
+        MemoryRegion { inner: Arc::new(MrInner { pd, b }) }
+    }
+
+    /// The protection domain the region is registered in.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.inner.pd
+    }
+
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        match &self.inner.b {
+            MrBackend::Emu { keys, .. } => keys.lkey,
+            #[cfg(feature = "hw")]
+            MrBackend::Hw(m) => m.lkey(),
+        }
+    }
+
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        match &self.inner.b {
+            MrBackend::Emu { keys, .. } => keys.rkey,
+            #[cfg(feature = "hw")]
+            MrBackend::Hw(m) => m.rkey(),
+        }
+    }
+
+    /// Virtual address of the first byte (what SGEs and peers use).
+    pub fn addr(&self) -> u64 {
+        match &self.inner.b {
+            MrBackend::Emu { iova, .. } => *iova,
+            #[cfg(feature = "hw")]
+            MrBackend::Hw(m) => m.addr(),
+        }
+    }
+
+    /// Length.
+    pub fn len(&self) -> usize {
+        match &self.inner.b {
+            MrBackend::Emu { len, .. } => *len,
+            #[cfg(feature = "hw")]
+            MrBackend::Hw(m) => m.len(),
+        }
+    }
+
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// An SGE over `len` bytes at `offset`.
+    pub fn sge(&self, offset: usize, len: u32) -> Sge {
+        Sge { addr: self.addr().wrapping_add(offset as u64), length: len, lkey: self.lkey() }
+    }
+
+    /// What to tell a peer so it can RDMA into this region.
+    pub fn remote(&self) -> RemoteMr {
+        RemoteMr { addr: self.addr(), rkey: self.rkey(), len: self.len() as u64 }
+    }
+
+    /// Copies bytes out of the region.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        match &self.inner.b {
+            MrBackend::Emu { block, .. } => block.read(offset, dst).map_err(Error::MrAccess),
+            #[cfg(feature = "hw")]
+            MrBackend::Hw(m) => m
+                .read(offset, dst)
+                .map_err(crate::context::hw_err("read memory region", self.inner.pd.context().name())),
+        }
+    }
+
+    /// Copies bytes into the region.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
+        match &self.inner.b {
+            MrBackend::Emu { block, .. } => block.write(offset, src).map_err(Error::MrAccess),
+            #[cfg(feature = "hw")]
+            MrBackend::Hw(m) => m
+                .write(offset, src)
+                .map_err(crate::context::hw_err("write memory region", self.inner.pd.context().name())),
+        }
+    }
+
+    /// Reads the whole region into a vector.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0; self.len()];
+        // In bounds by construction.
+        let _ = self.read(0, &mut v);
+        v
+    }
+
+    // The address came from a pointer of this process (the block's mapping or the
+    // registered range), so it fits a usize.
+    #[allow(clippy::cast_possible_truncation)]
+    fn base(&self) -> *mut u8 {
+        match &self.inner.b {
+            MrBackend::Emu { block, .. } => block.addr() as usize as *mut u8,
+            #[cfg(feature = "hw")]
+            MrBackend::Hw(m) => m.addr() as usize as *mut u8,
+        }
+    }
+
+    /// The region's bytes as a slice, without a copy (as the `ibverbs` crate's
+    /// `MemoryRegion<T>` derefs to `[T]`).
+    ///
+    /// # Safety
+    /// While the slice lives nothing may write the region: no work request that writes
+    /// it (a posted receive, an RDMA READ or atomic landing in it) is outstanding, no
+    /// peer can write it (its rkey was never given out with REMOTE_WRITE/REMOTE_ATOMIC
+    /// rights, or the peer is known to be done, e.g. it sent the message that says so),
+    /// and no other clone of this handle writes it ([`write`](Self::write),
+    /// [`as_mut_slice`](Self::as_mut_slice)). The NIC writes from other threads, so
+    /// breaking this is a data race, not just a stale read.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        // SAFETY: the region's memory is valid for `len` bytes as long as `self` (it holds
+        // the block or the hardware registration); the caller promises no concurrent write.
+        unsafe { std::slice::from_raw_parts(self.base(), self.len()) }
+    }
+
+    /// The region's bytes as a mutable slice, without a copy: fill a send buffer in place.
+    ///
+    /// # Safety
+    /// As [`as_slice`](Self::as_slice), and also nothing may read the region while the
+    /// slice lives: no posted send, RDMA WRITE or peer's RDMA READ of it is outstanding,
+    /// and no other clone reads it.
+    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as `as_slice`; exclusivity over the bytes is the caller's promise.
+        unsafe { std::slice::from_raw_parts_mut(self.base(), self.len()) }
+    }
+}

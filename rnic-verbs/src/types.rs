@@ -1,0 +1,270 @@
+//! The API's plain data: device listing, GIDs, device and port attributes, the endpoint
+//! two sides exchange, where a peer may RDMA.
+
+use crate::{Error, PathMtu, Result};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Bytes at the head of every UD receive buffer: the GRH area (`ibv_grh`, 40 bytes). For
+/// RoCEv2 over IPv4 its last 20 bytes hold the IPv4 header, over IPv6 the IPv6 header
+/// fills it.
+pub const GRH_LEN: usize = 40;
+
+/// The Q_Key a UD QP gets unless [`QpBuilder::qkey`](crate::QpBuilder::qkey) says
+/// otherwise: the one ibv_ud_pingpong uses.
+pub const DEFAULT_QKEY: u32 = 0x1111_1111;
+
+/// What one side of an RC or UC connection tells the other out of band; a UD QP gives the
+/// same (its peers need its QPN and GID; the PSN is what ibv_ud_pingpong exchanges too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// QP number.
+    pub qpn: u32,
+    /// GID (address) of the device.
+    pub gid: Gid,
+    /// First PSN the QP will send.
+    pub psn: u32,
+}
+
+/// Where a peer may RDMA: an address and the key that opens it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteMr {
+    /// Virtual address of the first byte.
+    pub addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Bytes.
+    pub len: u64,
+}
+
+pub(crate) fn random_psn() -> u32 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let mut x = u64::from(t.subsec_nanos()) ^ (u64::from(std::process::id()) << 32) ^ t.as_secs();
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    u32::try_from(x & 0x00FF_FFFF).unwrap_or(0)
+}
+
+/// A device this process can open: an emulated rnic device (a name and the local IP
+/// address it binds) or, with the cargo feature `hw`, a device libibverbs lists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// Name (`rnic0`, `rxe0`, `mlx5_0`).
+    pub name: String,
+    /// Address: the emulated device's; for a hardware device the address of its first
+    /// RoCE v2 GID (unspecified, `0.0.0.0`, when its port has none).
+    pub ip: IpAddr,
+    /// Which backend runs it.
+    #[serde(default)]
+    pub kind: DeviceKind,
+}
+
+/// Which backend a device runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum DeviceKind {
+    /// rnic's emulated HCA (in this process, over UDP).
+    #[default]
+    Emulated,
+    /// A real RDMA device through libibverbs (rxe, mlx5, ...): cargo feature `hw`.
+    Hardware,
+}
+
+impl fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeviceKind::Emulated => "emulated",
+            DeviceKind::Hardware => "hardware (libibverbs)",
+        })
+    }
+}
+
+/// The devices this process may open: the emulated ones ([`emulated_devices`]) and, with
+/// the cargo feature `hw`, every device libibverbs lists (none where rdma-core is not
+/// installed). An emulated device hides a hardware device of the same name.
+pub fn devices() -> Result<Vec<DeviceInfo>> {
+    #[allow(unused_mut)]
+    let mut all = emulated_devices()?;
+    #[cfg(feature = "hw")]
+    for d in crate::context::hw_devices()? {
+        if !all.iter().any(|e| e.name == d.name) {
+            all.push(d);
+        }
+    }
+    Ok(all)
+}
+
+/// The emulated devices: `RNIC_DEVICES` (`rnic0=127.0.0.1,rnic1=127.0.0.2`) or, when it
+/// is unset, `rnic0` on 127.0.0.1 and `rnic1` on 127.0.0.2. A value that does not parse is
+/// an error naming the bad entry (never a silent fallback to the defaults).
+pub fn emulated_devices() -> Result<Vec<DeviceInfo>> {
+    match std::env::var("RNIC_DEVICES") {
+        Ok(spec) => parse_devices(&spec),
+        Err(std::env::VarError::NotPresent) => Ok(vec![
+            DeviceInfo {
+                name: "rnic0".into(),
+                ip: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
+                kind: DeviceKind::Emulated,
+            },
+            DeviceInfo {
+                name: "rnic1".into(),
+                ip: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
+                kind: DeviceKind::Emulated,
+            },
+        ]),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(Error::BadConfig { var: "RNIC_DEVICES", why: "the value is not UTF-8".into() })
+        }
+    }
+}
+
+/// Parses `name=ip,name=ip,...` strictly: every entry `name=address`, names non-empty and
+/// distinct, addresses plain IPv4 or IPv6 (a port is the device's business, not this list's).
+pub fn parse_devices(spec: &str) -> Result<Vec<DeviceInfo>> {
+    let bad = |why: String| Error::BadConfig { var: "RNIC_DEVICES", why };
+    let mut out: Vec<DeviceInfo> = Vec::new();
+    for entry in spec.split(',') {
+        let entry = entry.trim();
+        let Some((name, ip)) = entry.split_once('=') else {
+            return Err(bad(format!("entry {entry:?} is not name=address")));
+        };
+        let (name, ip) = (name.trim(), ip.trim());
+        if name.is_empty() {
+            return Err(bad(format!("entry {entry:?} has an empty device name")));
+        }
+        let ip: IpAddr = ip.parse().map_err(|_| {
+            if ip.contains(':')
+                && ip.rsplit_once(':').is_some_and(|(h, p)| h.parse::<IpAddr>().is_ok() && p.parse::<u16>().is_ok())
+            {
+                bad(format!("entry {entry:?}: {ip:?} has a port; give the address alone (devices use UDP 4791)"))
+            } else {
+                bad(format!("entry {entry:?}: {ip:?} is not an IP address"))
+            }
+        })?;
+        if out.iter().any(|d| d.name == name) {
+            return Err(bad(format!("device {name:?} is named twice")));
+        }
+        out.push(DeviceInfo { name: name.to_string(), ip, kind: DeviceKind::Emulated });
+    }
+    Ok(out)
+}
+
+/// A RoCEv2 GID: for IPv4, the IPv4-mapped IPv6 address (`::ffff:a.b.c.d`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// The GID of an address.
+    pub fn from_ip(ip: IpAddr) -> Gid {
+        match ip {
+            IpAddr::V4(a) => Gid(a.to_ipv6_mapped().octets()),
+            IpAddr::V6(a) => Gid(a.octets()),
+        }
+    }
+
+    /// The address a GID stands for (IPv4 for mapped GIDs).
+    pub fn to_ip(self) -> IpAddr {
+        let a = Ipv6Addr::from(self.0);
+        match a.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(a),
+        }
+    }
+
+    /// 32 hex digits, network order (the form ibv_rc_pingpong exchanges).
+    pub fn to_wire_hex(self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parses 32 hex digits.
+    pub fn from_wire_hex(s: &str) -> Option<Gid> {
+        if s.len() != 32 {
+            return None;
+        }
+        let mut g = [0u8; 16];
+        for (i, b) in g.iter_mut().enumerate() {
+            *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(Gid(g))
+    }
+}
+
+impl fmt::Display for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", Ipv6Addr::from(self.0))
+    }
+}
+
+impl fmt::Debug for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Gid({self})")
+    }
+}
+
+/// Device attributes (`ibv_device_attr`, the fields rnic has).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceAttr {
+    /// Firmware version string.
+    pub fw_ver: String,
+    /// Node GUID (from the address, EUI-64 style).
+    pub node_guid: u64,
+    /// Vendor id (0: none).
+    pub vendor_id: u32,
+    /// Most QPs.
+    pub max_qp: u32,
+    /// Most outstanding work requests per queue.
+    pub max_qp_wr: u32,
+    /// Most SGEs per work request.
+    pub max_sge: u32,
+    /// Most CQs.
+    pub max_cq: u32,
+    /// Most entries per CQ.
+    pub max_cqe: u32,
+    /// Most memory regions.
+    pub max_mr: u32,
+    /// Largest memory region.
+    pub max_mr_size: u64,
+    /// Most PDs.
+    pub max_pd: u32,
+    /// Most outstanding RDMA READ / atomic per QP as responder.
+    pub max_qp_rd_atom: u32,
+    /// Most outstanding RDMA READ / atomic per QP as requester.
+    pub max_qp_init_rd_atom: u32,
+    /// Atomic capability: `ATOMIC_HCA` (atomics are atomic with respect to other atomics
+    /// on this device; they are CPU atomics on the target memory).
+    pub atomic_cap: &'static str,
+    /// Most shared receive queues.
+    pub max_srq: u32,
+    /// Most receive WQEs per SRQ.
+    pub max_srq_wr: u32,
+    /// Most SGEs per SRQ receive WQE.
+    pub max_srq_sge: u32,
+    /// Largest inline data.
+    pub max_inline_data: u32,
+    /// Physical ports.
+    pub phys_port_cnt: u8,
+}
+
+/// Port attributes (`ibv_port_attr`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortAttr {
+    /// `PORT_ACTIVE` once the device is open.
+    pub state: &'static str,
+    /// Largest MTU.
+    pub max_mtu: PathMtu,
+    /// MTU in use (rnic: the largest, as loopback has no frame limit below 4096).
+    pub active_mtu: PathMtu,
+    /// GID table length.
+    pub gid_tbl_len: u32,
+    /// Always Ethernet (RoCE).
+    pub link_layer: &'static str,
+    /// LID (0 on RoCE).
+    pub lid: u16,
+}
+
+/// Hard limits of every emulated device.
+pub(crate) const MAX_QP_WR: u32 = 16384;
+pub(crate) const MAX_SGE: u32 = 32;
+pub(crate) const MAX_CQE: u32 = 1 << 20;
+pub(crate) const MAX_INLINE: u32 = 1024;
