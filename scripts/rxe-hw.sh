@@ -55,9 +55,9 @@ source "$LABDIR/lablib.sh"
 # --- build on the host (the CPU lock is shared with the other builds on this machine)
 echo "== building the hw binaries (profile $PROFILE)"
 case $PROFILE in dev) PDIR=debug ;; *) PDIR=$PROFILE ;; esac
-(cd "$ROOT" && flock -s /tmp/rnic-cpu.lock cargo build -q --profile "$PROFILE" -p rnic-verbs --features hw --example hw_loopback) \
+(cd "$ROOT" && flock -s /tmp/rnic-cpu.lock cargo build -q --profile "$PROFILE" -p rnic-verbs --features hw --example hw_loopback --example write_read --example send_recv) \
   || { echo "rxe-hw: build failed" >&2; exit 2; }
-BINS=("$ROOT/target/$PDIR/examples/hw_loopback")
+BINS=("$ROOT/target/$PDIR/examples/hw_loopback" "$ROOT/target/$PDIR/examples/write_read" "$ROOT/target/$PDIR/examples/send_recv")
 # The tools: `rnic` built with the hw backend (the same binary is the emulator on the
 # namespace side).
 if [ -z "${HW_TOOLS:-}" ]; then
@@ -221,8 +221,10 @@ if [ "$HW_TOOLS" = 1 ]; then
   else
     SUMMARY+=("FAIL pp-rc-hw-vs-ibv            guest b did not come up")
   fi
-  # HOOK: the examples by device name, once they take one, e.g.
-  #   run_case write-read-rxe0 0 "/lab/bin/write_read rxe0 rxe0" "READ returned"
+  # The README's examples, on rxe0 by name (the one API's hardware backend).
+  run_case write-read-rxe0 0 "/lab/bin/write_read rxe0 rxe0" "READ returned the same 10000 bytes"
+  run_case send-recv-rxe0 0 "/lab/bin/send_recv rxe0 rxe0" "B received"
+  run_case devinfo-v 0 "/lab/bin/rnic devinfo -d rxe0 -v" "backend:" "hardware (libibverbs)"
 else
   echo "== tools cases skipped: tools/Cargo.toml has no hw feature yet (issue 15's integration adds it; HW_TOOLS=1 forces)"
 fi

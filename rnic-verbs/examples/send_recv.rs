@@ -1,15 +1,14 @@
 //! Two-sided RDMA: a SEND from rnic0 lands in a receive buffer posted by rnic1.
 //!
 //! Both devices run in this process on 127.0.0.1 and 127.0.0.2 (override with the
-//! first two arguments). Run: `cargo run -p rnic-verbs --example send_recv`.
+//! first two arguments: addresses, or device names such as `rxe0 rxe0` with `--features hw`). Run: `cargo run -p rnic-verbs --example send_recv`.
 use rnic_verbs::*;
 use std::time::Duration;
 
 fn run() -> Result<()> {
     let mut args = std::env::args().skip(1);
-    let ip_a = args.next().unwrap_or_else(|| "127.0.0.1".into()).parse().expect("IP address");
-    let ip_b = args.next().unwrap_or_else(|| "127.0.0.2".into()).parse().expect("IP address");
-    let (a, b) = (Context::open_at("rnic0", ip_a)?, Context::open_at("rnic1", ip_b)?);
+    let a = open(args.next(), "rnic0", "127.0.0.1")?;
+    let b = open(args.next(), "rnic1", "127.0.0.2")?;
 
     // Each side: a protection domain, a completion queue, a registered buffer, a QP.
     let (pd_a, pd_b) = (a.alloc_pd()?, b.alloc_pd()?);
@@ -45,6 +44,17 @@ fn run() -> Result<()> {
 
 fn serde_json_like(e: &Endpoint) -> String {
     format!("{{qpn: {:#x}, gid: {}, psn: {:#x}}}", e.qpn, e.gid, e.psn)
+}
+
+/// An argument is an address (an emulated device there) or a device's name: `rxe0`
+/// twice runs the example on one hardware device (built with `--features hw`), which
+/// loops the traffic back.
+fn open(arg: Option<String>, name: &str, default_ip: &str) -> Result<Context> {
+    let arg = arg.unwrap_or_else(|| default_ip.into());
+    match arg.parse::<std::net::IpAddr>() {
+        Ok(ip) => Context::open_at(name, ip),
+        Err(_) => Context::open(&arg),
+    }
 }
 
 /// Runs the example; on failure prints the error with its causes (`Error::report`), not

@@ -1,15 +1,16 @@
 //! One-sided RDMA: rnic0 WRITEs into rnic1's memory and READs it back. rnic1's
 //! application posts nothing and sees no completion: its CPU is not involved.
 //!
-//! Run: `cargo run -p rnic-verbs --example write_read`.
+//! Run: `cargo run -p rnic-verbs --example write_read` (two emulated devices on
+//! 127.0.0.1 and 127.0.0.2; other addresses or device names as the two arguments, e.g.
+//! `--features hw --example write_read rxe0 rxe0`).
 use rnic_verbs::*;
 use std::time::Duration;
 
 fn run() -> Result<()> {
     let mut args = std::env::args().skip(1);
-    let ip_a = args.next().unwrap_or_else(|| "127.0.0.1".into()).parse().expect("IP address");
-    let ip_b = args.next().unwrap_or_else(|| "127.0.0.2".into()).parse().expect("IP address");
-    let (a, b) = (Context::open_at("rnic0", ip_a)?, Context::open_at("rnic1", ip_b)?);
+    let a = open(args.next(), "rnic0", "127.0.0.1")?;
+    let b = open(args.next(), "rnic1", "127.0.0.2")?;
     let (pd_a, pd_b) = (a.alloc_pd()?, b.alloc_pd()?);
     let (cq_a, cq_b) = (a.create_cq(16)?, b.create_cq(16)?);
     let local = pd_a.allocate_mr(1 << 16, AccessFlags::LOCAL_WRITE)?;
@@ -46,6 +47,17 @@ fn run() -> Result<()> {
     println!("READ returned the same {} bytes", back.len());
     assert!(cq_b.is_empty());
     Ok(())
+}
+
+/// An argument is an address (an emulated device there) or a device's name: `rxe0`
+/// twice runs the example on one hardware device (built with `--features hw`), which
+/// loops the traffic back.
+fn open(arg: Option<String>, name: &str, default_ip: &str) -> Result<Context> {
+    let arg = arg.unwrap_or_else(|| default_ip.into());
+    match arg.parse::<std::net::IpAddr>() {
+        Ok(ip) => Context::open_at(name, ip),
+        Err(_) => Context::open(&arg),
+    }
 }
 
 /// Runs the example; on failure prints the error with its causes (`Error::report`), not

@@ -132,7 +132,8 @@ impl Context {
                     .map(|d| format!("{}={}", d.name, d.ip))
                     .chain(hw.iter().map(|d| format!("{} (hardware)", d.name)))
                     .collect::<Vec<_>>()
-                    .join(","),
+                    .join(",")
+                    + if hw.is_empty() { "; libibverbs lists no hardware device" } else { "" },
             })
         }
         #[cfg(not(feature = "hw"))]
