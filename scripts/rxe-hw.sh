@@ -21,6 +21,11 @@
 #   pp-rc-hw-vs-ibv-{server,client}
 #                    the same in guest a against stock `ibv_rc_pingpong -d rxe0 -g 1 -c` in a
 #                    second guest (b, 10.77.0.12), both roles
+#   perf-{write-bw,send-lat}-hw
+#                    `rnic perf ... -d rxe0` in guest a against `rnic perf --server` on the
+#                    emulator (no UDP baseline: the client says so)
+#   write-read-rxe0, send-recv-rxe0, devinfo-v
+#                    the README's examples on rxe0 by name; `rnic devinfo -d rxe0 -v`
 #
 # Takes the lab lock itself (flock -x /tmp/rxe-lab.lock: one lab user at a time), needs root
 # (netns, tap, qemu), ~1-2 min; not part of `cargo test`. From the repository root:
@@ -209,6 +214,33 @@ wait \$P; echo \"exit \$?\""
   SUMMARY+=("$(printf '%-4s %-28s %s' "$verdict" "$id" "$why")")
 }
 
+# perf_case NAME TEST ARGS: `rnic perf TEST -d rxe0` in guest a (the client, on the hardware
+# backend) against `rnic perf --server` on the emulator at the namespace side. A hardware
+# client runs no UDP baseline and says so.
+perf_case() {
+  local name=$1 test=$2 args=$3 why=""
+  SEQ=$((SEQ + 1))
+  local id; id=$(printf '%02d' $SEQ)-$name
+  local port=$((18600 + SEQ)) job=$id-$STAMP
+  local srv_out=$OUT/$id.emulator.txt guest_out=$OUT/$id.guest.txt
+  echo "== $id: guest rnic perf $test $args -d rxe0 <-> emulator rnic perf --server at $HOST_IP"
+  ns timeout 150 "$RNIC" perf --server --ip "$HOST_IP" -p "$port" > "$srv_out" 2>&1 &
+  local spid=$!
+  for _ in $(seq 1 100); do ns ss -ltnH "sport = :$port" | grep -q . && break; sleep 0.1; done
+  job a "$RUN" "$job" "timeout 120 /lab/bin/rnic perf $test $args -D 2 -d rxe0 --ip $GUEST_IP -p $port $HOST_IP; echo \"exit \$?\""
+  wait_job a "$RUN" "$job" 150 > "$guest_out"
+  wait $spid; local src=$?
+  local grc; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
+  [ "${grc:-x}" = 0 ] || why+=" guest rnic perf exit ${grc:-none};"
+  [ "$src" = 0 ] || why+=" emulator server exit $src;"
+  grep -q "Baseline        : none: rxe0 is a hardware device" "$guest_out" || why+=" no baseline note;"
+  grep -qiE "^ *[0-9]+ +[0-9]+" "$guest_out" || why+=" no result row;"
+  grep -E "Device|Baseline|^ *[0-9]+ +[0-9]+" "$guest_out" | sed 's/^/   /'
+  local verdict=PASS; [ -z "$why" ] || verdict=FAIL
+  echo "   => $verdict$why"
+  SUMMARY+=("$(printf '%-4s %-28s %s' "$verdict" "$id" "$why")")
+}
+
 if [ "$HW_TOOLS" = 1 ]; then
   run_case devinfo 0 "/lab/bin/rnic devinfo" "rxe0"
   pp_case pp-rc-hw-server server 4096
@@ -221,6 +253,8 @@ if [ "$HW_TOOLS" = 1 ]; then
   else
     SUMMARY+=("FAIL pp-rc-hw-vs-ibv            guest b did not come up")
   fi
+  perf_case perf-write-bw-hw write_bw "-s 65536"
+  perf_case perf-send-lat-hw send_lat "-s 64"
   # The README's examples, on rxe0 by name (the one API's hardware backend).
   run_case write-read-rxe0 0 "/lab/bin/write_read rxe0 rxe0" "READ returned the same 10000 bytes"
   run_case send-recv-rxe0 0 "/lab/bin/send_recv rxe0 rxe0" "B received"

@@ -557,12 +557,14 @@ pub fn port_attr(a: &sys::ibv_port_attr) -> HwResult<PortAttr> {
     })
 }
 
-/// An async event as rnic's [`AsyncEvent`], when rnic's type has it (QP fatal, CQ error,
-/// SRQ limit, port active); `None` for the others (QP request/access errors, COMM_EST,
-/// SQ drained, port error, ...), which [`HwAsyncEvent`] still describes.
+/// An async event as rnic's [`AsyncEvent`], when rnic's type has it (QP fatal, QP access
+/// and request errors, CQ error, SRQ limit, port active); `None` for the others
+/// (COMM_EST, SQ drained, port error, ...), which [`HwAsyncEvent`] still describes.
 pub fn async_event(e: &HwAsyncEvent) -> Option<AsyncEvent> {
     match (e.event_type, e.element) {
         (sys::IBV_EVENT_QP_FATAL, HwEventElement::Qp(qpn)) => Some(AsyncEvent::QpFatal { qpn }),
+        (sys::IBV_EVENT_QP_ACCESS_ERR, HwEventElement::Qp(qpn)) => Some(AsyncEvent::QpAccessErr { qpn }),
+        (sys::IBV_EVENT_QP_REQ_ERR, HwEventElement::Qp(qpn)) => Some(AsyncEvent::QpReqErr { qpn }),
         (sys::IBV_EVENT_CQ_ERR, HwEventElement::Cq(cq)) => Some(AsyncEvent::CqError { cq }),
         (sys::IBV_EVENT_SRQ_LIMIT_REACHED, HwEventElement::Srq(srq)) => Some(AsyncEvent::SrqLimitReached { srq }),
         (sys::IBV_EVENT_PORT_ACTIVE, HwEventElement::Port(port)) => Some(AsyncEvent::PortActive { port }),
