@@ -224,7 +224,7 @@ perf_case() {
   local port=$((18600 + SEQ)) job=$id-$STAMP
   local srv_out=$OUT/$id.emulator.txt guest_out=$OUT/$id.guest.txt
   echo "== $id: guest rnic perf $test $args -d rxe0 <-> emulator rnic perf --server at $HOST_IP"
-  ns timeout 150 "$RNIC" perf --server --ip "$HOST_IP" -p "$port" > "$srv_out" 2>&1 &
+  ns timeout 150 "$RNIC" perf "$test" --server --ip "$HOST_IP" -p "$port" > "$srv_out" 2>&1 &
   local spid=$!
   for _ in $(seq 1 100); do ns ss -ltnH "sport = :$port" | grep -q . && break; sleep 0.1; done
   job a "$RUN" "$job" "timeout 120 /lab/bin/rnic perf $test $args -D 2 -d rxe0 --ip $GUEST_IP -p $port $HOST_IP; echo \"exit \$?\""

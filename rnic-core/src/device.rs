@@ -30,18 +30,19 @@ use crate::counters::Counters;
 use crate::cq::Cq;
 use crate::engine::qp::{self, PostError, QpAttr, QpCap, QpShared, RecvWqe, SendWqe};
 use crate::engine::{AsyncEvent, Engine, EngineConfig, EngineError, Time, TxPacket};
-use crate::faults::{FaultHandle, Faults, Wire};
+use crate::faults::{FaultHandle, Faults};
+use crate::transport::udp::{bind, transport_info, Udp};
+use crate::transport::Transport;
 use crate::mem::{MemBlock, MemError};
 use crate::mr::{AccessFlags, MrError, MrKeys, Mtpt, PdId};
 use crate::qp_state::QpType;
 use crate::srq::Srq;
 use crate::wr::{RecvWrRef, SendWrRef};
 use crossbeam_channel::{Receiver, Sender};
-use rnic_wire::icrc::{IcrcContext, Ipv4IdPolicy};
+use rnic_wire::icrc::Ipv4IdPolicy;
 use rnic_wire::{Qpn, ROCEV2_UDP_PORT};
-use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -50,7 +51,7 @@ use std::time::{Duration, Instant};
 
 const DEFAULT_SPIN_US: u64 = 50;
 /// Socket buffer size asked for when the process may exceed the sysctl limits.
-const SOCKET_BUFFER: usize = 64 << 20;
+pub(crate) const SOCKET_BUFFER: usize = 64 << 20;
 
 /// How to open a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -370,42 +371,6 @@ impl std::fmt::Debug for Inner {
     }
 }
 
-fn bind(config: &DeviceConfig) -> Result<UdpSocket, DeviceError> {
-    let addr = SocketAddr::new(config.ip, config.port);
-    let err = |source| DeviceError::Bind { name: config.name.clone(), addr, source };
-    let domain = if config.ip.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
-    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).map_err(err)?;
-    s.set_recv_buffer_size(8 << 20).map_err(err)?;
-    s.set_send_buffer_size(8 << 20).map_err(err)?;
-    // UDP has no flow control: a receive buffer that holds a burst of many QPs' windows
-    // saves retransmissions. Above rmem_max only with CAP_NET_ADMIN; else 8 MiB stays.
-    let _ = crate::sys::force_buffers(&s, SOCKET_BUFFER);
-    if config.ip.is_ipv4() {
-        // IPv4 ID 0 and DF on every datagram, so the ICRC is computable at both ends.
-        crate::sys::set_pmtudisc_do(&s).map_err(err)?;
-    }
-    // ECN: each datagram's TOS comes with it (CE marks count at the notification point),
-    // and with congestion control on, what this device sends is ECN-capable (ECT(0)), as
-    // a RoCE NIC marks its packets for the switches.
-    crate::sys::set_recv_tos(&s, config.ip.is_ipv6()).map_err(err)?;
-    // The kernel's receive time of each datagram: how long it waited for this device.
-    crate::sys::set_rx_timestamps(&s).map_err(err)?;
-    if config.congestion_control != CongestionControl::Off {
-        crate::sys::set_tos(&s, config.ip.is_ipv6(), crate::sys::ECN_ECT0).map_err(err)?;
-    }
-    s.bind(&addr.into()).map_err(err)?;
-    let u: UdpSocket = s.into();
-    u.set_read_timeout(Some(Duration::from_millis(50))).map_err(err)?;
-    Ok(u)
-}
-
-/// Detects UDP GSO and turns GRO on, as far as the configuration and the kernel allow.
-fn transport_info(config: &DeviceConfig, sock: &UdpSocket) -> TransportInfo {
-    let gso = config.gso && crate::sys::udp_segment_supported(sock);
-    let gro = config.gro && crate::sys::set_udp_gro(sock, true).is_ok();
-    TransportInfo { gso, gro, spin: config.spin }
-}
-
 impl Device {
     /// Opens a device: binds its UDP port and starts its progress and receive threads.
     pub fn open(mut config: DeviceConfig) -> Result<Device, DeviceError> {
@@ -464,35 +429,16 @@ impl Device {
         };
         let engine = Engine::new(engine_config, mtpt.clone(), counters.clone());
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
-        let tx_sock = sock.try_clone().map_err(io_err)?;
         let waker = Arc::new(crate::sys::EventFd::new().map_err(io_err)?);
-        let poll_sock = sock.try_clone().map_err(io_err)?;
+        let link: Box<dyn Transport> =
+            Box::new(Udp::new(&config, sock, transport, capture, counters.clone()).map_err(io_err)?);
+        let wake_fd = link.wake_fd().map_err(io_err)?;
         let core = {
-            let tx = Tx {
-                sock: tx_sock,
-                local,
-                gso: transport.gso,
-                capture: capture.clone(),
-                parts: Vec::new(),
-                glue: Vec::new(),
-                plan: Vec::new(),
-                icrc: rnic_wire::icrc::IcrcCache::new(),
-                scratch: crate::sys::SendScratch::default(),
-                lens: Vec::new(),
-                msg_first: Vec::new(),
-                iovs: Vec::new(),
-                msgs: Vec::new(),
-                faults: config.faults.clone(),
-                delayed: std::collections::BinaryHeap::new(),
-                seq: 0,
-                tos: if config.congestion_control == CongestionControl::Off { 0 } else { crate::sys::ECN_ECT0 },
-            };
-            let next_timer = [engine.poll_timeout(), tx.next_due()].into_iter().flatten().min();
+            let next_timer = [engine.poll_timeout(), link.next_due()].into_iter().flatten().min();
             Arc::new(parking_lot::Mutex::new(Core {
                 engine,
                 cmds: cmd_rx.clone(),
-                tx,
-                rx: Rx::new(sock, local, counters.clone(), capture, config.ipv4_id),
+                link,
                 events: ev_tx,
                 cm_events: cm_tx,
                 cm_fd: cm_fd.clone(),
@@ -509,7 +455,7 @@ impl Device {
             let inline = Inline { at: inline_at.clone(), epoch: core.lock().start };
             std::thread::Builder::new()
                 .name(format!("{}-progress", config.name))
-                .spawn(move || progress_loop(core, cmd_rx, poll_sock, waker, sleeping, inline, transport.spin))
+                .spawn(move || progress_loop(core, cmd_rx, wake_fd, waker, sleeping, inline, transport.spin))
                 .map_err(io_err)?
         };
         Ok(Device {
@@ -810,54 +756,17 @@ fn to_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// A datagram that waited in the socket queue longer than this counts as
-/// congestion-experienced: the receiver is not keeping up (descheduled, or fed faster than
-/// it processes), as a switch queue that long would have marked it.
-const RX_CE_WAIT_NS: u64 = 1_000_000;
-
-/// Messages taken per `recvmmsg`.
-const RX_BATCH: usize = 32;
-/// One receive buffer: room for the largest GRO batch (64 KiB of datagrams).
-const RX_BUF: usize = 65_536;
-/// Messages per `sendmmsg` (the kernel takes at most UIO_MAXIOV = 1024).
-const TX_MSGS: usize = 512;
 /// In a round that receives many datagrams, the held ACKs are sent after every this
 /// many packets (a quarter of the requester's 128-packet window).
 const ACK_EVERY: usize = 32;
 /// Commands taken per round, so that received packets are not starved.
 const CMD_BATCH: usize = 256;
 
-/// Packets the fault chain delays, in send order.
-struct Delayed {
-    at: Time,
-    seq: u64,
-    pkt: Wire,
-}
-impl PartialEq for Delayed {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl Eq for Delayed {}
-impl PartialOrd for Delayed {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Delayed {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (o.at, o.seq).cmp(&(self.at, self.seq)) // min-heap
-    }
-}
-
-/// Everything a round of progress touches: the engine and both halves of the transport.
-/// The progress thread locks it for each round; an application thread may run a round
-/// itself ([`Device::progress`]) while the lock is free.
 struct Core {
     engine: Engine,
     cmds: Receiver<Cmd>,
-    tx: Tx,
-    rx: Rx,
+    /// The wire: UDP datagrams or raw frames.
+    link: Box<dyn Transport>,
     events: Sender<AsyncEvent>,
     cm_events: Sender<crate::cm::CmEvent>,
     cm_fd: Arc<crate::sys::EventFd>,
@@ -919,11 +828,11 @@ impl Core {
         // An application's own round takes one datagram (a GRO batch of up to 64
         // packets) per call: a `recvmmsg` of one header is cheaper to call and to return
         // from than one of 32, and the application calls again at once.
-        let max = if inline { 1 } else { RX_BATCH };
-        let n = self.rx.recv(max);
+        let max = if inline { 1 } else { crate::transport::RX_BATCH };
+        let n = self.link.recv(max);
         let mut since_ack = 0;
         for i in 0..n {
-            since_ack += self.rx.deliver(i, &mut self.engine, t);
+            since_ack += self.link.deliver(i, &mut self.engine, t);
             if since_ack >= ACK_EVERY && i + 1 < n && self.engine.has_held_acks() {
                 // A long batch (up to 32 GRO datagrams of 64 packets) must not hold the
                 // peer's window shut until its end: the ACKs go out every ACK_EVERY
@@ -952,12 +861,10 @@ impl Core {
                 self.cm_fd.notify();
             }
             self.last_work = t;
-            self.next_timer = [self.engine.poll_timeout(), self.tx.next_due()].into_iter().flatten().min();
+            self.next_timer = [self.engine.poll_timeout(), self.link.next_due()].into_iter().flatten().min();
         }
         if self.shutdown {
-            if let Some(c) = &self.tx.capture {
-                c.flush();
-            }
+            self.link.flush();
             return Round::Stop;
         }
         if worked || timed {
@@ -975,11 +882,11 @@ impl Core {
         } else {
             self.engine.drain_transmits(&mut self.batch);
         }
-        self.tx.send(t, &mut self.batch, self.engine.counters());
+        self.link.send(t, &mut self.batch, self.engine.counters());
         for p in self.batch.drain(..) {
             self.engine.recycle(p.data);
         }
-        self.tx.release(t, self.engine.counters());
+        self.link.release(t, self.engine.counters());
     }
 }
 
@@ -1012,7 +919,7 @@ const INLINE_BACKOFF_MAX: Duration = Duration::from_millis(2);
 fn progress_loop(
     core: Arc<parking_lot::Mutex<Core>>,
     cmds: Receiver<Cmd>,
-    sock: UdpSocket,
+    sock: std::os::fd::OwnedFd,
     waker: Arc<crate::sys::EventFd>,
     sleeping: Arc<AtomicBool>,
     inline: Inline,
@@ -1097,415 +1004,4 @@ fn handle(engine: &mut Engine, now: u64, cmd: Cmd) -> bool {
         Cmd::Shutdown => return true,
     }
     false
-}
-
-/// The sending half of the UDP transport (owned by the progress thread).
-struct Tx {
-    sock: UdpSocket,
-    local: SocketAddr,
-    /// UDP GSO in use (turned off for good if the kernel refuses a GSO send).
-    gso: bool,
-    capture: Option<Arc<Capture>>,
-    /// (first, end) packet index of each message of the current send.
-    parts: Vec<(usize, usize)>,
-    /// Small pieces of the current send copied together (see `send_from`).
-    glue: Vec<u8>,
-    /// The current send's iovecs, in order: glued bytes or a packet's piece.
-    plan: Vec<Piece>,
-    /// Pseudo-header CRC states of recent flows and lengths.
-    icrc: rnic_wire::icrc::IcrcCache,
-    /// `sendmmsg` headers, packet lengths and message starts, kept between sends.
-    scratch: crate::sys::SendScratch,
-    lens: Vec<usize>,
-    msg_first: Vec<usize>,
-    /// The allocations of the current send's iovec and message lists, kept empty
-    /// between sends (see [`reuse`]).
-    iovs: Vec<io::IoSlice<'static>>,
-    msgs: Vec<crate::sys::OutMsg<'static>>,
-    /// Fault injection: with a chain, every packet goes through it alone (no GSO).
-    faults: Option<FaultHandle>,
-    delayed: std::collections::BinaryHeap<Delayed>,
-    seq: u64,
-    /// The socket's TOS byte (ECT(0) with congestion control), restored after a packet a
-    /// fault rule marked CE.
-    tos: u8,
-}
-
-/// An empty vector with `v`'s allocation, for elements that borrow for another
-/// lifetime: a send's iovecs borrow its packets, so the list cannot be kept between
-/// sends, but its allocation can (the in-place `collect` of an empty iterator keeps it;
-/// the closure never runs). Saves two allocations per send on the latency path.
-fn reuse<T, U>(mut v: Vec<T>) -> Vec<U> {
-    v.clear();
-    v.into_iter().map(|_| unreachable!("the vector was cleared")).collect()
-}
-
-/// Pieces this small are copied into one iovec with their neighbours.
-const GLUE_MAX: usize = 128;
-
-/// One iovec of a send: `glue[a..e]`, or piece `j` of packet `k`.
-#[derive(Debug, Clone, Copy)]
-enum Piece {
-    Glue(usize, usize),
-    Packet(usize, usize),
-}
-
-fn gso_refused(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOPROTOOPT))
-}
-
-impl Tx {
-    /// Sends a batch with as few system calls as the kernel allows: runs of equal-size
-    /// packets to one destination become one UDP GSO message (segment *i* gets IPv4 ID
-    /// *i*, so its ICRC is filled for that ID), and all messages go in `sendmmsg` calls.
-    /// Without GSO every packet is its own message, ID 0 (unconnected socket,
-    /// `IP_PMTUDISC_DO`: see `shared/notes/icrc-over-udp-sockets.md`).
-    fn send(&mut self, now: Time, batch: &mut [TxPacket], counters: &Counters) {
-        if self.faults.is_some() {
-            self.send_through_faults(now, batch, counters);
-            return;
-        }
-        let mut start = 0;
-        while start < batch.len() {
-            start = self.send_from(batch, start, counters);
-        }
-    }
-
-    /// When a delayed or held packet is next due.
-    fn next_due(&self) -> Option<Time> {
-        let held = self.faults.as_ref().and_then(|f| f.lock().next_release());
-        [self.delayed.peek().map(|d| d.at), held].into_iter().flatten().min()
-    }
-
-    /// Sends what the fault chain delayed or held and is due at `now`.
-    fn release(&mut self, now: Time, counters: &Counters) {
-        let mut due = Vec::new();
-        while self.delayed.peek().is_some_and(|d| d.at <= now) {
-            due.push(self.delayed.pop().expect("peeked").pkt);
-        }
-        if let Some(f) = &self.faults {
-            f.lock().release_due(now, |w| due.push(w));
-        }
-        for w in due {
-            self.put(&w.data, w.dst, w.ce, counters);
-        }
-    }
-
-    /// Sends one packet; `ce`: with ECN congestion-experienced in its IP header (a fault
-    /// rule playing a congested switch), the socket's TOS set for it alone.
-    fn put(&self, data: &[u8], dst: IpAddr, ce: bool, counters: &Counters) {
-        if let Some(c) = &self.capture {
-            c.record(self.local.ip(), dst, self.local.port(), ROCEV2_UDP_PORT, data);
-        }
-        let v6 = self.local.is_ipv6();
-        if ce && crate::sys::set_tos(&self.sock, v6, self.tos | crate::sys::ECN_CE).is_err() {
-            counters.send_err.fetch_add(1, Ordering::Relaxed);
-        }
-        if self.sock.send_to(data, SocketAddr::new(dst, ROCEV2_UDP_PORT)).is_err() {
-            counters.send_err.fetch_add(1, Ordering::Relaxed);
-        }
-        if ce && crate::sys::set_tos(&self.sock, v6, self.tos).is_err() {
-            counters.send_err.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// The fault-injection path: each packet's ICRC for ID 0, then the fault chain
-    /// (after the ICRC, so that a corrupted packet fails its check at the receiver),
-    /// then one `send_to` per packet, or later if the chain delays it.
-    fn send_through_faults(&mut self, now: Time, batch: &mut [TxPacket], counters: &Counters) {
-        for p in batch.iter_mut() {
-            let ctx = IcrcContext::new(self.local.ip(), p.dst, self.local.port(), ROCEV2_UDP_PORT);
-            p.make_contiguous();
-            if ctx.fill(&mut p.data).is_err() {
-                counters.send_err.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let Some(faults) = self.faults.clone() else {
-                self.put(&p.data, p.dst, false, counters);
-                continue;
-            };
-            let w =
-                Wire { src: self.local.ip(), dst: p.dst, src_port: self.local.port(), data: p.data.clone(), ce: false };
-            let mut later = Vec::new();
-            faults.lock().apply(now, w, |extra, w| {
-                if extra == 0 {
-                    self.put(&w.data, w.dst, w.ce, counters);
-                } else {
-                    later.push((now.saturating_add(extra), w));
-                }
-            });
-            for (at, pkt) in later {
-                self.seq += 1;
-                self.delayed.push(Delayed { at, seq: self.seq, pkt });
-            }
-        }
-    }
-
-    /// Sends `batch[start..]`; returns where to resume (the end, or the first packet of a
-    /// GSO message the kernel refused, to be sent again without GSO).
-    fn send_from(&mut self, batch: &mut [TxPacket], start: usize, counters: &Counters) -> usize {
-        let mut lens = std::mem::take(&mut self.lens);
-        lens.clear();
-        lens.extend(batch.iter().map(TxPacket::len));
-        self.parts.clear();
-        let mut i = start;
-        while i < batch.len() {
-            let end = if self.gso { crate::gso::run_end(&lens, i, |a, b| batch[a].dst == batch[b].dst) } else { i + 1 };
-            let run = end - i;
-            for (k, p) in batch[i..end].iter_mut().enumerate() {
-                let ident = if run > 1 { u16::try_from(k).unwrap_or(0) } else { 0 };
-                let ctx = IcrcContext {
-                    ipv4_ident: ident,
-                    ..IcrcContext::new(self.local.ip(), p.dst, self.local.port(), ROCEV2_UDP_PORT)
-                };
-                if p.fill_icrc(&mut self.icrc, &ctx).is_err() {
-                    counters.send_err.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            self.parts.push((i, end));
-            i = end;
-        }
-        // Each packet is one piece, or three (headers, payload in registered memory, pad
-        // and ICRC). Small pieces next to each other in a message (one packet's pad and
-        // ICRC and the next one's headers; whole ACKs and small packets) are copied
-        // together into `glue`: 64 one-piece SENDs of 64 bytes in one iovec instead of
-        // 64 made `send_bw -s 64` ~15% faster (A/B runs); for 4 KiB segments the iovec
-        // count made no difference.
-        let mut glue = std::mem::take(&mut self.glue);
-        let mut plan = std::mem::take(&mut self.plan);
-        glue.clear();
-        plan.clear();
-        let mut msg_first = std::mem::take(&mut self.msg_first);
-        msg_first.clear();
-        for &(a, e) in &self.parts {
-            msg_first.push(plan.len());
-            let mut open: Option<usize> = None;
-            for (k, p) in batch.iter().enumerate().take(e).skip(a) {
-                for (j, x) in p.pieces().into_iter().enumerate() {
-                    if x.is_empty() {
-                        continue;
-                    }
-                    if x.len() <= GLUE_MAX {
-                        open.get_or_insert(glue.len());
-                        glue.extend_from_slice(x);
-                    } else {
-                        if let Some(o) = open.take() {
-                            plan.push(Piece::Glue(o, glue.len()));
-                        }
-                        plan.push(Piece::Packet(k, j));
-                    }
-                }
-            }
-            if let Some(o) = open.take() {
-                plan.push(Piece::Glue(o, glue.len()));
-            }
-        }
-        msg_first.push(plan.len());
-        let mut slices: Vec<io::IoSlice<'_>> = reuse(std::mem::take(&mut self.iovs));
-        slices.extend(plan.iter().map(|&piece| match piece {
-            Piece::Glue(a, e) => io::IoSlice::new(&glue[a..e]),
-            Piece::Packet(k, j) => io::IoSlice::new(batch[k].pieces()[j]),
-        }));
-        let mut msgs: Vec<crate::sys::OutMsg<'_>> = reuse(std::mem::take(&mut self.msgs));
-        msgs.extend(self.parts.iter().zip(msg_first.windows(2)).map(|(&(a, e), w)| crate::sys::OutMsg {
-            dst: SocketAddr::new(batch[a].dst, ROCEV2_UDP_PORT),
-            parts: &slices[w[0]..w[1]],
-            segment: if e - a > 1 { u16::try_from(lens[a]).unwrap_or(0) } else { 0 },
-        }));
-        let mut m = 0;
-        let mut resume = batch.len();
-        while m < msgs.len() {
-            let chunk = &msgs[m..msgs.len().min(m + TX_MSGS)];
-            match crate::sys::send_msgs_with(&self.sock, &mut self.scratch, chunk) {
-                Ok(k) if k > 0 => {
-                    for &(a, e) in &self.parts[m..m + k] {
-                        if e - a > 1 {
-                            counters.tx_gso_batches.fetch_add(1, Ordering::Relaxed);
-                        }
-                        if let Some(c) = &self.capture {
-                            for (id, p) in batch[a..e].iter().enumerate() {
-                                let id = if e - a > 1 { u16::try_from(id).unwrap_or(0) } else { 0 };
-                                let ports = (self.local.port(), ROCEV2_UDP_PORT);
-                                c.record_ipv4_id(self.local.ip(), p.dst, ports, id, &p.to_vec());
-                            }
-                        }
-                    }
-                    m += k;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if chunk[0].segment > 0 && gso_refused(&e) => {
-                    // The kernel (or the route's device) does not do GSO after all:
-                    // resend from this message one datagram at a time, ICRCs for ID 0.
-                    self.gso = false;
-                    resume = self.parts[m].0;
-                    break;
-                }
-                _ => {
-                    let (a, e) = self.parts[m];
-                    counters.send_err.fetch_add(u64::try_from(e - a).unwrap_or(u64::MAX), Ordering::Relaxed);
-                    m += 1;
-                }
-            }
-        }
-        self.msgs = reuse(msgs);
-        self.iovs = reuse(slices);
-        self.glue = glue;
-        self.plan = plan;
-        self.lens = lens;
-        self.msg_first = msg_first;
-        resume
-    }
-}
-
-/// The receiving half of the UDP transport (owned by the progress thread).
-struct Rx {
-    sock: UdpSocket,
-    local: SocketAddr,
-    counters: Arc<Counters>,
-    capture: Option<Arc<Capture>>,
-    bufs: Vec<Vec<u8>>,
-    meta: Vec<crate::sys::RecvMeta>,
-    scratch: crate::sys::RecvScratch,
-    verifier: crate::gso::IdVerifier,
-    ipv4_id: Ipv4IdPolicy,
-    /// The last receive found the queue above its threshold: what it took counts as
-    /// congestion-experienced (where a switch would have marked it).
-    congested: bool,
-}
-
-impl Rx {
-    fn new(
-        sock: UdpSocket,
-        local: SocketAddr,
-        counters: Arc<Counters>,
-        capture: Option<Arc<Capture>>,
-        ipv4_id: Ipv4IdPolicy,
-    ) -> Rx {
-        Rx {
-            sock,
-            local,
-            counters,
-            capture,
-            bufs: (0..RX_BATCH).map(|_| vec![0u8; RX_BUF]).collect(),
-            meta: vec![crate::sys::RecvMeta::default(); RX_BATCH],
-            scratch: crate::sys::RecvScratch::new(RX_BATCH),
-            verifier: crate::gso::IdVerifier::new(),
-            ipv4_id,
-            congested: false,
-        }
-    }
-
-    /// Takes what the socket holds: one `recvmmsg` of up to `max` datagrams, never
-    /// blocking. Returns the number of datagrams, to be handed on with [`Rx::deliver`].
-    fn recv(&mut self, max: usize) -> usize {
-        let max = max.clamp(1, self.bufs.len());
-        self.congested = false;
-        match crate::sys::recv_msgs(&self.sock, &mut self.scratch, &mut self.bufs[..max], &mut self.meta, false) {
-            Ok(n) => {
-                if n > 0 {
-                    // One clock read per receive: which datagrams waited too long.
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-                    for m in &mut self.meta[..n] {
-                        if m.stamp_ns > 0 && now.saturating_sub(m.stamp_ns) > RX_CE_WAIT_NS {
-                            m.ce = true;
-                            self.counters.np_rx_queue_delayed.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-                if n == RX_BATCH {
-                    // A full batch: the receiver is behind. The congestion signal of a
-                    // software NIC on a host without switches is its own receive queue:
-                    // above an eighth of the buffer, what this receive took counts as
-                    // marked, as a switch marks packets above its queue threshold
-                    // (DCQCN's K_min), so the senders slow down before the queue overflows.
-                    if let Ok((queued, size)) = crate::sys::rx_backlog(&self.sock) {
-                        self.congested = queued >= size / 8;
-                        if self.congested {
-                            self.counters.np_rx_queue_congested.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-                n
-            }
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => 0,
-            Err(_) => {
-                // A receive the socket refused (not a packet: nothing was malformed).
-                self.counters.rx_socket_err.fetch_add(1, Ordering::Relaxed);
-                0
-            }
-        }
-    }
-
-    /// Checks the ICRC of every packet of received datagram `i` (a GRO batch is cut at
-    /// its segment size) and hands the good ones to the engine straight from the
-    /// receive buffer. Returns the number of packets in the datagram.
-    fn deliver(&mut self, i: usize, engine: &mut Engine, now: u64) -> usize {
-        let m = self.meta[i];
-        if m.truncated || m.len == 0 {
-            self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
-            return 0;
-        }
-        let seg = if m.segment == 0 { m.len } else { m.segment };
-        if m.segment > 0 {
-            self.counters.rx_gro_batches.fetch_add(1, Ordering::Relaxed);
-        }
-        let ctx = IcrcContext::new(m.src.ip(), self.local.ip(), m.src.port(), self.local.port());
-        let mut count = 0;
-        for (index, off) in (0..m.len).step_by(seg).enumerate() {
-            count += 1;
-            let pkt = &self.bufs[i][off..(off + seg).min(m.len)];
-            let ident = match self.verifier.verify(ctx, pkt, index) {
-                Some(id) => {
-                    match id {
-                        crate::gso::IdMatch::Zero => {}
-                        crate::gso::IdMatch::Index(_) => {
-                            self.counters.icrc_gso_index.fetch_add(1, Ordering::Relaxed);
-                        }
-                        crate::gso::IdMatch::Window(_) => {
-                            self.counters.icrc_gso_window.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    Some(id.ident())
-                }
-                // Not an ID an rnic sender produces: a peer such as Linux rxe, whose
-                // IDs come from the kernel's generator; the policy decides (rx_icrc
-                // counts icrc_err or icrc_ipv4_id_solved).
-                None if self.ipv4_id == Ipv4IdPolicy::SolveUnknown && ctx.src.is_ipv4() => {
-                    crate::rx_icrc::check(&ctx, pkt, self.ipv4_id, &self.counters)
-                }
-                None => {
-                    // IBA C9-3: a bad ICRC is dropped silently (and counted here).
-                    self.counters.icrc_err.fetch_add(1, Ordering::Relaxed);
-                    None
-                }
-            };
-            let Some(ident) = ident else { continue };
-            if let Some(c) = &self.capture {
-                let (s, d) = (m.src, self.local);
-                c.record_rx_ipv4_id(s.ip(), d.ip(), (s.port(), d.port()), ident, pkt);
-            }
-            engine.handle_packet_ecn(now, m.src.ip(), pkt, m.ce || self.congested);
-        }
-        count
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reuse_keeps_the_allocation_across_lifetimes() {
-        let data = vec![1u8, 2, 3];
-        let mut v: Vec<io::IoSlice<'static>> = Vec::with_capacity(64);
-        let ptr = v.as_ptr() as usize;
-        let mut borrowed: Vec<io::IoSlice<'_>> = reuse(std::mem::take(&mut v));
-        borrowed.push(io::IoSlice::new(&data));
-        assert_eq!(borrowed.as_ptr() as usize, ptr, "the iovec list was reallocated");
-        let back: Vec<io::IoSlice<'static>> = reuse(borrowed);
-        assert!(back.is_empty());
-        assert_eq!((back.as_ptr() as usize, back.capacity() >= 64), (ptr, true));
-    }
 }

@@ -44,6 +44,7 @@ pub mod faults;
 pub mod gso;
 pub mod rx_icrc;
 pub mod srq;
+mod transport;
 pub mod wr;
 
 #[allow(unsafe_code)]

@@ -1,0 +1,43 @@
+//! Transports: how a device's packets reach the wire. The driver (`device.rs`) runs an
+//! engine over one [`Transport`]: it hands it the engine's packets to send and takes what
+//! it received, and sleeps on its descriptor between rounds.
+//!
+//! - [`udp`]: RoCEv2 in UDP datagrams through a socket (the kernel builds the IP and UDP
+//!   headers); any Linux host, no privileges.
+//! - [`packet`]: whole Ethernet frames through an `AF_PACKET` socket on a named interface:
+//!   the device has its own MAC-level presence and IP address (it answers ARP), every
+//!   header is its own, and the ICRC is checked in full.
+
+pub(crate) mod packet;
+pub(crate) mod udp;
+
+use crate::counters::Counters;
+use crate::engine::{Engine, Time, TxPacket};
+use std::io;
+use std::os::fd::OwnedFd;
+
+/// Units (datagrams, frames) taken per receive.
+pub(crate) const RX_BATCH: usize = 32;
+
+/// What the driver needs of a transport. Owned by the progress thread (inside the
+/// device's core lock); one call per batch, so a trait object costs nothing per packet.
+pub(crate) trait Transport: Send {
+    /// Sends the engine's packets (their ICRC not yet filled: the transport knows the
+    /// headers it covers).
+    fn send(&mut self, now: Time, batch: &mut [TxPacket], counters: &Counters);
+    /// Sends what is due at `now` of what was delayed (fault rules, neighbour resolution).
+    fn release(&mut self, now: Time, counters: &Counters);
+    /// When something delayed is next due.
+    fn next_due(&self) -> Option<Time>;
+    /// Takes up to `max` received units (datagrams or frames) without blocking; returns
+    /// how many, to be handed on with [`Transport::deliver`].
+    fn recv(&mut self, max: usize) -> usize;
+    /// Checks received unit `i` and hands its RoCE packets to the engine; returns the
+    /// number of packets it held.
+    fn deliver(&mut self, i: usize, engine: &mut Engine, now: u64) -> usize;
+    /// A descriptor readable when something arrives, for the progress thread to sleep on
+    /// (outside the core lock).
+    fn wake_fd(&self) -> io::Result<OwnedFd>;
+    /// Writes out what a capture buffered (at shutdown).
+    fn flush(&self);
+}

@@ -1,0 +1,1 @@
+//! Raw Ethernet frames through AF_PACKET (see the module docs of `transport`).
