@@ -116,6 +116,12 @@ impl Capture {
         self.write_frame(&frame_for(src, dst, src_port, dst_port, roce));
     }
 
+    /// Records a whole Ethernet frame as it went on or came off the wire (the
+    /// raw-Ethernet transport's, every header its own).
+    pub fn record_frame(&self, frame: &[u8]) {
+        self.write_frame(frame);
+    }
+
     fn write_frame(&self, frame: &[u8]) {
         let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
         let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);

@@ -125,4 +125,16 @@ counters! {
     /// Times an RC QP waited for room towards its destination: the flow-control bound on
     /// bytes in flight to one peer was reached (rnic).
     tx_dest_blocked,
+    /// Raw Ethernet: frames for another MAC or another IP address, ignored (rnic).
+    rx_not_for_us,
+    /// Raw Ethernet: frames that are not RoCEv2 (other EtherTypes, IP protocols, UDP
+    /// ports) or not ARP for this device, ignored (rnic).
+    rx_not_roce,
+    /// Raw Ethernet: ARP requests sent to resolve a next hop (rnic).
+    arp_requests_sent,
+    /// Raw Ethernet: ARP replies sent for this device's address (rnic).
+    arp_replies_sent,
+    /// Raw Ethernet: packets dropped because their next hop did not answer ARP within a
+    /// second, or too many waited for it (rnic).
+    tx_neigh_unresolved,
 }

@@ -31,6 +31,9 @@ use crate::cq::Cq;
 use crate::engine::qp::{self, PostError, QpAttr, QpCap, QpShared, RecvWqe, SendWqe};
 use crate::engine::{AsyncEvent, Engine, EngineConfig, EngineError, Time, TxPacket};
 use crate::faults::{FaultHandle, Faults};
+use crate::qp_state::PathMtu;
+use crate::transport::packet::Packet;
+pub use crate::transport::packet::Interface;
 use crate::transport::udp::{bind, transport_info, Udp};
 use crate::transport::Transport;
 use crate::mem::{MemBlock, MemError};
@@ -93,6 +96,12 @@ pub struct DeviceConfig {
     pub faults: Option<FaultHandle>,
     /// Congestion control (`RNIC_CC=off|dcqcn`, default DCQCN): see [`CongestionControl`].
     pub congestion_control: CongestionControl,
+    /// Raw Ethernet: run on this network interface (`veth0`) with whole frames through an
+    /// `AF_PACKET` socket instead of a UDP socket (`RNIC_DEVICES=rnic0=10.77.0.2@veth0`).
+    /// `ip` is then the device's own IPv4 address, one the host does not own: the device
+    /// answers ARP for it. Needs CAP_NET_RAW. The socket is opened in the network
+    /// namespace of the thread calling [`Device::open`].
+    pub netdev: Option<String>,
 }
 
 /// Congestion control of a device.
@@ -160,6 +169,7 @@ impl DeviceConfig {
             zero_copy: env.zero_copy.unwrap_or(true),
             faults: None,
             congestion_control: env.cc.unwrap_or_default(),
+            netdev: None,
         }
     }
 }
@@ -258,6 +268,16 @@ pub enum DeviceError {
         /// What is wrong.
         reason: String,
     },
+    /// The raw-Ethernet transport could not be set up on its interface.
+    #[error("device {name}: interface {netdev}: {why}")]
+    Netdev {
+        /// Device name.
+        name: String,
+        /// The interface.
+        netdev: String,
+        /// What is wrong.
+        why: String,
+    },
     /// The configuration (or an environment variable feeding it) is invalid.
     #[error("device {name}: {why}")]
     Config {
@@ -329,6 +349,8 @@ pub struct TransportInfo {
     pub gro: bool,
     /// Spin-before-sleep time of the device threads.
     pub spin: Duration,
+    /// Raw Ethernet frames on an interface (`DeviceConfig::netdev`) instead of UDP.
+    pub raw: bool,
 }
 
 /// An open emulated device. Cloning gives another handle to the same device; the
@@ -342,6 +364,11 @@ struct Inner {
     config: DeviceConfig,
     local: SocketAddr,
     transport: TransportInfo,
+    /// The interface of a raw-Ethernet device.
+    iface: Option<Interface>,
+    /// The largest path MTU the wire carries (4096 over UDP; from the interface's MTU on
+    /// raw Ethernet).
+    port_mtu: PathMtu,
     mtpt: Arc<Mtpt>,
     counters: Arc<Counters>,
     cmd: Sender<Cmd>,
@@ -382,19 +409,35 @@ impl Device {
                 config.faults = (!f.is_empty()).then(|| FaultHandle::new(f));
             }
         }
-        let sock = bind(&config)?;
-        let local = sock.local_addr().map_err(|source| DeviceError::Io { name: config.name.clone(), source })?;
-        let transport = transport_info(&config, &sock);
         let capture = match &config.capture {
-            Some(p) => Some(Capture::shared(p, local.ip()).map_err(|source| DeviceError::Capture {
+            Some(p) => Some(Capture::shared(p, config.ip).map_err(|source| DeviceError::Capture {
                 name: config.name.clone(),
                 path: p.clone(),
                 source,
             })?),
             None => None,
         };
-        let mtpt = Arc::new(Mtpt::new(config.max_mr));
         let counters = Arc::new(Counters::default());
+        let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
+        // The wire: a UDP socket, or raw frames on a named interface.
+        let (link, local, transport, rcvbuf, iface): (Box<dyn Transport>, _, _, _, _) = match &config.netdev {
+            None => {
+                let sock = bind(&config)?;
+                let local = sock.local_addr().map_err(io_err)?;
+                let transport = transport_info(&config, &sock);
+                let rcvbuf = crate::sys::rx_backlog(&sock).map_or(16 << 20, |(_, b)| u64::from(b));
+                let udp = Udp::new(&config, sock, transport, capture, counters.clone()).map_err(io_err)?;
+                (Box::new(udp), local, transport, rcvbuf, None)
+            }
+            Some(netdev) => {
+                let p = Packet::open(&config, netdev, capture, counters.clone())?;
+                let iface = p.interface().clone();
+                let transport = TransportInfo { gso: false, gro: false, spin: config.spin, raw: true };
+                let local = SocketAddr::new(config.ip, ROCEV2_UDP_PORT);
+                (Box::new(p), local, transport, SOCKET_BUFFER as u64, Some(iface))
+            }
+        };
+        let mtpt = Arc::new(Mtpt::new(config.max_mr));
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let (ev_tx, ev_rx) = crossbeam_channel::unbounded();
         let (cm_tx, cm_rx) = crossbeam_channel::unbounded();
@@ -419,19 +462,19 @@ impl Device {
         // timeout), at least 256 KiB. Measured beside two busy loops with 1024 QPs and
         // congestion control off: half of a 128 MiB buffer (32 MiB) overflowed it (kernel
         // RcvbufErrors, RETRY_EXC_ERR within 21 s); 8 MiB held for the whole minute.
-        let rcvbuf = crate::sys::rx_backlog(&sock).map_or(16 << 20, |(_, b)| u64::from(b));
+        let port_mtu = iface.as_ref().and_then(Interface::active_mtu).unwrap_or(PathMtu::Mtu4096);
         let engine_config = EngineConfig {
             zero_copy,
             cm_seed,
             cc: config.congestion_control.params(),
             max_inflight_per_dest: (rcvbuf / 4).clamp(256 << 10, 8 << 20),
+            port_mtu,
+            // rxe's CA GUID: the EUI-64 of its netdev's MAC.
+            ca_guid: iface.as_ref().map_or(crate::engine::guid_for(local.ip()), |i| crate::engine::guid_for_mac(i.mac.0)),
             ..EngineConfig::new(local.ip())
         };
         let engine = Engine::new(engine_config, mtpt.clone(), counters.clone());
-        let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
         let waker = Arc::new(crate::sys::EventFd::new().map_err(io_err)?);
-        let link: Box<dyn Transport> =
-            Box::new(Udp::new(&config, sock, transport, capture, counters.clone()).map_err(io_err)?);
         let wake_fd = link.wake_fd().map_err(io_err)?;
         let core = {
             let next_timer = [engine.poll_timeout(), link.next_due()].into_iter().flatten().min();
@@ -463,6 +506,8 @@ impl Device {
                 config,
                 local,
                 transport,
+                iface,
+                port_mtu,
                 mtpt,
                 counters,
                 cmd: cmd_tx,
@@ -479,6 +524,26 @@ impl Device {
                 threads: parking_lot::Mutex::new(vec![progress]),
             }),
         })
+    }
+
+    /// The interface of a raw-Ethernet device (`None` over UDP).
+    pub fn interface(&self) -> Option<&Interface> {
+        self.inner.iface.as_ref()
+    }
+
+    /// The device's MAC: its interface's on raw Ethernet; over UDP the locally
+    /// administered one derived from its address (as captures show it).
+    pub fn mac(&self) -> rnic_wire::ethernet::MacAddr {
+        match &self.inner.iface {
+            Some(i) => i.mac,
+            None => crate::capture::mac_for(self.inner.local.ip()),
+        }
+    }
+
+    /// The port's active MTU: the largest path MTU the wire carries (4096 over UDP; on
+    /// raw Ethernet what the interface's MTU leaves room for).
+    pub fn port_mtu(&self) -> PathMtu {
+        self.inner.port_mtu
     }
 
     /// The device's name.
@@ -762,6 +827,9 @@ const ACK_EVERY: usize = 32;
 /// Commands taken per round, so that received packets are not starved.
 const CMD_BATCH: usize = 256;
 
+/// Everything a round of progress touches: the engine and the transport. The progress
+/// thread locks it for each round; an application thread may run a round itself
+/// ([`Device::progress`]) while the lock is free.
 struct Core {
     engine: Engine,
     cmds: Receiver<Cmd>,

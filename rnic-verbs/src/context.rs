@@ -79,7 +79,7 @@ pub(crate) fn hw_devices() -> Result<Vec<DeviceInfo>> {
                 .ok()
                 .and_then(|c| Hw::roce_ip(&c))
                 .unwrap_or(IpAddr::from([0, 0, 0, 0]));
-            DeviceInfo { name: d.name, ip, kind: DeviceKind::Hardware }
+            DeviceInfo { name: d.name, ip, kind: DeviceKind::Hardware, netdev: None }
         })
         .collect())
 }
@@ -117,7 +117,7 @@ impl Context {
     pub fn open(name: &str) -> Result<Context> {
         let emulated = crate::types::emulated_devices()?;
         if let Some(d) = emulated.iter().find(|d| d.name == name) {
-            return Context::open_at(&d.name, d.ip);
+            return Context::open_with(DeviceConfig { netdev: d.netdev.clone(), ..DeviceConfig::new(&d.name, d.ip) });
         }
         #[cfg(feature = "hw")]
         {
@@ -214,12 +214,12 @@ impl Context {
     /// its own (on rxe, the same shape).
     pub fn gid(&self, index: u32) -> Option<Gid> {
         match &self.b {
-            Backend::Emu(_) => match index {
+            Backend::Emu(e) => match index {
                 0 => {
                     let mut g = [0u8; 16];
                     g[0] = 0xfe;
                     g[1] = 0x80;
-                    g[8..].copy_from_slice(&rnic_core::engine::guid_for(self.ip()).to_be_bytes());
+                    g[8..].copy_from_slice(&rnic_core::engine::guid_for_mac(e.dev.mac().0).to_be_bytes());
                     Some(Gid(g))
                 }
                 1 => Some(Gid::from_ip(self.ip())),
@@ -241,7 +241,7 @@ impl Context {
             Backend::Emu(e) => {
                 // The EUI-64 of the device's MAC, as rxe derives its node GUID (and the CM
                 // its CA GUID).
-                let node_guid = rnic_core::engine::guid_for(self.ip());
+                let node_guid = rnic_core::engine::guid_for_mac(e.dev.mac().0);
                 DeviceAttr {
                     fw_ver: env!("CARGO_PKG_VERSION").to_string(),
                     node_guid,
@@ -272,10 +272,10 @@ impl Context {
     /// Attributes of port 1 (`ibv_query_port`).
     pub fn query_port(&self) -> Result<PortAttr> {
         match &self.b {
-            Backend::Emu(_) => Ok(PortAttr {
+            Backend::Emu(e) => Ok(PortAttr {
                 state: "PORT_ACTIVE",
                 max_mtu: PathMtu::Mtu4096,
-                active_mtu: PathMtu::Mtu4096,
+                active_mtu: e.dev.port_mtu(),
                 gid_tbl_len: 2,
                 link_layer: "Ethernet",
                 lid: 0,

@@ -59,6 +59,10 @@ pub struct DeviceInfo {
     /// Which backend runs it.
     #[serde(default)]
     pub kind: DeviceKind,
+    /// An emulated device on raw Ethernet: the network interface it sends whole frames on
+    /// (`RNIC_DEVICES=rnic0=10.77.0.2@veth0`); `None` runs it over a UDP socket.
+    #[serde(default)]
+    pub netdev: Option<String>,
 }
 
 /// Which backend a device runs on.
@@ -106,11 +110,13 @@ pub fn emulated_devices() -> Result<Vec<DeviceInfo>> {
                 name: "rnic0".into(),
                 ip: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
                 kind: DeviceKind::Emulated,
+                netdev: None,
             },
             DeviceInfo {
                 name: "rnic1".into(),
                 ip: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
                 kind: DeviceKind::Emulated,
+                netdev: None,
             },
         ]),
         Err(std::env::VarError::NotUnicode(_)) => {
@@ -119,8 +125,10 @@ pub fn emulated_devices() -> Result<Vec<DeviceInfo>> {
     }
 }
 
-/// Parses `name=ip,name=ip,...` strictly: every entry `name=address`, names non-empty and
-/// distinct, addresses plain IPv4 or IPv6 (a port is the device's business, not this list's).
+/// Parses `name=ip,name=ip@iface,...` strictly: every entry `name=address` or
+/// `name=address@interface` (raw Ethernet on that interface), names non-empty and
+/// distinct, addresses plain IPv4 or IPv6 (a port is the device's business, not this
+/// list's).
 pub fn parse_devices(spec: &str) -> Result<Vec<DeviceInfo>> {
     let bad = |why: String| Error::BadConfig { var: "RNIC_DEVICES", why };
     let mut out: Vec<DeviceInfo> = Vec::new();
@@ -130,6 +138,16 @@ pub fn parse_devices(spec: &str) -> Result<Vec<DeviceInfo>> {
             return Err(bad(format!("entry {entry:?} is not name=address")));
         };
         let (name, ip) = (name.trim(), ip.trim());
+        let (ip, netdev) = match ip.split_once('@') {
+            Some((ip, dev)) => {
+                let dev = dev.trim();
+                if dev.is_empty() || dev.contains(['/', ' ']) || dev.len() > 15 {
+                    return Err(bad(format!("entry {entry:?}: {dev:?} is not a network interface name")));
+                }
+                (ip.trim(), Some(dev.to_string()))
+            }
+            None => (ip, None),
+        };
         if name.is_empty() {
             return Err(bad(format!("entry {entry:?} has an empty device name")));
         }
@@ -145,7 +163,7 @@ pub fn parse_devices(spec: &str) -> Result<Vec<DeviceInfo>> {
         if out.iter().any(|d| d.name == name) {
             return Err(bad(format!("device {name:?} is named twice")));
         }
-        out.push(DeviceInfo { name: name.to_string(), ip, kind: DeviceKind::Emulated });
+        out.push(DeviceInfo { name: name.to_string(), ip, kind: DeviceKind::Emulated, netdev });
     }
     Ok(out)
 }

@@ -77,6 +77,10 @@ pub struct Args {
     /// Local address of the device (instead of looking the name up in RNIC_DEVICES).
     #[arg(long)]
     pub ip: Option<IpAddr>,
+    /// Raw Ethernet: run the device on this network interface (whole frames through an
+    /// AF_PACKET socket; needs CAP_NET_RAW) at --ip, an address the host does not own.
+    #[arg(long, requires = "ip")]
+    pub netdev: Option<String>,
     /// At the end, print the device's non-zero counters (rxe's hw_counters names).
     #[arg(long)]
     pub counters: bool,
@@ -235,7 +239,10 @@ fn run_inner(a: &Args) -> Result<(), String> {
     }
     let size = usize::try_from(size).map_err(|_| "-s: too large")?;
     let ctx = match a.ip {
-        Some(ip) => Context::open_at(&a.dev, ip),
+        Some(ip) => Context::open_with(rnic_verbs::DeviceConfig {
+            netdev: a.netdev.clone(),
+            ..rnic_verbs::DeviceConfig::new(&a.dev, ip)
+        }),
         None => Context::open(&a.dev),
     }
     .map_err(|e| rnic_verbs::report(&e))?;

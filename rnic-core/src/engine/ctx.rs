@@ -62,6 +62,9 @@ pub struct EngineConfig {
     /// QPs' windows together cannot overflow the receiver's socket (each window alone is
     /// 128 packets).
     pub max_inflight_per_dest: u64,
+    /// The port's active MTU: a QP's path MTU may not exceed it (the wire would not carry
+    /// its packets; rxe refuses the same in `rxe_qp_chk_attr`).
+    pub port_mtu: crate::qp_state::PathMtu,
 }
 
 impl EngineConfig {
@@ -79,8 +82,15 @@ impl EngineConfig {
             cc: None,
             cnp_gap_ns: 4_000,
             max_inflight_per_dest: 16 << 20,
+            port_mtu: crate::qp_state::PathMtu::Mtu4096,
         }
     }
+}
+
+/// The EUI-64 GUID of a MAC (the U/L bit flipped, `ff:fe` in the middle), as rxe derives
+/// its node GUID from its netdev's MAC (`addrconf_addr_eui48`).
+pub fn guid_for_mac(mac: [u8; 6]) -> u64 {
+    u64::from_be_bytes([mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]])
 }
 
 /// The EUI-64 GUID of the locally administered MAC a device at `ip` gets (`02:00` and the

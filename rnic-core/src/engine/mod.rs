@@ -42,7 +42,7 @@ mod responder;
 pub mod ud;
 mod unreliable;
 
-pub use ctx::{guid_for, AsyncEvent, EngineConfig, Time};
+pub use ctx::{guid_for, guid_for_mac, AsyncEvent, EngineConfig, Time};
 pub use out::{TxPacket, TxPayload};
 pub use qp_table::FIRST_QPN;
 
@@ -247,7 +247,7 @@ impl Engine {
         // As for destroy: a held ACK leaves before the QP changes state.
         responder::flush_ack(qp, cx);
         let cur = qp.state;
-        let next = check_modify(qp, attr, cx.config.max_rd_atomic)?;
+        let next = check_modify(qp, attr, cx.config.max_rd_atomic, cx.config.port_mtu)?;
         apply_attrs(qp, attr);
         if next != cur {
             match next {
@@ -650,7 +650,7 @@ fn gsi_receive(gsi: &mut Gsi, cx: &mut Ctx, now: Time, src: IpAddr, repr: &RoceR
 
 /// Checks a modify-QP call against IBA's transition table, the attribute ranges and the
 /// device's limits; returns the state the QP goes to.
-fn check_modify(qp: &Qp, attr: &QpAttr, max_rd: u8) -> Result<QpState, EngineError> {
+fn check_modify(qp: &Qp, attr: &QpAttr, max_rd: u8, port_mtu: PathMtu) -> Result<QpState, EngineError> {
     let cur = qp.state;
     let mask = attr.mask;
     let next = if mask.contains(QpAttrMask::STATE) { attr.state } else { cur };
@@ -678,6 +678,14 @@ fn check_modify(qp: &Qp, attr: &QpAttr, max_rd: u8) -> Result<QpState, EngineErr
         return Err(EngineError::BadAttr(format!(
             "max_dest_rd_atomic {} exceeds the device's {max_rd}",
             attr.max_dest_rd_atomic
+        )));
+    }
+    if mask.contains(QpAttrMask::PATH_MTU) && PathMtu::from_ibv(attr.path_mtu).is_some_and(|m| m > port_mtu) {
+        return Err(EngineError::BadAttr(format!(
+            "path MTU {} is above the port's active MTU {} (on raw Ethernet, the interface's MTU must hold the \
+             path MTU plus 64 bytes of headers: raise it, e.g. `ip link set DEV mtu 9000`, or use a smaller path MTU)",
+            PathMtu::from_ibv(attr.path_mtu).map_or(0, |m| m.bytes()),
+            port_mtu.bytes()
         )));
     }
     if mask.contains(QpAttrMask::AV) && attr.remote_ip.is_none() {

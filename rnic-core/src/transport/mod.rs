@@ -8,6 +8,8 @@
 //!   the device has its own MAC-level presence and IP address (it answers ARP), every
 //!   header is its own, and the ICRC is checked in full.
 
+// The AF_PACKET socket: every unsafe call of the raw transport is in this module.
+#[allow(unsafe_code)]
 pub(crate) mod packet;
 pub(crate) mod udp;
 

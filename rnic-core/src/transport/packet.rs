@@ -1,1 +1,813 @@
-//! Raw Ethernet frames through AF_PACKET (see the module docs of `transport`).
+//! The raw-Ethernet transport: whole frames through an `AF_PACKET` socket bound to one
+//! interface, as a RoCE NIC puts them on its link.
+//!
+//! The device has the interface's MAC and an IPv4 address of its own, one the host
+//! kernel does **not** own (otherwise the kernel would answer UDP 4791 with ICMP port
+//! unreachable and answer ARP for it). So this transport does what a NIC's firmware and
+//! the kernel's neighbour code do for rxe:
+//! - it answers ARP requests for its address and learns neighbours from ARP (requests
+//!   and replies) and from the RoCE frames it receives (the source MAC of a frame is the
+//!   next hop back to its sender, a router's when routed);
+//! - to send to an address it does not know, it asks by ARP (the next hop: the gateway
+//!   of the interface's route to it, read from the routing table when the device opens,
+//!   or the address itself), holds the packets up to [`RESOLVE_GIVE_UP`], asking again
+//!   every [`RESOLVE_RETRY`], then drops them and counts `tx_neigh_unresolved` (an RC
+//!   QP's retransmissions ask again; with no answer they end in RETRY_EXC_ERR);
+//! - every header is its own: IPv4 identification from a per-device counter, DF, TTL 64,
+//!   ECT(0) with congestion control on (CE where a fault rule marks it), the UDP source
+//!   port of the flow; the ICRC is computed over those headers and checked in full on
+//!   receive (no ID solving: `icrc_ipv4_id_solved` stays 0);
+//! - frames that are not for it are ignored and counted: another MAC
+//!   (`rx_not_for_us`), another IP address (`rx_not_for_us`), not RoCEv2 (`rx_not_roce`);
+//!   truncated or malformed frames count in `malformed_pkts`, bad ICRCs in `icrc_err`.
+//!
+//! IPv4 only (an IPv6 address is refused when the device opens), untagged frames (an
+//! 802.1Q-tagged RoCE frame received is accepted; this side sends untagged).
+//!
+//! The socket: `AF_PACKET`/`SOCK_RAW` on `ETH_P_ALL`, bound to the interface,
+//! `PACKET_IGNORE_OUTGOING` (it does not see its own frames), `PACKET_QDISC_BYPASS` (frames
+//! go to the driver without the qdisc, as a NIC's queue would), a large receive buffer;
+//! `recvmmsg` and `sendmmsg` batches. Every `unsafe` call of this transport is in this file.
+
+use super::{Transport, RX_BATCH};
+use crate::capture::Capture;
+use crate::counters::Counters;
+use crate::device::{CongestionControl, DeviceConfig, DeviceError, SOCKET_BUFFER};
+use crate::engine::{Engine, Time, TxPacket};
+use crate::faults::{FaultHandle, Wire};
+use rnic_wire::ethernet::{self, MacAddr};
+use rnic_wire::icrc::IcrcContext;
+use rnic_wire::ROCEV2_UDP_PORT;
+use std::collections::{BinaryHeap, HashMap};
+use std::ffi::CString;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+const ETH_P_ALL: u16 = 0x0003;
+const ETH_P_ARP: u16 = 0x0806;
+const PACKET_QDISC_BYPASS: libc::c_int = 20;
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+/// A received frame's buffer: a 9000-byte jumbo frame and its headers fit.
+const FRAME_BUF: usize = 9216 + 64;
+/// IPv4 + UDP header bytes before the RoCE packet.
+const IP_UDP: usize = 20 + 8;
+/// Ask again for an unresolved neighbour after this long (ns).
+pub(crate) const RESOLVE_RETRY: Time = 200_000_000;
+/// Drop what waits for a neighbour that did not answer within this long (ns).
+pub(crate) const RESOLVE_GIVE_UP: Time = 1_000_000_000;
+/// Packets held per unresolved neighbour; more are dropped at once.
+const RESOLVE_QUEUE: usize = 1024;
+/// TTL of sent IPv4 packets (rxe: the route's hop limit, 64 by default).
+const TTL: u8 = 64;
+
+/// The interface a raw device runs on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interface {
+    /// Its name (`veth0`).
+    pub name: String,
+    /// Its index.
+    pub index: i32,
+    /// Its MAC, which the device uses.
+    pub mac: MacAddr,
+    /// Its MTU (IP bytes per frame).
+    pub mtu: u32,
+}
+
+impl Interface {
+    /// The largest IBA path MTU whose packets fit the interface (headers: IPv4, UDP,
+    /// BTH, RETH or AtomicETH, ImmDt, ICRC), as rxe derives the port's active MTU from
+    /// its netdev's.
+    pub fn active_mtu(&self) -> Option<crate::qp_state::PathMtu> {
+        const OVERHEAD: u32 = 20 + 8 + 12 + 16 + 4 + 4;
+        [4096u32, 2048, 1024, 512, 256]
+            .into_iter()
+            .find(|m| m + OVERHEAD <= self.mtu)
+            .and_then(crate::qp_state::PathMtu::from_bytes)
+    }
+}
+
+/// An IPv4 route of the interface, read from the kernel's table when the device opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Route {
+    net: u32,
+    mask: u32,
+    gateway: Option<Ipv4Addr>,
+}
+
+fn last_err(what: &str) -> io::Error {
+    let e = io::Error::last_os_error();
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+// Struct sizes and the address family fit their C types.
+/// Opens the `AF_PACKET` socket on `name` and reads the interface's index, MAC and MTU.
+/// Runs in the calling thread's network namespace (the socket stays in it).
+#[allow(clippy::cast_possible_truncation)]
+fn open_socket(name: &str) -> Result<(OwnedFd, Interface), String> {
+    let cname = CString::new(name).map_err(|_| format!("interface name {name:?} has a NUL byte"))?;
+    // SAFETY: a valid C string.
+    let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+    if index == 0 {
+        return Err(format!("no network interface named {name:?} (in this network namespace)"));
+    }
+    let index = libc::c_int::try_from(index).map_err(|_| format!("interface index {index} out of range"))?;
+    let proto = libc::c_int::from(ETH_P_ALL.to_be());
+    // SAFETY: plain socket creation; the descriptor is owned below.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, proto) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EPERM | libc::EACCES) => format!(
+                "a raw-Ethernet device needs CAP_NET_RAW to open an AF_PACKET socket \
+                 (run as root, or `setcap cap_net_raw+ep` the program): {e}"
+            ),
+            _ => format!("AF_PACKET socket: {e}"),
+        });
+    }
+    // SAFETY: `fd` is a new descriptor nobody else owns.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes().take(libc::IFNAMSIZ - 1)) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: a valid socket and ifreq; SIOCGIFHWADDR writes the union's hwaddr.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFHWADDR, &mut ifr) } < 0 {
+        return Err(last_err("SIOCGIFHWADDR").to_string());
+    }
+    // SAFETY: the call above filled the hwaddr member.
+    let hw = unsafe { ifr.ifr_ifru.ifru_hwaddr };
+    if hw.sa_family != libc::ARPHRD_ETHER {
+        return Err(format!("{name} is not an Ethernet interface (ARPHRD {})", hw.sa_family));
+    }
+    let mut mac = [0u8; 6];
+    for (m, b) in mac.iter_mut().zip(hw.sa_data.iter()) {
+        *m = *b as u8;
+    }
+    // SAFETY: as above, for the MTU member.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFMTU, &mut ifr) } < 0 {
+        return Err(last_err("SIOCGIFMTU").to_string());
+    }
+    // SAFETY: the call above filled the mtu member.
+    let mtu = u32::try_from(unsafe { ifr.ifr_ifru.ifru_mtu }).unwrap_or(0);
+    // SAFETY: a zeroed sockaddr_ll with the family, protocol and interface set.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = ETH_P_ALL.to_be();
+    sll.sll_ifindex = index;
+    let len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+    // SAFETY: a valid socket and address of the stated length.
+    if unsafe { libc::bind(sock.as_raw_fd(), std::ptr::addr_of!(sll).cast(), len) } < 0 {
+        return Err(last_err("bind AF_PACKET").to_string());
+    }
+    let one: libc::c_int = 1;
+    let set = |level, opt, v: &libc::c_int| {
+        let n = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: a valid socket and an int option value.
+        unsafe { libc::setsockopt(sock.as_raw_fd(), level, opt, std::ptr::from_ref(v).cast(), n) }
+    };
+    // Not seeing its own frames; without it (kernels before 4.20) they are told apart by
+    // their source MAC.
+    let _ = set(libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &one);
+    let _ = set(libc::SOL_PACKET, PACKET_QDISC_BYPASS, &one);
+    let big = libc::c_int::try_from(SOCKET_BUFFER).unwrap_or(libc::c_int::MAX);
+    if set(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &big) < 0 {
+        let _ = set(libc::SOL_SOCKET, libc::SO_RCVBUF, &big);
+    }
+    if set(libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &big) < 0 {
+        let _ = set(libc::SOL_SOCKET, libc::SO_SNDBUF, &big);
+    }
+    Ok((sock, Interface { name: name.to_string(), index, mac: MacAddr(mac), mtu }))
+}
+
+/// The interface's IPv4 routes (`/proc/thread-self/net/route`: the calling thread's
+/// network namespace). Missing or unreadable: none (every destination is on-link).
+fn read_routes(ifname: &str) -> Vec<Route> {
+    let text = std::fs::read_to_string("/proc/thread-self/net/route")
+        .or_else(|_| std::fs::read_to_string("/proc/net/route"))
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 8 || f[0] != ifname {
+            continue;
+        }
+        // The table holds addresses as little-endian hex of the network-order bytes.
+        let hex = |s: &str| u32::from_str_radix(s, 16).ok().map(|v| u32::from_be_bytes(v.to_le_bytes()));
+        let (Some(net), Some(gw), Some(mask)) = (hex(f[1]), hex(f[2]), hex(f[7])) else { continue };
+        out.push(Route { net, mask, gateway: (gw != 0).then(|| Ipv4Addr::from(gw)) });
+    }
+    // Longest prefix first.
+    out.sort_by_key(|r| std::cmp::Reverse(r.mask.count_ones()));
+    out
+}
+
+/// Packets waiting for a neighbour's MAC.
+#[derive(Debug)]
+struct Pending {
+    since: Time,
+    asked: Time,
+    /// (destination, UDP source port, BTH..ICRC with the ICRC not yet filled)
+    packets: Vec<(Ipv4Addr, u16, Vec<u8>)>,
+}
+
+/// A packet the fault chain delays.
+#[derive(Debug)]
+struct Delayed {
+    at: Time,
+    seq: u64,
+    wire: Wire,
+}
+impl PartialEq for Delayed {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Delayed {}
+impl PartialOrd for Delayed {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Delayed {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// The raw-Ethernet transport of one device.
+pub(crate) struct Packet {
+    sock: OwnedFd,
+    iface: Interface,
+    ip: Ipv4Addr,
+    routes: Vec<Route>,
+    neigh: HashMap<Ipv4Addr, MacAddr>,
+    pending: HashMap<Ipv4Addr, Pending>,
+    counters: Arc<Counters>,
+    capture: Option<Arc<Capture>>,
+    faults: Option<FaultHandle>,
+    delayed: BinaryHeap<Delayed>,
+    seq: u64,
+    /// TOS byte: ECT(0) with congestion control on.
+    tos: u8,
+    ident: u16,
+    icrc: rnic_wire::icrc::IcrcCache,
+    /// Frames of the current send.
+    out: Vec<Vec<u8>>,
+    out_len: usize,
+    bufs: Vec<Vec<u8>>,
+    lens: Vec<usize>,
+    /// The clock of the last round (the receive path's learning flushes held packets).
+    now: Time,
+}
+
+impl Packet {
+    /// Opens the transport on `netdev` for the device at `config.ip`.
+    pub(crate) fn open(
+        config: &DeviceConfig,
+        netdev: &str,
+        capture: Option<Arc<Capture>>,
+        counters: Arc<Counters>,
+    ) -> Result<Packet, DeviceError> {
+        let bad = |why: String| DeviceError::Netdev { name: config.name.clone(), netdev: netdev.to_string(), why };
+        let IpAddr::V4(ip) = config.ip else {
+            return Err(bad(format!(
+                "{}: the raw-Ethernet transport takes an IPv4 address (IPv6 neighbour discovery is not implemented)",
+                config.ip
+            )));
+        };
+        if ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() || ip.is_broadcast() {
+            return Err(bad(format!("{ip} cannot be a device address on a link")));
+        }
+        let (sock, iface) = open_socket(netdev).map_err(bad)?;
+        if iface.active_mtu().is_none() {
+            return Err(bad(format!("MTU {} is too small for RoCE (at least 256 + 64 bytes)", iface.mtu)));
+        }
+        Ok(Packet {
+            sock,
+            routes: read_routes(netdev),
+            iface,
+            ip,
+            neigh: HashMap::new(),
+            pending: HashMap::new(),
+            counters,
+            capture,
+            faults: config.faults.clone(),
+            delayed: BinaryHeap::new(),
+            seq: 0,
+            tos: if config.congestion_control == CongestionControl::Off { 0 } else { crate::sys::ECN_ECT0 },
+            ident: 0,
+            icrc: rnic_wire::icrc::IcrcCache::new(),
+            out: Vec::new(),
+            out_len: 0,
+            bufs: (0..RX_BATCH).map(|_| vec![0u8; FRAME_BUF]).collect(),
+            lens: vec![0; RX_BATCH],
+            now: 0,
+        })
+    }
+
+    /// The interface.
+    pub(crate) fn interface(&self) -> &Interface {
+        &self.iface
+    }
+
+    /// The next hop towards `dst`: the gateway of the longest matching route with one,
+    /// else `dst` itself (on-link).
+    fn next_hop(&self, dst: Ipv4Addr) -> Ipv4Addr {
+        let d = u32::from(dst);
+        self.routes.iter().find(|r| d & r.mask == r.net).and_then(|r| r.gateway).unwrap_or(dst)
+    }
+
+    fn next_ident(&mut self) -> u16 {
+        self.ident = self.ident.wrapping_add(1);
+        self.ident
+    }
+
+    /// A frame buffer for the current send (reusing the last send's allocations).
+    fn frame_buf(&mut self) -> &mut Vec<u8> {
+        if self.out_len == self.out.len() {
+            self.out.push(Vec::with_capacity(FRAME_BUF));
+        }
+        let b = &mut self.out[self.out_len];
+        self.out_len += 1;
+        b.clear();
+        b
+    }
+
+    /// Appends the Ethernet header of a frame to `mac` and room for the IPv4 and UDP
+    /// headers ([`finish`](Self::finish) writes them once the length is known).
+    fn headers(&self, buf: &mut Vec<u8>, mac: MacAddr) {
+        let eth = ethernet::EthernetRepr {
+            dst: mac,
+            src: self.iface.mac,
+            vlan: None,
+            ethertype: ethernet::ETHERTYPE_IPV4,
+        };
+        let start = buf.len();
+        buf.resize(start + ethernet::HEADER_LEN + IP_UDP, 0);
+        let _ = eth.emit(&mut buf[start..]);
+    }
+
+    /// Finishes the headers written by [`headers`](Self::headers) once the RoCE bytes
+    /// follow them (lengths and the IPv4 checksum need the total).
+    fn finish(&self, frame: &mut [u8], dst: Ipv4Addr, src_port: u16, ident: u16, ce: bool) {
+        let roce_len = frame.len() - ethernet::HEADER_LEN - IP_UDP;
+        let tos = if ce { self.tos | crate::sys::ECN_CE } else { self.tos };
+        let ip = rnic_wire::ipv4::Ipv4Repr {
+            src: self.ip,
+            dst,
+            tos,
+            ident,
+            df: true,
+            ttl: TTL,
+            protocol: rnic_wire::ipv4::PROTO_UDP,
+        };
+        let at = ethernet::HEADER_LEN;
+        let _ = ip.emit(&mut frame[at..at + 20], 8 + roce_len);
+        let u = &mut frame[at + 20..at + 28];
+        u[0..2].copy_from_slice(&src_port.to_be_bytes());
+        u[2..4].copy_from_slice(&ROCEV2_UDP_PORT.to_be_bytes());
+        u[4..6].copy_from_slice(&u16::try_from(8 + roce_len).unwrap_or(u16::MAX).to_be_bytes());
+        // A zero UDP checksum, as rxe and RoCE NICs send (the ICRC covers the packet).
+        u[6..8].copy_from_slice(&[0, 0]);
+    }
+
+    /// Frames a packet whose ICRC is already filled (for `ident`) and queues it.
+    fn push_sealed(&mut self, mac: MacAddr, dst: Ipv4Addr, src_port: u16, ident: u16, ce: bool, roce: &[&[u8]]) {
+        let mut buf = std::mem::take(self.frame_buf());
+        self.headers(&mut buf, mac);
+        for piece in roce {
+            buf.extend_from_slice(piece);
+        }
+        self.finish(&mut buf, dst, src_port, ident, ce);
+        if let Some(c) = &self.capture {
+            c.record_frame(&buf);
+        }
+        let i = self.out_len - 1;
+        self.out[i] = buf;
+    }
+
+    /// Sends the frames queued by this send, in `sendmmsg` batches.
+    fn flush_out(&mut self) {
+        let n = self.out_len;
+        let mut done = 0;
+        while done < n {
+            let chunk = (n - done).min(256);
+            let mut iov: Vec<libc::iovec> = self.out[done..done + chunk]
+                .iter()
+                .map(|f| libc::iovec { iov_base: f.as_ptr() as *mut libc::c_void, iov_len: f.len() })
+                .collect();
+            // SAFETY: zeroed mmsghdrs pointing at the iovecs above (no address: the socket
+            // is bound to the interface).
+            let mut msgs: Vec<libc::mmsghdr> = iov
+                .iter_mut()
+                .map(|v| {
+                    let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                    m.msg_hdr.msg_iov = std::ptr::from_mut(v);
+                    m.msg_hdr.msg_iovlen = 1;
+                    m
+                })
+                .collect();
+            let len = u32::try_from(msgs.len()).unwrap_or(0);
+            // SAFETY: valid socket; `msgs` and the buffers they point to live across the call.
+            let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), msgs.as_mut_ptr(), len, 0) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    // The device queue is full: wait for room rather than drop (a NIC's
+                    // ring would backpressure the same way).
+                    wait_writable(&self.sock);
+                    continue;
+                }
+                // The first frame was refused (EMSGSIZE: above the interface MTU).
+                self.counters.send_err.fetch_add(1, Ordering::Relaxed);
+                done += 1;
+                continue;
+            }
+            done += usize::try_from(r).unwrap_or(0).max(1);
+        }
+        self.out_len = 0;
+    }
+
+    /// Sends one engine packet to `dst` now that `mac` is its next hop's.
+    fn frame_packet(&mut self, mac: MacAddr, dst: Ipv4Addr, p: &mut TxPacket) {
+        let ident = self.next_ident();
+        let ctx = IcrcContext { ipv4_ident: ident, ..IcrcContext::new(IpAddr::V4(self.ip), p.dst, p.src_port, ROCEV2_UDP_PORT) };
+        if p.fill_icrc(&mut self.icrc, &ctx).is_err() {
+            self.counters.send_err.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let pieces = p.pieces();
+        self.push_sealed(mac, dst, p.src_port, ident, false, &pieces);
+    }
+
+    /// Sends an ARP request for `ip`.
+    fn ask(&mut self, ip: Ipv4Addr) {
+        let frame = arp_frame(1, self.iface.mac, self.ip, MacAddr([0xff; 6]), MacAddr([0; 6]), ip);
+        let buf = self.frame_buf();
+        buf.extend_from_slice(&frame);
+        self.counters.arp_requests_sent.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Learns that `ip` is at `mac`; sends what waited for it.
+    fn learn(&mut self, ip: Ipv4Addr, mac: MacAddr) {
+        if mac.0[0] & 1 != 0 || mac.0 == [0; 6] {
+            return;
+        }
+        self.neigh.insert(ip, mac);
+        if let Some(p) = self.pending.remove(&ip) {
+            for (dst, sport, data) in p.packets {
+                let mut tx = TxPacket { dst: IpAddr::V4(dst), src_port: sport, data, payload: None };
+                self.frame_packet(mac, dst, &mut tx);
+            }
+        }
+    }
+
+    /// Sends `p` (its ICRC not filled): framed at once when its next hop is known, held
+    /// (and asked for) when not.
+    fn route(&mut self, now: Time, p: &mut TxPacket) {
+        let IpAddr::V4(dst) = p.dst else {
+            self.counters.send_err.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let hop = self.next_hop(dst);
+        if let Some(&mac) = self.neigh.get(&hop) {
+            self.frame_packet(mac, dst, p);
+            return;
+        }
+        let first = !self.pending.contains_key(&hop);
+        let q = self.pending.entry(hop).or_insert(Pending { since: now, asked: now, packets: Vec::new() });
+        if q.packets.len() >= RESOLVE_QUEUE {
+            self.counters.tx_neigh_unresolved.fetch_add(1, Ordering::Relaxed);
+        } else {
+            p.make_contiguous();
+            q.packets.push((dst, p.src_port, std::mem::take(&mut p.data)));
+        }
+        if first {
+            self.ask(hop);
+        }
+    }
+
+    /// The fault-injection path: ICRC for this frame's ID, the chain (which may drop,
+    /// corrupt, duplicate, delay or mark the packet), then framing.
+    fn send_through_faults(&mut self, now: Time, faults: &FaultHandle, p: &mut TxPacket) {
+        p.make_contiguous();
+        let ctx = IcrcContext::new(IpAddr::V4(self.ip), p.dst, p.src_port, ROCEV2_UDP_PORT);
+        if ctx.fill(&mut p.data).is_err() {
+            self.counters.send_err.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let w = Wire { src: IpAddr::V4(self.ip), dst: p.dst, src_port: p.src_port, data: p.data.clone(), ce: false };
+        let mut now_out = Vec::new();
+        let mut later = Vec::new();
+        faults.lock().apply(now, w, |extra, w| {
+            if extra == 0 {
+                now_out.push(w);
+            } else {
+                later.push((now.saturating_add(extra), w));
+            }
+        });
+        for w in now_out {
+            self.put_sealed(now, w);
+        }
+        for (at, wire) in later {
+            self.seq += 1;
+            self.delayed.push(Delayed { at, seq: self.seq, wire });
+        }
+    }
+
+    /// Frames a packet the fault chain let through (its ICRC filled for IPv4 ID 0).
+    fn put_sealed(&mut self, now: Time, w: Wire) {
+        let IpAddr::V4(dst) = w.dst else { return };
+        let hop = self.next_hop(dst);
+        match self.neigh.get(&hop).copied() {
+            Some(mac) => self.push_sealed(mac, dst, w.src_port, 0, w.ce, &[&w.data]),
+            None => {
+                // Rare (a fault chain on a device that has not resolved its peer yet): the
+                // packet waits as an unsealed one would; its ICRC is refilled for its ID.
+                let mut p = TxPacket { dst: w.dst, src_port: w.src_port, data: w.data, payload: None };
+                self.route(now, &mut p);
+            }
+        }
+    }
+
+    /// Handles an ARP frame: answers requests for this device's address, learns the
+    /// sender of any request or reply.
+    fn arp(&mut self, body: &[u8]) {
+        // htype 1, ptype 0x0800, hlen 6, plen 4.
+        if body.len() < 28 || body[0..2] != [0, 1] || body[2..4] != [8, 0] || body[4] != 6 || body[5] != 4 {
+            self.counters.rx_not_roce.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let op = u16::from_be_bytes([body[6], body[7]]);
+        let sha = MacAddr([body[8], body[9], body[10], body[11], body[12], body[13]]);
+        let spa = Ipv4Addr::new(body[14], body[15], body[16], body[17]);
+        let tpa = Ipv4Addr::new(body[24], body[25], body[26], body[27]);
+        // RFC 826: update a known sender; add it when the request is for us.
+        if tpa == self.ip || self.neigh.contains_key(&spa) || self.pending.contains_key(&spa) {
+            self.learn(spa, sha);
+        }
+        if op == 1 && tpa == self.ip {
+            let reply = arp_frame(2, self.iface.mac, self.ip, sha, sha, spa);
+            self.frame_buf().extend_from_slice(&reply);
+            self.counters.arp_replies_sent.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Checks received frame `i` and hands its RoCE packet to the engine.
+    fn frame(&mut self, i: usize, engine: &mut Engine, now: u64) -> usize {
+        let len = self.lens[i];
+        let buf = std::mem::take(&mut self.bufs[i]);
+        let n = self.frame_in(&buf[..len], engine, now);
+        self.bufs[i] = buf;
+        n
+    }
+
+    fn frame_in(&mut self, f: &[u8], engine: &mut Engine, now: u64) -> usize {
+        if f.len() < ethernet::HEADER_LEN {
+            self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        }
+        let dst = MacAddr([f[0], f[1], f[2], f[3], f[4], f[5]]);
+        let src = MacAddr([f[6], f[7], f[8], f[9], f[10], f[11]]);
+        if src == self.iface.mac {
+            // Its own frame (a kernel without PACKET_IGNORE_OUTGOING).
+            return 0;
+        }
+        let mut et = u16::from_be_bytes([f[12], f[13]]);
+        let mut at = ethernet::HEADER_LEN;
+        if et == ethernet::TPID_8021Q && f.len() >= at + 4 {
+            et = u16::from_be_bytes([f[16], f[17]]);
+            at += 4;
+        }
+        let broadcast = dst.0 == [0xff; 6];
+        if dst != self.iface.mac && !broadcast {
+            self.counters.rx_not_for_us.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        }
+        if et == ETH_P_ARP {
+            self.arp(&f[at..]);
+            return 0;
+        }
+        if broadcast {
+            self.counters.rx_not_roce.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        }
+        let p = match rnic_wire::frame::parse_ethernet(f) {
+            Ok(p) => p,
+            Err(e) if e.is_not_roce() => {
+                self.counters.rx_not_roce.fetch_add(1, Ordering::Relaxed);
+                return 0;
+            }
+            Err(_) => {
+                self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+                return 0;
+            }
+        };
+        let (IpAddr::V4(sip), IpAddr::V4(dip)) = (p.ip.src(), p.ip.dst()) else {
+            self.counters.rx_not_for_us.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        };
+        if dip != self.ip {
+            self.counters.rx_not_for_us.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        }
+        // IBA C9-3: the ICRC over the headers as received; a bad one is dropped silently.
+        if !p.icrc_ok() {
+            self.counters.icrc_err.fetch_add(1, Ordering::Relaxed);
+            return 1;
+        }
+        let ce = match p.ip {
+            rnic_wire::frame::IpRepr::V4(r) => r.tos & 3 == 3,
+            rnic_wire::frame::IpRepr::V6(r) => r.traffic_class & 3 == 3,
+        };
+        // The frame's source MAC is the next hop back to its sender.
+        if self.neigh.get(&sip) != Some(&src) {
+            self.learn(sip, src);
+        }
+        if let Some(c) = &self.capture {
+            c.record_frame(f);
+        }
+        engine.handle_packet_ecn(now, IpAddr::V4(sip), p.roce_bytes, ce);
+        1
+    }
+}
+
+/// Waits up to 10 ms for room in the socket's send queue.
+fn wait_writable(sock: &OwnedFd) {
+    let mut p = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+    // SAFETY: one valid pollfd for the duration of the call.
+    let _ = unsafe { libc::poll(&mut p, 1, 10) };
+}
+
+/// An Ethernet ARP frame (operation 1 request, 2 reply), padded to the 60-byte minimum.
+fn arp_frame(op: u16, sha: MacAddr, spa: Ipv4Addr, eth_dst: MacAddr, tha: MacAddr, tpa: Ipv4Addr) -> Vec<u8> {
+    let mut f = Vec::with_capacity(60);
+    f.extend_from_slice(&eth_dst.0);
+    f.extend_from_slice(&sha.0);
+    f.extend_from_slice(&ETH_P_ARP.to_be_bytes());
+    f.extend_from_slice(&[0, 1, 8, 0, 6, 4]);
+    f.extend_from_slice(&op.to_be_bytes());
+    f.extend_from_slice(&sha.0);
+    f.extend_from_slice(&spa.octets());
+    f.extend_from_slice(&tha.0);
+    f.extend_from_slice(&tpa.octets());
+    f.resize(ethernet::MIN_FRAME_LEN, 0);
+    f
+}
+
+impl Transport for Packet {
+    fn send(&mut self, now: Time, batch: &mut [TxPacket], _counters: &Counters) {
+        self.now = now;
+        match self.faults.clone() {
+            Some(f) => {
+                for p in batch.iter_mut() {
+                    self.send_through_faults(now, &f, p);
+                }
+            }
+            None => {
+                for p in batch.iter_mut() {
+                    self.route(now, p);
+                }
+            }
+        }
+        self.flush_out();
+    }
+
+    fn release(&mut self, now: Time, _counters: &Counters) {
+        self.now = now;
+        let mut due = Vec::new();
+        while self.delayed.peek().is_some_and(|d| d.at <= now) {
+            due.push(self.delayed.pop().expect("peeked").wire);
+        }
+        if let Some(f) = &self.faults {
+            f.lock().release_due(now, |w| due.push(w));
+        }
+        for w in due {
+            self.put_sealed(now, w);
+        }
+        // Neighbours that did not answer: ask again, or give up on what waits.
+        let mut ask = Vec::new();
+        let mut dropped = 0u64;
+        self.pending.retain(|&hop, p| {
+            if now.saturating_sub(p.since) >= RESOLVE_GIVE_UP {
+                dropped += p.packets.len() as u64;
+                return false;
+            }
+            if now.saturating_sub(p.asked) >= RESOLVE_RETRY {
+                p.asked = now;
+                ask.push(hop);
+            }
+            true
+        });
+        self.counters.tx_neigh_unresolved.fetch_add(dropped, Ordering::Relaxed);
+        for hop in ask {
+            self.ask(hop);
+        }
+        self.flush_out();
+    }
+
+    fn next_due(&self) -> Option<Time> {
+        let held = self.faults.as_ref().and_then(|f| f.lock().next_release());
+        let resolve = self.pending.values().map(|p| (p.asked + RESOLVE_RETRY).min(p.since + RESOLVE_GIVE_UP)).min();
+        [self.delayed.peek().map(|d| d.at), held, resolve].into_iter().flatten().min()
+    }
+
+    fn recv(&mut self, max: usize) -> usize {
+        let max = max.clamp(1, self.bufs.len());
+        let mut iov: Vec<libc::iovec> = self.bufs[..max]
+            .iter_mut()
+            .map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() })
+            .collect();
+        let mut msgs: Vec<libc::mmsghdr> = iov
+            .iter_mut()
+            .map(|v| {
+                // SAFETY: a zeroed mmsghdr is valid; it points at one iovec.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = std::ptr::from_mut(v);
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        let len = u32::try_from(msgs.len()).unwrap_or(0);
+        // SAFETY: valid socket; the headers and buffers live across the call; non-blocking.
+        let r = unsafe {
+            libc::recvmmsg(self.sock.as_raw_fd(), msgs.as_mut_ptr(), len, libc::MSG_DONTWAIT, std::ptr::null_mut())
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) {
+                self.counters.rx_socket_err.fetch_add(1, Ordering::Relaxed);
+            }
+            return 0;
+        }
+        let n = usize::try_from(r).unwrap_or(0);
+        for (l, m) in self.lens.iter_mut().zip(&msgs[..n]) {
+            let truncated = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            *l = if truncated { 0 } else { m.msg_len as usize };
+        }
+        n
+    }
+
+    fn deliver(&mut self, i: usize, engine: &mut Engine, now: u64) -> usize {
+        self.now = now;
+        let n = self.frame(i, engine, now);
+        // ARP replies and packets a learned neighbour released.
+        if self.out_len > 0 {
+            self.flush_out();
+        }
+        n
+    }
+
+    fn wake_fd(&self) -> io::Result<OwnedFd> {
+        self.sock.as_fd().try_clone_to_owned()
+    }
+
+    fn flush(&self) {
+        if let Some(c) = &self.capture {
+            c.flush();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_arp_request_is_what_wireshark_expects() {
+        let f = arp_frame(
+            1,
+            MacAddr([2, 0, 0, 0, 0, 1]),
+            Ipv4Addr::new(10, 0, 0, 1),
+            MacAddr([0xff; 6]),
+            MacAddr([0; 6]),
+            Ipv4Addr::new(10, 0, 0, 2),
+        );
+        let want = [
+            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x08, 0x06, // Ethernet
+            0, 1, 8, 0, 6, 4, 0, 1, // htype, ptype, hlen, plen, op
+            2, 0, 0, 0, 0, 1, 10, 0, 0, 1, // sender
+            0, 0, 0, 0, 0, 0, 10, 0, 0, 2, // target
+        ];
+        assert_eq!(&f[..want.len()], &want[..]);
+        assert_eq!(f.len(), 60);
+        assert!(f[want.len()..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn active_mtu_leaves_room_for_the_headers() {
+        let i = |mtu| Interface { name: "x".into(), index: 1, mac: MacAddr([2, 0, 0, 0, 0, 1]), mtu };
+        use crate::qp_state::PathMtu;
+        assert_eq!(i(1500).active_mtu(), Some(PathMtu::Mtu1024));
+        assert_eq!(i(9000).active_mtu(), Some(PathMtu::Mtu4096));
+        assert_eq!(i(4096).active_mtu(), Some(PathMtu::Mtu2048));
+        assert_eq!(i(4160).active_mtu(), Some(PathMtu::Mtu4096));
+        assert_eq!(i(300).active_mtu(), None);
+    }
+}

@@ -120,7 +120,7 @@ pub(crate) fn bind(config: &DeviceConfig) -> Result<UdpSocket, DeviceError> {
 pub(crate) fn transport_info(config: &DeviceConfig, sock: &UdpSocket) -> TransportInfo {
     let gso = config.gso && crate::sys::udp_segment_supported(sock);
     let gro = config.gro && crate::sys::set_udp_gro(sock, true).is_ok();
-    TransportInfo { gso, gro, spin: config.spin }
+    TransportInfo { gso, gro, spin: config.spin, raw: false }
 }
 
 
@@ -156,10 +156,6 @@ impl Ord for Delayed {
         (o.at, o.seq).cmp(&(self.at, self.seq)) // min-heap
     }
 }
-
-/// Everything a round of progress touches: the engine and both halves of the transport.
-/// The progress thread locks it for each round; an application thread may run a round
-/// itself ([`Device::progress`]) while the lock is free.
 
 /// The sending half of the UDP transport (owned by the progress thread).
 pub(crate) struct Tx {

@@ -94,8 +94,13 @@ pub struct Args {
     /// (`rxe0`, `mlx5_0`; the binary built with `--features hw`) or a name from
     /// RNIC_DEVICES. A hardware device has no UDP baseline: no ratio is reported. With
     /// --server or a host only.
-    #[arg(short = 'd', long = "ib-dev")]
+    #[arg(short = 'd', long = "ib-dev", conflicts_with = "netdev")]
     pub device: Option<String>,
+    /// Raw Ethernet: run this side's emulated device on this network interface (whole
+    /// frames through an AF_PACKET socket; needs CAP_NET_RAW) at --ip, an address the host
+    /// does not own. With --server or a host only.
+    #[arg(long, requires = "ip")]
+    pub netdev: Option<String>,
     /// The second device's address with --loopback.
     #[arg(long, default_value = "127.0.0.2")]
     pub peer_ip: IpAddr,
@@ -686,7 +691,11 @@ pub fn run(a: &Args) -> ExitCode {
         }
     };
     let progress = !a.json;
-    let dev = a.device.clone();
+    let dev = match (&a.device, &a.netdev) {
+        (Some(d), _) => Some(rdma::DevSel::Named(d.clone())),
+        (None, Some(n)) => Some(rdma::DevSel::Netdev(n.clone())),
+        (None, None) => None,
+    };
     let result = if a.server {
         let ip = a.ip.unwrap_or(IpAddr::from([127, 0, 0, 1]));
         serve(ip, dev, a.port).map(|()| Vec::new())
@@ -694,7 +703,7 @@ pub fn run(a: &Args) -> ExitCode {
         let ip = a.ip.unwrap_or(IpAddr::from([127, 0, 0, 2]));
         connect(host, a.port).and_then(|c| client(c, ip, dev, test, &params, progress, a.json))
     } else if dev.is_some() {
-        Err("-d: one device per process; run the server (--server) and the client (a host) apart".into())
+        Err("-d/--netdev: one device per process; run the server (--server) and the client (a host) apart".into())
     } else {
         let (ip, peer) = (a.ip.unwrap_or(IpAddr::from([127, 0, 0, 1])), a.peer_ip);
         let (c, s) = Ctrl::pair();
@@ -765,7 +774,7 @@ fn connect(host: &str, port: u16) -> Result<Ctrl, String> {
     }
 }
 
-fn serve(ip: IpAddr, dev: Option<String>, port: u16) -> Result<(), String> {
+fn serve(ip: IpAddr, dev: Option<rdma::DevSel>, port: u16) -> Result<(), String> {
     let l = TcpListener::bind((ip, port)).map_err(|e| format!("cannot listen on {ip}:{port}: {e}"))?;
     eprintln!("rnic perf: waiting for a client on {ip}:{port}");
     let (s, from) = l.accept().map_err(|e| rnic_verbs::report(&e))?;
@@ -938,13 +947,13 @@ fn server_baseline(ctrl: &mut Ctrl, ip: IpAddr, peer: IpAddr, test: Test, p: &Pa
 fn client(
     mut ctrl: Ctrl,
     ip: IpAddr,
-    dev: Option<String>,
+    dev: Option<rdma::DevSel>,
     test: Test,
     p: &Params,
     progress: bool,
     quiet: bool,
 ) -> Result<Vec<Report>, String> {
-    let r = client_inner(&mut ctrl, ip, dev.as_deref(), test, p, progress, quiet);
+    let r = client_inner(&mut ctrl, ip, dev.as_ref(), test, p, progress, quiet);
     if let Err(e) = &r {
         let _ = ctrl.send(&Msg::Error { why: e.clone() });
     }
@@ -954,7 +963,7 @@ fn client(
 fn client_inner(
     ctrl: &mut Ctrl,
     ip: IpAddr,
-    dev: Option<&str>,
+    dev: Option<&rdma::DevSel>,
     test: Test,
     p: &Params,
     progress: bool,
@@ -1234,15 +1243,15 @@ fn client_size(
     })
 }
 
-fn server_side(mut ctrl: Ctrl, ip: IpAddr, dev: Option<String>) -> Result<(), String> {
-    let r = server_inner(&mut ctrl, ip, dev.as_deref());
+fn server_side(mut ctrl: Ctrl, ip: IpAddr, dev: Option<rdma::DevSel>) -> Result<(), String> {
+    let r = server_inner(&mut ctrl, ip, dev.as_ref());
     if let Err(e) = &r {
         let _ = ctrl.send(&Msg::Error { why: e.clone() });
     }
     r
 }
 
-fn server_inner(ctrl: &mut Ctrl, ip: IpAddr, dev: Option<&str>) -> Result<(), String> {
+fn server_inner(ctrl: &mut Ctrl, ip: IpAddr, dev: Option<&rdma::DevSel>) -> Result<(), String> {
     let p = ctrl.expect("hello", |m| if let Msg::Hello { params } = m { Some(params) } else { None })?;
     let test = Test::parse(&p.test).ok_or_else(|| format!("unknown test {}", p.test))?;
     let mut side = if test.kind == TestKind::Udp { None } else { Some(rdma::Side::open("rnic1", ip, dev, &p)?) };

@@ -38,6 +38,15 @@ pub fn pattern(len: usize) -> Vec<u8> {
     crate::demo::pattern(u32::try_from(len & 0xffff_ffff).unwrap_or(0), len)
 }
 
+/// Which device a side runs on, when not the default emulated one at its address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DevSel {
+    /// A device by name (hardware, or from RNIC_DEVICES): `-d NAME`.
+    Named(String),
+    /// The emulated device on raw Ethernet on this interface: `--netdev IFACE`.
+    Netdev(String),
+}
+
 /// One side of the test.
 #[derive(Debug)]
 pub struct Side {
@@ -69,13 +78,17 @@ pub struct Side {
 }
 
 impl Side {
-    /// Opens emulated device `name` at `ip`, or the device named `dev` (hardware or
-    /// configured), and creates the QPs and buffer `params` ask for.
-    pub fn open(name: &str, ip: IpAddr, dev: Option<&str>, params: &Params) -> Result<Side, String> {
+    /// Opens emulated device `name` at `ip` (over UDP, or raw Ethernet on an interface),
+    /// or the device named by `dev` (hardware or configured), and creates the QPs and
+    /// buffer `params` ask for.
+    pub fn open(name: &str, ip: IpAddr, dev: Option<&DevSel>, params: &Params) -> Result<Side, String> {
         let ctx = match dev {
-            Some(d) => Context::open(d),
-            None => {
+            Some(DevSel::Named(d)) => Context::open(d),
+            _ => {
                 let mut cfg = DeviceConfig::new(name, ip);
+                if let Some(DevSel::Netdev(n)) = dev {
+                    cfg.netdev = Some(n.clone());
+                }
                 // Benchmarks register up to 2 x 64 MiB + 8 MiB; pinning that would need a
                 // large RLIMIT_MEMLOCK and changes nothing per packet.
                 cfg.pin_memory = false;
