@@ -31,15 +31,15 @@ use crate::cq::Cq;
 use crate::engine::qp::{self, PostError, QpAttr, QpCap, QpShared, RecvWqe, SendWqe};
 use crate::engine::{AsyncEvent, Engine, EngineConfig, EngineError, Time, TxPacket};
 use crate::faults::{FaultHandle, Faults};
-use crate::qp_state::PathMtu;
-use crate::transport::packet::Packet;
-pub use crate::transport::packet::Interface;
-use crate::transport::udp::{bind, transport_info, Udp};
-use crate::transport::Transport;
 use crate::mem::{MemBlock, MemError};
 use crate::mr::{AccessFlags, MrError, MrKeys, Mtpt, PdId};
+use crate::qp_state::PathMtu;
 use crate::qp_state::QpType;
 use crate::srq::Srq;
+pub use crate::transport::packet::Interface;
+use crate::transport::packet::Packet;
+use crate::transport::udp::{bind, transport_info, Udp};
+use crate::transport::Transport;
 use crate::wr::{RecvWrRef, SendWrRef};
 use crossbeam_channel::{Receiver, Sender};
 use rnic_wire::icrc::Ipv4IdPolicy;
@@ -470,7 +470,9 @@ impl Device {
             max_inflight_per_dest: (rcvbuf / 4).clamp(256 << 10, 8 << 20),
             port_mtu,
             // rxe's CA GUID: the EUI-64 of its netdev's MAC.
-            ca_guid: iface.as_ref().map_or(crate::engine::guid_for(local.ip()), |i| crate::engine::guid_for_mac(i.mac.0)),
+            ca_guid: iface
+                .as_ref()
+                .map_or(crate::engine::guid_for(local.ip()), |i| crate::engine::guid_for_mac(i.mac.0)),
             ..EngineConfig::new(local.ip())
         };
         let engine = Engine::new(engine_config, mtpt.clone(), counters.clone());

@@ -290,8 +290,18 @@ mod tests {
     #[test]
     fn list_and_guid() {
         let all = vec![
-            DeviceInfo { name: "rnic0".into(), ip: "127.0.0.1".parse().unwrap(), kind: DeviceKind::Emulated, netdev: None },
-            DeviceInfo { name: "rnic1".into(), ip: "127.0.0.2".parse().unwrap(), kind: DeviceKind::Emulated, netdev: None },
+            DeviceInfo {
+                name: "rnic0".into(),
+                ip: "127.0.0.1".parse().unwrap(),
+                kind: DeviceKind::Emulated,
+                netdev: None,
+            },
+            DeviceInfo {
+                name: "rnic1".into(),
+                ip: "127.0.0.2".parse().unwrap(),
+                kind: DeviceKind::Emulated,
+                netdev: None,
+            },
         ];
         assert_eq!(list(&all), "2 HCAs found:\n\trnic0\n\trnic1\n");
         assert_eq!(list(&all[..1]), "1 HCA found:\n\trnic0\n");

@@ -50,6 +50,11 @@ const ETH_P_ALL: u16 = 0x0003;
 const ETH_P_ARP: u16 = 0x0806;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+const PACKET_VNET_HDR: libc::c_int = 15;
+/// `struct virtio_net_hdr` before every frame with `PACKET_VNET_HDR`.
+const VNET_HDR: usize = 10;
+/// `VIRTIO_NET_HDR_GSO_UDP_L4`: a UDP GSO packet not yet segmented.
+const GSO_UDP_L4: u8 = 5;
 /// A received frame's buffer: a 9000-byte jumbo frame and its headers fit.
 const FRAME_BUF: usize = 9216 + 64;
 /// IPv4 + UDP header bytes before the RoCE packet.
@@ -171,6 +176,12 @@ fn open_socket(name: &str) -> Result<(OwnedFd, Interface), String> {
     // Not seeing its own frames; without it (kernels before 4.20) they are told apart by
     // their source MAC.
     let _ = set(libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &one);
+    // A virtio-net header before each frame: a peer's UDP GSO send crossing a veth (or a
+    // bridge) reaches this socket unsegmented, one frame holding many packets; the header
+    // says so and at what size to cut it, as a NIC would have on the wire.
+    if set(libc::SOL_PACKET, PACKET_VNET_HDR, &one) < 0 {
+        return Err(last_err("PACKET_VNET_HDR").to_string());
+    }
     let _ = set(libc::SOL_PACKET, PACKET_QDISC_BYPASS, &one);
     let big = libc::c_int::try_from(SOCKET_BUFFER).unwrap_or(libc::c_int::MAX);
     if set(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &big) < 0 {
@@ -259,6 +270,8 @@ pub(crate) struct Packet {
     out_len: usize,
     bufs: Vec<Vec<u8>>,
     lens: Vec<usize>,
+    /// One segment of a received GSO frame.
+    seg: Vec<u8>,
     /// The clock of the last round (the receive path's learning flushes held packets).
     now: Time,
 }
@@ -302,7 +315,9 @@ impl Packet {
             icrc: rnic_wire::icrc::IcrcCache::new(),
             out: Vec::new(),
             out_len: 0,
-            bufs: (0..RX_BATCH).map(|_| vec![0u8; FRAME_BUF]).collect(),
+            // A received frame can be a whole UDP GSO send (up to 64 KiB).
+            bufs: (0..RX_BATCH).map(|_| vec![0u8; 65_536 + 256]).collect(),
+            seg: Vec::with_capacity(FRAME_BUF),
             lens: vec![0; RX_BATCH],
             now: 0,
         })
@@ -333,18 +348,16 @@ impl Packet {
         let b = &mut self.out[self.out_len];
         self.out_len += 1;
         b.clear();
+        // The virtio-net header of a frame sent as it is (no offloads).
+        b.resize(VNET_HDR, 0);
         b
     }
 
     /// Appends the Ethernet header of a frame to `mac` and room for the IPv4 and UDP
     /// headers ([`finish`](Self::finish) writes them once the length is known).
     fn headers(&self, buf: &mut Vec<u8>, mac: MacAddr) {
-        let eth = ethernet::EthernetRepr {
-            dst: mac,
-            src: self.iface.mac,
-            vlan: None,
-            ethertype: ethernet::ETHERTYPE_IPV4,
-        };
+        let eth =
+            ethernet::EthernetRepr { dst: mac, src: self.iface.mac, vlan: None, ethertype: ethernet::ETHERTYPE_IPV4 };
         let start = buf.len();
         buf.resize(start + ethernet::HEADER_LEN + IP_UDP, 0);
         let _ = eth.emit(&mut buf[start..]);
@@ -381,9 +394,9 @@ impl Packet {
         for piece in roce {
             buf.extend_from_slice(piece);
         }
-        self.finish(&mut buf, dst, src_port, ident, ce);
+        self.finish(&mut buf[VNET_HDR..], dst, src_port, ident, ce);
         if let Some(c) = &self.capture {
-            c.record_frame(&buf);
+            c.record_frame(&buf[VNET_HDR..]);
         }
         let i = self.out_len - 1;
         self.out[i] = buf;
@@ -437,7 +450,10 @@ impl Packet {
     /// Sends one engine packet to `dst` now that `mac` is its next hop's.
     fn frame_packet(&mut self, mac: MacAddr, dst: Ipv4Addr, p: &mut TxPacket) {
         let ident = self.next_ident();
-        let ctx = IcrcContext { ipv4_ident: ident, ..IcrcContext::new(IpAddr::V4(self.ip), p.dst, p.src_port, ROCEV2_UDP_PORT) };
+        let ctx = IcrcContext {
+            ipv4_ident: ident,
+            ..IcrcContext::new(IpAddr::V4(self.ip), p.dst, p.src_port, ROCEV2_UDP_PORT)
+        };
         if p.fill_icrc(&mut self.icrc, &ctx).is_err() {
             self.counters.send_err.fetch_add(1, Ordering::Relaxed);
             return;
@@ -559,16 +575,65 @@ impl Packet {
         }
     }
 
-    /// Checks received frame `i` and hands its RoCE packet to the engine.
+    /// Checks received frame `i` and hands its RoCE packet to the engine; a UDP GSO
+    /// frame (many packets, not yet segmented) is cut into its packets first.
     fn frame(&mut self, i: usize, engine: &mut Engine, now: u64) -> usize {
         let len = self.lens[i];
-        let buf = std::mem::take(&mut self.bufs[i]);
-        let n = self.frame_in(&buf[..len], engine, now);
+        if len < VNET_HDR {
+            self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        }
+        let mut buf = std::mem::take(&mut self.bufs[i]);
+        let (gso_type, gso_size) = (buf[1] & 0x7f, usize::from(u16::from_ne_bytes([buf[4], buf[5]])));
+        let n = if gso_type == GSO_UDP_L4 && gso_size > 0 {
+            let mut seg = std::mem::take(&mut self.seg);
+            let n = self.segments(&buf[VNET_HDR..len], gso_size, &mut seg, engine, now);
+            self.seg = seg;
+            n
+        } else {
+            self.frame_in(&mut buf[VNET_HDR..len], engine, now)
+        };
         self.bufs[i] = buf;
         n
     }
 
-    fn frame_in(&mut self, f: &[u8], engine: &mut Engine, now: u64) -> usize {
+    /// Cuts a UDP GSO frame (Ethernet, IPv4 and UDP headers, then the packets'
+    /// datagrams of `size` bytes each, the last maybe shorter) into the frames the
+    /// sender's kernel would have put on a wire: the headers repeated with each one's
+    /// lengths and checksum, the IPv4 ID counting up from the first (Linux's UDP
+    /// segmentation), and hands each on.
+    fn segments(&mut self, f: &[u8], size: usize, seg: &mut Vec<u8>, engine: &mut Engine, now: u64) -> usize {
+        let mut at = ethernet::HEADER_LEN;
+        if f.len() >= at && u16::from_be_bytes([f[12], f[13]]) == ethernet::TPID_8021Q {
+            at += 4;
+        }
+        let ihl = f.get(at).map_or(0, |b| usize::from(b & 0x0f) * 4);
+        let head = at + ihl + 8;
+        if ihl < 20 || f.len() <= head || f[at] >> 4 != 4 {
+            self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        }
+        let id0 = u16::from_be_bytes([f[at + 4], f[at + 5]]);
+        let mut n = 0;
+        for (k, body) in f[head..].chunks(size).enumerate() {
+            seg.clear();
+            seg.extend_from_slice(&f[..head]);
+            seg.extend_from_slice(body);
+            let ip_len = u16::try_from(ihl + 8 + body.len()).unwrap_or(u16::MAX);
+            let ip = &mut seg[at..at + ihl];
+            ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
+            ip[4..6].copy_from_slice(&id0.wrapping_add(u16::try_from(k).unwrap_or(0)).to_be_bytes());
+            ip[10..12].copy_from_slice(&[0, 0]);
+            let sum = rnic_wire::ipv4::internet_checksum(ip);
+            ip[10..12].copy_from_slice(&sum.to_be_bytes());
+            let udp_len = u16::try_from(8 + body.len()).unwrap_or(u16::MAX);
+            seg[at + ihl + 4..at + ihl + 6].copy_from_slice(&udp_len.to_be_bytes());
+            n += self.frame_in(seg, engine, now);
+        }
+        n
+    }
+
+    fn frame_in(&mut self, f: &mut [u8], engine: &mut Engine, now: u64) -> usize {
         if f.len() < ethernet::HEADER_LEN {
             self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
             return 0;
@@ -598,6 +663,18 @@ impl Packet {
             self.counters.rx_not_roce.fetch_add(1, Ordering::Relaxed);
             return 0;
         }
+        // The UDP checksum is not checked: a sender with checksum offload (veth, most NICs)
+        // hands AF_PACKET the frame before it is finished (CHECKSUM_PARTIAL), and the ICRC
+        // covers everything the checksum would, the checksum field itself masked (IBA
+        // A17.3.3; rxe sends 0). Zeroed here, it reads as "none" to the parser.
+        if et == ethernet::ETHERTYPE_IPV4 && f.len() >= at + 20 && f[at] >> 4 == 4 && f[at + 9] == 17 {
+            let u = at + usize::from(f[at] & 0x0f) * 4;
+            if f.len() >= u + 8 {
+                f[u + 6] = 0;
+                f[u + 7] = 0;
+            }
+        }
+        let f: &[u8] = f;
         let p = match rnic_wire::frame::parse_ethernet(f) {
             Ok(p) => p,
             Err(e) if e.is_not_roce() => {

@@ -123,7 +123,6 @@ pub(crate) fn transport_info(config: &DeviceConfig, sock: &UdpSocket) -> Transpo
     TransportInfo { gso, gro, spin: config.spin, raw: false }
 }
 
-
 /// A datagram that waited in the socket queue longer than this counts as
 /// congestion-experienced: the receiver is not keeping up (descheduled, or fed faster than
 /// it processes), as a switch queue that long would have marked it.
@@ -549,7 +548,6 @@ impl Rx {
         count
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,411 @@
+//! The raw-Ethernet transport in network namespaces this test creates (root only, as CI
+//! runs; skipped with a printed reason otherwise): two devices over a veth pair move
+//! verified data; a raw device talks to a UDP device through a router namespace (ARP both
+//! ways: the device asks for its gateway and answers the router); frames that are not for
+//! the device are dropped and counted, each under its own counter.
+//!
+//! Devices are opened on a thread that entered the namespace (`setns`): an `AF_PACKET`
+//! or UDP socket belongs to the namespace it was created in.
+#![allow(clippy::cast_possible_truncation)]
+
+use rnic_verbs::*;
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::Command;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(10);
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn have_ip_tool() -> bool {
+    Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success())
+}
+
+/// Skips (printing why) unless this process can make namespaces.
+fn can_run(test: &str) -> bool {
+    if !is_root() {
+        eprintln!("{test}: skipped: needs root (network namespaces, veth pairs, AF_PACKET)");
+        return false;
+    }
+    if !have_ip_tool() {
+        eprintln!("{test}: skipped: the `ip` tool (iproute2) is not installed");
+        return false;
+    }
+    true
+}
+
+fn sh(args: &[&str]) {
+    let out = Command::new(args[0]).args(&args[1..]).output().expect("run a command");
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn sh_out(args: &[&str]) -> String {
+    let out = Command::new(args[0]).args(&args[1..]).output().expect("run a command");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A network namespace, deleted on drop. IPv6 off (no router solicitations or MLD
+/// reports on the links: the counters below count exactly what the test sends).
+struct Netns(String);
+
+impl Netns {
+    fn new(tag: &str) -> Netns {
+        let name = format!("rnic-{tag}-{}", std::process::id());
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        sh(&["ip", "netns", "add", &name]);
+        let ns = Netns(name);
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns.exec(&["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
+        ns.exec(&["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"]);
+        ns
+    }
+
+    fn ip(&self, args: &[&str]) {
+        let mut a = vec!["ip", "-n", &self.0];
+        a.extend_from_slice(args);
+        sh(&a);
+    }
+
+    fn exec(&self, args: &[&str]) {
+        let mut a = vec!["ip", "netns", "exec", &self.0];
+        a.extend_from_slice(args);
+        sh(&a);
+    }
+
+    /// Runs `f` on a thread inside this namespace.
+    fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        let path = format!("/var/run/netns/{}", self.0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let file = std::fs::File::open(&path).expect("namespace file");
+                use std::os::fd::AsRawFd;
+                // SAFETY: a valid namespace descriptor; only this thread moves.
+                let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(r, 0, "setns {path}: {}", std::io::Error::last_os_error());
+                f()
+            })
+            .join()
+            .expect("namespace thread")
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
+/// A veth pair `a`/`b` in `ns`, up, with this MTU.
+fn veth(ns: &Netns, a: &str, b: &str, mtu: u32) {
+    ns.ip(&["link", "add", a, "type", "veth", "peer", "name", b]);
+    for d in [a, b] {
+        ns.ip(&["link", "set", d, "mtu", &mtu.to_string()]);
+        ns.ip(&["link", "set", d, "up"]);
+    }
+}
+
+fn open_raw(ns: &Netns, name: &str, ip: &str, netdev: &str) -> Context {
+    let config =
+        DeviceConfig { netdev: Some(netdev.into()), pin_memory: false, ..DeviceConfig::new(name, ip.parse().unwrap()) };
+    ns.run(|| Context::open_with(config)).unwrap_or_else(|e| panic!("open {name} on {netdev}: {}", e.report()))
+}
+
+struct Side {
+    ctx: Context,
+    pd: ProtectionDomain,
+    cq: CompletionQueue,
+    mr: MemoryRegion,
+}
+
+fn side(ctx: Context) -> Side {
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256).unwrap();
+    let access =
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    let mr = pd.allocate_mr(1 << 20, access).unwrap();
+    Side { ctx, pd, cq, mr }
+}
+
+fn connect(a: &Side, b: &Side, mtu: PathMtu) -> (QueuePair, QueuePair) {
+    let build = |s: &Side| {
+        s.pd.qp_builder(&s.cq, &s.cq)
+            .mtu(mtu)
+            .access(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
+            .max_rd_atomic(4)
+            .max_dest_rd_atomic(4)
+            .build()
+            .unwrap()
+    };
+    let (qa, qb) = (build(a), build(b));
+    let (ea, eb) = (qa.endpoint(), qb.endpoint());
+    (qa.connect(&eb).unwrap(), qb.connect(&ea).unwrap())
+}
+
+fn ok(cq: &CompletionQueue, n: usize) -> Vec<WorkCompletion> {
+    let wcs = cq.wait(n, T).unwrap_or_else(|e| panic!("waiting for {n} completions: {}", e.report()));
+    for wc in &wcs {
+        assert_eq!(wc.status, WcStatus::Success, "{wc}");
+    }
+    wcs
+}
+
+fn pattern(seed: u8, n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed)).collect()
+}
+
+/// SEND, RDMA WRITE, RDMA READ and FETCH_ADD from `a` to `b`, every byte checked.
+fn transfers(a: &Side, b: &Side, qa: &QueuePair, qb: &QueuePair) {
+    let n = 200_000usize;
+    let data = pattern(3, n);
+    a.mr.write(0, &data).unwrap();
+    let remote = b.mr.remote();
+    qa.post_send(&SendWr::new(
+        1,
+        SendOp::RdmaWrite { remote_addr: remote.addr + 64, rkey: remote.rkey },
+        vec![a.mr.sge(0, n as u32)],
+    ))
+    .unwrap();
+    ok(&a.cq, 1);
+    let mut got = vec![0u8; n];
+    b.mr.read(64, &mut got).unwrap();
+    assert!(got == data, "the WRITE landed intact");
+    qa.post_send(&SendWr::new(
+        2,
+        SendOp::RdmaRead { remote_addr: remote.addr + 64, rkey: remote.rkey },
+        vec![a.mr.sge(300_000, n as u32)],
+    ))
+    .unwrap();
+    ok(&a.cq, 1);
+    a.mr.read(300_000, &mut got).unwrap();
+    assert!(got == data, "the READ returned what was written");
+    let msg = pattern(9, 9000);
+    a.mr.write(600_000, &msg).unwrap();
+    qb.post_recv(&RecvWr { wr_id: 3, sg_list: vec![b.mr.sge(700_000, 16384)] }).unwrap();
+    qa.post_send(&SendWr::send(4, vec![a.mr.sge(600_000, msg.len() as u32)])).unwrap();
+    ok(&a.cq, 1);
+    let wc = ok(&b.cq, 1)[0];
+    assert_eq!(wc.byte_len, msg.len() as u32);
+    let mut back = vec![0u8; msg.len()];
+    b.mr.read(700_000, &mut back).unwrap();
+    assert!(back == msg, "the SEND arrived intact");
+    b.mr.write(900_000, &40u64.to_ne_bytes()).unwrap();
+    let add = SendOp::AtomicFetchAdd { remote_addr: remote.addr + 900_000, rkey: remote.rkey, add: 2 };
+    qa.post_send(&SendWr::new(5, add, vec![a.mr.sge(950_000, 8)])).unwrap();
+    ok(&a.cq, 1);
+    let mut v = [0u8; 8];
+    b.mr.read(900_000, &mut v).unwrap();
+    assert_eq!(u64::from_ne_bytes(v), 42);
+}
+
+fn counter(s: &Side, name: &str) -> u64 {
+    s.ctx.counter(name).unwrap_or_else(|| panic!("no counter {name}"))
+}
+
+#[test]
+fn two_devices_over_a_veth_pair_move_verified_data_at_both_mtus() {
+    if !can_run("two_devices_over_a_veth_pair") {
+        return;
+    }
+    let ns = Netns::new("raw1");
+    veth(&ns, "ra", "rb", 9000);
+    let a = side(open_raw(&ns, "rnic0", "10.91.0.1", "ra"));
+    let b = side(open_raw(&ns, "rnic1", "10.91.0.2", "rb"));
+    assert_eq!(a.ctx.query_port().unwrap().active_mtu, PathMtu::Mtu4096, "a 9000-byte link carries MTU 4096");
+    for mtu in [PathMtu::Mtu1024, PathMtu::Mtu4096] {
+        let (qa, qb) = connect(&a, &b, mtu);
+        transfers(&a, &b, &qa, &qb);
+    }
+    // UD: a datagram with its GRH area.
+    let ud = |s: &Side| s.pd.qp_builder(&s.cq, &s.cq).qp_type(QpType::Ud).build().unwrap();
+    let (pa, pb) = (ud(&a), ud(&b));
+    let eb = pb.endpoint();
+    let (ua, ub) = (pa.activate().unwrap(), pb.activate().unwrap());
+    ub.post_recv(&RecvWr { wr_id: 7, sg_list: vec![b.mr.sge(0, (GRH_LEN + 2048) as u32)] }).unwrap();
+    let ah = a.pd.create_ah(eb.gid).unwrap();
+    a.mr.write(0, &pattern(5, 1000)).unwrap();
+    ua.post_send(&SendWr::send(8, vec![a.mr.sge(0, 1000)]).to(ah.dest(eb.qpn, DEFAULT_QKEY))).unwrap();
+    ok(&a.cq, 1);
+    assert_eq!(ok(&b.cq, 1)[0].byte_len, (GRH_LEN + 1000) as u32);
+    let mut got = vec![0u8; 1000];
+    b.mr.read(GRH_LEN, &mut got).unwrap();
+    assert!(got == pattern(5, 1000));
+    // The full ICRC checked on every frame: nothing solved, nothing bad.
+    for s in [&a, &b] {
+        assert_eq!(counter(s, "icrc_ipv4_id_solved"), 0);
+        assert_eq!(counter(s, "icrc_err"), 0);
+        assert_eq!(counter(s, "tx_neigh_unresolved"), 0);
+    }
+    // ARP both ways: rnic0 asked for rnic1 (it sent first) and rnic1 answered.
+    assert!(counter(&a, "arp_requests_sent") >= 1 && counter(&b, "arp_replies_sent") >= 1);
+    // GID 0 is the link-local GID of the interface's MAC, as on rxe.
+    let mac = a.ctx.emulated().unwrap().mac();
+    let g0 = a.ctx.gid(0).unwrap().0;
+    assert_eq!((g0[0], g0[1], g0[8] ^ 2, g0[11], g0[12], g0[15]), (0xfe, 0x80, mac.0[0], 0xff, 0xfe, mac.0[5]));
+}
+
+#[test]
+fn a_path_mtu_the_link_cannot_carry_is_refused_naming_the_fix() {
+    if !can_run("a_path_mtu_the_link_cannot_carry") {
+        return;
+    }
+    let ns = Netns::new("raw2");
+    veth(&ns, "sa", "sb", 1500);
+    let a = side(open_raw(&ns, "rnic0", "10.94.0.1", "sa"));
+    assert_eq!(a.ctx.query_port().unwrap().active_mtu, PathMtu::Mtu1024);
+    let q = a.pd.qp_builder(&a.cq, &a.cq).mtu(PathMtu::Mtu4096).build().unwrap();
+    let peer = Endpoint { qpn: 0x11, gid: Gid::from_ip("10.94.0.2".parse().unwrap()), psn: 0 };
+    let e = q.connect(&peer).unwrap_err().report();
+    assert!(e.contains("active MTU 1024") && e.contains("mtu 9000"), "{e}");
+    // A device on an interface that does not exist, or with an IPv6 address: clear errors.
+    let bad = DeviceConfig { netdev: Some("nosuch0".into()), ..DeviceConfig::new("x", "10.94.0.9".parse().unwrap()) };
+    let e = ns.run(|| Context::open_with(bad)).unwrap_err().report();
+    assert!(e.contains("no network interface named \"nosuch0\""), "{e}");
+    let v6 = DeviceConfig { netdev: Some("sa".into()), ..DeviceConfig::new("x", "fd00::1".parse().unwrap()) };
+    let e = ns.run(|| Context::open_with(v6)).unwrap_err().report();
+    assert!(e.contains("takes an IPv4 address"), "{e}");
+}
+
+#[test]
+fn raw_frames_and_a_udp_socket_talk_through_a_router() {
+    if !can_run("raw_frames_and_a_udp_socket_talk_through_a_router") {
+        return;
+    }
+    let (na, nr, nb) = (Netns::new("rawa"), Netns::new("rawr"), Netns::new("rawb"));
+    // a0 (in a) <-> r0 (in r); r1 (in r) <-> b1 (in b).
+    na.ip(&["link", "add", "a0", "type", "veth", "peer", "name", "r0", "netns", &nr.0]);
+    nr.ip(&["link", "add", "r1", "type", "veth", "peer", "name", "b1", "netns", &nb.0]);
+    na.ip(&["link", "set", "a0", "up"]);
+    nr.ip(&["addr", "add", "10.92.1.1/24", "dev", "r0"]);
+    nr.ip(&["addr", "add", "10.92.2.1/24", "dev", "r1"]);
+    nr.ip(&["link", "set", "r0", "up"]);
+    nr.ip(&["link", "set", "r1", "up"]);
+    nr.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    nb.ip(&["addr", "add", "10.92.2.2/24", "dev", "b1"]);
+    nb.ip(&["link", "set", "b1", "up"]);
+    nb.ip(&["route", "add", "10.92.1.0/24", "via", "10.92.2.1"]);
+    // The raw device's namespace owns no address: only routes, read when it opens.
+    na.ip(&["route", "add", "10.92.1.0/24", "dev", "a0"]);
+    na.ip(&["route", "add", "10.92.2.0/24", "via", "10.92.1.1", "dev", "a0"]);
+    let raw = side(open_raw(&na, "rnic0", "10.92.1.2", "a0"));
+    let udp = side(nb.run(|| Context::open_at("rnic1", "10.92.2.2".parse().unwrap())).unwrap());
+    for (x, y) in [(&raw, &udp), (&udp, &raw)] {
+        let (qx, qy) = connect(x, y, PathMtu::Mtu1024);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| transfers(x, y, &qx, &qy)));
+        if let Err(e) = r {
+            let show = |s: &Side| {
+                s.ctx
+                    .counters()
+                    .into_iter()
+                    .filter(|(_, v)| *v > 0)
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            eprintln!(
+                "raw: {}\nudp: {}\nrouter neighbours: {}",
+                show(&raw),
+                show(&udp),
+                sh_out(&["ip", "-n", &nr.0, "neigh"])
+            );
+            std::panic::resume_unwind(e);
+        }
+    }
+    // The raw device asked for its gateway (and the router learned it from that
+    // request). Forgotten by the router, it is asked for, and answers.
+    assert!(counter(&raw, "arp_requests_sent") >= 1);
+    nr.ip(&["neigh", "flush", "dev", "r0"]);
+    let (qu, qr) = connect(&udp, &raw, PathMtu::Mtu1024);
+    transfers(&udp, &raw, &qu, &qr);
+    assert!(counter(&raw, "arp_replies_sent") >= 1, "rnic answered the router's ARP request");
+    assert_eq!(counter(&raw, "icrc_ipv4_id_solved"), 0, "the raw side checks the full ICRC");
+    assert_eq!(counter(&raw, "icrc_err"), 0);
+    let mac = raw.ctx.emulated().unwrap().mac().to_string();
+    let neigh = sh_out(&["ip", "-n", &nr.0, "neigh", "show", "10.92.1.2"]);
+    assert!(neigh.contains(&mac), "the router learned rnic's MAC {mac}: {neigh}");
+}
+
+/// A frame from `src` to the device, BTH..ICRC `roce`, its ICRC computed when `good`.
+fn roce_frame(dst_mac: [u8; 6], src: Ipv4Addr, dst: Ipv4Addr, dst_port: u16, good: bool) -> Vec<u8> {
+    // A SEND ONLY to QP 0x11: BTH, 4 bytes of payload, ICRC.
+    let mut roce = vec![0x04, 0x00, 0xff, 0xff, 0, 0, 0, 0x11, 0x80, 0, 0, 1, 1, 2, 3, 4, 0, 0, 0, 0];
+    if good {
+        let ctx = rnic_wire::icrc::IcrcContext::new(IpAddr::V4(src), IpAddr::V4(dst), 0xc000, dst_port);
+        ctx.fill(&mut roce).unwrap();
+    } else {
+        let l = roce.len();
+        roce[l - 4..].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+    }
+    let mut f = rnic_core::capture::frame_for(IpAddr::V4(src), IpAddr::V4(dst), 0xc000, dst_port, &roce);
+    f[..6].copy_from_slice(&dst_mac);
+    f
+}
+
+/// Sends raw frames on `ifname` (from a thread in the namespace).
+fn inject(ns: &Netns, ifname: &str, frames: Vec<Vec<u8>>) {
+    let ifname = ifname.to_string();
+    ns.run(move || {
+        let c = std::ffi::CString::new(ifname).unwrap();
+        // SAFETY: plain libc calls with valid arguments; the descriptor is closed below.
+        unsafe {
+            let index = libc::if_nametoindex(c.as_ptr()) as i32;
+            assert!(index > 0);
+            let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(0x0003u16.to_be()));
+            assert!(fd >= 0, "AF_PACKET: {}", std::io::Error::last_os_error());
+            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_ifindex = index;
+            sll.sll_halen = 6;
+            for f in &frames {
+                let n = libc::sendto(
+                    fd,
+                    f.as_ptr().cast(),
+                    f.len(),
+                    0,
+                    std::ptr::addr_of!(sll).cast(),
+                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                );
+                assert_eq!(n, f.len() as isize, "sendto: {}", std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+        }
+    });
+}
+
+#[test]
+fn frames_not_for_the_device_are_dropped_and_counted_each_under_its_own_counter() {
+    if !can_run("frames_not_for_the_device_are_dropped_and_counted") {
+        return;
+    }
+    let ns = Netns::new("raw3");
+    veth(&ns, "ta", "tb", 1500);
+    let a = side(open_raw(&ns, "rnic0", "10.93.0.1", "ta"));
+    let mac = a.ctx.emulated().unwrap().mac().0;
+    let (me, peer) = (Ipv4Addr::new(10, 93, 0, 1), Ipv4Addr::new(10, 93, 0, 2));
+    let before: Vec<u64> =
+        ["icrc_err", "rx_not_for_us", "malformed_pkts", "rx_not_roce"].iter().map(|c| counter(&a, c)).collect();
+    let bad_icrc = roce_frame(mac, peer, me, 4791, false);
+    let other_mac = roce_frame([0x02, 0x11, 0x22, 0x33, 0x44, 0x55], peer, me, 4791, true);
+    let mut truncated = roce_frame(mac, peer, me, 4791, true);
+    truncated.truncate(14 + 20 + 8 + 6); // the IP header says more than the frame holds
+    let not_roce = roce_frame(mac, peer, me, 53, true); // UDP to port 53
+    inject(&ns, "tb", vec![bad_icrc, other_mac, truncated, not_roce]);
+    let want = [1u64, 1, 1, 1];
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let now: Vec<u64> =
+            ["icrc_err", "rx_not_for_us", "malformed_pkts", "rx_not_roce"].iter().map(|c| counter(&a, c)).collect();
+        let delta: Vec<u64> = now.iter().zip(&before).map(|(n, b)| n - b).collect();
+        if delta == want {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "counter deltas {delta:?}, want {want:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // None of them reached a QP.
+    assert_eq!(counter(&a, "unknown_qp_pkts"), 0);
+    assert!(a.cq.is_empty());
+}
