@@ -10,6 +10,10 @@
 # ../shared/vectors/check_pcap.sh and `rnic decode`, and prints PASS/FAIL per case.
 # UD: `rnic pingpong --ud` against ibv_ud_pingpong (Q_Key 0x11111111), 512-byte datagrams,
 # both roles.
+# Raw (CASES=raw): the same RC and UD pingpongs with rnic on the raw-Ethernet transport (a
+# veth on br0, rnic at 10.77.0.50, an address the namespace does not own: rnic answers
+# ARP), each also checking that rnic solved no IPv4 ID (full ICRC) and that the guest's
+# `ip neigh` holds rnic's MAC; then the guest rebooted at eth MTU 9000 for path MTU 4096.
 # Stock (CASES=stock): rdma-core's own ibv_rc_pingpong and perftest's ib_write_bw, unmodified,
 # on the namespace side through rnic's libibverbs.so.1, against the same programs on rxe0.
 #
@@ -96,7 +100,9 @@ run_case() {
   local tool=ibv_rc_pingpong rflags="" port=$((18515 + SEQ))
   if [ -n "$ud" ]; then tool=ibv_ud_pingpong; rflags=--ud; fi
   local common="-s $size -n $ITERS -p $port"
-  local rnic_cmd=("$RNIC" pingpong --ip "$HOST_IP" -g 1 -m $MTU $common $rflags --counters)
+  # RNIC_DEV: how rnic's device is opened (default: the UDP transport at the namespace's
+  # own address; the raw cases set --netdev and an address nobody else owns).
+  local rnic_cmd=("$RNIC" pingpong ${RNIC_DEV:---ip $HOST_IP} -g 1 -m $MTU $common $rflags --counters)
   # ibv_ud_pingpong has neither -m (UD uses the port MTU) nor -c.
   local gchk="-c -m $MTU"
   if [ -n "$ud" ]; then gchk=""; else rnic_cmd+=(-c); fi
@@ -129,6 +135,16 @@ wait \$P; echo \"exit \$?\"; $COUNTERS"
   grep -q "$ITERS iters in" "$guest_out" || why+=" $tool did not finish;"
   grep -q 'invalid data' "$guest_out" && why+=" $tool: invalid data;"
   [ "$crc" = 0 ] || why+=" check_pcap.sh failed;"
+  if [ -n "${RAW_MAC:-}" ]; then
+    # The raw transport checks the full ICRC: nothing solved; and the guest's kernel
+    # learned rnic's MAC by ARP.
+    grep -q 'icrc_ipv4_id_solved' "$rnic_out" && why+=" rnic solved IPv4 IDs (icrc_ipv4_id_solved > 0);"
+    local nj=$job-neigh
+    job a "$RUN" "$nj" "ip neigh show $RAW_IP"
+    wait_job a "$RUN" "$nj" 30 > "$OUT/$id.neigh.txt"
+    grep -qi "$RAW_MAC" "$OUT/$id.neigh.txt" || why+=" the guest's ip neigh has no $RAW_MAC for $RAW_IP;"
+    echo "   neigh: $(grep "$RAW_IP" "$OUT/$id.neigh.txt" | head -1)"
+  fi
   [ "$drc" = 0 ] || why+=" rnic decode found bad packets;"
   if [ -z "$why" ]; then verdict=PASS; else verdict=FAIL; fi
   echo "   rnic:  $(grep -E 'address|iters in|bytes in|counters|rnic pingpong' "$rnic_out" | tr '\n' '|' )"
@@ -173,6 +189,16 @@ wait \$P; echo \"exit \$?\""
   [ "$pings" = 10 ] || why+=" rnic printed $pings pings;"
   [ "$gpings" = 10 ] || why+=" rping printed $gpings pings;"
   [ "$crc" = 0 ] || why+=" check_pcap.sh failed;"
+  if [ -n "${RAW_MAC:-}" ]; then
+    # The raw transport checks the full ICRC: nothing solved; and the guest's kernel
+    # learned rnic's MAC by ARP.
+    grep -q 'icrc_ipv4_id_solved' "$rnic_out" && why+=" rnic solved IPv4 IDs (icrc_ipv4_id_solved > 0);"
+    local nj=$job-neigh
+    job a "$RUN" "$nj" "ip neigh show $RAW_IP"
+    wait_job a "$RUN" "$nj" 30 > "$OUT/$id.neigh.txt"
+    grep -qi "$RAW_MAC" "$OUT/$id.neigh.txt" || why+=" the guest's ip neigh has no $RAW_MAC for $RAW_IP;"
+    echo "   neigh: $(grep "$RAW_IP" "$OUT/$id.neigh.txt" | head -1)"
+  fi
   [ "$drc" = 0 ] || why+=" rnic decode found bad packets;"
   if [ -z "$why" ]; then verdict=PASS; else verdict=FAIL; fi
   echo "   rnic:  $(head -2 "$rnic_out" | cut -c1-90 | tr '\n' '|') ($pings pings)"
@@ -216,6 +242,16 @@ wait \$P; echo \"exit \$?\""
   [ "$rrc" = 0 ] || why+=" rnic side exit $rrc;"
   [ "${grc:-x}" = 0 ] || why+=" guest $tool exit ${grc:-none};"
   [ "$crc" = 0 ] || why+=" check_pcap.sh failed;"
+  if [ -n "${RAW_MAC:-}" ]; then
+    # The raw transport checks the full ICRC: nothing solved; and the guest's kernel
+    # learned rnic's MAC by ARP.
+    grep -q 'icrc_ipv4_id_solved' "$rnic_out" && why+=" rnic solved IPv4 IDs (icrc_ipv4_id_solved > 0);"
+    local nj=$job-neigh
+    job a "$RUN" "$nj" "ip neigh show $RAW_IP"
+    wait_job a "$RUN" "$nj" 30 > "$OUT/$id.neigh.txt"
+    grep -qi "$RAW_MAC" "$OUT/$id.neigh.txt" || why+=" the guest's ip neigh has no $RAW_MAC for $RAW_IP;"
+    echo "   neigh: $(grep "$RAW_IP" "$OUT/$id.neigh.txt" | head -1)"
+  fi
   if [ -z "$why" ]; then verdict=PASS; else verdict=FAIL; fi
   echo "   rnic:  $(grep -E 'iters in|^ [0-9]+ +[0-9]+ ' "$rnic_out" | tr -s ' ' | tr '\n' '|' )"
   echo "   guest: $(grep -E 'iters in|^ [0-9]+ +[0-9]+ |Fail|Couldn|exit' "$guest_out" | tr -s ' ' | tr '\n' '|')"
@@ -238,6 +274,48 @@ rping_case rping-rnic-server-64 server 64
 rping_case rping-rnic-server-4096 server 4096
 rping_case rping-rnic-client-64 client 64
 rping_case rping-rnic-client-4096 client 4096
+fi
+# raw_setup MTU: rnic's raw-Ethernet device on the lab's link: a veth (rnraw0) whose other
+# end is on br0, at 10.77.0.50, an address the namespace does not own (rnic answers ARP).
+RAW_IP=10.77.0.50
+raw_setup() {
+  ns ip link del rnraw0 2> /dev/null
+  ns ip link add rnraw0 type veth peer name rnrawbr
+  ns ip link set rnrawbr master br0 mtu "$1" up
+  ns ip link set rnraw0 mtu "$1" up
+  # (The namespace's MAC as ip shows it: sysfs here is the host's.)
+  RAW_MAC=$(ip -n "$NS" -br link show rnraw0 | awk '{print $3}')
+}
+# The raw cases: the same pingpongs with rnic on raw frames; path MTU 1024 at the lab's
+# eth MTU 1500, then (a second boot, guests at eth MTU 9000) path MTU 4096.
+if [ "${CASES:-all}" = all ] || [ "${CASES}" = raw ]; then
+  raw_setup 1500
+  RNIC_DEV="--ip $RAW_IP --netdev rnraw0"
+  run_case raw-rc-rnic-server-64 server 64
+  run_case raw-rc-rnic-server-4096 server 4096
+  run_case raw-rc-rnic-client-64 client 64
+  run_case raw-rc-rnic-client-4096 client 4096
+  run_case raw-ud-rnic-server-512 server 512 ud
+  run_case raw-ud-rnic-client-512 client 512 ud
+  if [ "$OWN_GUEST" = 1 ]; then
+    echo "== rebooting the guest with eth0 MTU 9000 (rxe active_mtu 4096) for the jumbo cases"
+    halt_guest a "$RUN"; wait "$QPID_a" 2> /dev/null
+    MTU=9000 "$LABDIR/netns-setup.sh" 1 > /dev/null
+    ns ip link set br0 mtu 9000
+    raw_setup 9000
+    RUN=$OUT/run-jumbo; rm -rf "$RUN"; mkdir -p "$RUN/q"
+    EXTRA_KARGS=rxelab_mtu=9000 boot_agent a "$GUEST_IP/24" tap0 "$RUN"
+    if wait_ready a "$RUN" 300; then
+      MTU=4096
+      run_case raw-rc-rnic-server-4096-mtu4096 server 4096
+      run_case raw-rc-rnic-client-8192-mtu4096 client 8192
+      MTU=1024
+    else
+      SUMMARY+=("FAIL raw-mtu4096                      the jumbo guest did not come up")
+    fi
+  fi
+  unset RNIC_DEV RAW_MAC
+  ns ip link del rnraw0 2> /dev/null
 fi
 if [ "${CASES:-all}" = all ] || [ "${CASES}" = stock ]; then
 stock_case stock-rc_pingpong-rnic-server server ibv_rc_pingpong "-m $MTU -c -s 4096 -n 200"

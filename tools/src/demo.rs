@@ -23,6 +23,14 @@ pub struct Args {
     /// Local address of the second device, rnic1.
     #[arg(long, default_value = "127.0.0.2")]
     pub peer_ip: IpAddr,
+    /// Raw Ethernet: run rnic0 on this network interface (whole frames through an
+    /// AF_PACKET socket; CAP_NET_RAW) at --ip, an address the host does not own, e.g. one
+    /// end of a veth pair.
+    #[arg(long, requires = "peer_netdev")]
+    pub netdev: Option<String>,
+    /// Raw Ethernet: run rnic1 on this interface at --peer-ip (the other end of the pair).
+    #[arg(long, requires = "netdev")]
+    pub peer_netdev: Option<String>,
     /// Write every packet sent and received to this pcap file.
     #[arg(long)]
     pub pcap: Option<PathBuf>,
@@ -99,8 +107,15 @@ struct Side {
     mr: MemoryRegion,
 }
 
-fn open(name: &str, ip: IpAddr, pcap: &Option<PathBuf>, faults: Option<FaultHandle>) -> Result<Side, String> {
+fn open(
+    name: &str,
+    ip: IpAddr,
+    netdev: Option<&str>,
+    pcap: &Option<PathBuf>,
+    faults: Option<FaultHandle>,
+) -> Result<Side, String> {
     let mut cfg = rnic_core::device::DeviceConfig::new(name, ip);
+    cfg.netdev = netdev.map(str::to_string);
     if let Some(p) = pcap {
         cfg.capture = Some(p.clone());
     }
@@ -424,8 +439,8 @@ fn run_inner(args: &Args) -> Result<ExitCode, String> {
     // The ladder is drawn from a capture: the one asked for, or a temporary one.
     let temp = std::env::temp_dir().join(format!("rnic-demo-{}.pcap", std::process::id()));
     let pcap = if drawing && args.pcap.is_none() { Some(temp.clone()) } else { args.pcap.clone() };
-    let a = open("rnic0", args.ip, &pcap, fa.clone())?;
-    let b = open("rnic1", args.peer_ip, &pcap, fb.clone())?;
+    let a = open("rnic0", args.ip, args.netdev.as_deref(), &pcap, fa.clone())?;
+    let b = open("rnic1", args.peer_ip, args.peer_netdev.as_deref(), &pcap, fb.clone())?;
     let before = args.faulty().then(|| [a.ctx.counters(), b.ctx.counters()]);
     // A short demo for the drawing unless the MTUs were chosen.
     let compact = drawing && args.mtus == [256, 1024, 4096];

@@ -27,10 +27,32 @@ pub struct Args {
     /// Also the limits, the GID table details and the counters.
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
+    /// Raw Ethernet: show the device (-d, default rnic0) opened on this network interface
+    /// at --ip (its port MTU, its MAC's GID 0); needs CAP_NET_RAW.
+    #[arg(long, requires = "ip")]
+    pub netdev: Option<String>,
+    /// The address of the --netdev device.
+    #[arg(long, requires = "netdev")]
+    pub ip: Option<std::net::IpAddr>,
 }
 
 /// Runs devinfo; 0 when every device asked for could be shown.
 pub fn run(a: &Args) -> ExitCode {
+    if let (Some(netdev), Some(ip)) = (&a.netdev, a.ip) {
+        let name = a.dev.clone().unwrap_or_else(|| "rnic0".into());
+        let config =
+            DeviceConfig { port: 0, pin_memory: false, netdev: Some(netdev.clone()), ..DeviceConfig::new(&name, ip) };
+        return match Context::open_with(config).and_then(|ctx| render(&ctx, a.verbose)) {
+            Ok(s) => {
+                print!("{s}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("rnic devinfo: {name} on {netdev}: {}", e.report());
+                ExitCode::from(1)
+            }
+        };
+    }
     let all = match devices() {
         Ok(d) => d,
         Err(e) => {

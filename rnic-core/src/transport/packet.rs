@@ -215,6 +215,97 @@ fn read_routes(ifname: &str) -> Vec<Route> {
     out
 }
 
+/// A bare `AF_PACKET` socket on an interface, set up as the raw transport's is: for
+/// measuring the link itself (`rnic perf`'s raw-frame baseline: the transport's own
+/// ceiling over the same interfaces).
+#[derive(Debug)]
+pub struct RawSocket {
+    sock: OwnedFd,
+    iface: Interface,
+}
+
+impl RawSocket {
+    /// Bytes before each received frame in a buffer given to [`RawSocket::recv`] (the
+    /// socket's virtio-net header).
+    pub const RX_OFFSET: usize = VNET_HDR;
+
+    /// Opens the socket on `ifname` (in the calling thread's network namespace); needs
+    /// CAP_NET_RAW.
+    pub fn open(ifname: &str) -> Result<RawSocket, String> {
+        let (sock, iface) = open_socket(ifname)?;
+        Ok(RawSocket { sock, iface })
+    }
+
+    /// The interface.
+    pub fn interface(&self) -> &Interface {
+        &self.iface
+    }
+
+    /// Sends whole Ethernet frames in one `sendmmsg`; returns how many the kernel took
+    /// (0 when its queue is full).
+    pub fn send(&self, frames: &[&[u8]]) -> io::Result<usize> {
+        let hdr = [0u8; VNET_HDR];
+        let mut iov: Vec<[libc::iovec; 2]> = frames
+            .iter()
+            .map(|f| {
+                [
+                    libc::iovec { iov_base: hdr.as_ptr() as *mut libc::c_void, iov_len: VNET_HDR },
+                    libc::iovec { iov_base: f.as_ptr() as *mut libc::c_void, iov_len: f.len() },
+                ]
+            })
+            .collect();
+        let mut msgs: Vec<libc::mmsghdr> = iov
+            .iter_mut()
+            .map(|v| {
+                // SAFETY: a zeroed mmsghdr is valid; it points at two iovecs.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = v.as_mut_ptr();
+                m.msg_hdr.msg_iovlen = 2;
+                m
+            })
+            .collect();
+        let len = u32::try_from(msgs.len()).unwrap_or(u32::MAX);
+        // SAFETY: valid socket; headers, iovecs and frames live across the call.
+        let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), msgs.as_mut_ptr(), len, libc::MSG_DONTWAIT) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock { Ok(0) } else { Err(e) };
+        }
+        Ok(usize::try_from(r).unwrap_or(0))
+    }
+
+    /// Receives up to `bufs.len()` frames without blocking; frame *i* is
+    /// `bufs[i][RX_OFFSET..RX_OFFSET + lens[i]]`. Returns how many.
+    pub fn recv(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> io::Result<usize> {
+        let mut iov: Vec<libc::iovec> =
+            bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
+        let mut msgs: Vec<libc::mmsghdr> = iov
+            .iter_mut()
+            .map(|v| {
+                // SAFETY: a zeroed mmsghdr is valid; it points at one iovec.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = std::ptr::from_mut(v);
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        let len = u32::try_from(msgs.len()).unwrap_or(u32::MAX);
+        // SAFETY: valid socket; headers and buffers live across the call; non-blocking.
+        let r = unsafe {
+            libc::recvmmsg(self.sock.as_raw_fd(), msgs.as_mut_ptr(), len, libc::MSG_DONTWAIT, std::ptr::null_mut())
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock { Ok(0) } else { Err(e) };
+        }
+        let n = usize::try_from(r).unwrap_or(0);
+        for (l, m) in lens.iter_mut().zip(&msgs[..n]) {
+            *l = (m.msg_len as usize).saturating_sub(VNET_HDR);
+        }
+        Ok(n)
+    }
+}
+
 /// Packets waiting for a neighbour's MAC.
 #[derive(Debug)]
 struct Pending {

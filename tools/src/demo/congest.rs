@@ -29,8 +29,8 @@ fn counter(side: &Side, name: &str) -> u64 {
 /// Runs the congestion demo; `Ok(true)` when every slot verified.
 pub(super) fn run(ip: IpAddr, peer_ip: IpAddr, seed: u64) -> Result<bool, String> {
     let faults = FaultHandle::new(Faults::new(seed));
-    let a = open("rnic0", ip, &None, Some(faults.clone()))?;
-    let b = open("rnic1", peer_ip, &None, None)?;
+    let a = open("rnic0", ip, None, &None, Some(faults.clone()))?;
+    let b = open("rnic1", peer_ip, None, &None, None)?;
     if a.ctx.emulated().is_some_and(|d| d.config().congestion_control.params().is_none()) {
         return Err("--congest shows DCQCN, but RNIC_CC=off turns it off: unset RNIC_CC".into());
     }

@@ -55,6 +55,10 @@ pub struct Params {
     /// the QP numbers and PSNs of the setup exchange.
     #[serde(default)]
     pub cm_port: Option<u16>,
+    /// The client runs on raw Ethernet (`--netdev`): the baseline is raw frames between
+    /// the two sides' interfaces, and the server must be on raw Ethernet too.
+    #[serde(default)]
+    pub raw: bool,
 }
 
 fn one() -> u32 {
@@ -74,6 +78,11 @@ pub enum Msg {
     UdpReady {
         /// UDP port.
         port: u16,
+    },
+    /// The raw-frame baseline's receiving (or answering) side listens on this MAC.
+    RawReady {
+        /// Its interface's MAC.
+        mac: [u8; 6],
     },
     /// The UDP baseline's receiver measured this.
     UdpDone {

@@ -14,6 +14,7 @@
 
 mod ctrl;
 mod plot;
+mod rawbase;
 mod rdma;
 mod reg;
 mod udp;
@@ -101,6 +102,10 @@ pub struct Args {
     /// does not own. With --server or a host only.
     #[arg(long, requires = "ip")]
     pub netdev: Option<String>,
+    /// Raw Ethernet, both sides in this process: the second device's interface (at
+    /// --peer-ip), e.g. the other end of --netdev's veth pair.
+    #[arg(long, requires = "netdev")]
+    pub peer_netdev: Option<String>,
     /// The second device's address with --loopback.
     #[arg(long, default_value = "127.0.0.2")]
     pub peer_ip: IpAddr,
@@ -326,6 +331,7 @@ impl Args {
                 ud,
                 rounds: self.rounds,
                 cm_port: self.rdma_cm.then_some(self.port),
+                raw: false,
             },
         ))
     }
@@ -597,13 +603,20 @@ fn header(test: Test, p: &Params, device: &str, transport: Option<rnic_core::dev
     s += " Connection type : RC         Using SRQ      : OFF\n";
     s += &format!(" TX depth        : {:<10} RX depth       : {}\n", p.tx_depth, p.rx_depth);
     s += &format!(" CQ Moderation   : {:<10} Mtu            : {}[B]\n", p.cq_mod, p.mtu);
-    s += &format!(" Max inline data : {}[B]{:<5} Link type      : Ethernet (RoCEv2 over UDP)\n", p.inline, "");
+    let link =
+        if transport.is_some_and(|t| t.raw) { "Ethernet (raw RoCEv2 frames)" } else { "Ethernet (RoCEv2 over UDP)" };
+    s += &format!(" Max inline data : {}[B]{:<5} Link type      : {link}\n", p.inline, "");
     s += &format!(
         " Bidirectional   : {:<10} Polling        : {}\n",
         if p.bidirectional { "ON" } else { "OFF" },
         if p.events { "completion events (-e)" } else { "busy" }
     );
-    if let Some(t) = transport {
+    if let Some(t) = transport.filter(|t| t.raw) {
+        s += &format!(
+            " Transport       : raw Ethernet frames (AF_PACKET sendmmsg/recvmmsg), spin {} us\n",
+            t.spin.as_micros()
+        );
+    } else if let Some(t) = transport {
         s += &format!(
             " Transport       : UDP GSO {}, GRO {}, spin {} us\n",
             if t.gso { "on" } else { "off" },
@@ -635,7 +648,8 @@ fn table_row(r: &Report) -> String {
     };
     if let (Some(b), Some(ratio)) = (r.baseline, r.ratio) {
         let unit = if matches!(r.figures, Figures::Lat(_)) { "usec typical" } else { "MB/sec" };
-        s += &format!("\n   udp baseline: {b:.2} {unit} ({}); ratio {ratio:.3}", r.baseline_method);
+        let which = if r.baseline_method.starts_with("raw") { "raw-frame" } else { "udp" };
+        s += &format!("\n   {which} baseline: {b:.2} {unit} ({}); ratio {ratio:.3}", r.baseline_method);
         if let (Some(lo), Some(hi)) = (r.ratio_min, r.ratio_max) {
             s += &format!(" (median of {} rounds, {lo:.3}-{hi:.3})", r.rounds);
         }
@@ -702,16 +716,19 @@ pub fn run(a: &Args) -> ExitCode {
     } else if let Some(host) = &a.host {
         let ip = a.ip.unwrap_or(IpAddr::from([127, 0, 0, 2]));
         connect(host, a.port).and_then(|c| client(c, ip, dev, test, &params, progress, a.json))
-    } else if dev.is_some() {
-        Err("-d/--netdev: one device per process; run the server (--server) and the client (a host) apart".into())
+    } else if a.device.is_some() || a.netdev.is_some() != a.peer_netdev.is_some() {
+        Err("-d, or --netdev without --peer-netdev: one device per process; run the server (--server) and the \
+             client (a host) apart, or give both --netdev and --peer-netdev"
+            .into())
     } else {
         let (ip, peer) = (a.ip.unwrap_or(IpAddr::from([127, 0, 0, 1])), a.peer_ip);
         let (c, s) = Ctrl::pair();
         // Both ends of a ping-pong in one process: keep their two busy-polling threads on
         // two CPUs, as the UDP baseline's are (the scheduler may otherwise stack them).
         PIN.store(test.lat, Ordering::Relaxed);
-        let server = std::thread::spawn(move || server_side(s, peer, None));
-        let r = client(c, ip, None, test, &params, progress, a.json);
+        let peer_dev = a.peer_netdev.clone().map(rdma::DevSel::Netdev);
+        let server = std::thread::spawn(move || server_side(s, peer, peer_dev));
+        let r = client(c, ip, dev, test, &params, progress, a.json);
         match server.join() {
             Ok(Ok(())) => r,
             Ok(Err(e)) => r.and(Err(e)),
@@ -863,6 +880,93 @@ fn udp_both(ctrl: &mut Ctrl, local: IpAddr, peer: IpAddr, n: u64, size: u64) -> 
     Ok((r.timed + d, r.secs.max(secs), gso))
 }
 
+thread_local! {
+    /// The interface of this side's raw baseline, set when the side (a thread: both run
+    /// in one process with --loopback) opens on raw Ethernet; the baseline functions are
+    /// called where only the control channel is at hand.
+    static RAW_NETDEV: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+fn set_raw_netdev(side: Option<&rdma::Side>) {
+    RAW_NETDEV.with(|r| *r.borrow_mut() = side.and_then(rdma::Side::netdev));
+}
+
+fn raw_socket() -> Result<rnic_core::device::RawSocket, String> {
+    let name = RAW_NETDEV.with(|r| r.borrow().clone());
+    let name = name.ok_or("the client runs on raw Ethernet (--netdev): run this side with --netdev too")?;
+    rawbase::open(&name)
+}
+
+/// The raw-frame baseline, client side (see [`rawbase`]).
+fn raw_client_baseline(ctrl: &mut Ctrl, test: Test, p: &Params, size: u64) -> Result<Baseline, String> {
+    let mtu = u64::from(p.mtu);
+    let sock = raw_socket()?;
+    let mac = ctrl.expect("raw_ready", |m| if let Msg::RawReady { mac } = m { Some(mac) } else { None })?;
+    if test.lat {
+        let wire =
+            usize::try_from(lat_wire(test, size, mtu)).map_err(|_| "raw baseline: size too large".to_string())?;
+        pin(0);
+        let rtts = rawbase::ping(&sock, mac, wire + rawbase::FRAME_OVERHEAD, p.iters.max(1000))
+            .map_err(|e| format!("raw baseline: {e}"))?;
+        let scale = if matches!(test.kind, TestKind::Read | TestKind::Atomic) { 1.0 } else { 0.5 };
+        let l = LatStats::from(&rtts, scale);
+        return Ok(Baseline { value: l.typical, lat: Some(l), msg_rate: None, method: rawbase::LAT_METHOD.into() });
+    }
+    if p.bidirectional {
+        return Err("-b with --netdev: the raw-frame baseline is one way; add --no-baseline".into());
+    }
+    let (n, dgram) = baseline_count(p, test, size);
+    let frame =
+        usize::try_from(dgram).map_err(|_| "raw baseline: size too large".to_string())? + rawbase::FRAME_OVERHEAD;
+    let (timed, secs) = if client_sources(test) {
+        rawbase::source(&sock, mac, frame, n).map_err(|e| format!("raw baseline: {e}"))?;
+        ctrl.expect(
+            "udp_done",
+            |m| if let Msg::UdpDone { datagrams, secs } = m { Some((datagrams, secs)) } else { None },
+        )?
+    } else {
+        ctrl.send(&Msg::RawReady { mac: sock.interface().mac.0 })?;
+        let r = rawbase::sink(&sock, n, Duration::from_millis(300)).map_err(|e| format!("raw baseline: {e}"))?;
+        (r.timed, r.secs)
+    };
+    if secs <= 0.0 || timed == 0 {
+        return Err("raw baseline: too few frames arrived to measure".into());
+    }
+    let pkts = test.wire_packets(size, mtu).len() as f64;
+    let msgs = timed as f64 / pkts / secs;
+    Ok(Baseline {
+        value: msgs * size as f64 / MB,
+        lat: None,
+        msg_rate: Some(msgs / 1e6),
+        method: rawbase::BW_METHOD.into(),
+    })
+}
+
+/// The raw-frame baseline, server side.
+fn raw_server_baseline(ctrl: &mut Ctrl, test: Test, p: &Params, size: u64) -> Result<(), String> {
+    let sock = raw_socket()?;
+    ctrl.send(&Msg::RawReady { mac: sock.interface().mac.0 })?;
+    if test.lat {
+        pin(1);
+        rawbase::pong(&sock, Duration::from_secs(600)).map_err(|e| format!("raw baseline: {e}"))?;
+        return Ok(());
+    }
+    if p.bidirectional {
+        return Err("-b with --netdev: the raw-frame baseline is one way; add --no-baseline".into());
+    }
+    let (n, dgram) = baseline_count(p, test, size);
+    if client_sources(test) {
+        let r = rawbase::sink(&sock, n, Duration::from_millis(300)).map_err(|e| format!("raw baseline: {e}"))?;
+        ctrl.send(&Msg::UdpDone { datagrams: r.timed, secs: r.secs })?;
+    } else {
+        let mac = ctrl.expect("raw_ready", |m| if let Msg::RawReady { mac } = m { Some(mac) } else { None })?;
+        let frame =
+            usize::try_from(dgram).map_err(|_| "raw baseline: size too large".to_string())? + rawbase::FRAME_OVERHEAD;
+        rawbase::source(&sock, mac, frame, n).map_err(|e| format!("raw baseline: {e}"))?;
+    }
+    Ok(())
+}
+
 /// The better of two baseline measurements: more bandwidth, or less latency.
 fn best(a: Baseline, b: Baseline, lat: bool) -> Baseline {
     if (b.value > a.value) != lat {
@@ -888,6 +992,9 @@ fn client_baseline(
     p: &Params,
     size: u64,
 ) -> Result<Baseline, String> {
+    if p.raw {
+        return raw_client_baseline(ctrl, test, p, size);
+    }
     let mtu = u64::from(p.mtu);
     if test.lat {
         let port = ctrl.expect("udp_ready", |m| if let Msg::UdpReady { port } = m { Some(port) } else { None })?;
@@ -925,6 +1032,9 @@ fn client_baseline(
 }
 
 fn server_baseline(ctrl: &mut Ctrl, ip: IpAddr, peer: IpAddr, test: Test, p: &Params, size: u64) -> Result<(), String> {
+    if p.raw {
+        return raw_server_baseline(ctrl, test, p, size);
+    }
     if test.lat {
         let sock = udp::bind(ip).map_err(|e| format!("UDP baseline: bind {ip}: {e}"))?;
         let port = sock.local_addr().map_err(|e| rnic_verbs::report(&e))?.port();
@@ -970,9 +1080,11 @@ fn client_inner(
     quiet: bool,
 ) -> Result<Vec<Report>, String> {
     let mut side = if test.kind == TestKind::Udp { None } else { Some(rdma::Side::open("rnic0", ip, dev, p)?) };
+    set_raw_netdev(side.as_ref());
     // A hardware device has no UDP baseline: neither side runs one.
     let hw = side.as_ref().is_some_and(|s| s.ctx.emulated().is_none());
-    let p = &Params { no_baseline: p.no_baseline || hw, ..p.clone() };
+    let netdev = side.as_ref().and_then(|s| s.netdev());
+    let p = &Params { no_baseline: p.no_baseline || hw, raw: netdev.is_some(), ..p.clone() };
     ctrl.send(&Msg::Hello { params: p.clone() })?;
     let peer_ip = if let Some(s) = &mut side {
         ctrl.send(&Msg::Setup { qps: s.endpoints(), mr: s.remote_mr() })?;
@@ -1255,6 +1367,7 @@ fn server_inner(ctrl: &mut Ctrl, ip: IpAddr, dev: Option<&rdma::DevSel>) -> Resu
     let p = ctrl.expect("hello", |m| if let Msg::Hello { params } = m { Some(params) } else { None })?;
     let test = Test::parse(&p.test).ok_or_else(|| format!("unknown test {}", p.test))?;
     let mut side = if test.kind == TestKind::Udp { None } else { Some(rdma::Side::open("rnic1", ip, dev, &p)?) };
+    set_raw_netdev(side.as_ref());
     let peer_ip = match &mut side {
         Some(s) => {
             let (eps, mr) =

@@ -168,6 +168,11 @@ impl Side {
         })
     }
 
+    /// The interface of a raw-Ethernet side (`--netdev`), recorded for the raw baseline.
+    pub fn netdev(&self) -> Option<String> {
+        self.ctx.emulated().and_then(|d| d.interface()).map(|i| i.name.clone())
+    }
+
     /// With -e, after a poll found nothing: arm `cq`, and unless a completion slipped in
     /// before the arm, sleep until the channel's event (`ibv_req_notify_cq`,
     /// `ibv_get_cq_event`, `ibv_ack_cq_events`). Returns false without -e.
@@ -847,6 +852,7 @@ mod tests {
             ud: false,
             rounds: 3,
             cm_port: None,
+            raw: false,
         }
     }
 

@@ -48,6 +48,7 @@ fn perftest_letters_mean_what_perftest_means() {
             ud: false,
             rounds: 3,
             cm_port: None,
+            raw: false,
         }
     );
 }
