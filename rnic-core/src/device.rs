@@ -102,6 +102,9 @@ pub struct DeviceConfig {
     /// answers ARP for it. Needs CAP_NET_RAW. The socket is opened in the network
     /// namespace of the thread calling [`Device::open`].
     pub netdev: Option<String>,
+    /// Raw Ethernet: tag this device's frames with this 802.1Q VLAN ID (1..=4094) and take
+    /// only frames of that VLAN (`RNIC_DEVICES=rnic0=10.77.0.2@veth0:42`).
+    pub vlan: Option<u16>,
 }
 
 /// Congestion control of a device.
@@ -170,6 +173,7 @@ impl DeviceConfig {
             faults: None,
             congestion_control: env.cc.unwrap_or_default(),
             netdev: None,
+            vlan: None,
         }
     }
 }

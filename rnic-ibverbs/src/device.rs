@@ -172,6 +172,7 @@ impl CtxShared {
         }
         let mut config = DeviceConfig::new(self.dev.info.name.clone(), self.dev.info.ip);
         config.netdev = self.dev.info.netdev.clone();
+        config.vlan = self.dev.info.vlan;
         // The program's memory is registered in place; nothing DMAs into it, so pinning
         // would only add RLIMIT_MEMLOCK failures real drivers avoid with CAP_IPC_LOCK.
         config.pin_memory = false;

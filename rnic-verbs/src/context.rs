@@ -79,7 +79,7 @@ pub(crate) fn hw_devices() -> Result<Vec<DeviceInfo>> {
                 .ok()
                 .and_then(|c| Hw::roce_ip(&c))
                 .unwrap_or(IpAddr::from([0, 0, 0, 0]));
-            DeviceInfo { name: d.name, ip, kind: DeviceKind::Hardware, netdev: None }
+            DeviceInfo { name: d.name, ip, kind: DeviceKind::Hardware, netdev: None, vlan: None }
         })
         .collect())
 }
@@ -117,7 +117,11 @@ impl Context {
     pub fn open(name: &str) -> Result<Context> {
         let emulated = crate::types::emulated_devices()?;
         if let Some(d) = emulated.iter().find(|d| d.name == name) {
-            return Context::open_with(DeviceConfig { netdev: d.netdev.clone(), ..DeviceConfig::new(&d.name, d.ip) });
+            return Context::open_with(DeviceConfig {
+                netdev: d.netdev.clone(),
+                vlan: d.vlan,
+                ..DeviceConfig::new(&d.name, d.ip)
+            });
         }
         #[cfg(feature = "hw")]
         {

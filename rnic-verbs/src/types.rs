@@ -63,6 +63,9 @@ pub struct DeviceInfo {
     /// (`RNIC_DEVICES=rnic0=10.77.0.2@veth0`); `None` runs it over a UDP socket.
     #[serde(default)]
     pub netdev: Option<String>,
+    /// With `netdev`: the 802.1Q VLAN its frames carry (`name=ip@iface:vid`).
+    #[serde(default)]
+    pub vlan: Option<u16>,
 }
 
 /// Which backend a device runs on.
@@ -111,12 +114,14 @@ pub fn emulated_devices() -> Result<Vec<DeviceInfo>> {
                 ip: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
                 kind: DeviceKind::Emulated,
                 netdev: None,
+                vlan: None,
             },
             DeviceInfo {
                 name: "rnic1".into(),
                 ip: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
                 kind: DeviceKind::Emulated,
                 netdev: None,
+                vlan: None,
             },
         ]),
         Err(std::env::VarError::NotUnicode(_)) => {
@@ -138,15 +143,25 @@ pub fn parse_devices(spec: &str) -> Result<Vec<DeviceInfo>> {
             return Err(bad(format!("entry {entry:?} is not name=address")));
         };
         let (name, ip) = (name.trim(), ip.trim());
-        let (ip, netdev) = match ip.split_once('@') {
+        let (ip, netdev, vlan) = match ip.split_once('@') {
             Some((ip, dev)) => {
-                let dev = dev.trim();
+                let (dev, vlan) = match dev.trim().split_once(':') {
+                    Some((d, v)) => {
+                        let vid = v
+                            .parse::<u16>()
+                            .ok()
+                            .filter(|v| (1..=4094).contains(v))
+                            .ok_or_else(|| bad(format!("entry {entry:?}: VLAN {v:?} is not in 1..=4094")))?;
+                        (d, Some(vid))
+                    }
+                    None => (dev.trim(), None),
+                };
                 if dev.is_empty() || dev.contains(['/', ' ']) || dev.len() > 15 {
                     return Err(bad(format!("entry {entry:?}: {dev:?} is not a network interface name")));
                 }
-                (ip.trim(), Some(dev.to_string()))
+                (ip.trim(), Some(dev.to_string()), vlan)
             }
-            None => (ip, None),
+            None => (ip, None, None),
         };
         if name.is_empty() {
             return Err(bad(format!("entry {entry:?} has an empty device name")));
@@ -163,7 +178,7 @@ pub fn parse_devices(spec: &str) -> Result<Vec<DeviceInfo>> {
         if out.iter().any(|d| d.name == name) {
             return Err(bad(format!("device {name:?} is named twice")));
         }
-        out.push(DeviceInfo { name: name.to_string(), ip, kind: DeviceKind::Emulated, netdev });
+        out.push(DeviceInfo { name: name.to_string(), ip, kind: DeviceKind::Emulated, netdev, vlan });
     }
     Ok(out)
 }

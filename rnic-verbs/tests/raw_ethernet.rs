@@ -409,3 +409,61 @@ fn frames_not_for_the_device_are_dropped_and_counted_each_under_its_own_counter(
     assert_eq!(counter(&a, "unknown_qp_pkts"), 0);
     assert!(a.cq.is_empty());
 }
+
+#[test]
+fn devices_on_a_vlan_tag_their_frames_and_take_only_their_vlan() {
+    if !can_run("devices_on_a_vlan") {
+        return;
+    }
+    let ns = Netns::new("raw4");
+    veth(&ns, "wa", "wb", 1500);
+    let open_vlan = |name: &str, ip: &str, dev: &str, vlan| {
+        let config = DeviceConfig {
+            netdev: Some(dev.into()),
+            vlan: Some(vlan),
+            pin_memory: false,
+            ..DeviceConfig::new(name, ip.parse().unwrap())
+        };
+        side(ns.run(|| Context::open_with(config)).unwrap_or_else(|e| panic!("{}", e.report())))
+    };
+    let a = open_vlan("rnic0", "10.96.0.1", "wa", 42);
+    let b = open_vlan("rnic1", "10.96.0.2", "wb", 42);
+    // Beside b on the same link and address, a device on VLAN 43.
+    let c = open_vlan("rnic2", "10.96.0.2", "wb", 43);
+    // The kernel takes the tag out of a received frame and reports it beside it
+    // (PACKET_AUXDATA): the transfers below cross the veth tagged.
+    let (qa, qb) = connect(&a, &b, PathMtu::Mtu1024);
+    transfers(&a, &b, &qa, &qb);
+    assert_eq!(counter(&b, "icrc_err") + counter(&b, "malformed_pkts"), 0);
+    // The device on the other VLAN saw every frame go by and took none, not even the ARP.
+    assert_eq!((counter(&c, "rcvd_pkts"), counter(&c, "arp_replies_sent")), (0, 0));
+    assert!(counter(&c, "rx_not_for_us") > 0);
+    // RNIC_DEVICES names the VLAN after the interface.
+    let d = parse_devices("rnic0=10.96.0.1@wa:42").unwrap();
+    assert_eq!((d[0].netdev.as_deref(), d[0].vlan), (Some("wa"), Some(42)));
+    assert!(parse_devices("rnic0=10.96.0.1@wa:4095").unwrap_err().to_string().contains("not in 1..=4094"));
+}
+
+#[test]
+fn a_destination_nobody_answers_fails_the_work_request() {
+    if !can_run("a_destination_nobody_answers") {
+        return;
+    }
+    let ns = Netns::new("raw5");
+    veth(&ns, "na", "nb", 1500);
+    let a = side(open_raw(&ns, "rnic0", "10.97.0.1", "na"));
+    // Retry fast: 4.096 us x 2^8 = 1 ms ACK timeout, 2 retries.
+    let q = a.pd.qp_builder(&a.cq, &a.cq).timeout(8).retry_cnt(2).build().unwrap();
+    let nobody = Endpoint { qpn: 0x11, gid: Gid::from_ip("10.97.0.99".parse().unwrap()), psn: 0 };
+    let q = q.connect(&nobody).unwrap();
+    q.post_send(&SendWr::send(1, vec![a.mr.sge(0, 64)])).unwrap();
+    let wc = a.cq.wait(1, Duration::from_secs(20)).unwrap()[0];
+    assert_eq!(wc.status, WcStatus::RetryExcErr, "{wc}");
+    assert!(counter(&a, "arp_requests_sent") >= 1);
+    // Each try asked again and its packet waited for an answer that never came.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while counter(&a, "tx_neigh_unresolved") == 0 {
+        assert!(std::time::Instant::now() < deadline, "no packet was counted unresolved");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

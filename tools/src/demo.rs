@@ -449,7 +449,25 @@ fn run_inner(args: &Args) -> Result<ExitCode, String> {
     }
     let mut d =
         Demo { a, b, quiet: args.quiet, before, ok: 0, failed: Vec::new(), notes: drawing.then(Vec::new), compact };
-    d.say("rnic demo: two emulated RoCEv2 devices in this process, talking RoCEv2 over UDP port 4791");
+    if args.netdev.is_some() {
+        d.say(format!(
+            "rnic demo: two emulated RoCEv2 devices in this process, on raw Ethernet: rnic0 on {}, rnic1 on {}",
+            args.netdev.as_deref().unwrap_or_default(),
+            args.peer_netdev.as_deref().unwrap_or_default()
+        ));
+    } else {
+        d.say("rnic demo: two emulated RoCEv2 devices in this process, talking RoCEv2 over UDP port 4791");
+    }
+    // A raw link carries what its interface's MTU allows: MTUs above it are skipped, said.
+    let port = |s: &Side| s.ctx.query_port().map(|p| p.active_mtu).unwrap_or(PathMtu::Mtu4096);
+    let most = port(&d.a).min(port(&d.b));
+    if mtus.iter().any(|&m| m > most) {
+        d.say(format!(
+            "  skipping path MTUs above {}: the link's interface MTU carries no more (raise it, e.g. `ip link set DEV mtu 9000`)",
+            most.bytes()
+        ));
+        mtus.retain(|&m| m <= most);
+    }
     d.say(format!(
         "  rnic0 at {} (GID {}), rnic1 at {} (GID {})",
         args.ip,

@@ -90,6 +90,7 @@ pub fn run(a: &Args) -> ExitCode {
                 pin_memory: false,
                 capture: None,
                 netdev: d.netdev.clone(),
+                vlan: d.vlan,
                 ..DeviceConfig::new(&d.name, d.ip)
             }),
             DeviceKind::Hardware => Context::open(&d.name),
@@ -317,12 +318,14 @@ mod tests {
                 ip: "127.0.0.1".parse().unwrap(),
                 kind: DeviceKind::Emulated,
                 netdev: None,
+                vlan: None,
             },
             DeviceInfo {
                 name: "rnic1".into(),
                 ip: "127.0.0.2".parse().unwrap(),
                 kind: DeviceKind::Emulated,
                 netdev: None,
+                vlan: None,
             },
         ];
         assert_eq!(list(&all), "2 HCAs found:\n\trnic0\n\trnic1\n");

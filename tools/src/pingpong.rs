@@ -81,6 +81,9 @@ pub struct Args {
     /// AF_PACKET socket; needs CAP_NET_RAW) at --ip, an address the host does not own.
     #[arg(long, requires = "ip")]
     pub netdev: Option<String>,
+    /// Raw Ethernet: tag the frames with this 802.1Q VLAN ID (and take only that VLAN's).
+    #[arg(long, requires = "netdev")]
+    pub vlan: Option<u16>,
     /// At the end, print the device's non-zero counters (rxe's hw_counters names).
     #[arg(long)]
     pub counters: bool,
@@ -241,6 +244,7 @@ fn run_inner(a: &Args) -> Result<(), String> {
     let ctx = match a.ip {
         Some(ip) => Context::open_with(rnic_verbs::DeviceConfig {
             netdev: a.netdev.clone(),
+            vlan: a.vlan,
             ..rnic_verbs::DeviceConfig::new(&a.dev, ip)
         }),
         None => Context::open(&a.dev),

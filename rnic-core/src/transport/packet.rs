@@ -51,6 +51,12 @@ const ETH_P_ARP: u16 = 0x0806;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 const PACKET_VNET_HDR: libc::c_int = 15;
+const PACKET_AUXDATA: libc::c_int = 8;
+/// `TP_STATUS_VLAN_VALID`: the auxdata's VLAN TCI is the frame's (the kernel moved the tag
+/// out of the frame before this socket saw it).
+const TP_STATUS_VLAN_VALID: u32 = 0x10;
+/// Room for one `tpacket_auxdata` control message.
+const CMSG_ROOM: usize = 64;
 /// `struct virtio_net_hdr` before every frame with `PACKET_VNET_HDR`.
 const VNET_HDR: usize = 10;
 /// `VIRTIO_NET_HDR_GSO_UDP_L4`: a UDP GSO packet not yet segmented.
@@ -181,6 +187,10 @@ fn open_socket(name: &str) -> Result<(OwnedFd, Interface), String> {
     // says so and at what size to cut it, as a NIC would have on the wire.
     if set(libc::SOL_PACKET, PACKET_VNET_HDR, &one) < 0 {
         return Err(last_err("PACKET_VNET_HDR").to_string());
+    }
+    // Each frame's VLAN tag, which the kernel takes out of the frame on receive.
+    if set(libc::SOL_PACKET, PACKET_AUXDATA, &one) < 0 {
+        return Err(last_err("PACKET_AUXDATA").to_string());
     }
     let _ = set(libc::SOL_PACKET, PACKET_QDISC_BYPASS, &one);
     let big = libc::c_int::try_from(SOCKET_BUFFER).unwrap_or(libc::c_int::MAX);
@@ -363,6 +373,11 @@ pub(crate) struct Packet {
     lens: Vec<usize>,
     /// One segment of a received GSO frame.
     seg: Vec<u8>,
+    /// The received frames' VLAN IDs the kernel reported beside them.
+    vids: Vec<Option<u16>>,
+    cmsgs: Vec<[u8; CMSG_ROOM]>,
+    /// 802.1Q: the VLAN this device's frames carry, and the only one it takes.
+    vlan: Option<u16>,
     /// The clock of the last round (the receive path's learning flushes held packets).
     now: Time,
 }
@@ -384,6 +399,11 @@ impl Packet {
         };
         if ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() || ip.is_broadcast() {
             return Err(bad(format!("{ip} cannot be a device address on a link")));
+        }
+        if let Some(v) = config.vlan {
+            if v == 0 || v >= 4095 {
+                return Err(bad(format!("VLAN ID {v} is not in 1..=4094")));
+            }
         }
         let (sock, iface) = open_socket(netdev).map_err(bad)?;
         if iface.active_mtu().is_none() {
@@ -409,6 +429,9 @@ impl Packet {
             // A received frame can be a whole UDP GSO send (up to 64 KiB).
             bufs: (0..RX_BATCH).map(|_| vec![0u8; 65_536 + 256]).collect(),
             seg: Vec::with_capacity(FRAME_BUF),
+            vids: vec![None; RX_BATCH],
+            cmsgs: vec![[0u8; CMSG_ROOM]; RX_BATCH],
+            vlan: config.vlan,
             lens: vec![0; RX_BATCH],
             now: 0,
         })
@@ -447,17 +470,32 @@ impl Packet {
     /// Appends the Ethernet header of a frame to `mac` and room for the IPv4 and UDP
     /// headers ([`finish`](Self::finish) writes them once the length is known).
     fn headers(&self, buf: &mut Vec<u8>, mac: MacAddr) {
-        let eth =
-            ethernet::EthernetRepr { dst: mac, src: self.iface.mac, vlan: None, ethertype: ethernet::ETHERTYPE_IPV4 };
+        let eth = ethernet::EthernetRepr {
+            dst: mac,
+            src: self.iface.mac,
+            vlan: self.tag(),
+            ethertype: ethernet::ETHERTYPE_IPV4,
+        };
         let start = buf.len();
-        buf.resize(start + ethernet::HEADER_LEN + IP_UDP, 0);
+        buf.resize(start + eth.buffer_len() + IP_UDP, 0);
         let _ = eth.emit(&mut buf[start..]);
+    }
+
+    /// The 802.1Q tag of this device's frames.
+    fn tag(&self) -> Option<ethernet::VlanTag> {
+        self.vlan.map(|vid| ethernet::VlanTag { pcp: 0, dei: false, vid })
+    }
+
+    /// Ethernet header bytes of this device's frames.
+    fn eth_len(&self) -> usize {
+        ethernet::HEADER_LEN + if self.vlan.is_some() { ethernet::VLAN_TAG_LEN } else { 0 }
     }
 
     /// Finishes the headers written by [`headers`](Self::headers) once the RoCE bytes
     /// follow them (lengths and the IPv4 checksum need the total).
     fn finish(&self, frame: &mut [u8], dst: Ipv4Addr, src_port: u16, ident: u16, ce: bool) {
-        let roce_len = frame.len() - ethernet::HEADER_LEN - IP_UDP;
+        let at = self.eth_len();
+        let roce_len = frame.len() - at - IP_UDP;
         let tos = if ce { self.tos | crate::sys::ECN_CE } else { self.tos };
         let ip = rnic_wire::ipv4::Ipv4Repr {
             src: self.ip,
@@ -468,7 +506,6 @@ impl Packet {
             ttl: TTL,
             protocol: rnic_wire::ipv4::PROTO_UDP,
         };
-        let at = ethernet::HEADER_LEN;
         let _ = ip.emit(&mut frame[at..at + 20], 8 + roce_len);
         let u = &mut frame[at + 20..at + 28];
         u[0..2].copy_from_slice(&src_port.to_be_bytes());
@@ -555,7 +592,7 @@ impl Packet {
 
     /// Sends an ARP request for `ip`.
     fn ask(&mut self, ip: Ipv4Addr) {
-        let frame = arp_frame(1, self.iface.mac, self.ip, MacAddr([0xff; 6]), MacAddr([0; 6]), ip);
+        let frame = arp_frame(self.vlan, 1, self.iface.mac, self.ip, MacAddr([0xff; 6]), MacAddr([0; 6]), ip);
         let buf = self.frame_buf();
         buf.extend_from_slice(&frame);
         self.counters.arp_requests_sent.fetch_add(1, Ordering::Relaxed);
@@ -660,7 +697,7 @@ impl Packet {
             self.learn(spa, sha);
         }
         if op == 1 && tpa == self.ip {
-            let reply = arp_frame(2, self.iface.mac, self.ip, sha, sha, spa);
+            let reply = arp_frame(self.vlan, 2, self.iface.mac, self.ip, sha, sha, spa);
             self.frame_buf().extend_from_slice(&reply);
             self.counters.arp_replies_sent.fetch_add(1, Ordering::Relaxed);
         }
@@ -676,13 +713,14 @@ impl Packet {
         }
         let mut buf = std::mem::take(&mut self.bufs[i]);
         let (gso_type, gso_size) = (buf[1] & 0x7f, usize::from(u16::from_ne_bytes([buf[4], buf[5]])));
+        let vid = self.vids[i];
         let n = if gso_type == GSO_UDP_L4 && gso_size > 0 {
             let mut seg = std::mem::take(&mut self.seg);
-            let n = self.segments(&buf[VNET_HDR..len], gso_size, &mut seg, engine, now);
+            let n = self.segments(&buf[VNET_HDR..len], gso_size, vid, &mut seg, engine, now);
             self.seg = seg;
             n
         } else {
-            self.frame_in(&mut buf[VNET_HDR..len], engine, now)
+            self.frame_in(&mut buf[VNET_HDR..len], vid, engine, now)
         };
         self.bufs[i] = buf;
         n
@@ -693,7 +731,15 @@ impl Packet {
     /// sender's kernel would have put on a wire: the headers repeated with each one's
     /// lengths and checksum, the IPv4 ID counting up from the first (Linux's UDP
     /// segmentation), and hands each on.
-    fn segments(&mut self, f: &[u8], size: usize, seg: &mut Vec<u8>, engine: &mut Engine, now: u64) -> usize {
+    fn segments(
+        &mut self,
+        f: &[u8],
+        size: usize,
+        vid: Option<u16>,
+        seg: &mut Vec<u8>,
+        engine: &mut Engine,
+        now: u64,
+    ) -> usize {
         let mut at = ethernet::HEADER_LEN;
         if f.len() >= at && u16::from_be_bytes([f[12], f[13]]) == ethernet::TPID_8021Q {
             at += 4;
@@ -719,12 +765,13 @@ impl Packet {
             ip[10..12].copy_from_slice(&sum.to_be_bytes());
             let udp_len = u16::try_from(8 + body.len()).unwrap_or(u16::MAX);
             seg[at + ihl + 4..at + ihl + 6].copy_from_slice(&udp_len.to_be_bytes());
-            n += self.frame_in(seg, engine, now);
+            n += self.frame_in(seg, vid, engine, now);
         }
         n
     }
 
-    fn frame_in(&mut self, f: &mut [u8], engine: &mut Engine, now: u64) -> usize {
+    /// `vid`: the VLAN the kernel reported beside the frame (its tag taken out).
+    fn frame_in(&mut self, f: &mut [u8], vid: Option<u16>, engine: &mut Engine, now: u64) -> usize {
         if f.len() < ethernet::HEADER_LEN {
             self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
             return 0;
@@ -737,9 +784,16 @@ impl Packet {
         }
         let mut et = u16::from_be_bytes([f[12], f[13]]);
         let mut at = ethernet::HEADER_LEN;
+        let mut vid = vid;
         if et == ethernet::TPID_8021Q && f.len() >= at + 4 {
+            vid = Some(u16::from_be_bytes([f[14], f[15]]) & 0x0fff);
             et = u16::from_be_bytes([f[16], f[17]]);
             at += 4;
+        }
+        // Only this device's VLAN (or, without one, untagged frames).
+        if vid != self.vlan {
+            self.counters.rx_not_for_us.fetch_add(1, Ordering::Relaxed);
+            return 0;
         }
         let broadcast = dst.0 == [0xff; 6];
         if dst != self.iface.mac && !broadcast {
@@ -806,6 +860,28 @@ impl Packet {
     }
 }
 
+/// The VLAN ID of a received frame from its `PACKET_AUXDATA` control message, when the
+/// kernel took the tag out of the frame.
+// A tpacket_auxdata is 20 bytes: its size fits a u32.
+#[allow(clippy::cast_possible_truncation)]
+fn auxdata_vid(h: &libc::msghdr) -> Option<u16> {
+    // SAFETY: `h` was filled by recvmmsg; CMSG_FIRSTHDR/NXTHDR walk its control buffer
+    // within msg_controllen, and each data pointer is read only when the message is
+    // PACKET_AUXDATA and long enough for a tpacket_auxdata.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            let want = libc::CMSG_LEN(std::mem::size_of::<libc::tpacket_auxdata>() as u32) as usize;
+            if (*c).cmsg_level == libc::SOL_PACKET && (*c).cmsg_type == PACKET_AUXDATA && (*c).cmsg_len >= want {
+                let a: libc::tpacket_auxdata = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                return (a.tp_status & TP_STATUS_VLAN_VALID != 0).then_some(a.tp_vlan_tci & 0x0fff);
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+        None
+    }
+}
+
 /// Waits up to 10 ms for room in the socket's send queue.
 fn wait_writable(sock: &OwnedFd) {
     let mut p = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
@@ -813,11 +889,24 @@ fn wait_writable(sock: &OwnedFd) {
     let _ = unsafe { libc::poll(&mut p, 1, 10) };
 }
 
-/// An Ethernet ARP frame (operation 1 request, 2 reply), padded to the 60-byte minimum.
-fn arp_frame(op: u16, sha: MacAddr, spa: Ipv4Addr, eth_dst: MacAddr, tha: MacAddr, tpa: Ipv4Addr) -> Vec<u8> {
-    let mut f = Vec::with_capacity(60);
+/// An Ethernet ARP frame (operation 1 request, 2 reply), 802.1Q-tagged with `vlan`,
+/// padded to the 60-byte minimum.
+fn arp_frame(
+    vlan: Option<u16>,
+    op: u16,
+    sha: MacAddr,
+    spa: Ipv4Addr,
+    eth_dst: MacAddr,
+    tha: MacAddr,
+    tpa: Ipv4Addr,
+) -> Vec<u8> {
+    let mut f = Vec::with_capacity(64);
     f.extend_from_slice(&eth_dst.0);
     f.extend_from_slice(&sha.0);
+    if let Some(vid) = vlan {
+        f.extend_from_slice(&ethernet::TPID_8021Q.to_be_bytes());
+        f.extend_from_slice(&(vid & 0x0fff).to_be_bytes());
+    }
     f.extend_from_slice(&ETH_P_ARP.to_be_bytes());
     f.extend_from_slice(&[0, 1, 8, 0, 6, 4]);
     f.extend_from_slice(&op.to_be_bytes());
@@ -894,11 +983,15 @@ impl Transport for Packet {
             .collect();
         let mut msgs: Vec<libc::mmsghdr> = iov
             .iter_mut()
-            .map(|v| {
-                // SAFETY: a zeroed mmsghdr is valid; it points at one iovec.
+            .zip(self.cmsgs.iter_mut())
+            .map(|(v, c)| {
+                // SAFETY: a zeroed mmsghdr is valid; it points at one iovec and a control
+                // buffer.
                 let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
                 m.msg_hdr.msg_iov = std::ptr::from_mut(v);
                 m.msg_hdr.msg_iovlen = 1;
+                m.msg_hdr.msg_control = c.as_mut_ptr().cast();
+                m.msg_hdr.msg_controllen = CMSG_ROOM;
                 m
             })
             .collect();
@@ -915,9 +1008,10 @@ impl Transport for Packet {
             return 0;
         }
         let n = usize::try_from(r).unwrap_or(0);
-        for (l, m) in self.lens.iter_mut().zip(&msgs[..n]) {
+        for (i, m) in msgs[..n].iter().enumerate() {
             let truncated = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            *l = if truncated { 0 } else { m.msg_len as usize };
+            self.lens[i] = if truncated { 0 } else { m.msg_len as usize };
+            self.vids[i] = auxdata_vid(&m.msg_hdr);
         }
         n
     }
@@ -950,6 +1044,7 @@ mod tests {
     #[test]
     fn an_arp_request_is_what_wireshark_expects() {
         let f = arp_frame(
+            None,
             1,
             MacAddr([2, 0, 0, 0, 0, 1]),
             Ipv4Addr::new(10, 0, 0, 1),
