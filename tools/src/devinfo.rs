@@ -264,8 +264,8 @@ mod tests {
         let want = "hca_id:\trnic9\n\
             \ttransport:\t\t\tInfiniBand (0)\n\
             \tfw_ver:\t\t\t\t0.1.0\n\
-            \tnode_guid:\t\t\t0000:7fff:fe00:3e01\n\
-            \tsys_image_guid:\t\t\t0000:7fff:fe00:3e01\n\
+            \tnode_guid:\t\t\t0052:7fff:fe00:3e01\n\
+            \tsys_image_guid:\t\t\t0052:7fff:fe00:3e01\n\
             \tvendor_id:\t\t\t0x0000\n\
             \tvendor_part_id:\t\t\t0\n\
             \thw_ver:\t\t\t\t0x0\n\
@@ -278,7 +278,7 @@ mod tests {
             \t\t\tport_lid:\t\t0\n\
             \t\t\tport_lmc:\t\t0x00\n\
             \t\t\tlink_layer:\t\tEthernet\n\
-            \t\t\tGID[  0]:\t\tfe80::7fff:fe00:3e01, RoCE v2\n\
+            \t\t\tGID[  0]:\t\tfe80::52:7fff:fe00:3e01, RoCE v2\n\
             \t\t\tGID[  1]:\t\t::ffff:127.0.62.1, RoCE v2\n\n";
         assert_eq!(out, want);
     }

@@ -28,7 +28,7 @@ fn shows_one_device_with_its_gid_and_limits() {
     for want in [
         "PORT_ACTIVE (4)",
         "link_layer:\t\tEthernet",
-        "GID[  0]:\t\tfe80::7fff:fe00:3e0c, RoCE v2",
+        "GID[  0]:\t\tfe80::52:7fff:fe00:3e0c, RoCE v2",
         "GID[  1]:\t\t::ffff:127.0.62.12, RoCE v2",
         "max_qp_wr:",
         "counters:",

@@ -93,22 +93,11 @@ pub fn guid_for_mac(mac: [u8; 6]) -> u64 {
     u64::from_be_bytes([mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]])
 }
 
-/// The EUI-64 GUID of the locally administered MAC a device at `ip` gets (`02:00` and the
-/// IPv4 address, or `02` and the last five bytes of an IPv6 address): the MAC's U/L bit
-/// flipped and `ff:fe` inserted in the middle, as rxe derives its node GUID
-/// (`addrconf_addr_eui48`).
+/// The GUID of a device at `ip` that has no interface of its own (the UDP transport): the
+/// EUI-64 of the MAC it shows in captures and in GID 0 (`capture::mac_for`), so its node GUID,
+/// GID 0 and captured frames agree, as rxe's all come from its netdev's MAC.
 pub fn guid_for(ip: IpAddr) -> u64 {
-    let mac: [u8; 6] = match ip {
-        IpAddr::V4(a) => {
-            let o = a.octets();
-            [0x02, 0x00, o[0], o[1], o[2], o[3]]
-        }
-        IpAddr::V6(a) => {
-            let o = a.octets();
-            [0x02, o[11], o[12], o[13], o[14], o[15]]
-        }
-    };
-    u64::from_be_bytes([mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]])
+    guid_for_mac(crate::capture::mac_for(ip).0)
 }
 
 /// Asynchronous events (`ibv_event_type`).
