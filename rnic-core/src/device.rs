@@ -36,6 +36,7 @@ use crate::mr::{AccessFlags, MrError, MrKeys, Mtpt, PdId};
 use crate::qp_state::PathMtu;
 use crate::qp_state::QpType;
 use crate::srq::Srq;
+use crate::transport::faulty::Faulty;
 use crate::transport::packet::Packet;
 pub use crate::transport::packet::{Interface, RawSocket};
 use crate::transport::udp::{bind, transport_info, Udp};
@@ -440,6 +441,11 @@ impl Device {
                 let local = SocketAddr::new(config.ip, ROCEV2_UDP_PORT);
                 (Box::new(p), local, transport, SOCKET_BUFFER as u64, Some(iface))
             }
+        };
+        // Fault injection wraps whichever transport it is.
+        let link: Box<dyn Transport> = match &config.faults {
+            Some(f) => Box::new(Faulty::new(link, f.clone())),
+            None => link,
         };
         let mtpt = Arc::new(Mtpt::new(config.max_mr));
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();

@@ -7,11 +7,16 @@
 //! - [`packet`]: whole Ethernet frames through an `AF_PACKET` socket on a named interface:
 //!   the device has its own MAC-level presence and IP address (it answers ARP), every
 //!   header is its own, and the ICRC is checked in full.
+//! - [`faulty`]: fault injection, wrapping either (every transport gets it). Capture stays
+//!   inside each transport: only the transport knows the headers it produced (a UDP GSO
+//!   segment's IPv4 ID, a raw frame's every byte).
 
 // The AF_PACKET socket: every unsafe call of the raw transport is in this module.
 #[allow(unsafe_code)]
 pub(crate) mod packet;
 pub(crate) mod udp;
+// Fault injection wraps either transport.
+pub(crate) mod faulty;
 
 use crate::counters::Counters;
 use crate::engine::{Engine, Time, TxPacket};
@@ -42,4 +47,12 @@ pub(crate) trait Transport: Send {
     fn wake_fd(&self) -> io::Result<OwnedFd>;
     /// Writes out what a capture buffered (at shutdown).
     fn flush(&self);
+    /// Sends one packet whose ICRC is already filled for IPv4 ID 0 with DF (what a fault
+    /// chain let through), its IP header ECN-CE-marked when `w.ce`; may be batched until
+    /// the next [`Transport::send`] or [`Transport::release`].
+    fn put(&mut self, now: Time, w: crate::faults::Wire, counters: &Counters);
+    /// The address packets leave from.
+    fn local_ip(&self) -> std::net::IpAddr;
+    /// The UDP source port packet `p` leaves with.
+    fn src_port(&self, p: &TxPacket) -> u16;
 }

@@ -19,7 +19,10 @@
 //!   receive (no ID solving: `icrc_ipv4_id_solved` stays 0);
 //! - frames that are not for it are ignored and counted: another MAC
 //!   (`rx_not_for_us`), another IP address (`rx_not_for_us`), not RoCEv2 (`rx_not_roce`);
-//!   truncated or malformed frames count in `malformed_pkts`, bad ICRCs in `icrc_err`.
+//!   truncated or malformed frames count in `malformed_pkts`, bad ICRCs in `icrc_err`;
+//! - a fault chain wraps it as it wraps the UDP transport (`faulty.rs`): what the chain lets
+//!   through comes back through [`Transport::put`], framed with IPv4 ID 0 (the ID its ICRC
+//!   was filled for).
 //!
 //! IPv4 only (an IPv6 address is refused when the device opens), untagged frames (an
 //! 802.1Q-tagged RoCE frame received is accepted; this side sends untagged).
@@ -34,11 +37,11 @@ use crate::capture::Capture;
 use crate::counters::Counters;
 use crate::device::{CongestionControl, DeviceConfig, DeviceError, SOCKET_BUFFER};
 use crate::engine::{Engine, Time, TxPacket};
-use crate::faults::{FaultHandle, Wire};
+use crate::faults::Wire;
 use rnic_wire::ethernet::{self, MacAddr};
 use rnic_wire::icrc::IcrcContext;
 use rnic_wire::ROCEV2_UDP_PORT;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
@@ -325,30 +328,6 @@ struct Pending {
     packets: Vec<(Ipv4Addr, u16, Vec<u8>)>,
 }
 
-/// A packet the fault chain delays.
-#[derive(Debug)]
-struct Delayed {
-    at: Time,
-    seq: u64,
-    wire: Wire,
-}
-impl PartialEq for Delayed {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl Eq for Delayed {}
-impl PartialOrd for Delayed {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Delayed {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (o.at, o.seq).cmp(&(self.at, self.seq))
-    }
-}
-
 /// The raw-Ethernet transport of one device.
 pub(crate) struct Packet {
     sock: OwnedFd,
@@ -359,9 +338,6 @@ pub(crate) struct Packet {
     pending: HashMap<Ipv4Addr, Pending>,
     counters: Arc<Counters>,
     capture: Option<Arc<Capture>>,
-    faults: Option<FaultHandle>,
-    delayed: BinaryHeap<Delayed>,
-    seq: u64,
     /// TOS byte: ECT(0) with congestion control on.
     tos: u8,
     ident: u16,
@@ -418,9 +394,6 @@ impl Packet {
             pending: HashMap::new(),
             counters,
             capture,
-            faults: config.faults.clone(),
-            delayed: BinaryHeap::new(),
-            seq: 0,
             tos: if config.congestion_control == CongestionControl::Off { 0 } else { crate::sys::ECN_ECT0 },
             ident: 0,
             icrc: rnic_wire::icrc::IcrcCache::new(),
@@ -634,34 +607,6 @@ impl Packet {
         }
         if first {
             self.ask(hop);
-        }
-    }
-
-    /// The fault-injection path: ICRC for this frame's ID, the chain (which may drop,
-    /// corrupt, duplicate, delay or mark the packet), then framing.
-    fn send_through_faults(&mut self, now: Time, faults: &FaultHandle, p: &mut TxPacket) {
-        p.make_contiguous();
-        let ctx = IcrcContext::new(IpAddr::V4(self.ip), p.dst, p.src_port, ROCEV2_UDP_PORT);
-        if ctx.fill(&mut p.data).is_err() {
-            self.counters.send_err.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        let w = Wire { src: IpAddr::V4(self.ip), dst: p.dst, src_port: p.src_port, data: p.data.clone(), ce: false };
-        let mut now_out = Vec::new();
-        let mut later = Vec::new();
-        faults.lock().apply(now, w, |extra, w| {
-            if extra == 0 {
-                now_out.push(w);
-            } else {
-                later.push((now.saturating_add(extra), w));
-            }
-        });
-        for w in now_out {
-            self.put_sealed(now, w);
-        }
-        for (at, wire) in later {
-            self.seq += 1;
-            self.delayed.push(Delayed { at, seq: self.seq, wire });
         }
     }
 
@@ -921,33 +866,14 @@ fn arp_frame(
 impl Transport for Packet {
     fn send(&mut self, now: Time, batch: &mut [TxPacket], _counters: &Counters) {
         self.now = now;
-        match self.faults.clone() {
-            Some(f) => {
-                for p in batch.iter_mut() {
-                    self.send_through_faults(now, &f, p);
-                }
-            }
-            None => {
-                for p in batch.iter_mut() {
-                    self.route(now, p);
-                }
-            }
+        for p in batch.iter_mut() {
+            self.route(now, p);
         }
         self.flush_out();
     }
 
     fn release(&mut self, now: Time, _counters: &Counters) {
         self.now = now;
-        let mut due = Vec::new();
-        while self.delayed.peek().is_some_and(|d| d.at <= now) {
-            due.push(self.delayed.pop().expect("peeked").wire);
-        }
-        if let Some(f) = &self.faults {
-            f.lock().release_due(now, |w| due.push(w));
-        }
-        for w in due {
-            self.put_sealed(now, w);
-        }
         // Neighbours that did not answer: ask again, or give up on what waits.
         let mut ask = Vec::new();
         let mut dropped = 0u64;
@@ -970,9 +896,7 @@ impl Transport for Packet {
     }
 
     fn next_due(&self) -> Option<Time> {
-        let held = self.faults.as_ref().and_then(|f| f.lock().next_release());
-        let resolve = self.pending.values().map(|p| (p.asked + RESOLVE_RETRY).min(p.since + RESOLVE_GIVE_UP)).min();
-        [self.delayed.peek().map(|d| d.at), held, resolve].into_iter().flatten().min()
+        self.pending.values().map(|p| (p.asked + RESOLVE_RETRY).min(p.since + RESOLVE_GIVE_UP)).min()
     }
 
     fn recv(&mut self, max: usize) -> usize {
@@ -1034,6 +958,18 @@ impl Transport for Packet {
         if let Some(c) = &self.capture {
             c.flush();
         }
+    }
+
+    fn put(&mut self, now: Time, w: Wire, _counters: &Counters) {
+        self.put_sealed(now, w);
+    }
+
+    fn local_ip(&self) -> IpAddr {
+        IpAddr::V4(self.ip)
+    }
+
+    fn src_port(&self, p: &TxPacket) -> u16 {
+        p.src_port
     }
 }
 

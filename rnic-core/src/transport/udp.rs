@@ -11,7 +11,7 @@ use crate::capture::Capture;
 use crate::counters::Counters;
 use crate::device::{CongestionControl, DeviceConfig, DeviceError, TransportInfo, SOCKET_BUFFER};
 use crate::engine::{Engine, Time, TxPacket};
-use crate::faults::{FaultHandle, Wire};
+use crate::faults::Wire;
 use rnic_wire::icrc::{IcrcContext, Ipv4IdPolicy};
 use rnic_wire::ROCEV2_UDP_PORT;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -52,9 +52,6 @@ impl Udp {
             msg_first: Vec::new(),
             iovs: Vec::new(),
             msgs: Vec::new(),
-            faults: config.faults.clone(),
-            delayed: std::collections::BinaryHeap::new(),
-            seq: 0,
             tos: if config.congestion_control == CongestionControl::Off { 0 } else { crate::sys::ECN_ECT0 },
         };
         Ok(Udp { tx, rx: Rx::new(sock, local, counters, capture, config.ipv4_id) })
@@ -62,14 +59,12 @@ impl Udp {
 }
 
 impl Transport for Udp {
-    fn send(&mut self, now: Time, batch: &mut [TxPacket], counters: &Counters) {
-        self.tx.send(now, batch, counters);
+    fn send(&mut self, _now: Time, batch: &mut [TxPacket], counters: &Counters) {
+        self.tx.send(batch, counters);
     }
-    fn release(&mut self, now: Time, counters: &Counters) {
-        self.tx.release(now, counters);
-    }
+    fn release(&mut self, _now: Time, _counters: &Counters) {}
     fn next_due(&self) -> Option<Time> {
-        self.tx.next_due()
+        None
     }
     fn recv(&mut self, max: usize) -> usize {
         self.rx.recv(max)
@@ -84,6 +79,16 @@ impl Transport for Udp {
         if let Some(c) = &self.tx.capture {
             c.flush();
         }
+    }
+    fn put(&mut self, _now: Time, w: Wire, counters: &Counters) {
+        self.tx.put(&w.data, w.dst, w.ce, counters);
+    }
+    fn local_ip(&self) -> IpAddr {
+        self.tx.local.ip()
+    }
+    fn src_port(&self, _p: &TxPacket) -> u16 {
+        // Every datagram leaves from the socket's port.
+        self.tx.local.port()
     }
 }
 
@@ -133,29 +138,6 @@ const RX_BUF: usize = 65_536;
 /// Messages per `sendmmsg` (the kernel takes at most UIO_MAXIOV = 1024).
 const TX_MSGS: usize = 512;
 
-/// Packets the fault chain delays, in send order.
-struct Delayed {
-    at: Time,
-    seq: u64,
-    pkt: Wire,
-}
-impl PartialEq for Delayed {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl Eq for Delayed {}
-impl PartialOrd for Delayed {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Delayed {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (o.at, o.seq).cmp(&(self.at, self.seq)) // min-heap
-    }
-}
-
 /// The sending half of the UDP transport (owned by the progress thread).
 pub(crate) struct Tx {
     sock: UdpSocket,
@@ -179,10 +161,6 @@ pub(crate) struct Tx {
     /// between sends (see [`reuse`]).
     iovs: Vec<io::IoSlice<'static>>,
     msgs: Vec<crate::sys::OutMsg<'static>>,
-    /// Fault injection: with a chain, every packet goes through it alone (no GSO).
-    faults: Option<FaultHandle>,
-    delayed: std::collections::BinaryHeap<Delayed>,
-    seq: u64,
     /// The socket's TOS byte (ECT(0) with congestion control), restored after a packet a
     /// fault rule marked CE.
     tos: u8,
@@ -217,34 +195,10 @@ impl Tx {
     /// *i*, so its ICRC is filled for that ID), and all messages go in `sendmmsg` calls.
     /// Without GSO every packet is its own message, ID 0 (unconnected socket,
     /// `IP_PMTUDISC_DO`: see `shared/notes/icrc-over-udp-sockets.md`).
-    fn send(&mut self, now: Time, batch: &mut [TxPacket], counters: &Counters) {
-        if self.faults.is_some() {
-            self.send_through_faults(now, batch, counters);
-            return;
-        }
+    fn send(&mut self, batch: &mut [TxPacket], counters: &Counters) {
         let mut start = 0;
         while start < batch.len() {
             start = self.send_from(batch, start, counters);
-        }
-    }
-
-    /// When a delayed or held packet is next due.
-    fn next_due(&self) -> Option<Time> {
-        let held = self.faults.as_ref().and_then(|f| f.lock().next_release());
-        [self.delayed.peek().map(|d| d.at), held].into_iter().flatten().min()
-    }
-
-    /// Sends what the fault chain delayed or held and is due at `now`.
-    fn release(&mut self, now: Time, counters: &Counters) {
-        let mut due = Vec::new();
-        while self.delayed.peek().is_some_and(|d| d.at <= now) {
-            due.push(self.delayed.pop().expect("peeked").pkt);
-        }
-        if let Some(f) = &self.faults {
-            f.lock().release_due(now, |w| due.push(w));
-        }
-        for w in due {
-            self.put(&w.data, w.dst, w.ce, counters);
         }
     }
 
@@ -263,38 +217,6 @@ impl Tx {
         }
         if ce && crate::sys::set_tos(&self.sock, v6, self.tos).is_err() {
             counters.send_err.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// The fault-injection path: each packet's ICRC for ID 0, then the fault chain
-    /// (after the ICRC, so that a corrupted packet fails its check at the receiver),
-    /// then one `send_to` per packet, or later if the chain delays it.
-    fn send_through_faults(&mut self, now: Time, batch: &mut [TxPacket], counters: &Counters) {
-        for p in batch.iter_mut() {
-            let ctx = IcrcContext::new(self.local.ip(), p.dst, self.local.port(), ROCEV2_UDP_PORT);
-            p.make_contiguous();
-            if ctx.fill(&mut p.data).is_err() {
-                counters.send_err.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let Some(faults) = self.faults.clone() else {
-                self.put(&p.data, p.dst, false, counters);
-                continue;
-            };
-            let w =
-                Wire { src: self.local.ip(), dst: p.dst, src_port: self.local.port(), data: p.data.clone(), ce: false };
-            let mut later = Vec::new();
-            faults.lock().apply(now, w, |extra, w| {
-                if extra == 0 {
-                    self.put(&w.data, w.dst, w.ce, counters);
-                } else {
-                    later.push((now.saturating_add(extra), w));
-                }
-            });
-            for (at, pkt) in later {
-                self.seq += 1;
-                self.delayed.push(Delayed { at, seq: self.seq, pkt });
-            }
         }
     }
 
