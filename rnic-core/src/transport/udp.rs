@@ -291,6 +291,13 @@ impl Tx {
             parts: &slices[w[0]..w[1]],
             segment: if e - a > 1 { u16::try_from(lens[a]).unwrap_or(0) } else { 0 },
         }));
+        // The capture copies each packet before it is sent: a payload lent from registered
+        // memory can change once the peer has it (its completion lets the owner write
+        // there), and a copy taken after the send could then disagree with its ICRC.
+        let snap: Vec<Vec<u8>> = match &self.capture {
+            Some(_) => batch.iter().map(TxPacket::to_vec).collect(),
+            None => Vec::new(),
+        };
         let mut m = 0;
         let mut resume = batch.len();
         while m < msgs.len() {
@@ -302,10 +309,10 @@ impl Tx {
                             counters.tx_gso_batches.fetch_add(1, Ordering::Relaxed);
                         }
                         if let Some(c) = &self.capture {
-                            for (id, p) in batch[a..e].iter().enumerate() {
+                            for (id, k) in (a..e).enumerate() {
                                 let id = if e - a > 1 { u16::try_from(id).unwrap_or(0) } else { 0 };
                                 let ports = (self.local.port(), ROCEV2_UDP_PORT);
-                                c.record_ipv4_id(self.local.ip(), p.dst, ports, id, &p.to_vec());
+                                c.record_ipv4_id(self.local.ip(), batch[k].dst, ports, id, &snap[k]);
                             }
                         }
                     }
