@@ -43,8 +43,15 @@ fn demo_verifies_everything_and_its_capture_checks_out() {
     let check = shared().join("vectors/check_pcap.sh");
     let have_tshark = Command::new("tshark").arg("--version").stdout(Stdio::null()).status().is_ok_and(|s| s.success());
     if have_tshark {
-        let st = Command::new(&check).arg("-q").arg(&pcap).output().unwrap();
-        assert!(st.status.success(), "check_pcap.sh: {}", String::from_utf8_lossy(&st.stdout));
+        let st = Command::new(&check).arg(&pcap).output().unwrap();
+        let text = String::from_utf8_lossy(&st.stdout);
+        if !st.status.success() {
+            // Keep what failed for a look: the frames in question, the demo's counters.
+            let keep = std::env::temp_dir().join("rnic-e2e-demo-failed.pcap");
+            let _ = std::fs::copy(&pcap, &keep);
+            let bad: Vec<&str> = text.lines().filter(|l| l.contains("BAD") || l.starts_with("FAIL")).collect();
+            panic!("check_pcap.sh on {} failed:\n{}\ndemo said:\n{stdout}", keep.display(), bad.join("\n"));
+        }
     } else {
         eprintln!("tshark not installed: check_pcap.sh skipped (.ci/run installs it)");
     }
@@ -320,4 +327,32 @@ fn demo_runs_on_raw_ethernet_over_a_veth_pair() {
         let st = Command::new(shared().join("vectors/check_pcap.sh")).arg("-q").arg(&pcap).output().unwrap();
         assert!(st.status.success(), "check_pcap.sh: {}", String::from_utf8_lossy(&st.stdout));
     }
+
+    let rnic = |args: &[&str]| {
+        let out = Command::new("ip").args(["netns", "exec", &ns]).arg(env!("CARGO_BIN_EXE_rnic")).args(args).output();
+        let out = out.unwrap();
+        let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    };
+    let pair = ["--ip", "10.95.0.1", "--netdev", "ea", "--peer-ip", "10.95.0.2", "--peer-netdev", "eb"];
+    // Fault injection wraps the raw transport as it wraps UDP: RC recovers every transfer.
+    let mut args = vec!["demo", "--mtus", "1024", "--loss", "0.05", "--dup", "0.02", "--reorder", "0.02"];
+    args.extend(["--corrupt", "0.01", "--seed", "7"]);
+    args.extend(pair);
+    let (ok, text) = rnic(&args);
+    assert!(ok, "lossy demo on raw Ethernet failed:\n{text}");
+    assert!(text.contains("12 of 12 transfers verified byte for byte"), "{text}");
+    assert!(text.contains("fault") && text.contains("recover"), "{text}");
+
+    // perf without -m takes the link's MTU, as perftest takes the port's active MTU: a
+    // 1500-byte link carries path MTU 1024.
+    for d in ["ea", "eb"] {
+        ip(&["link", "set", d, "mtu", "1500"]);
+    }
+    let mut args = vec!["perf", "write_bw", "-s", "8192", "-n", "300", "--rounds", "1"];
+    args.extend(pair);
+    let (ok, text) = rnic(&args);
+    assert!(ok, "perf on raw Ethernet failed:\n{text}");
+    assert!(text.contains("Mtu            : 1024[B]"), "{text}");
+    assert!(text.contains("raw-frame baseline"), "{text}");
 }

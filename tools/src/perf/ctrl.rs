@@ -31,6 +31,10 @@ pub struct Params {
     pub inline: u32,
     /// Path MTU in bytes.
     pub mtu: u32,
+    /// `-m` not given: the client lowers `mtu` to its port's active MTU (and sends the
+    /// result, with this false, to the server).
+    #[serde(default)]
+    pub mtu_auto: bool,
     /// Completion moderation.
     pub cq_mod: u32,
     /// Both sides send.

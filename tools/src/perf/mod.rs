@@ -69,9 +69,10 @@ pub struct Args {
     /// Send messages of at most this many bytes inline (copied at post time).
     #[arg(short = 'I', long = "inline-size", default_value_t = 0)]
     pub inline: u32,
-    /// Path MTU in bytes: 256, 512, 1024, 2048, 4096.
-    #[arg(short = 'm', long = "mtu", default_value_t = 4096)]
-    pub mtu: u32,
+    /// Path MTU in bytes: 256, 512, 1024, 2048, 4096 (default: the client port's active
+    /// MTU, as perftest: 4096 on UDP, what the link carries on raw Ethernet or hardware).
+    #[arg(short = 'm', long = "mtu")]
+    pub mtu: Option<u32>,
     /// Connection type: RC, UC or UD.
     #[arg(short = 'c', long = "connection", default_value = "RC")]
     pub connection: String,
@@ -248,8 +249,9 @@ impl Args {
         if self.events && test.lat && test.kind == TestKind::Write {
             return Err("-e: write_lat polls memory, not a completion queue (as perftest)".into());
         }
-        if rnic_verbs::PathMtu::from_bytes(self.mtu).is_none() {
-            return Err(format!("-m {}: not 256, 512, 1024, 2048 or 4096", self.mtu));
+        let mtu = self.mtu.unwrap_or(4096);
+        if rnic_verbs::PathMtu::from_bytes(mtu).is_none() {
+            return Err(format!("-m {mtu}: not 256, 512, 1024, 2048 or 4096"));
         }
         let sizes = if test.kind == TestKind::Atomic {
             // perftest: atomics are 8 bytes whatever -s says.
@@ -263,10 +265,9 @@ impl Args {
             return Err(format!("-s {s}: must be 1 to 2^30 bytes"));
         }
         // A UD message is one packet: at most the path MTU (perftest's -a stops there).
-        let sizes =
-            if ud && self.all { sizes.into_iter().filter(|&s| s <= u64::from(self.mtu)).collect() } else { sizes };
-        if let Some(&s) = sizes.iter().find(|&&s| ud && s > u64::from(self.mtu)) {
-            return Err(format!("-s {s}: a UD message is one packet, at most the path MTU (-m {})", self.mtu));
+        let sizes = if ud && self.all { sizes.into_iter().filter(|&s| s <= u64::from(mtu)).collect() } else { sizes };
+        if let Some(&s) = sizes.iter().find(|&&s| ud && s > u64::from(mtu)) {
+            return Err(format!("-s {s}: a UD message is one packet, at most the path MTU (-m {mtu})"));
         }
         if test.lat && self.qps != 1 {
             return Err("-q: latency tests use one QP".into());
@@ -322,7 +323,8 @@ impl Args {
                 tx_depth,
                 rx_depth: self.rx_depth,
                 inline: self.inline,
-                mtu: self.mtu,
+                mtu,
+                mtu_auto: self.mtu.is_none(),
                 cq_mod,
                 bidirectional: self.bidirectional,
                 events: self.events,
@@ -1084,7 +1086,9 @@ fn client_inner(
     // A hardware device has no UDP baseline: neither side runs one.
     let hw = side.as_ref().is_some_and(|s| s.ctx.emulated().is_none());
     let netdev = side.as_ref().and_then(|s| s.netdev());
-    let p = &Params { no_baseline: p.no_baseline || hw, raw: netdev.is_some(), ..p.clone() };
+    // The server takes the path MTU the client settled on (its port's active MTU unless -m).
+    let mtu = side.as_ref().map_or(p.mtu, |s| s.mtu);
+    let p = &Params { no_baseline: p.no_baseline || hw, raw: netdev.is_some(), mtu, mtu_auto: false, ..p.clone() };
     ctrl.send(&Msg::Hello { params: p.clone() })?;
     let peer_ip = if let Some(s) = &mut side {
         ctrl.send(&Msg::Setup { qps: s.endpoints(), mr: s.remote_mr() })?;

@@ -52,6 +52,8 @@ pub enum DevSel {
 pub struct Side {
     /// The device.
     pub ctx: Context,
+    /// The path MTU its QPs use, in bytes.
+    pub mtu: u32,
     scq: CompletionQueue,
     rcq: CompletionQueue,
     /// With -e: both CQs report to this channel and empty polls sleep on it.
@@ -124,7 +126,19 @@ impl Side {
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_ATOMIC;
         let mr = pd.allocate_mr(nbuf * stride + max_size, access).map_err(|e| rnic_verbs::report(&e))?;
-        let mtu = PathMtu::from_bytes(params.mtu).ok_or_else(|| format!("-m {}: not a path MTU", params.mtu))?;
+        let mut mtu = PathMtu::from_bytes(params.mtu).ok_or_else(|| format!("-m {}: not a path MTU", params.mtu))?;
+        if params.mtu_auto {
+            // perftest's default: the port's active MTU (rxe on a 1500-byte link: 1024).
+            let active = ctx.query_port().map_err(|e| rnic_verbs::report(&e))?.active_mtu;
+            mtu = mtu.min(active);
+        }
+        if params.ud && max_size > mtu.bytes() as usize {
+            return Err(format!(
+                "-s {max_size}: a UD message is one packet, at most the path MTU ({}, {}'s active MTU; -m sets it)",
+                mtu.bytes(),
+                ctx.name()
+            ));
+        }
         let cap = QpCap {
             max_send_wr: params.tx_depth,
             max_recv_wr: params.rx_depth.max(1),
@@ -165,6 +179,7 @@ impl Side {
             dests: Vec::new(),
             ahs: Vec::new(),
             pd,
+            mtu: mtu.bytes(),
         })
     }
 
@@ -844,6 +859,7 @@ mod tests {
             rx_depth: 4,
             inline: 0,
             mtu: 1024,
+            mtu_auto: false,
             cq_mod: 1,
             bidirectional: false,
             events: false,

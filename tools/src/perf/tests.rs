@@ -23,7 +23,7 @@ fn params(line: &str) -> Result<(Test, Params), String> {
 fn perftest_letters_mean_what_perftest_means() {
     let a = parse("write_bw -s 65536 -m 4096 -n 50 -q 4 -t 64 -r 256 -I 128 -Q 10 -p 20000 --json").unwrap();
     assert_eq!(a.test, "write_bw");
-    assert_eq!((a.size, a.mtu, a.iters, a.qps), (Some(65536), 4096, Some(50), 4));
+    assert_eq!((a.size, a.mtu, a.iters, a.qps), (Some(65536), Some(4096), Some(50), 4));
     assert_eq!((a.tx_depth, a.rx_depth, a.inline, a.cq_mod, a.port), (Some(64), 256, 128, 10, 20000));
     assert!(a.json && !a.server && !a.bidirectional && !a.events && a.host.is_none());
     let (t, p) = a.params().unwrap();
@@ -40,6 +40,7 @@ fn perftest_letters_mean_what_perftest_means() {
             rx_depth: 256,
             inline: 128,
             mtu: 4096,
+            mtu_auto: false,
             cq_mod: 10,
             bidirectional: false,
             events: false,
@@ -60,6 +61,10 @@ fn defaults_follow_perftest() {
     assert_eq!((p.sizes.clone(), p.iters, p.tx_depth, p.cq_mod, p.qps), (vec![2], 1000, 1, 1, 1));
     let (_, p) = params("read_bw").unwrap();
     assert_eq!((p.sizes.clone(), p.iters, p.tx_depth, p.cq_mod, p.mtu), (vec![65536], 5000, 128, 100, 4096));
+    // No -m: the client's port decides (perftest); -m fixes it.
+    assert!(p.mtu_auto);
+    let (_, p) = params("read_bw -m 1024").unwrap();
+    assert!(!p.mtu_auto && p.mtu == 1024);
     let (_, p) = params("write_bw -a -D 2.5 -b").unwrap();
     assert_eq!(p.sizes.len(), 23);
     assert_eq!((p.sizes[0], p.sizes[22]), (2, 1 << 23));
