@@ -24,6 +24,9 @@
 #   perf-{write-bw,send-lat}-hw
 #                    `rnic perf ... -d rxe0` in guest a against `rnic perf --server` on the
 #                    emulator (no UDP baseline: the client says so)
+#   perf-mtu-above-link
+#                    `rnic perf -m 4096 -d rxe0` on the 1500-byte link: refused naming rxe0's
+#                    active MTU (rxe would accept it and loop on send errors)
 #   write-read-rxe0, send-recv-rxe0, devinfo-v
 #                    the README's examples on rxe0 by name; `rnic devinfo -d rxe0 -v`
 #
@@ -255,6 +258,14 @@ if [ "$HW_TOOLS" = 1 ]; then
   fi
   perf_case perf-write-bw-hw write_bw "-s 65536"
   perf_case perf-send-lat-hw send_lat "-s 64"
+  # A path MTU above rxe0's active MTU (1024 on the guest's 1500-byte link) is refused when
+  # the QP connects: rxe itself would accept it and retry each packet's send error forever.
+  ns timeout 60 "$RNIC" perf write_bw --server --ip "$HOST_IP" -p 18690 > "$OUT/perf-mtu-server.txt" 2>&1 &
+  MTU_SRV=$!
+  for _ in $(seq 1 100); do ns ss -ltnH "sport = :18690" | grep -q . && break; sleep 0.1; done
+  run_case perf-mtu-above-link 1 "/lab/bin/rnic perf write_bw -m 4096 -D 2 -d rxe0 --ip $GUEST_IP -p 18690 $HOST_IP" \
+    "path MTU 4096 is above rxe0's active MTU 1024"
+  wait $MTU_SRV
   # The README's examples, on rxe0 by name (the one API's hardware backend).
   run_case write-read-rxe0 0 "/lab/bin/write_read rxe0 rxe0" "READ returned the same 10000 bytes"
   run_case send-recv-rxe0 0 "/lab/bin/send_recv rxe0 rxe0" "B received"

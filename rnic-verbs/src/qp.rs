@@ -437,7 +437,21 @@ impl QueuePair {
             }
             #[cfg(feature = "hw")]
             QpBackend::Hw(q) => {
-                let _ = wrap;
+                // Refused here as the emulator refuses it: rxe accepts a path MTU above its
+                // netdev's and then retries each too-large packet's send error forever (the
+                // guest's rxe counted millions of send_err with nothing completing).
+                if attr.mask.contains(crate::QpAttrMask::PATH_MTU) {
+                    let active = self.context().query_port()?.active_mtu;
+                    if let Some(m) = PathMtu::from_ibv(attr.path_mtu).filter(|&m| m > active) {
+                        return Err(wrap(EngineError::BadAttr(format!(
+                            "path MTU {} is above {}'s active MTU {} (set by its link's MTU: raise that, or use a \
+                             smaller path MTU)",
+                            m.bytes(),
+                            self.context().name(),
+                            active.bytes()
+                        ))));
+                    }
+                }
                 q.modify(attr).map_err(crate::context::hw_err(op, self.context().name()))
             }
         }
