@@ -56,11 +56,11 @@ mkdir -p "$OUT"
 # Locally sent UDP leaves br0 with CHECKSUM_PARTIAL (checksum offload), so tcpdump on br0
 # would record unfinished UDP checksums for rnic's packets (the guest gets them right).
 # Without tx offload on br0 the kernel finishes the checksum before the capture point.
-if command -v ethtool > /dev/null; then
-  ip netns exec "$NS" ethtool -K br0 tx off > /dev/null
-else
-  echo "rxe-interop: ethtool missing: captures will show rnic's UDP checksums unfinished" >&2
-fi
+# (A fresh machine may lack ethtool: install it, as the stock cases' packages are.)
+command -v ethtool > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q ethtool > /dev/null 2>&1
+command -v ethtool > /dev/null \
+  || { echo "rxe-interop: needs ethtool (apt-get install ethtool): without it br0's captures show rnic's UDP checksums unfinished" >&2; exit 2; }
+ip netns exec "$NS" ethtool -K br0 tx off > /dev/null
 
 # The guest: reuse a running one (REUSE_RUN) or boot one.
 if [ -n "${REUSE_RUN:-}" ] && [ -e "$REUSE_RUN/q/a.ready" ] && [ ! -e "$REUSE_RUN/q/a.halt" ]; then
@@ -302,6 +302,7 @@ if [ "${CASES:-all}" = all ] || [ "${CASES}" = raw ]; then
     halt_guest a "$RUN"; wait "$QPID_a" 2> /dev/null
     MTU=9000 "$LABDIR/netns-setup.sh" 1 > /dev/null
     ns ip link set br0 mtu 9000
+    ns ethtool -K br0 tx off > /dev/null
     raw_setup 9000
     RUN=$OUT/run-jumbo; rm -rf "$RUN"; mkdir -p "$RUN/q"
     EXTRA_KARGS=rxelab_mtu=9000 boot_agent a "$GUEST_IP/24" tap0 "$RUN"
