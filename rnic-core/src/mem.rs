@@ -203,27 +203,19 @@ impl MemBlock {
         Ok(())
     }
 
-    /// The bytes `offset .. offset + len`, for the transport to checksum and hand to the
-    /// kernel without copying them first (zero-copy send).
+    /// A view of the bytes `offset .. offset + len`, for the transport to checksum and
+    /// hand to the kernel without copying them first (zero-copy send).
     ///
-    /// The one place the block lends its memory out, and only for reading, for as long
-    /// as `&self` is borrowed (the transport holds the block's `Arc` until the send
-    /// returns). What the application writes into a buffer under an outstanding send is
-    /// undefined in verbs as on hardware; here such a write can make the kernel copy
-    /// other bytes than the ICRC covered, and the receiver then drops the packet as
-    /// corrupt (RC retransmits it). Memory is never written through the slice.
-    pub(crate) fn bytes(&self, offset: usize, len: usize) -> Result<&[u8], MemError> {
-        let src = self.span(offset, len)?;
-        if len == 0 {
-            return Ok(&[]);
-        }
-        // SAFETY: `src .. src + len` is inside the block (span), valid for reads for as
-        // long as `self` lives (owned mapping, or the from_raw contract), which bounds the
-        // returned lifetime. The engine holding the slice writes nothing while it does (a
-        // round sends after it has placed what it received); writes by anyone else (the
-        // application, another device over the same memory) race as they would with DMA:
-        // the caveat above.
-        Ok(unsafe { std::slice::from_raw_parts(src, len) })
+    /// The view holds a raw pointer, never a `&[u8]`: the application may write these
+    /// bytes meanwhile (`write`, or its own pointer), as it may write a buffer a NIC is
+    /// reading by DMA. Reading through the view copies ([`Shared::copy_to`],
+    /// [`Shared::chunks`]) or hands the kernel the address ([`Shared::as_ptr`]). What the
+    /// application writes into a buffer under an outstanding send is undefined in verbs
+    /// as on hardware; here such a write can make the kernel send other bytes than the
+    /// ICRC covered, and the receiver drops the packet as corrupt (RC retransmits it).
+    pub(crate) fn view(&self, offset: usize, len: usize) -> Result<Shared<'_>, MemError> {
+        let ptr = self.span(offset, len)?;
+        Ok(Shared { ptr: ptr.cast_const(), len, _block: std::marker::PhantomData })
     }
 
     /// Copies `src` into the block starting at `offset`.
@@ -434,9 +426,96 @@ fn pin_error(err: io::Error, requested: usize, limit_bytes: Option<u64>) -> MemE
     }
 }
 
+/// Bytes inside a [`MemBlock`] that others may write while the view exists, reached
+/// through a raw pointer only (see [`MemBlock::view`]). Valid while the block is borrowed.
+#[derive(Clone, Copy)]
+pub(crate) struct Shared<'a> {
+    ptr: *const u8,
+    len: usize,
+    _block: std::marker::PhantomData<&'a MemBlock>,
+}
+
+impl fmt::Debug for Shared<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared").field("len", &self.len).finish()
+    }
+}
+
+impl Shared<'_> {
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The first byte's address, for an iovec the kernel copies from.
+    pub(crate) fn as_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+
+    /// Copies the bytes into `dst[..self.len()]` (`dst` at least that long; a shorter
+    /// `dst` takes its length's worth).
+    pub(crate) fn copy_to(&self, dst: &mut [u8]) {
+        let n = self.len.min(dst.len());
+        if n == 0 {
+            return;
+        }
+        // SAFETY: `ptr .. ptr + len` was bounds-checked against the block (`view`) and the
+        // block outlives `'a`, so it is valid for reads; `dst` is an exclusive borrow of
+        // other memory (the block lends no references). A concurrent writer leaves
+        // unspecified bytes in `dst`, as DMA would, never anything outside it.
+        unsafe { ptr::copy_nonoverlapping(self.ptr, dst.as_mut_ptr(), n) };
+    }
+
+    /// Appends the bytes to `v`.
+    pub(crate) fn extend_vec(&self, v: &mut Vec<u8>) {
+        let at = v.len();
+        v.resize(at + self.len, 0);
+        self.copy_to(&mut v[at..]);
+    }
+
+    /// Feeds the bytes to `f` in order, copied through `scratch` a chunk at a time (for a
+    /// checksum over memory that must not be lent as a slice).
+    pub(crate) fn chunks(&self, scratch: &mut [u8], mut f: impl FnMut(&[u8])) {
+        if scratch.is_empty() {
+            return;
+        }
+        let mut done = 0;
+        while done < self.len {
+            let n = (self.len - done).min(scratch.len());
+            let part = Shared { ptr: self.ptr.wrapping_add(done), len: n, _block: self._block };
+            part.copy_to(&mut scratch[..n]);
+            f(&scratch[..n]);
+            done += n;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A view reads what the block holds, by copy, whole or in chunks, and is refused
+    /// past the block's end.
+    #[test]
+    fn a_shared_view_copies_what_the_block_holds() {
+        let b = MemBlock::new(4096).unwrap();
+        let bytes: Vec<u8> = (0..4096u32).map(|i| (i * 31 + 1).to_le_bytes()[0]).collect();
+        b.write(0, &bytes).unwrap();
+        let v = b.view(100, 3000).unwrap();
+        assert_eq!(v.len(), 3000);
+        let mut out = vec![9u8; 5];
+        v.extend_vec(&mut out);
+        assert_eq!((&out[..5], &out[5..]), (&[9u8; 5][..], &bytes[100..3100]));
+        let mut seen = Vec::new();
+        let mut sizes = Vec::new();
+        v.chunks(&mut [0u8; 1024], |c| {
+            sizes.push(c.len());
+            seen.extend_from_slice(c);
+        });
+        assert_eq!((seen.as_slice(), sizes), (&bytes[100..3100], vec![1024, 1024, 952]));
+        assert!(b.view(4000, 97).is_err());
+        assert_eq!(b.view(4096, 0).unwrap().len(), 0);
+    }
     use std::sync::Arc;
 
     const GUARD: u8 = 0xa5;

@@ -7,6 +7,7 @@
 //! receiving rnic can then assume (`shared/notes/icrc-over-udp-sockets.md`).
 
 use std::io;
+use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, FromRawFd};
 
 /// Sets `IP_MTU_DISCOVER = IP_PMTUDISC_DO` on an IPv4 UDP socket.
@@ -122,6 +123,51 @@ pub fn udp_segment_supported(sock: &impl AsRawFd) -> bool {
     rc == 0
 }
 
+/// One piece of a message for [`send_msgs`]: a `struct iovec` over bytes the kernel
+/// copies from, made from a slice or from a view of registered memory that is never lent
+/// as a slice (`mem::Shared`: the application may write it meanwhile, as with DMA).
+#[repr(transparent)]
+#[derive(Clone, Copy)]
+pub struct IoVec<'a> {
+    v: libc::iovec,
+    _bytes: std::marker::PhantomData<&'a [u8]>,
+}
+
+impl<'a> IoVec<'a> {
+    /// An iovec over `b`.
+    pub fn new(b: &'a [u8]) -> IoVec<'a> {
+        IoVec { v: libc::iovec { iov_base: b.as_ptr().cast_mut().cast(), iov_len: b.len() }, _bytes: PhantomData }
+    }
+
+    /// An iovec over shared registered memory (valid for `'a`).
+    pub(crate) fn shared(s: crate::mem::Shared<'a>) -> IoVec<'a> {
+        IoVec { v: libc::iovec { iov_base: s.as_ptr().cast_mut().cast(), iov_len: s.len() }, _bytes: PhantomData }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.v.iov_len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.v.iov_len == 0
+    }
+}
+
+impl std::fmt::Debug for IoVec<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoVec").field("len", &self.v.iov_len).finish()
+    }
+}
+
+// SAFETY: an IoVec stands for a `&'a [u8]` (from a slice) or a read-only view of a
+// `MemBlock` borrowed for 'a (which is Sync: its bytes are only copied through raw
+// pointers); either may be read from any thread while 'a lasts, and the kernel only reads.
+unsafe impl Send for IoVec<'_> {}
+// SAFETY: as for Send: nothing is ever written through it.
+unsafe impl Sync for IoVec<'_> {}
+
 /// One message for [`send_msgs`]: the `parts` concatenated, sent to `dst`. With
 /// `segment > 0` the kernel cuts it into datagrams of `segment` bytes (UDP GSO), the last
 /// one possibly shorter; IPv4 segment *i* of one message then carries IP ID *i*.
@@ -130,7 +176,7 @@ pub struct OutMsg<'a> {
     /// Destination.
     pub dst: std::net::SocketAddr,
     /// The bytes, in order.
-    pub parts: &'a [io::IoSlice<'a>],
+    pub parts: &'a [IoVec<'a>],
     /// GSO segment size, or 0 for one plain datagram.
     pub segment: u16,
 }
@@ -181,8 +227,8 @@ pub fn send_msgs_with(sock: &impl AsRawFd, scratch: &mut SendScratch, msgs: &[Ou
         let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
         h.msg_hdr.msg_name = addrs[i].as_ptr().cast_mut().cast();
         h.msg_hdr.msg_namelen = addrs[i].len();
-        // IoSlice is guaranteed ABI-compatible with `struct iovec` on Unix; the kernel
-        // only reads through it for a send.
+        // IoVec is a transparent `struct iovec`; the kernel only reads through it for a
+        // send.
         h.msg_hdr.msg_iov = m.parts.as_ptr().cast_mut().cast();
         h.msg_hdr.msg_iovlen = m.parts.len();
         if m.segment > 0 {
@@ -212,7 +258,7 @@ pub fn send_msgs_with(sock: &impl AsRawFd, scratch: &mut SendScratch, msgs: &[Ou
     }
     let n = libc::c_uint::try_from(hdrs.len()).unwrap_or(libc::c_uint::MAX);
     // SAFETY: every header points at memory that lives until this call returns (`addrs`,
-    // the callers' IoSlices, `ctrl`), with the lengths set from those same objects; the
+    // the callers' IoVecs and their bytes, `ctrl`), with the lengths set from those same objects; the
     // kernel reads them and writes only `msg_len` in each header.
     let rc = unsafe { libc::sendmmsg(sock.as_raw_fd(), hdrs.as_mut_ptr(), n, 0) };
     usize::try_from(rc).map_err(|_| io::Error::last_os_error())

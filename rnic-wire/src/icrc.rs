@@ -85,18 +85,41 @@ fn prefix(ip_header: &[u8], udp_header: &[u8]) -> Result<crc32fast::Hasher> {
 }
 
 /// Continues a [`prefix`] over the BTH (masked) and the rest of the packet.
-fn finish(mut h: crc32fast::Hasher, roce: &[&[u8]]) -> Result<Icrc> {
-    let head = roce.first().copied().unwrap_or(&[]);
-    crate::error::need("BTH", head, bth::HEADER_LEN)?;
-    let mut b = [0u8; bth::HEADER_LEN];
-    b.copy_from_slice(&head[..bth::HEADER_LEN]);
-    b[bth::ICRC_MASKED_BYTE] = 0xff;
-    h.update(&b);
-    h.update(&head[bth::HEADER_LEN..]);
+fn finish(h: crc32fast::Hasher, roce: &[&[u8]]) -> Result<Icrc> {
+    let mut s = IcrcStream::begin(h, roce.first().copied().unwrap_or(&[]))?;
     for part in roce.iter().skip(1) {
-        h.update(part);
+        s.update(part);
     }
-    Ok(h.finalize())
+    Ok(s.finish())
+}
+
+/// An ICRC taken piece by piece after its first piece (for a payload read out of memory
+/// that cannot be lent as one slice): [`IcrcCache::begin`], then [`update`](Self::update)
+/// with the rest of BTH..ICRC in order (the ICRC excluded), then [`finish`](Self::finish).
+#[derive(Debug, Clone)]
+pub struct IcrcStream(crc32fast::Hasher);
+
+impl IcrcStream {
+    /// Continues a pseudo-header state over `head`, which holds at least the BTH (masked).
+    fn begin(mut h: crc32fast::Hasher, head: &[u8]) -> Result<IcrcStream> {
+        crate::error::need("BTH", head, bth::HEADER_LEN)?;
+        let mut b = [0u8; bth::HEADER_LEN];
+        b.copy_from_slice(&head[..bth::HEADER_LEN]);
+        b[bth::ICRC_MASKED_BYTE] = 0xff;
+        h.update(&b);
+        h.update(&head[bth::HEADER_LEN..]);
+        Ok(IcrcStream(h))
+    }
+
+    /// The next bytes of the packet.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The ICRC.
+    pub fn finish(self) -> Icrc {
+        self.0.finalize()
+    }
 }
 
 /// Remembers the pseudo-header CRC state of recent (context, length) pairs, so that
@@ -124,6 +147,18 @@ impl IcrcCache {
     /// [`IcrcContext::compute_parts`], with the pseudo-header state from the cache.
     pub fn compute_parts(&mut self, ctx: &IcrcContext, roce: &[&[u8]]) -> Result<Icrc> {
         let roce_len = roce.iter().map(|p| p.len()).sum::<usize>() + ICRC_LEN;
+        finish(self.prefix(ctx, roce_len)?, roce)
+    }
+
+    /// Starts the ICRC of a packet whose BTH..ICRC (ICRC included) is `roce_len` bytes and
+    /// whose first piece is `head` (at least the BTH); the caller feeds the rest to the
+    /// returned stream. The same value as [`compute_parts`](Self::compute_parts).
+    pub fn begin(&mut self, ctx: &IcrcContext, roce_len: usize, head: &[u8]) -> Result<IcrcStream> {
+        IcrcStream::begin(self.prefix(ctx, roce_len)?, head)
+    }
+
+    /// The pseudo-header state for `ctx` and a packet of `roce_len` bytes, cached.
+    fn prefix(&mut self, ctx: &IcrcContext, roce_len: usize) -> Result<crc32fast::Hasher> {
         let key = (roce_len ^ usize::from(ctx.ipv4_ident).rotate_left(7) ^ usize::from(ctx.src_port).rotate_left(17))
             .wrapping_mul(0x9e37_79b9)
             >> 7;
@@ -136,7 +171,7 @@ impl IcrcCache {
                 h
             }
         };
-        finish(h, roce)
+        Ok(h)
     }
 
     /// [`IcrcContext::compute`] through the cache.
@@ -481,6 +516,10 @@ mod tests {
                             assert_eq!(cache.compute(&ctx, &body[..len]).unwrap(), want, "round {round} len {len}");
                             let (h, t) = body[..len].split_at(12);
                             assert_eq!(cache.compute_parts(&ctx, &[h, t]).unwrap(), want);
+                            // Streamed: the body after the first piece in 7-byte chunks.
+                            let mut st = cache.begin(&ctx, len + ICRC_LEN, h).unwrap();
+                            t.chunks(7).for_each(|c| st.update(c));
+                            assert_eq!(st.finish(), want, "streamed, len {len}");
                         }
                     }
                 }

@@ -489,12 +489,15 @@ impl Packet {
     }
 
     /// Frames a packet whose ICRC is already filled (for `ident`) and queues it.
-    fn push_sealed(&mut self, mac: MacAddr, dst: Ipv4Addr, src_port: u16, ident: u16, ce: bool, roce: &[&[u8]]) {
+    fn push_sealed(&mut self, mac: MacAddr, dst: Ipv4Addr, src_port: u16, ident: u16, ce: bool, roce: &[u8]) {
         let mut buf = std::mem::take(self.frame_buf());
         self.headers(&mut buf, mac);
-        for piece in roce {
-            buf.extend_from_slice(piece);
-        }
+        buf.extend_from_slice(roce);
+        self.queue_frame(buf, dst, src_port, ident, ce);
+    }
+
+    /// Finishes a frame's headers, captures it and puts it in the current send's slot.
+    fn queue_frame(&mut self, mut buf: Vec<u8>, dst: Ipv4Addr, src_port: u16, ident: u16, ce: bool) {
         self.finish(&mut buf[VNET_HDR..], dst, src_port, ident, ce);
         if let Some(c) = &self.capture {
             c.record_frame(&buf[VNET_HDR..]);
@@ -555,12 +558,22 @@ impl Packet {
             ipv4_ident: ident,
             ..IcrcContext::new(IpAddr::V4(self.ip), p.dst, p.src_port, ROCEV2_UDP_PORT)
         };
-        if p.fill_icrc(&mut self.icrc, &ctx).is_err() {
+        let mut buf = std::mem::take(self.frame_buf());
+        self.headers(&mut buf, mac);
+        let roce_at = buf.len();
+        for part in p.parts() {
+            part.extend_vec(&mut buf);
+        }
+        // The ICRC over the bytes copied into the frame (a payload straight from
+        // registered memory is read once): the frame is what its ICRC covers even if the
+        // application writes that memory meanwhile.
+        if self.icrc.fill(&ctx, &mut buf[roce_at..]).is_err() {
             self.counters.send_err.fetch_add(1, Ordering::Relaxed);
+            self.out_len -= 1;
+            self.out[self.out_len] = buf;
             return;
         }
-        let pieces = p.pieces();
-        self.push_sealed(mac, dst, p.src_port, ident, false, &pieces);
+        self.queue_frame(buf, dst, p.src_port, ident, false);
     }
 
     /// Sends an ARP request for `ip`.
@@ -615,7 +628,7 @@ impl Packet {
         let IpAddr::V4(dst) = w.dst else { return };
         let hop = self.next_hop(dst);
         match self.neigh.get(&hop).copied() {
-            Some(mac) => self.push_sealed(mac, dst, w.src_port, 0, w.ce, &[&w.data]),
+            Some(mac) => self.push_sealed(mac, dst, w.src_port, 0, w.ce, &w.data),
             None => {
                 // Rare (a fault chain on a device that has not resolved its peer yet): the
                 // packet waits as an unsealed one would; its ICRC is refilled for its ID.

@@ -159,7 +159,7 @@ pub(crate) struct Tx {
     msg_first: Vec<usize>,
     /// The allocations of the current send's iovec and message lists, kept empty
     /// between sends (see [`reuse`]).
-    iovs: Vec<io::IoSlice<'static>>,
+    iovs: Vec<crate::sys::IoVec<'static>>,
     msgs: Vec<crate::sys::OutMsg<'static>>,
     /// The socket's TOS byte (ECT(0) with congestion control), restored after a packet a
     /// fault rule marked CE.
@@ -260,13 +260,13 @@ impl Tx {
             msg_first.push(plan.len());
             let mut open: Option<usize> = None;
             for (k, p) in batch.iter().enumerate().take(e).skip(a) {
-                for (j, x) in p.pieces().into_iter().enumerate() {
+                for (j, x) in p.parts().into_iter().enumerate() {
                     if x.is_empty() {
                         continue;
                     }
                     if x.len() <= GLUE_MAX {
                         open.get_or_insert(glue.len());
-                        glue.extend_from_slice(x);
+                        x.extend_vec(&mut glue);
                     } else {
                         if let Some(o) = open.take() {
                             plan.push(Piece::Glue(o, glue.len()));
@@ -280,10 +280,10 @@ impl Tx {
             }
         }
         msg_first.push(plan.len());
-        let mut slices: Vec<io::IoSlice<'_>> = reuse(std::mem::take(&mut self.iovs));
+        let mut slices: Vec<crate::sys::IoVec<'_>> = reuse(std::mem::take(&mut self.iovs));
         slices.extend(plan.iter().map(|&piece| match piece {
-            Piece::Glue(a, e) => io::IoSlice::new(&glue[a..e]),
-            Piece::Packet(k, j) => io::IoSlice::new(batch[k].pieces()[j]),
+            Piece::Glue(a, e) => crate::sys::IoVec::new(&glue[a..e]),
+            Piece::Packet(k, j) => batch[k].parts()[j].io_vec(),
         }));
         let mut msgs: Vec<crate::sys::OutMsg<'_>> = reuse(std::mem::take(&mut self.msgs));
         msgs.extend(self.parts.iter().zip(msg_first.windows(2)).map(|(&(a, e), w)| crate::sys::OutMsg {
@@ -485,12 +485,12 @@ mod tests {
     #[test]
     fn reuse_keeps_the_allocation_across_lifetimes() {
         let data = vec![1u8, 2, 3];
-        let mut v: Vec<io::IoSlice<'static>> = Vec::with_capacity(64);
+        let mut v: Vec<crate::sys::IoVec<'static>> = Vec::with_capacity(64);
         let ptr = v.as_ptr() as usize;
-        let mut borrowed: Vec<io::IoSlice<'_>> = reuse(std::mem::take(&mut v));
-        borrowed.push(io::IoSlice::new(&data));
+        let mut borrowed: Vec<crate::sys::IoVec<'_>> = reuse(std::mem::take(&mut v));
+        borrowed.push(crate::sys::IoVec::new(&data));
         assert_eq!(borrowed.as_ptr() as usize, ptr, "the iovec list was reallocated");
-        let back: Vec<io::IoSlice<'static>> = reuse(borrowed);
+        let back: Vec<crate::sys::IoVec<'static>> = reuse(borrowed);
         assert!(back.is_empty());
         assert_eq!((back.as_ptr() as usize, back.capacity() >= 64), (ptr, true));
     }

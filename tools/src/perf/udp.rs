@@ -10,7 +10,7 @@
 
 use rnic_core::sys;
 use socket2::{Domain, Protocol, Socket, Type};
-use std::io::{self, IoSlice};
+use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -96,12 +96,12 @@ pub fn source(sock: &UdpSocket, dst: SocketAddr, size: usize, count: u64) -> io:
     let mut left = count;
     while left > 0 {
         // Full messages of `per_msg` datagrams, then one shorter message for the rest.
-        let mut slices: Vec<[IoSlice<'_>; 1]> = Vec::with_capacity(MSGS);
+        let mut slices: Vec<[sys::IoVec<'_>; 1]> = Vec::with_capacity(MSGS);
         let mut segs = Vec::with_capacity(MSGS);
         let mut planned = 0u64;
         while slices.len() < MSGS && planned < left {
             let k = usize::try_from((left - planned).min(per_msg as u64)).unwrap_or(per_msg);
-            slices.push([IoSlice::new(&buf[..k * size])]);
+            slices.push([sys::IoVec::new(&buf[..k * size])]);
             segs.push(k);
             planned += k as u64;
         }
