@@ -250,11 +250,11 @@ fn ibverbs_utils() {
         return;
     };
     let _turn = serial();
-    // ibv_devices: both devices with their node GUIDs (EUI-64 of 02:00:7f:00:51:0a).
+    // ibv_devices: both devices with their node GUIDs (EUI-64 of the MAC 02:52:7f:00:51:0a).
     let out = command(dir, "ibv_devices", 10).output().expect("ibv_devices");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.contains("rnic0") && text.contains("rnic1"), "{text}");
-    assert!(text.contains("00007ffffe00510a"), "node GUID of rnic0 (127.0.81.10): {text}");
+    assert!(text.contains("00527ffffe00510a"), "node GUID of rnic0 (127.0.81.10): {text}");
     // ibv_devinfo -v: attributes, port and both GIDs, RoCE v2.
     let out = command(dir, "ibv_devinfo", 10).args(["-v", "-d", "rnic1"]).output().expect("ibv_devinfo");
     let text = String::from_utf8_lossy(&out.stdout);

@@ -214,7 +214,7 @@ impl Context {
 
     /// GID `index` of port 1. Emulated devices have rxe's table: index 0 the link-local
     /// GID of the device's MAC (for a UDP device the locally administered
-    /// 02:00:a:b:c:d), index 1 the address's RoCEv2 GID. A hardware device's table is
+    /// 02:52:a:b:c:d), index 1 the address's RoCEv2 GID. A hardware device's table is
     /// its own (on rxe, the same shape).
     pub fn gid(&self, index: u32) -> Option<Gid> {
         match &self.b {

@@ -41,7 +41,7 @@ pub struct EngineConfig {
     pub zero_copy: bool,
     /// The CA GUID the Communication Manager puts in its REQs and REPs (rxe: the EUI-64 of
     /// the netdev's MAC). [`EngineConfig::new`] derives it from the address as from the
-    /// locally administered MAC `02:00:a:b:c:d` an IPv4 device gets.
+    /// locally administered MAC `02:52:a:b:c:d` an IPv4 device gets.
     pub ca_guid: u64,
     /// Seeds the Communication Manager's communication and transaction IDs. Fixed by
     /// default (tests replay exactly); a driver sets it from the clock and process ID, so
