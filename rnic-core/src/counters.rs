@@ -134,6 +134,11 @@ counters! {
     arp_requests_sent,
     /// Raw Ethernet: ARP replies sent for this device's address (rnic).
     arp_replies_sent,
+    /// Raw Ethernet: IPv6 neighbour solicitations sent (asking for a next hop's MAC).
+    nd_solicits_sent,
+    /// Raw Ethernet: IPv6 neighbour advertisements sent (answering for the device's
+    /// addresses: its IPv6 address and its link-local GID 0).
+    nd_adverts_sent,
     /// Raw Ethernet: packets dropped because their next hop did not answer ARP within a
     /// second, or too many waited for it (rnic).
     tx_neigh_unresolved,

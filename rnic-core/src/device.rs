@@ -472,7 +472,7 @@ impl Device {
         // timeout), at least 256 KiB. Measured beside two busy loops with 1024 QPs and
         // congestion control off: half of a 128 MiB buffer (32 MiB) overflowed it (kernel
         // RcvbufErrors, RETRY_EXC_ERR within 21 s); 8 MiB held for the whole minute.
-        let port_mtu = iface.as_ref().and_then(Interface::active_mtu).unwrap_or(PathMtu::Mtu4096);
+        let port_mtu = iface.as_ref().and_then(|i| i.active_mtu_for(config.ip.is_ipv6())).unwrap_or(PathMtu::Mtu4096);
         let engine_config = EngineConfig {
             zero_copy,
             cm_seed,

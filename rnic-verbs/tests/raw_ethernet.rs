@@ -9,7 +9,7 @@
 #![allow(clippy::cast_possible_truncation)]
 
 use rnic_verbs::*;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::time::Duration;
 
@@ -260,13 +260,94 @@ fn a_path_mtu_the_link_cannot_carry_is_refused_naming_the_fix() {
     let peer = Endpoint { qpn: 0x11, gid: Gid::from_ip("10.94.0.2".parse().unwrap()), psn: 0 };
     let e = q.connect(&peer).unwrap_err().report();
     assert!(e.contains("active MTU 1024") && e.contains("mtu 9000"), "{e}");
-    // A device on an interface that does not exist, or with an IPv6 address: clear errors.
+    // A device on an interface that does not exist, or at an address no link can have:
+    // clear errors.
     let bad = DeviceConfig { netdev: Some("nosuch0".into()), ..DeviceConfig::new("x", "10.94.0.9".parse().unwrap()) };
     let e = ns.run(|| Context::open_with(bad)).unwrap_err().report();
     assert!(e.contains("no network interface named \"nosuch0\""), "{e}");
-    let v6 = DeviceConfig { netdev: Some("sa".into()), ..DeviceConfig::new("x", "fd00::1".parse().unwrap()) };
-    let e = ns.run(|| Context::open_with(v6)).unwrap_err().report();
-    assert!(e.contains("takes an IPv4 address"), "{e}");
+    for addr in ["ff02::1", "::ffff:10.94.0.9", "127.0.0.5"] {
+        let cfg = DeviceConfig { netdev: Some("sa".into()), ..DeviceConfig::new("x", addr.parse().unwrap()) };
+        let e = ns.run(|| Context::open_with(cfg)).unwrap_err().report();
+        assert!(e.contains("cannot be a device address on a link"), "{addr}: {e}");
+    }
+}
+
+/// IPv6 on raw frames: two devices at IPv6 addresses the namespace does not own (its
+/// kernel's IPv6 is off) find each other by neighbour discovery, which rnic does itself,
+/// and move verified data; and two IPv4 devices reach each other at their link-local
+/// GID 0 (the `-g 0` habit of rxe users), over IPv6, with no ARP at all. The capture
+/// holds the solicitations, advertisements and RoCE frames with their flow labels.
+#[test]
+fn ipv6_and_link_local_gids_find_each_other_by_neighbour_discovery() {
+    if !can_run("ipv6_and_link_local_gids") {
+        return;
+    }
+    let ns = Netns::new("raw6");
+    veth(&ns, "ga", "gb", 9000);
+    let pcap = std::env::temp_dir().join(format!("rnic-raw6-{}.pcap", std::process::id()));
+    let config = DeviceConfig {
+        netdev: Some("ga".into()),
+        pin_memory: false,
+        capture: Some(pcap.clone()),
+        ..DeviceConfig::new("rnic0", "fd00:96::1".parse().unwrap())
+    };
+    let a = side(ns.run(|| Context::open_with(config)).unwrap_or_else(|e| panic!("open rnic0: {}", e.report())));
+    let b = side(open_raw(&ns, "rnic1", "fd00:96::2", "gb"));
+    assert_eq!(a.ctx.query_port().unwrap().active_mtu, PathMtu::Mtu4096);
+    let (qa, qb) = connect(&a, &b, PathMtu::Mtu4096);
+    transfers(&a, &b, &qa, &qb);
+    assert!(counter(&a, "nd_solicits_sent") >= 1, "rnic0 asked for rnic1's MAC");
+    assert!(counter(&b, "nd_adverts_sent") >= 1, "rnic1 answered for its address");
+    assert_eq!(counter(&a, "arp_requests_sent") + counter(&b, "arp_requests_sent"), 0);
+
+    veth(&ns, "la", "lb", 1500);
+    let c = side(open_raw(&ns, "rnic2", "10.96.0.1", "la"));
+    let d = side(open_raw(&ns, "rnic3", "10.96.0.2", "lb"));
+    let build = |s: &Side| {
+        s.pd.qp_builder(&s.cq, &s.cq)
+            .mtu(PathMtu::Mtu1024)
+            .access(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
+            .max_rd_atomic(4)
+            .max_dest_rd_atomic(4)
+            .build()
+            .unwrap()
+    };
+    let (pc, pd) = (build(&c), build(&d));
+    let gid0 = |s: &Side| s.ctx.gid(0).unwrap();
+    let (ec, ed) = (Endpoint { gid: gid0(&c), ..pc.endpoint() }, Endpoint { gid: gid0(&d), ..pd.endpoint() });
+    assert_eq!(ec.gid.0[..2], [0xfe, 0x80], "GID 0 is link-local");
+    let (qc, qd) = (pc.connect(&ed).unwrap(), pd.connect(&ec).unwrap());
+    transfers(&c, &d, &qc, &qd);
+    assert_eq!(counter(&c, "arp_requests_sent"), 0, "link-local GIDs need no ARP");
+    assert!(counter(&c, "nd_solicits_sent") >= 1 && counter(&d, "nd_adverts_sent") >= 1);
+    for s in [&a, &b, &c, &d] {
+        assert_eq!(counter(s, "icrc_err"), 0);
+        assert_eq!(counter(s, "tx_neigh_unresolved"), 0);
+        assert_eq!(counter(s, "malformed_pkts"), 0);
+    }
+    drop((qa, qb, a));
+    let check = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors/check_pcap.sh");
+    let tshark = Command::new("tshark").arg("--version").output().is_ok_and(|o| o.status.success());
+    if tshark && std::path::Path::new(check).exists() {
+        let out = Command::new(check).arg(&pcap).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "check_pcap.sh {}:\n{text}", pcap.display());
+        let info = sh_out(&[
+            "tshark",
+            "-r",
+            pcap.to_str().unwrap(),
+            "-Y",
+            "icmpv6 || ipv6.flow > 0",
+            "-T",
+            "fields",
+            "-e",
+            "_ws.col.Info",
+        ]);
+        assert!(info.contains("Neighbor Solicitation for fd00:96::2"), "{info}");
+        assert!(info.contains("Neighbor Advertisement fd00:96::2"), "{info}");
+        assert!(info.contains("RC RDMA Write First"), "RoCE frames carry a flow label: {info}");
+    }
+    let _ = std::fs::remove_file(&pcap);
 }
 
 #[test]
@@ -466,4 +547,78 @@ fn a_destination_nobody_answers_fails_the_work_request() {
         assert!(std::time::Instant::now() < deadline, "no packet was counted unresolved");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A neighbour solicitation frame from `src_mac`/`src` for `target`, to its
+/// solicited-node group, with this hop limit; `good_sum`: a correct ICMPv6 checksum.
+fn solicitation(src_mac: [u8; 6], src: Ipv6Addr, target: Ipv6Addr, hop_limit: u8, good_sum: bool) -> Vec<u8> {
+    let t = target.octets();
+    let group = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00 | u16::from(t[13]), u16::from_be_bytes([t[14], t[15]]));
+    let mut msg = vec![135u8, 0, 0, 0, 0, 0, 0, 0];
+    msg.extend_from_slice(&t);
+    msg.extend_from_slice(&[1, 1]);
+    msg.extend_from_slice(&src_mac);
+    let mut sum: u32 = 0;
+    let mut add = |b: &[u8]| b.chunks(2).for_each(|c| sum += u32::from(u16::from_be_bytes([c[0], c[1]])));
+    add(&src.octets());
+    add(&group.octets());
+    add(&(msg.len() as u32).to_be_bytes());
+    add(&[0, 0, 0, 58]);
+    add(&msg);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    let sum = !(sum as u16) ^ u16::from(!good_sum);
+    msg[2..4].copy_from_slice(&sum.to_be_bytes());
+    let g = group.octets();
+    let mut f = vec![0x33, 0x33, g[12], g[13], g[14], g[15]];
+    f.extend_from_slice(&src_mac);
+    f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+    f.extend_from_slice(&(msg.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[58, hop_limit]);
+    f.extend_from_slice(&src.octets());
+    f.extend_from_slice(&g);
+    f.extend_from_slice(&msg);
+    f
+}
+
+/// Neighbour discovery from a hostile or careless peer: a solicitation with a hop limit
+/// other than 255 (it crossed a router), one with a bad checksum and a cut one are
+/// malformed (RFC 4861 7.1.1), one for an address that is not the device's is ignored;
+/// only a good solicitation for its link-local GID 0 is answered.
+#[test]
+fn neighbour_solicitations_are_checked_before_they_are_answered() {
+    if !can_run("neighbour_solicitations_are_checked") {
+        return;
+    }
+    let ns = Netns::new("raw7");
+    veth(&ns, "na", "nb", 1500);
+    let a = side(open_raw(&ns, "rnic0", "fd00:97::1", "na"));
+    let ll = Ipv6Addr::from(a.ctx.gid(0).unwrap().0);
+    let peer_mac = [0x02, 0x99, 0, 0, 0, 2];
+    let peer: Ipv6Addr = "fe80::99:ff:fe00:2".parse().unwrap();
+    let before = |c: &str| counter(&a, c);
+    let (m0, n0) = (before("malformed_pkts"), before("nd_adverts_sent"));
+    let mut cut = solicitation(peer_mac, peer, ll, 255, true);
+    cut.truncate(14 + 40 + 20);
+    inject(
+        &ns,
+        "nb",
+        vec![
+            solicitation(peer_mac, peer, ll, 64, true),
+            solicitation(peer_mac, peer, ll, 255, false),
+            cut,
+            solicitation(peer_mac, peer, "fd00:97::7".parse().unwrap(), 255, true),
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(counter(&a, "malformed_pkts") - m0, 3, "hop limit, checksum, cut");
+    assert_eq!(counter(&a, "nd_adverts_sent") - n0, 0, "nothing answered");
+    inject(&ns, "nb", vec![solicitation(peer_mac, peer, ll, 255, true)]);
+    let deadline = std::time::Instant::now() + T;
+    while counter(&a, "nd_adverts_sent") == n0 {
+        assert!(std::time::Instant::now() < deadline, "the good solicitation was not answered");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(counter(&a, "nd_adverts_sent") - n0, 1);
 }

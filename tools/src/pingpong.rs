@@ -209,6 +209,10 @@ pub fn run(args: &Args) -> ExitCode {
     }
 }
 
+const NO_LINK_LOCAL: &str = "-g 0: GID 0 is the device's link-local GID (fe80::), which the UDP transport \
+     cannot send from; use -g 1, the address's RoCEv2 GID, as with rxe (or --netdev: the raw-Ethernet \
+     transport can)";
+
 /// Checks the options as rc_pingpong does (and what rnic devices can do).
 fn validate(a: &Args) -> Result<PathMtu, String> {
     if a.ib_port != 1 {
@@ -219,11 +223,10 @@ fn validate(a: &Args) -> Result<PathMtu, String> {
     }
     match a.gid_idx {
         None | Some(1) => {}
-        Some(0) => {
-            return Err("-g 0: GID 0 is the device's link-local GID (fe80::), which the UDP transport cannot \
-                 send from; use -g 1, the address's RoCEv2 GID, as with rxe"
-                .into())
-        }
+        // The raw-Ethernet transport and hardware devices carry link-local traffic.
+        // (A device opened by name is checked once it is open.)
+        Some(0) if a.netdev.is_some() || a.ip.is_none() => {}
+        Some(0) => return Err(NO_LINK_LOCAL.into()),
         Some(g) => return Err(format!("can't read sgid of index {g} (rnic devices have GIDs 0 and 1)")),
     }
     if a.rx_depth == 0 {
@@ -309,7 +312,13 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
         cq.req_notify(false).map_err(|e| format!("Couldn't request CQ notification: {}", e.report()))?;
     }
     let ep = prepared.endpoint();
-    let mine = Dest { lid: 0, qpn: ep.qpn, psn: ep.psn, gid: ep.gid };
+    // -g picks the GID this side announces (0: link-local, over IPv6; 1: the address's).
+    let gid = match a.gid_idx {
+        Some(0) if ctx.emulated().is_some_and(|d| d.interface().is_none()) => return Err(NO_LINK_LOCAL.into()),
+        Some(i) => ctx.gid(i).ok_or_else(|| format!("can't read sgid of index {i}"))?,
+        None => ep.gid,
+    };
+    let mine = Dest { lid: 0, qpn: ep.qpn, psn: ep.psn, gid };
     println!("{}", mine.line("local address: "));
 
     let to_endpoint = |d: &Dest, peer: IpAddr| {
@@ -623,7 +632,8 @@ mod tests {
         assert!(v(&["-m", "1000"]).unwrap_err().contains("-m 1000"));
         assert!(v(&["-i", "2"]).unwrap_err().contains("one port"));
         assert_eq!(v(&["-g", "1"]), Ok(PathMtu::Mtu1024), "index 1: the address's RoCEv2 GID, as rxe's");
-        assert!(v(&["-g", "0"]).unwrap_err().contains("link-local"));
+        assert!(v(&["-g", "0", "--ip", "127.0.0.1"]).unwrap_err().contains("link-local"));
+        assert!(v(&["-g", "0", "--ip", "10.0.0.1", "--netdev", "veth0"]).is_ok(), "raw Ethernet carries GID 0");
         assert!(v(&["-g", "2"]).unwrap_err().contains("can't read sgid of index 2"));
         assert!(v(&["-l", "16"]).is_err());
         assert!(v(&["-r", "0"]).is_err());

@@ -55,8 +55,8 @@ impl Faulty {
 
 impl Transport for Faulty {
     fn send(&mut self, now: Time, batch: &mut [TxPacket], counters: &Counters) {
-        let src = self.inner.local_ip();
         for p in batch.iter_mut() {
+            let src = self.inner.local_ip(p.dst);
             let src_port = self.inner.src_port(p);
             p.make_contiguous();
             if IcrcContext::new(src, p.dst, src_port, ROCEV2_UDP_PORT).fill(&mut p.data).is_err() {
@@ -118,8 +118,8 @@ impl Transport for Faulty {
         self.inner.put(now, w, counters);
     }
 
-    fn local_ip(&self) -> std::net::IpAddr {
-        self.inner.local_ip()
+    fn local_ip(&self, dst: std::net::IpAddr) -> std::net::IpAddr {
+        self.inner.local_ip(dst)
     }
 
     fn src_port(&self, p: &TxPacket) -> u16 {

@@ -51,8 +51,8 @@ pub(crate) trait Transport: Send {
     /// chain let through), its IP header ECN-CE-marked when `w.ce`; may be batched until
     /// the next [`Transport::send`] or [`Transport::release`].
     fn put(&mut self, now: Time, w: crate::faults::Wire, counters: &Counters);
-    /// The address packets leave from.
-    fn local_ip(&self) -> std::net::IpAddr;
+    /// The address packets to `dst` leave from.
+    fn local_ip(&self, dst: std::net::IpAddr) -> std::net::IpAddr;
     /// The UDP source port packet `p` leaves with.
     fn src_port(&self, p: &TxPacket) -> u16;
 }

@@ -1,31 +1,40 @@
 //! The raw-Ethernet transport: whole frames through an `AF_PACKET` socket bound to one
 //! interface, as a RoCE NIC puts them on its link.
 //!
-//! The device has the interface's MAC and an IPv4 address of its own, one the host
-//! kernel does **not** own (otherwise the kernel would answer UDP 4791 with ICMP port
-//! unreachable and answer ARP for it). So this transport does what a NIC's firmware and
-//! the kernel's neighbour code do for rxe:
-//! - it answers ARP requests for its address and learns neighbours from ARP (requests
-//!   and replies) and from the RoCE frames it receives (the source MAC of a frame is the
-//!   next hop back to its sender, a router's when routed);
-//! - to send to an address it does not know, it asks by ARP (the next hop: the gateway
-//!   of the interface's route to it, read from the routing table when the device opens,
-//!   or the address itself), holds the packets up to [`RESOLVE_GIVE_UP`], asking again
+//! The device has the interface's MAC and an address of its own (IPv4 or IPv6), one the
+//! host kernel does **not** own (otherwise the kernel would answer UDP 4791 with ICMP port
+//! unreachable and answer ARP for it), plus the link-local IPv6 address of its MAC (GID 0,
+//! as on rxe). So this transport does what a NIC's firmware and the kernel's neighbour code
+//! do for rxe:
+//! - it answers ARP requests for its IPv4 address and neighbour solicitations for its
+//!   IPv6 addresses (RFC 4861: advertisements with the target link-layer option; it joins
+//!   their solicited-node groups so a NIC's filter lets the solicitations in), and learns
+//!   neighbours from ARP, from neighbour discovery and from the RoCE frames it receives
+//!   (the source MAC of a frame is the next hop back to its sender, a router's when
+//!   routed);
+//! - to send to an address it does not know, it asks by ARP or by a neighbour
+//!   solicitation (the next hop: the gateway of the interface's route to it, read from the
+//!   IPv4 or IPv6 routing table when the device opens, or the address itself; a
+//!   link-local one always), holds the packets up to [`RESOLVE_GIVE_UP`], asking again
 //!   every [`RESOLVE_RETRY`], then drops them and counts `tx_neigh_unresolved` (an RC
 //!   QP's retransmissions ask again; with no answer they end in RETRY_EXC_ERR);
-//! - every header is its own: IPv4 identification from a per-device counter, DF, TTL 64,
-//!   ECT(0) with congestion control on (CE where a fault rule marks it), the UDP source
-//!   port of the flow; the ICRC is computed over those headers and checked in full on
-//!   receive (no ID solving: `icrc_ipv4_id_solved` stays 0);
+//! - every header is its own: IPv4 identification from a per-device counter, DF, TTL 64;
+//!   IPv6 hop limit 64 and a flow label from the flow's UDP source port (the inverse of
+//!   Linux's `rdma_flow_label_to_udp_sport`); ECT(0) with congestion control on (CE where
+//!   a fault rule marks it); the ICRC is computed over those headers and checked in full
+//!   on receive (no ID solving: `icrc_ipv4_id_solved` stays 0); packets to a link-local
+//!   GID leave from the link-local address, others from the device's address of their
+//!   family (none: `send_err`);
 //! - frames that are not for it are ignored and counted: another MAC
 //!   (`rx_not_for_us`), another IP address (`rx_not_for_us`), not RoCEv2 (`rx_not_roce`);
 //!   truncated or malformed frames count in `malformed_pkts`, bad ICRCs in `icrc_err`;
 //! - a fault chain wraps it as it wraps the UDP transport (`faulty.rs`): what the chain lets
 //!   through comes back through [`Transport::put`], framed with IPv4 ID 0 (the ID its ICRC
-//!   was filled for).
+//!   was filled for);
+//! - a capture holds the RoCE frames and the ARP and neighbour discovery exchanges.
 //!
-//! IPv4 only (an IPv6 address is refused when the device opens), untagged frames (an
-//! 802.1Q-tagged RoCE frame received is accepted; this side sends untagged).
+//! Optional 802.1Q: with a VLAN, every frame it sends is tagged and it takes only its
+//! VLAN's frames.
 //!
 //! The socket: `AF_PACKET`/`SOCK_RAW` on `ETH_P_ALL`, bound to the interface,
 //! `PACKET_IGNORE_OUTGOING` (it does not see its own frames), `PACKET_QDISC_BYPASS` (frames
@@ -44,7 +53,7 @@ use rnic_wire::ROCEV2_UDP_PORT;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -68,13 +77,20 @@ const GSO_UDP_L4: u8 = 5;
 const FRAME_BUF: usize = 9216 + 64;
 /// IPv4 + UDP header bytes before the RoCE packet.
 const IP_UDP: usize = 20 + 8;
+/// IPv6 + UDP header bytes before the RoCE packet.
+const IP6_UDP: usize = 40 + 8;
+/// ICMPv6's next-header value.
+const PROTO_ICMPV6: u8 = 58;
+/// ICMPv6 Neighbor Solicitation and Advertisement (RFC 4861 4.3, 4.4).
+const ND_SOLICIT: u8 = 135;
+const ND_ADVERT: u8 = 136;
 /// Ask again for an unresolved neighbour after this long (ns).
 pub(crate) const RESOLVE_RETRY: Time = 200_000_000;
 /// Drop what waits for a neighbour that did not answer within this long (ns).
 pub(crate) const RESOLVE_GIVE_UP: Time = 1_000_000_000;
 /// Packets held per unresolved neighbour; more are dropped at once.
 const RESOLVE_QUEUE: usize = 1024;
-/// TTL of sent IPv4 packets (rxe: the route's hop limit, 64 by default).
+/// TTL of sent IPv4 packets and hop limit of IPv6 ones (rxe: the route's, 64 by default).
 const TTL: u8 = 64;
 
 /// The interface a raw device runs on.
@@ -95,10 +111,16 @@ impl Interface {
     /// BTH, RETH or AtomicETH, ImmDt, ICRC), as rxe derives the port's active MTU from
     /// its netdev's.
     pub fn active_mtu(&self) -> Option<crate::qp_state::PathMtu> {
-        const OVERHEAD: u32 = 20 + 8 + 12 + 16 + 4 + 4;
+        self.active_mtu_for(false)
+    }
+
+    /// [`active_mtu`](Self::active_mtu) for a device whose address is IPv6 (a 40-byte IP
+    /// header instead of 20).
+    pub fn active_mtu_for(&self, ipv6: bool) -> Option<crate::qp_state::PathMtu> {
+        let overhead: u32 = if ipv6 { 40 } else { 20 } + 8 + 12 + 16 + 4 + 4;
         [4096u32, 2048, 1024, 512, 256]
             .into_iter()
-            .find(|m| m + OVERHEAD <= self.mtu)
+            .find(|m| m + overhead <= self.mtu)
             .and_then(crate::qp_state::PathMtu::from_bytes)
     }
 }
@@ -109,6 +131,14 @@ struct Route {
     net: u32,
     mask: u32,
     gateway: Option<Ipv4Addr>,
+}
+
+/// An IPv6 route of the interface, read from the kernel's table when the device opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Route6 {
+    net: u128,
+    len: u8,
+    gateway: Option<Ipv6Addr>,
 }
 
 fn last_err(what: &str) -> io::Error {
@@ -228,6 +258,102 @@ fn read_routes(ifname: &str) -> Vec<Route> {
     out
 }
 
+/// The interface's IPv6 routes (`/proc/thread-self/net/ipv6_route`: destination, prefix
+/// length, source, its length, next hop, metric, refcount, use, flags, device). Missing:
+/// none (every destination on-link).
+fn read_routes6(ifname: &str) -> Vec<Route6> {
+    let text = std::fs::read_to_string("/proc/thread-self/net/ipv6_route")
+        .or_else(|_| std::fs::read_to_string("/proc/net/ipv6_route"))
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 10 || f[9] != ifname {
+            continue;
+        }
+        let (Ok(net), Ok(len), Ok(gw)) =
+            (u128::from_str_radix(f[0], 16), u8::from_str_radix(f[1], 16), u128::from_str_radix(f[4], 16))
+        else {
+            continue;
+        };
+        // Multicast and local routes are not ways out.
+        if net >> 120 == 0xff || len > 128 {
+            continue;
+        }
+        out.push(Route6 { net, len, gateway: (gw != 0).then(|| Ipv6Addr::from(gw)) });
+    }
+    out.sort_by_key(|r| std::cmp::Reverse(r.len));
+    out
+}
+
+/// The link-local address of a MAC (`fe80::` and its EUI-64), GID 0 of a raw device.
+pub(crate) fn link_local(mac: MacAddr) -> Ipv6Addr {
+    Ipv6Addr::from((0xfe80u128 << 112) | u128::from(crate::engine::guid_for_mac(mac.0)))
+}
+
+/// Whether `a` is link-local (`fe80::/10`).
+fn is_link_local(a: Ipv6Addr) -> bool {
+    a.segments()[0] & 0xffc0 == 0xfe80
+}
+
+/// The solicited-node multicast address of `ip` (RFC 4291 2.7.1: `ff02::1:ff` and its
+/// last 24 bits) and the Ethernet group it maps to (RFC 2464 7: `33:33` and the last 32).
+fn solicited_node(ip: Ipv6Addr) -> (Ipv6Addr, MacAddr) {
+    let o = ip.octets();
+    let group = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00 | u16::from(o[13]), u16::from_be_bytes([o[14], o[15]]));
+    let g = group.octets();
+    (group, MacAddr([0x33, 0x33, g[12], g[13], g[14], g[15]]))
+}
+
+/// The ICMPv6 checksum of `msg` (its checksum field zero) from `src` to `dst` (RFC 4443
+/// 2.3: over the IPv6 pseudo-header and the message).
+fn icmpv6_checksum(src: Ipv6Addr, dst: Ipv6Addr, msg: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    let mut add = |b: &[u8]| {
+        for c in b.chunks(2) {
+            sum += u32::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)]));
+        }
+    };
+    add(&src.octets());
+    add(&dst.octets());
+    add(&u32::try_from(msg.len()).unwrap_or(u32::MAX).to_be_bytes());
+    add(&[0, 0, 0, PROTO_ICMPV6]);
+    add(msg);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !u16::try_from(sum).unwrap_or(0xffff)
+}
+
+/// Joins the Ethernet multicast group `mac` on the socket's interface, so that a NIC's
+/// filter lets its frames (neighbour solicitations for the device's addresses) in.
+// Struct sizes fit their C types.
+#[allow(clippy::cast_possible_truncation)]
+fn join_group(sock: &OwnedFd, index: i32, mac: MacAddr) -> io::Result<()> {
+    // SAFETY: packet_mreq is a plain C struct; all-zero is valid.
+    let mut mr: libc::packet_mreq = unsafe { std::mem::zeroed() };
+    mr.mr_ifindex = index;
+    mr.mr_type = libc::PACKET_MR_MULTICAST as u16;
+    mr.mr_alen = 6;
+    mr.mr_address[..6].copy_from_slice(&mac.0);
+    let n = std::mem::size_of::<libc::packet_mreq>() as libc::socklen_t;
+    // SAFETY: a valid socket and a packet_mreq of the stated size.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_ADD_MEMBERSHIP,
+            std::ptr::from_ref(&mr).cast(),
+            n,
+        )
+    };
+    if r < 0 {
+        Err(last_err("PACKET_ADD_MEMBERSHIP"))
+    } else {
+        Ok(())
+    }
+}
+
 /// A bare `AF_PACKET` socket on an interface, set up as the raw transport's is: for
 /// measuring the link itself (`rnic perf`'s raw-frame baseline: the transport's own
 /// ceiling over the same interfaces).
@@ -325,17 +451,21 @@ struct Pending {
     since: Time,
     asked: Time,
     /// (destination, UDP source port, BTH..ICRC with the ICRC not yet filled)
-    packets: Vec<(Ipv4Addr, u16, Vec<u8>)>,
+    packets: Vec<(IpAddr, u16, Vec<u8>)>,
 }
 
 /// The raw-Ethernet transport of one device.
 pub(crate) struct Packet {
     sock: OwnedFd,
     iface: Interface,
-    ip: Ipv4Addr,
+    /// The device's address (IPv4 or IPv6), which the host does not own.
+    ip: IpAddr,
+    /// Its link-local IPv6 address from the MAC (GID 0), also answered and used.
+    ll6: Ipv6Addr,
     routes: Vec<Route>,
-    neigh: HashMap<Ipv4Addr, MacAddr>,
-    pending: HashMap<Ipv4Addr, Pending>,
+    routes6: Vec<Route6>,
+    neigh: HashMap<IpAddr, MacAddr>,
+    pending: HashMap<IpAddr, Pending>,
     counters: Arc<Counters>,
     capture: Option<Arc<Capture>>,
     /// TOS byte: ECT(0) with congestion control on.
@@ -367,13 +497,12 @@ impl Packet {
         counters: Arc<Counters>,
     ) -> Result<Packet, DeviceError> {
         let bad = |why: String| DeviceError::Netdev { name: config.name.clone(), netdev: netdev.to_string(), why };
-        let IpAddr::V4(ip) = config.ip else {
-            return Err(bad(format!(
-                "{}: the raw-Ethernet transport takes an IPv4 address (IPv6 neighbour discovery is not implemented)",
-                config.ip
-            )));
+        let ip = config.ip;
+        let unusable = match ip {
+            IpAddr::V4(a) => a.is_unspecified() || a.is_loopback() || a.is_multicast() || a.is_broadcast(),
+            IpAddr::V6(a) => a.is_unspecified() || a.is_loopback() || a.is_multicast() || a.to_ipv4_mapped().is_some(),
         };
-        if ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() || ip.is_broadcast() {
+        if unusable {
             return Err(bad(format!("{ip} cannot be a device address on a link")));
         }
         if let Some(v) = config.vlan {
@@ -382,14 +511,25 @@ impl Packet {
             }
         }
         let (sock, iface) = open_socket(netdev).map_err(bad)?;
-        if iface.active_mtu().is_none() {
+        if iface.active_mtu_for(ip.is_ipv6()).is_none() {
             return Err(bad(format!("MTU {} is too small for RoCE (at least 256 + 64 bytes)", iface.mtu)));
+        }
+        let ll6 = link_local(iface.mac);
+        // Neighbour solicitations for its IPv6 addresses come to their solicited-node
+        // groups: a NIC's multicast filter must let them in.
+        for a in std::iter::once(ll6).chain(match ip {
+            IpAddr::V6(a) => Some(a),
+            IpAddr::V4(_) => None,
+        }) {
+            join_group(&sock, iface.index, solicited_node(a).1).map_err(|e| bad(e.to_string()))?;
         }
         Ok(Packet {
             sock,
             routes: read_routes(netdev),
+            routes6: read_routes6(netdev),
             iface,
             ip,
+            ll6,
             neigh: HashMap::new(),
             pending: HashMap::new(),
             counters,
@@ -416,10 +556,36 @@ impl Packet {
     }
 
     /// The next hop towards `dst`: the gateway of the longest matching route with one,
-    /// else `dst` itself (on-link).
-    fn next_hop(&self, dst: Ipv4Addr) -> Ipv4Addr {
-        let d = u32::from(dst);
-        self.routes.iter().find(|r| d & r.mask == r.net).and_then(|r| r.gateway).unwrap_or(dst)
+    /// else `dst` itself (on-link; a link-local IPv6 address always is).
+    fn next_hop(&self, dst: IpAddr) -> IpAddr {
+        match dst {
+            IpAddr::V4(d4) => {
+                let d = u32::from(d4);
+                self.routes.iter().find(|r| d & r.mask == r.net).and_then(|r| r.gateway).map_or(dst, IpAddr::V4)
+            }
+            IpAddr::V6(d6) if is_link_local(d6) => dst,
+            IpAddr::V6(d6) => {
+                let d = u128::from(d6);
+                let matches = |r: &&Route6| r.len == 0 || (d ^ r.net) >> (128 - u32::from(r.len)) == 0;
+                self.routes6.iter().find(matches).and_then(|r| r.gateway).map_or(dst, IpAddr::V6)
+            }
+        }
+    }
+
+    /// The address packets to `dst` leave from: the device's own of that family (a
+    /// link-local destination: the link-local address), if it has one.
+    fn src_for(&self, dst: IpAddr) -> Option<IpAddr> {
+        match (dst, self.ip) {
+            (IpAddr::V4(_), IpAddr::V4(_)) => Some(self.ip),
+            (IpAddr::V6(d), _) if is_link_local(d) => Some(IpAddr::V6(self.ll6)),
+            (IpAddr::V6(_), IpAddr::V6(_)) => Some(self.ip),
+            _ => None,
+        }
+    }
+
+    /// Whether `a` is one of this device's addresses.
+    fn is_mine(&self, a: IpAddr) -> bool {
+        a == self.ip || a == IpAddr::V6(self.ll6)
     }
 
     fn next_ident(&mut self) -> u16 {
@@ -440,17 +606,17 @@ impl Packet {
         b
     }
 
-    /// Appends the Ethernet header of a frame to `mac` and room for the IPv4 and UDP
-    /// headers ([`finish`](Self::finish) writes them once the length is known).
-    fn headers(&self, buf: &mut Vec<u8>, mac: MacAddr) {
+    /// Appends the Ethernet header of a frame to `mac` and room for the IP (v6 or v4)
+    /// and UDP headers ([`finish`](Self::finish) writes them once the length is known).
+    fn headers(&self, buf: &mut Vec<u8>, mac: MacAddr, v6: bool) {
         let eth = ethernet::EthernetRepr {
             dst: mac,
             src: self.iface.mac,
             vlan: self.tag(),
-            ethertype: ethernet::ETHERTYPE_IPV4,
+            ethertype: if v6 { ethernet::ETHERTYPE_IPV6 } else { ethernet::ETHERTYPE_IPV4 },
         };
         let start = buf.len();
-        buf.resize(start + eth.buffer_len() + IP_UDP, 0);
+        buf.resize(start + eth.buffer_len() + if v6 { IP6_UDP } else { IP_UDP }, 0);
         let _ = eth.emit(&mut buf[start..]);
     }
 
@@ -466,21 +632,44 @@ impl Packet {
 
     /// Finishes the headers written by [`headers`](Self::headers) once the RoCE bytes
     /// follow them (lengths and the IPv4 checksum need the total).
-    fn finish(&self, frame: &mut [u8], dst: Ipv4Addr, src_port: u16, ident: u16, ce: bool) {
+    fn finish(&self, frame: &mut [u8], src: IpAddr, dst: IpAddr, src_port: u16, ident: u16, ce: bool) {
         let at = self.eth_len();
-        let roce_len = frame.len() - at - IP_UDP;
         let tos = if ce { self.tos | crate::sys::ECN_CE } else { self.tos };
-        let ip = rnic_wire::ipv4::Ipv4Repr {
-            src: self.ip,
-            dst,
-            tos,
-            ident,
-            df: true,
-            ttl: TTL,
-            protocol: rnic_wire::ipv4::PROTO_UDP,
+        let ip_len = match (src, dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                let roce_len = frame.len() - at - IP_UDP;
+                let ip = rnic_wire::ipv4::Ipv4Repr {
+                    src,
+                    dst,
+                    tos,
+                    ident,
+                    df: true,
+                    ttl: TTL,
+                    protocol: rnic_wire::ipv4::PROTO_UDP,
+                };
+                let _ = ip.emit(&mut frame[at..at + 20], 8 + roce_len);
+                20
+            }
+            (IpAddr::V6(src), IpAddr::V6(dst)) => {
+                let roce_len = frame.len() - at - IP6_UDP;
+                // The flow label from the UDP source port (the flow's entropy): Linux's
+                // rdma_flow_label_to_udp_sport maps it back to the same port.
+                let ip = rnic_wire::ipv6::Ipv6Repr {
+                    src,
+                    dst,
+                    traffic_class: tos,
+                    flow_label: u32::from(src_port & 0x3fff),
+                    hop_limit: TTL,
+                    next_header: rnic_wire::ipv4::PROTO_UDP,
+                };
+                let _ = ip.emit(&mut frame[at..at + 40], 8 + roce_len);
+                40
+            }
+            // Callers pass one family (src_for).
+            _ => return,
         };
-        let _ = ip.emit(&mut frame[at..at + 20], 8 + roce_len);
-        let u = &mut frame[at + 20..at + 28];
+        let roce_len = frame.len() - at - ip_len - 8;
+        let u = &mut frame[at + ip_len..at + ip_len + 8];
         u[0..2].copy_from_slice(&src_port.to_be_bytes());
         u[2..4].copy_from_slice(&ROCEV2_UDP_PORT.to_be_bytes());
         u[4..6].copy_from_slice(&u16::try_from(8 + roce_len).unwrap_or(u16::MAX).to_be_bytes());
@@ -489,16 +678,16 @@ impl Packet {
     }
 
     /// Frames a packet whose ICRC is already filled (for `ident`) and queues it.
-    fn push_sealed(&mut self, mac: MacAddr, dst: Ipv4Addr, src_port: u16, ident: u16, ce: bool, roce: &[u8]) {
+    fn push_sealed(&mut self, mac: MacAddr, src: IpAddr, w: &Wire) {
         let mut buf = std::mem::take(self.frame_buf());
-        self.headers(&mut buf, mac);
-        buf.extend_from_slice(roce);
-        self.queue_frame(buf, dst, src_port, ident, ce);
+        self.headers(&mut buf, mac, w.dst.is_ipv6());
+        buf.extend_from_slice(&w.data);
+        self.queue_frame(buf, src, w.dst, w.src_port, 0, w.ce);
     }
 
     /// Finishes a frame's headers, captures it and puts it in the current send's slot.
-    fn queue_frame(&mut self, mut buf: Vec<u8>, dst: Ipv4Addr, src_port: u16, ident: u16, ce: bool) {
-        self.finish(&mut buf[VNET_HDR..], dst, src_port, ident, ce);
+    fn queue_frame(&mut self, mut buf: Vec<u8>, src: IpAddr, dst: IpAddr, src_port: u16, ident: u16, ce: bool) {
+        self.finish(&mut buf[VNET_HDR..], src, dst, src_port, ident, ce);
         if let Some(c) = &self.capture {
             c.record_frame(&buf[VNET_HDR..]);
         }
@@ -552,14 +741,15 @@ impl Packet {
     }
 
     /// Sends one engine packet to `dst` now that `mac` is its next hop's.
-    fn frame_packet(&mut self, mac: MacAddr, dst: Ipv4Addr, p: &mut TxPacket) {
-        let ident = self.next_ident();
-        let ctx = IcrcContext {
-            ipv4_ident: ident,
-            ..IcrcContext::new(IpAddr::V4(self.ip), p.dst, p.src_port, ROCEV2_UDP_PORT)
+    fn frame_packet(&mut self, mac: MacAddr, p: &mut TxPacket) {
+        let Some(src) = self.src_for(p.dst) else {
+            self.counters.send_err.fetch_add(1, Ordering::Relaxed);
+            return;
         };
+        let ident = if p.dst.is_ipv4() { self.next_ident() } else { 0 };
+        let ctx = IcrcContext { ipv4_ident: ident, ..IcrcContext::new(src, p.dst, p.src_port, ROCEV2_UDP_PORT) };
         let mut buf = std::mem::take(self.frame_buf());
-        self.headers(&mut buf, mac);
+        self.headers(&mut buf, mac, p.dst.is_ipv6());
         let roce_at = buf.len();
         for part in p.parts() {
             part.extend_vec(&mut buf);
@@ -573,27 +763,95 @@ impl Packet {
             self.out[self.out_len] = buf;
             return;
         }
-        self.queue_frame(buf, dst, p.src_port, ident, false);
+        self.queue_frame(buf, src, p.dst, p.src_port, ident, false);
     }
 
-    /// Sends an ARP request for `ip`.
-    fn ask(&mut self, ip: Ipv4Addr) {
-        let frame = arp_frame(self.vlan, 1, self.iface.mac, self.ip, MacAddr([0xff; 6]), MacAddr([0; 6]), ip);
-        let buf = self.frame_buf();
-        buf.extend_from_slice(&frame);
-        self.counters.arp_requests_sent.fetch_add(1, Ordering::Relaxed);
+    /// Queues an ARP or neighbour discovery frame (and captures it: a capture shows how
+    /// the device found its peers).
+    fn push_control(&mut self, frame: &[u8]) {
+        self.frame_buf().extend_from_slice(frame);
+        if let Some(c) = &self.capture {
+            c.record_frame(frame);
+        }
+    }
+
+    /// Asks for `ip`'s MAC: an ARP request, or for IPv6 a neighbour solicitation to its
+    /// solicited-node group (RFC 4861 7.2.2).
+    fn ask(&mut self, ip: IpAddr) {
+        match ip {
+            IpAddr::V4(t) => {
+                let IpAddr::V4(me) = self.ip else { return };
+                let frame = arp_frame(self.vlan, 1, self.iface.mac, me, MacAddr([0xff; 6]), MacAddr([0; 6]), t);
+                self.push_control(&frame);
+                self.counters.arp_requests_sent.fetch_add(1, Ordering::Relaxed);
+            }
+            IpAddr::V6(t) => {
+                let Some(IpAddr::V6(src)) = self.src_for(ip) else { return };
+                let (group, gmac) = solicited_node(t);
+                let frame = self.nd_frame(ND_SOLICIT, src, group, gmac, t, false);
+                self.push_control(&frame);
+                self.counters.nd_solicits_sent.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// An Ethernet frame holding a neighbour solicitation (for `target`, with this
+    /// device's MAC as its source link-layer option) or advertisement (of `target`, with
+    /// its target link-layer option; `solicited`: an answer), hop limit 255 as RFC 4861
+    /// requires.
+    fn nd_frame(
+        &self,
+        kind: u8,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        eth_dst: MacAddr,
+        target: Ipv6Addr,
+        solicited: bool,
+    ) -> Vec<u8> {
+        let mut msg = Vec::with_capacity(32);
+        msg.extend_from_slice(&[kind, 0, 0, 0]);
+        // NA flags: Solicited and Override (an answer about the device's own address).
+        let flags: u8 = if kind == ND_ADVERT { 0x20 | if solicited { 0x40 } else { 0 } } else { 0 };
+        msg.extend_from_slice(&[flags, 0, 0, 0]);
+        msg.extend_from_slice(&target.octets());
+        // Option 1 (source) or 2 (target link-layer address), 8 bytes.
+        msg.extend_from_slice(&[if kind == ND_SOLICIT { 1 } else { 2 }, 1]);
+        msg.extend_from_slice(&self.iface.mac.0);
+        let sum = icmpv6_checksum(src, dst, &msg);
+        msg[2..4].copy_from_slice(&sum.to_be_bytes());
+        let mut f = Vec::with_capacity(ethernet::HEADER_LEN + 4 + 40 + msg.len());
+        let eth = ethernet::EthernetRepr {
+            dst: eth_dst,
+            src: self.iface.mac,
+            vlan: self.tag(),
+            ethertype: ethernet::ETHERTYPE_IPV6,
+        };
+        f.resize(eth.buffer_len() + 40, 0);
+        let _ = eth.emit(&mut f[..]);
+        let at = eth.buffer_len();
+        let ip = rnic_wire::ipv6::Ipv6Repr {
+            src,
+            dst,
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 255,
+            next_header: PROTO_ICMPV6,
+        };
+        let _ = ip.emit(&mut f[at..at + 40], msg.len());
+        f.extend_from_slice(&msg);
+        f
     }
 
     /// Learns that `ip` is at `mac`; sends what waited for it.
-    fn learn(&mut self, ip: Ipv4Addr, mac: MacAddr) {
+    fn learn(&mut self, ip: IpAddr, mac: MacAddr) {
         if mac.0[0] & 1 != 0 || mac.0 == [0; 6] {
             return;
         }
         self.neigh.insert(ip, mac);
         if let Some(p) = self.pending.remove(&ip) {
             for (dst, sport, data) in p.packets {
-                let mut tx = TxPacket { dst: IpAddr::V4(dst), src_port: sport, data, payload: None };
-                self.frame_packet(mac, dst, &mut tx);
+                let mut tx = TxPacket { dst, src_port: sport, data, payload: None };
+                self.frame_packet(mac, &mut tx);
             }
         }
     }
@@ -601,13 +859,15 @@ impl Packet {
     /// Sends `p` (its ICRC not filled): framed at once when its next hop is known, held
     /// (and asked for) when not.
     fn route(&mut self, now: Time, p: &mut TxPacket) {
-        let IpAddr::V4(dst) = p.dst else {
+        if self.src_for(p.dst).is_none() {
+            // No address of that family to send from (an IPv4 device and a global IPv6
+            // destination, or the other way round).
             self.counters.send_err.fetch_add(1, Ordering::Relaxed);
             return;
-        };
-        let hop = self.next_hop(dst);
+        }
+        let hop = self.next_hop(p.dst);
         if let Some(&mac) = self.neigh.get(&hop) {
-            self.frame_packet(mac, dst, p);
+            self.frame_packet(mac, p);
             return;
         }
         let first = !self.pending.contains_key(&hop);
@@ -616,7 +876,7 @@ impl Packet {
             self.counters.tx_neigh_unresolved.fetch_add(1, Ordering::Relaxed);
         } else {
             p.make_contiguous();
-            q.packets.push((dst, p.src_port, std::mem::take(&mut p.data)));
+            q.packets.push((p.dst, p.src_port, std::mem::take(&mut p.data)));
         }
         if first {
             self.ask(hop);
@@ -625,10 +885,9 @@ impl Packet {
 
     /// Frames a packet the fault chain let through (its ICRC filled for IPv4 ID 0).
     fn put_sealed(&mut self, now: Time, w: Wire) {
-        let IpAddr::V4(dst) = w.dst else { return };
-        let hop = self.next_hop(dst);
+        let hop = self.next_hop(w.dst);
         match self.neigh.get(&hop).copied() {
-            Some(mac) => self.push_sealed(mac, dst, w.src_port, 0, w.ce, &w.data),
+            Some(mac) => self.push_sealed(mac, w.src, &w),
             None => {
                 // Rare (a fault chain on a device that has not resolved its peer yet): the
                 // packet waits as an unsealed one would; its ICRC is refilled for its ID.
@@ -650,14 +909,84 @@ impl Packet {
         let sha = MacAddr([body[8], body[9], body[10], body[11], body[12], body[13]]);
         let spa = Ipv4Addr::new(body[14], body[15], body[16], body[17]);
         let tpa = Ipv4Addr::new(body[24], body[25], body[26], body[27]);
+        let IpAddr::V4(me) = self.ip else { return };
         // RFC 826: update a known sender; add it when the request is for us.
-        if tpa == self.ip || self.neigh.contains_key(&spa) || self.pending.contains_key(&spa) {
-            self.learn(spa, sha);
+        let sender = IpAddr::V4(spa);
+        if tpa == me || self.neigh.contains_key(&sender) || self.pending.contains_key(&sender) {
+            self.learn(sender, sha);
         }
-        if op == 1 && tpa == self.ip {
-            let reply = arp_frame(self.vlan, 2, self.iface.mac, self.ip, sha, sha, spa);
-            self.frame_buf().extend_from_slice(&reply);
+        if op == 1 && tpa == me {
+            let reply = arp_frame(self.vlan, 2, self.iface.mac, me, sha, sha, spa);
+            self.push_control(&reply);
             self.counters.arp_replies_sent.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Handles an ICMPv6 packet (`ip6`: its IPv6 header and what follows): answers a
+    /// neighbour solicitation for one of this device's addresses with an advertisement
+    /// and learns its sender; learns the target of an advertisement. Checked as RFC 4861
+    /// 7.1 says: hop limit 255, code 0, a valid checksum, a unicast target.
+    fn nd(&mut self, ip6: &[u8], eth_src: MacAddr) {
+        if ip6.len() < 40 {
+            self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let plen = usize::from(u16::from_be_bytes([ip6[4], ip6[5]]));
+        let src = Ipv6Addr::from(<[u8; 16]>::try_from(&ip6[8..24]).unwrap_or([0; 16]));
+        let dst = Ipv6Addr::from(<[u8; 16]>::try_from(&ip6[24..40]).unwrap_or([0; 16]));
+        let Some(msg) = ip6.get(40..40 + plen).filter(|m| !m.is_empty()) else {
+            self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let kind = msg[0];
+        if kind != ND_SOLICIT && kind != ND_ADVERT {
+            // Other ICMPv6 (router advertisements, MLD, ...): not this device's business.
+            self.counters.rx_not_roce.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if msg.len() < 24 || ip6[7] != 255 || msg[1] != 0 || icmpv6_checksum(src, dst, msg) != 0 {
+            self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let target = Ipv6Addr::from(<[u8; 16]>::try_from(&msg[8..24]).unwrap_or([0; 16]));
+        // The link-layer address option (1: source, in a solicitation; 2: target, in an
+        // advertisement); else the frame's source.
+        let mut lladdr = None;
+        let mut opts = &msg[24..];
+        while opts.len() >= 8 {
+            let len = usize::from(opts[1]) * 8;
+            if len == 0 || len > opts.len() {
+                break;
+            }
+            if (opts[0] == 1 && kind == ND_SOLICIT) || (opts[0] == 2 && kind == ND_ADVERT) {
+                lladdr = Some(MacAddr([opts[2], opts[3], opts[4], opts[5], opts[6], opts[7]]));
+            }
+            opts = &opts[len..];
+        }
+        let mac = lladdr.unwrap_or(eth_src);
+        if kind == ND_SOLICIT {
+            if !self.is_mine(IpAddr::V6(target)) {
+                return;
+            }
+            // Duplicate address detection (unspecified source) is answered to all nodes.
+            let (to, to_mac) = if src.is_unspecified() {
+                (Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1), MacAddr([0x33, 0x33, 0, 0, 0, 1]))
+            } else {
+                // RFC 4861 7.2.3: a solicitation with a source link-layer option creates
+                // or updates the sender's entry.
+                if lladdr.is_some() {
+                    self.learn(IpAddr::V6(src), mac);
+                }
+                (src, mac)
+            };
+            let frame = self.nd_frame(ND_ADVERT, target, to, to_mac, target, !src.is_unspecified());
+            self.push_control(&frame);
+            self.counters.nd_adverts_sent.fetch_add(1, Ordering::Relaxed);
+        } else if !target.is_multicast() {
+            let t = IpAddr::V6(target);
+            if self.neigh.contains_key(&t) || self.pending.contains_key(&t) || msg[4] & 0x40 != 0 {
+                self.learn(t, mac);
+            }
         }
     }
 
@@ -702,9 +1031,10 @@ impl Packet {
         if f.len() >= at && u16::from_be_bytes([f[12], f[13]]) == ethernet::TPID_8021Q {
             at += 4;
         }
-        let ihl = f.get(at).map_or(0, |b| usize::from(b & 0x0f) * 4);
+        let v6 = f.get(at).is_some_and(|b| b >> 4 == 6);
+        let ihl = if v6 { 40 } else { f.get(at).map_or(0, |b| usize::from(b & 0x0f) * 4) };
         let head = at + ihl + 8;
-        if ihl < 20 || f.len() <= head || f[at] >> 4 != 4 {
+        if ihl < 20 || f.len() <= head || (!v6 && f[at] >> 4 != 4) {
             self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
             return 0;
         }
@@ -714,13 +1044,19 @@ impl Packet {
             seg.clear();
             seg.extend_from_slice(&f[..head]);
             seg.extend_from_slice(body);
-            let ip_len = u16::try_from(ihl + 8 + body.len()).unwrap_or(u16::MAX);
             let ip = &mut seg[at..at + ihl];
-            ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
-            ip[4..6].copy_from_slice(&id0.wrapping_add(u16::try_from(k).unwrap_or(0)).to_be_bytes());
-            ip[10..12].copy_from_slice(&[0, 0]);
-            let sum = rnic_wire::ipv4::internet_checksum(ip);
-            ip[10..12].copy_from_slice(&sum.to_be_bytes());
+            if v6 {
+                // IPv6 has no ID or header checksum: only the payload length changes.
+                let plen = u16::try_from(8 + body.len()).unwrap_or(u16::MAX);
+                ip[4..6].copy_from_slice(&plen.to_be_bytes());
+            } else {
+                let ip_len = u16::try_from(ihl + 8 + body.len()).unwrap_or(u16::MAX);
+                ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
+                ip[4..6].copy_from_slice(&id0.wrapping_add(u16::try_from(k).unwrap_or(0)).to_be_bytes());
+                ip[10..12].copy_from_slice(&[0, 0]);
+                let sum = rnic_wire::ipv4::internet_checksum(ip);
+                ip[10..12].copy_from_slice(&sum.to_be_bytes());
+            }
             let udp_len = u16::try_from(8 + body.len()).unwrap_or(u16::MAX);
             seg[at + ihl + 4..at + ihl + 6].copy_from_slice(&udp_len.to_be_bytes());
             n += self.frame_in(seg, vid, engine, now);
@@ -754,15 +1090,27 @@ impl Packet {
             return 0;
         }
         let broadcast = dst.0 == [0xff; 6];
-        if dst != self.iface.mac && !broadcast {
+        // IPv6 multicast (33:33:...): a neighbour solicitation to a solicited-node group.
+        let multicast6 = dst.0[0] == 0x33 && dst.0[1] == 0x33;
+        if dst != self.iface.mac && !broadcast && !multicast6 {
             self.counters.rx_not_for_us.fetch_add(1, Ordering::Relaxed);
             return 0;
         }
         if et == ETH_P_ARP {
+            if let Some(c) = &self.capture {
+                c.record_frame(f);
+            }
             self.arp(&f[at..]);
             return 0;
         }
-        if broadcast {
+        if et == ethernet::ETHERTYPE_IPV6 && f.len() >= at + 40 && f[at + 6] == PROTO_ICMPV6 {
+            if let Some(c) = &self.capture {
+                c.record_frame(f);
+            }
+            self.nd(&f[at..], src);
+            return 0;
+        }
+        if broadcast || multicast6 {
             self.counters.rx_not_roce.fetch_add(1, Ordering::Relaxed);
             return 0;
         }
@@ -770,12 +1118,16 @@ impl Packet {
         // hands AF_PACKET the frame before it is finished (CHECKSUM_PARTIAL), and the ICRC
         // covers everything the checksum would, the checksum field itself masked (IBA
         // A17.3.3; rxe sends 0). Zeroed here, it reads as "none" to the parser.
-        if et == ethernet::ETHERTYPE_IPV4 && f.len() >= at + 20 && f[at] >> 4 == 4 && f[at + 9] == 17 {
-            let u = at + usize::from(f[at] & 0x0f) * 4;
-            if f.len() >= u + 8 {
-                f[u + 6] = 0;
-                f[u + 7] = 0;
-            }
+        let udp_at = if et == ethernet::ETHERTYPE_IPV4 && f.len() >= at + 20 && f[at] >> 4 == 4 && f[at + 9] == 17 {
+            Some(at + usize::from(f[at] & 0x0f) * 4)
+        } else if et == ethernet::ETHERTYPE_IPV6 && f.len() >= at + 40 && f[at] >> 4 == 6 && f[at + 6] == 17 {
+            Some(at + 40)
+        } else {
+            None
+        };
+        if let Some(u) = udp_at.filter(|&u| f.len() >= u + 8) {
+            f[u + 6] = 0;
+            f[u + 7] = 0;
         }
         let f: &[u8] = f;
         let p = match rnic_wire::frame::parse_ethernet(f) {
@@ -789,11 +1141,8 @@ impl Packet {
                 return 0;
             }
         };
-        let (IpAddr::V4(sip), IpAddr::V4(dip)) = (p.ip.src(), p.ip.dst()) else {
-            self.counters.rx_not_for_us.fetch_add(1, Ordering::Relaxed);
-            return 0;
-        };
-        if dip != self.ip {
+        let (sip, dip) = (p.ip.src(), p.ip.dst());
+        if !self.is_mine(dip) {
             self.counters.rx_not_for_us.fetch_add(1, Ordering::Relaxed);
             return 0;
         }
@@ -813,7 +1162,7 @@ impl Packet {
         if let Some(c) = &self.capture {
             c.record_frame(f);
         }
-        engine.handle_packet_ecn(now, IpAddr::V4(sip), p.roce_bytes, ce);
+        engine.handle_packet_ecn(now, sip, p.roce_bytes, ce);
         1
     }
 }
@@ -977,8 +1326,8 @@ impl Transport for Packet {
         self.put_sealed(now, w);
     }
 
-    fn local_ip(&self) -> IpAddr {
-        IpAddr::V4(self.ip)
+    fn local_ip(&self, dst: IpAddr) -> IpAddr {
+        self.src_for(dst).unwrap_or(self.ip)
     }
 
     fn src_port(&self, p: &TxPacket) -> u16 {

@@ -83,7 +83,7 @@ impl Transport for Udp {
     fn put(&mut self, _now: Time, w: Wire, counters: &Counters) {
         self.tx.put(&w.data, w.dst, w.ce, counters);
     }
-    fn local_ip(&self) -> IpAddr {
+    fn local_ip(&self, _dst: IpAddr) -> IpAddr {
         self.tx.local.ip()
     }
     fn src_port(&self, _p: &TxPacket) -> u16 {
