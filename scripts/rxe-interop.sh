@@ -102,7 +102,9 @@ run_case() {
   local common="-s $size -n $ITERS -p $port"
   # RNIC_DEV: how rnic's device is opened (default: the UDP transport at the namespace's
   # own address; the raw cases set --netdev and an address nobody else owns).
-  local rnic_cmd=("$RNIC" pingpong ${RNIC_DEV:---ip $HOST_IP} -g 1 -m $MTU $common $rflags --counters)
+  # GIDX: the GID index both sides use (1: ::ffff:IPv4; 0: link-local, over IPv6).
+  local gidx=${GIDX:-1}
+  local rnic_cmd=("$RNIC" pingpong ${RNIC_DEV:---ip $HOST_IP} -g $gidx -m $MTU $common $rflags --counters)
   # ibv_ud_pingpong has neither -m (UD uses the port MTU) nor -c.
   local gchk="-c -m $MTU"
   if [ -n "$ud" ]; then gchk=""; else rnic_cmd+=(-c); fi
@@ -112,11 +114,11 @@ run_case() {
     ns timeout 150 "${rnic_cmd[@]}" > "$rnic_out" 2>&1 &
     local rpid=$!
     for _ in $(seq 1 100); do ns ss -ltnH "sport = :$port" | grep -q . && break; kill -0 $rpid 2>/dev/null || break; sleep 0.1; done
-    job a "$RUN" "$job" "timeout 120 $tool -d rxe0 -g 1 $gchk $common $HOST_IP; echo \"exit \$?\"; $COUNTERS"
+    job a "$RUN" "$job" "timeout 120 $tool -d rxe0 -g $gidx $gchk $common $HOST_IP; echo \"exit \$?\"; $COUNTERS"
     wait_job a "$RUN" "$job" 150 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
     wait $rpid; rrc=$?
   else
-    job a "$RUN" "$job" "timeout 120 $tool -d rxe0 -g 1 $gchk $common & P=\$!
+    job a "$RUN" "$job" "timeout 120 $tool -d rxe0 -g $gidx $gchk $common & P=\$!
 for i in \$(seq 1 300); do ss -ltnH 'sport = :$port' | grep -q . && break; sleep 0.1; done
 : > /lab/q/a.$job.listening
 wait \$P; echo \"exit \$?\"; $COUNTERS"
@@ -139,11 +141,15 @@ wait \$P; echo \"exit \$?\"; $COUNTERS"
     # The raw transport checks the full ICRC: nothing solved; and the guest's kernel
     # learned rnic's MAC by ARP.
     grep -q 'icrc_ipv4_id_solved' "$rnic_out" && why+=" rnic solved IPv4 IDs (icrc_ipv4_id_solved > 0);"
+    # (With GID 0 the guest's kernel found rnic's link-local address by IPv6 neighbour
+    # discovery, which rnic answered.)
+    local nip=$RAW_IP
+    [ "$gidx" = 0 ] && nip=$RAW_LL
     local nj=$job-neigh
-    job a "$RUN" "$nj" "ip neigh show $RAW_IP"
+    job a "$RUN" "$nj" "ip neigh show $nip"
     wait_job a "$RUN" "$nj" 30 > "$OUT/$id.neigh.txt"
-    grep -qi "$RAW_MAC" "$OUT/$id.neigh.txt" || why+=" the guest's ip neigh has no $RAW_MAC for $RAW_IP;"
-    echo "   neigh: $(grep "$RAW_IP" "$OUT/$id.neigh.txt" | head -1)"
+    grep -qi "$RAW_MAC" "$OUT/$id.neigh.txt" || why+=" the guest's ip neigh has no $RAW_MAC for $nip;"
+    echo "   neigh: $(grep "$nip" "$OUT/$id.neigh.txt" | head -1)"
   fi
   [ "$drc" = 0 ] || why+=" rnic decode found bad packets;"
   if [ -z "$why" ]; then verdict=PASS; else verdict=FAIL; fi
@@ -285,6 +291,10 @@ raw_setup() {
   ns ip link set rnraw0 mtu "$1" up
   # (The namespace's MAC as ip shows it: sysfs here is the host's.)
   RAW_MAC=$(ip -n "$NS" -br link show rnraw0 | awk '{print $3}')
+  # rnic's GID 0: the link-local address of that MAC (EUI-64: U/L bit flipped, ff:fe).
+  local m; IFS=: read -ra m <<< "$RAW_MAC"
+  RAW_LL=$(printf 'fe80::%x:%x:%x:%x' $(( (0x${m[0]} ^ 2) << 8 | 0x${m[1]} )) $(( 0x${m[2]} << 8 | 0xff )) \
+    $(( 0xfe << 8 | 0x${m[3]} )) $(( 0x${m[4]} << 8 | 0x${m[5]} )))
 }
 # The raw cases: the same pingpongs with rnic on raw frames; path MTU 1024 at the lab's
 # eth MTU 1500, then (a second boot, guests at eth MTU 9000) path MTU 4096.
@@ -297,6 +307,11 @@ if [ "${CASES:-all}" = all ] || [ "${CASES}" = raw ]; then
   run_case raw-rc-rnic-client-4096 client 4096
   run_case raw-ud-rnic-server-512 server 512 ud
   run_case raw-ud-rnic-client-512 client 512 ud
+  # GID 0 on both sides: link-local IPv6 (rxe's GID 0 is its eth0's fe80:: address); the
+  # guest's kernel asks rnic by neighbour solicitation, rnic asks it the same way.
+  GIDX=0 run_case raw-rc-gid0-rnic-server-4096 server 4096
+  GIDX=0 run_case raw-rc-gid0-rnic-client-4096 client 4096
+  GIDX=0 run_case raw-ud-gid0-rnic-client-512 client 512 ud
   if [ "$OWN_GUEST" = 1 ]; then
     echo "== rebooting the guest with eth0 MTU 9000 (rxe active_mtu 4096) for the jumbo cases"
     halt_guest a "$RUN"; wait "$QPID_a" 2> /dev/null

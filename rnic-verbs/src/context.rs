@@ -188,6 +188,13 @@ impl Context {
         }
     }
 
+    /// Whether the device sends to and from its link-local GID 0 (`fe80::`): a hardware
+    /// device and an emulated one on raw Ethernet do; the UDP transport cannot (its socket
+    /// is bound to the device's address).
+    pub fn carries_link_local(&self) -> bool {
+        self.emulated().is_none_or(|d| d.interface().is_some())
+    }
+
     /// The emulated device under this context (for tools: transport, faults, counters'
     /// internals), `None` on hardware.
     pub fn emulated(&self) -> Option<&Device> {
