@@ -305,26 +305,6 @@ fn solicited_node(ip: Ipv6Addr) -> (Ipv6Addr, MacAddr) {
     (group, MacAddr([0x33, 0x33, g[12], g[13], g[14], g[15]]))
 }
 
-/// The ICMPv6 checksum of `msg` (its checksum field zero) from `src` to `dst` (RFC 4443
-/// 2.3: over the IPv6 pseudo-header and the message).
-fn icmpv6_checksum(src: Ipv6Addr, dst: Ipv6Addr, msg: &[u8]) -> u16 {
-    let mut sum: u32 = 0;
-    let mut add = |b: &[u8]| {
-        for c in b.chunks(2) {
-            sum += u32::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)]));
-        }
-    };
-    add(&src.octets());
-    add(&dst.octets());
-    add(&u32::try_from(msg.len()).unwrap_or(u32::MAX).to_be_bytes());
-    add(&[0, 0, 0, PROTO_ICMPV6]);
-    add(msg);
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !u16::try_from(sum).unwrap_or(0xffff)
-}
-
 /// Joins the Ethernet multicast group `mac` on the socket's interface, so that a NIC's
 /// filter lets its frames (neighbour solicitations for the device's addresses) in.
 // Struct sizes fit their C types.
@@ -808,27 +788,45 @@ impl Packet {
         target: Ipv6Addr,
         solicited: bool,
     ) -> Vec<u8> {
-        let mut msg = Vec::with_capacity(32);
-        msg.extend_from_slice(&[kind, 0, 0, 0]);
-        // NA flags: Solicited and Override (an answer about the device's own address).
-        let flags: u8 = if kind == ND_ADVERT { 0x20 | if solicited { 0x40 } else { 0 } } else { 0 };
-        msg.extend_from_slice(&[flags, 0, 0, 0]);
-        msg.extend_from_slice(&target.octets());
-        // Option 1 (source) or 2 (target link-layer address), 8 bytes.
-        msg.extend_from_slice(&[if kind == ND_SOLICIT { 1 } else { 2 }, 1]);
-        msg.extend_from_slice(&self.iface.mac.0);
-        let sum = icmpv6_checksum(src, dst, &msg);
+        use pnet_packet::icmpv6::ndp::{
+            MutableNeighborAdvertPacket, MutableNeighborSolicitPacket, NdpOption, NdpOptionTypes, NeighborAdvertFlags,
+        };
+        use pnet_packet::icmpv6::{Icmpv6Code, Icmpv6Packet, Icmpv6Types};
+        // The fixed part (24 bytes) and one 8-byte link-layer address option: the source
+        // one in a solicitation, the target one in an advertisement.
+        let mut msg = vec![0u8; 24 + 8];
+        let mac = NdpOption {
+            option_type: if kind == ND_SOLICIT { NdpOptionTypes::SourceLLAddr } else { NdpOptionTypes::TargetLLAddr },
+            length: 1,
+            data: self.iface.mac.0.to_vec(),
+        };
+        if kind == ND_SOLICIT {
+            if let Some(mut p) = MutableNeighborSolicitPacket::new(&mut msg) {
+                p.set_icmpv6_type(Icmpv6Types::NeighborSolicit);
+                p.set_icmpv6_code(Icmpv6Code(0));
+                p.set_target_addr(target);
+                p.set_options(&[mac]);
+            }
+        } else if let Some(mut p) = MutableNeighborAdvertPacket::new(&mut msg) {
+            p.set_icmpv6_type(Icmpv6Types::NeighborAdvert);
+            p.set_icmpv6_code(Icmpv6Code(0));
+            // Override: the device speaks for its own address; Solicited: an answer.
+            let solicited = if solicited { NeighborAdvertFlags::Solicited } else { 0 };
+            p.set_flags(NeighborAdvertFlags::Override | solicited);
+            p.set_target_addr(target);
+            p.set_options(&[mac]);
+        }
+        let sum = Icmpv6Packet::new(&msg).map_or(0, |p| pnet_packet::icmpv6::checksum(&p, &src, &dst));
         msg[2..4].copy_from_slice(&sum.to_be_bytes());
-        let mut f = Vec::with_capacity(ethernet::HEADER_LEN + 4 + 40 + msg.len());
         let eth = ethernet::EthernetRepr {
             dst: eth_dst,
             src: self.iface.mac,
             vlan: self.tag(),
             ethertype: ethernet::ETHERTYPE_IPV6,
         };
-        f.resize(eth.buffer_len() + 40, 0);
-        let _ = eth.emit(&mut f[..]);
         let at = eth.buffer_len();
+        let mut f = vec![0u8; at + 40];
+        let _ = eth.emit(&mut f[..]);
         let ip = rnic_wire::ipv6::Ipv6Repr {
             src,
             dst,
@@ -900,22 +898,27 @@ impl Packet {
     /// Handles an ARP frame: answers requests for this device's address, learns the
     /// sender of any request or reply.
     fn arp(&mut self, body: &[u8]) {
-        // htype 1, ptype 0x0800, hlen 6, plen 4.
-        if body.len() < 28 || body[0..2] != [0, 1] || body[2..4] != [8, 0] || body[4] != 6 || body[5] != 4 {
+        use pnet_packet::arp::{ArpHardwareTypes, ArpOperations, ArpPacket};
+        use pnet_packet::ethernet::EtherTypes;
+        // Ethernet and IPv4: htype 1, ptype 0x0800, hlen 6, plen 4.
+        let Some(a) = ArpPacket::new(body).filter(|a| {
+            a.get_hardware_type() == ArpHardwareTypes::Ethernet
+                && a.get_protocol_type() == EtherTypes::Ipv4
+                && (a.get_hw_addr_len(), a.get_proto_addr_len()) == (6, 4)
+        }) else {
             self.counters.rx_not_roce.fetch_add(1, Ordering::Relaxed);
             return;
-        }
-        let op = u16::from_be_bytes([body[6], body[7]]);
-        let sha = MacAddr([body[8], body[9], body[10], body[11], body[12], body[13]]);
-        let spa = Ipv4Addr::new(body[14], body[15], body[16], body[17]);
-        let tpa = Ipv4Addr::new(body[24], body[25], body[26], body[27]);
+        };
+        let request = a.get_operation() == ArpOperations::Request;
+        let sha = MacAddr(a.get_sender_hw_addr().octets());
+        let (spa, tpa) = (a.get_sender_proto_addr(), a.get_target_proto_addr());
         let IpAddr::V4(me) = self.ip else { return };
         // RFC 826: update a known sender; add it when the request is for us.
         let sender = IpAddr::V4(spa);
         if tpa == me || self.neigh.contains_key(&sender) || self.pending.contains_key(&sender) {
             self.learn(sender, sha);
         }
-        if op == 1 && tpa == me {
+        if request && tpa == me {
             let reply = arp_frame(self.vlan, 2, self.iface.mac, me, sha, sha, spa);
             self.push_control(&reply);
             self.counters.arp_replies_sent.fetch_add(1, Ordering::Relaxed);
@@ -944,13 +947,19 @@ impl Packet {
             self.counters.rx_not_roce.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        if msg.len() < 24 || ip6[7] != 255 || msg[1] != 0 || icmpv6_checksum(src, dst, msg) != 0 {
+        let sum_ok = pnet_packet::icmpv6::Icmpv6Packet::new(msg)
+            .is_some_and(|p| pnet_packet::icmpv6::checksum(&p, &src, &dst) == u16::from_be_bytes([msg[2], msg[3]]));
+        if msg.len() < 24 || ip6[7] != 255 || msg[1] != 0 || !sum_ok {
             self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let target = Ipv6Addr::from(<[u8; 16]>::try_from(&msg[8..24]).unwrap_or([0; 16]));
+        // Solicitation and advertisement share the target's place (bytes 8..24).
+        let target = pnet_packet::icmpv6::ndp::NeighborSolicitPacket::new(msg)
+            .map_or(Ipv6Addr::UNSPECIFIED, |p| p.get_target_addr());
         // The link-layer address option (1: source, in a solicitation; 2: target, in an
-        // advertisement); else the frame's source.
+        // advertisement); else the frame's source. Walked here, not with pnet_packet's
+        // option iterator, whose length function computes `length * 8` in a u8 (a hostile
+        // option length of 32 or more overflows it).
         let mut lladdr = None;
         let mut opts = &msg[24..];
         while opts.len() >= 8 {
@@ -1207,21 +1216,28 @@ fn arp_frame(
     tha: MacAddr,
     tpa: Ipv4Addr,
 ) -> Vec<u8> {
-    let mut f = Vec::with_capacity(64);
-    f.extend_from_slice(&eth_dst.0);
-    f.extend_from_slice(&sha.0);
-    if let Some(vid) = vlan {
-        f.extend_from_slice(&ethernet::TPID_8021Q.to_be_bytes());
-        f.extend_from_slice(&(vid & 0x0fff).to_be_bytes());
+    use pnet_packet::arp::{ArpHardwareTypes, ArpOperation, MutableArpPacket};
+    use pnet_packet::ethernet::EtherTypes;
+    let eth = ethernet::EthernetRepr {
+        dst: eth_dst,
+        src: sha,
+        vlan: vlan.map(|vid| ethernet::VlanTag { pcp: 0, dei: false, vid }),
+        ethertype: ETH_P_ARP,
+    };
+    let at = eth.buffer_len();
+    let mut f = vec![0u8; (at + MutableArpPacket::minimum_packet_size()).max(ethernet::MIN_FRAME_LEN)];
+    let _ = eth.emit(&mut f[..]);
+    if let Some(mut a) = MutableArpPacket::new(&mut f[at..]) {
+        a.set_hardware_type(ArpHardwareTypes::Ethernet);
+        a.set_protocol_type(EtherTypes::Ipv4);
+        a.set_hw_addr_len(6);
+        a.set_proto_addr_len(4);
+        a.set_operation(ArpOperation::new(op));
+        a.set_sender_hw_addr(sha.0.into());
+        a.set_sender_proto_addr(spa);
+        a.set_target_hw_addr(tha.0.into());
+        a.set_target_proto_addr(tpa);
     }
-    f.extend_from_slice(&ETH_P_ARP.to_be_bytes());
-    f.extend_from_slice(&[0, 1, 8, 0, 6, 4]);
-    f.extend_from_slice(&op.to_be_bytes());
-    f.extend_from_slice(&sha.0);
-    f.extend_from_slice(&spa.octets());
-    f.extend_from_slice(&tha.0);
-    f.extend_from_slice(&tpa.octets());
-    f.resize(ethernet::MIN_FRAME_LEN, 0);
     f
 }
 
