@@ -145,11 +145,17 @@ wait \$P; echo \"exit \$?\"; $COUNTERS"
     # discovery, which rnic answered.)
     local nip=$RAW_IP
     [ "$gidx" = 0 ] && nip=$RAW_LL
+    # Evidence that the guest's kernel resolved rnic's MAC: its RoCE frames to that MAC in
+    # the capture, or its neighbour table (which may already say FAILED: once rnic has
+    # exited, the kernel's re-probe of the entry goes unanswered).
     local nj=$job-neigh
     job a "$RUN" "$nj" "ip neigh show $nip"
     wait_job a "$RUN" "$nj" 30 > "$OUT/$id.neigh.txt"
-    grep -qi "$RAW_MAC" "$OUT/$id.neigh.txt" || why+=" the guest's ip neigh has no $RAW_MAC for $nip;"
-    echo "   neigh: $(grep "$nip" "$OUT/$id.neigh.txt" | head -1)"
+    local to_rnic; to_rnic=$(tshark -r "$pcap" -Y "eth.dst == $RAW_MAC" -T fields -e frame.number 2>/dev/null | wc -l)
+    if [ "$to_rnic" = 0 ] && ! grep -qi "$RAW_MAC" "$OUT/$id.neigh.txt"; then
+      why+=" the guest never sent to rnic's MAC $RAW_MAC ($nip);"
+    fi
+    echo "   neigh: $to_rnic frames from the guest to $RAW_MAC; $(grep "$nip" "$OUT/$id.neigh.txt" | head -1)"
   fi
   [ "$drc" = 0 ] || why+=" rnic decode found bad packets;"
   if [ -z "$why" ]; then verdict=PASS; else verdict=FAIL; fi
