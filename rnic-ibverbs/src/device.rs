@@ -58,9 +58,18 @@ fn devices() -> &'static Result<Vec<&'static Dev>, String> {
     })
 }
 
-/// The node GUID of a device (the EUI-64 of its MAC, as rxe and `rnic devinfo`).
+/// The node GUID of a device (the EUI-64 of its MAC, as rxe and `rnic devinfo`): a raw
+/// Ethernet device's MAC is its interface's (read from sysfs, which `ip netns exec` mounts
+/// for the namespace), a UDP device's the one its address gives it.
 fn guid(info: &DeviceInfo) -> u64 {
-    rnic_core::engine::guid_for(info.ip)
+    info.netdev
+        .as_deref()
+        .and_then(|n| std::fs::read_to_string(format!("/sys/class/net/{n}/address")).ok())
+        .and_then(|text| {
+            let b: Vec<u8> = text.trim().split(':').filter_map(|x| u8::from_str_radix(x, 16).ok()).collect();
+            <[u8; 6]>::try_from(b.as_slice()).ok()
+        })
+        .map_or_else(|| rnic_core::engine::guid_for(info.ip), rnic_core::engine::guid_for_mac)
 }
 
 /// GID `index` of a device: rxe's table (index 0 link-local from the MAC, index 1 the
@@ -389,13 +398,22 @@ unsafe extern "C" fn query_device_ex(
     0
 }
 
+/// The active MTU of a raw Ethernet device's port (`ibv_mtu`): the largest path MTU its
+/// interface's MTU carries, as the device itself computes it; 4096 over UDP.
+fn active_mtu(info: &DeviceInfo) -> u32 {
+    let Some(n) = info.netdev.as_deref() else { return IBV_MTU_4096 };
+    let mtu = std::fs::read_to_string(format!("/sys/class/net/{n}/mtu")).ok().and_then(|t| t.trim().parse().ok());
+    let iface =
+        rnic_core::device::Interface { name: n.to_string(), index: 0, mac: Default::default(), mtu: mtu.unwrap_or(0) };
+    iface.active_mtu_for(info.ip.is_ipv6()).map_or(IBV_MTU_4096, |m| m.to_ibv())
+}
+
 fn port_attr(dev: &Dev) -> ibv_port_attr {
-    let _ = dev;
     // SAFETY: all-zero is a valid ibv_port_attr (integers).
     let mut p: ibv_port_attr = unsafe { std::mem::zeroed() };
     p.state = IBV_PORT_ACTIVE;
     p.max_mtu = IBV_MTU_4096;
-    p.active_mtu = IBV_MTU_4096;
+    p.active_mtu = active_mtu(&dev.info);
     p.gid_tbl_len = 2;
     p.port_cap_flags = 1 << 16; // IB_PORT_CM_SUP
     p.max_msg_sz = 1 << 31;
