@@ -644,16 +644,22 @@ pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {
 
 /// The IP address a GID names, refusing what a UDP device cannot reach (the link-local
 /// GID of index 0) with the reason.
-pub(crate) fn ip_of_gid(raw: [u8; 16], what: &str) -> Result<IpAddr, c_int> {
+/// Whether a device carries link-local GID 0 traffic (a raw Ethernet device does; the UDP
+/// transport's socket is bound to the device's address).
+pub(crate) fn carries_link_local(info: &DeviceInfo) -> bool {
+    info.netdev.is_some()
+}
+
+pub(crate) fn ip_of_gid(raw: [u8; 16], what: &str, link_local_ok: bool) -> Result<IpAddr, c_int> {
     if raw == [0u8; 16] {
         diag(format!(
             "{what}: the destination GID is zero (the program exchanged no GID: RoCE needs one, e.g. -g 1 / -x 1)"
         ));
         return Err(libc::EINVAL);
     }
-    if raw[0] == 0xfe && raw[1] & 0xc0 == 0x80 {
+    if raw[0] == 0xfe && raw[1] & 0xc0 == 0x80 && !link_local_ok {
         diag(format!(
-            "{what}: the destination GID {} is link-local (GID index 0): rnic's devices send from index 1, the RoCEv2 GID ::ffff:a.b.c.d (use -g 1 / -x 1)",
+            "{what}: the destination GID {} is link-local (GID index 0): rnic's UDP devices send from index 1, the RoCEv2 GID ::ffff:a.b.c.d (use -g 1 / -x 1; a raw Ethernet device, name=ip@iface, carries GID 0)",
             Gid(raw)
         ));
         return Err(libc::EINVAL);

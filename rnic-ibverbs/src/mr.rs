@@ -210,8 +210,9 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
             set_errno(libc::EINVAL);
             return null_mut();
         }
+        let link_local = crate::device::carries_link_local(&p.ctx.dev.info);
         // SAFETY: reading the raw bytes of the GID union.
-        let ip = match ip_of_gid(unsafe { a.grh.dgid.raw }, "ibv_create_ah") {
+        let ip = match ip_of_gid(unsafe { a.grh.dgid.raw }, "ibv_create_ah", link_local) {
             Ok(ip) => ip,
             Err(e) => {
                 set_errno(e);

@@ -507,15 +507,16 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
                 ));
                 return libc::EINVAL;
             }
-            if ah.grh.sgid_index != 1 {
+            let link_local = crate::device::carries_link_local(&q.ctx.dev.info);
+            if ah.grh.sgid_index != 1 && !(ah.grh.sgid_index == 0 && link_local) {
                 diag(format!(
-                    "{what}: source GID index {} cannot send: rnic's devices send from GID index 1, the RoCEv2 GID ::ffff:a.b.c.d (use -g 1 / -x 1)",
+                    "{what}: source GID index {} cannot send: rnic's UDP devices send from GID index 1, the RoCEv2 GID ::ffff:a.b.c.d (use -g 1 / -x 1; a raw Ethernet device, name=ip@iface, also sends from GID 0)",
                     ah.grh.sgid_index
                 ));
                 return libc::EINVAL;
             }
             // SAFETY: the raw bytes of the GID union.
-            match ip_of_gid(unsafe { ah.grh.dgid.raw }, &what) {
+            match ip_of_gid(unsafe { ah.grh.dgid.raw }, &what, link_local) {
                 Ok(ip) => c.remote_ip = Some(ip),
                 Err(e) => return e,
             }

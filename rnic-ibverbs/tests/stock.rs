@@ -385,3 +385,88 @@ fn c_contract() {
     assert_eq!(text.lines().filter(|l| l.starts_with("ok: ")).count(), 11, "every check ran:\n{text}");
     eprintln!("{text}");
 }
+
+/// Unmodified C programs on raw Ethernet devices (root: a network namespace and a veth
+/// pair this test makes; skipped otherwise): `ibv_devinfo` shows the port's active MTU from
+/// the link (1500 bytes: 1024) and GID 0 from the interface's MAC, and `ibv_rc_pingpong
+/// -g 0` runs between two raw devices over their link-local GIDs (IPv6 found by neighbour
+/// discovery, which rnic answers itself).
+#[test]
+fn stock_programs_on_raw_ethernet_use_the_link() {
+    let Some(dir) = setup(&["ibv_devinfo", "ibv_rc_pingpong"]) else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || Command::new("ip").arg("-V").output().is_err() {
+        eprintln!("stock_programs_on_raw_ethernet_use_the_link: skipped: needs root and iproute2");
+        return;
+    }
+    let _turn = serial();
+    let ns = format!("rnic-ibv-raw-{}", std::process::id());
+    let ip = |args: &[&str]| {
+        let st = Command::new("ip").args(["-n", &ns]).args(args).status().unwrap();
+        assert!(st.success(), "ip {args:?}");
+    };
+    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+    assert!(Command::new("ip").args(["netns", "add", &ns]).status().unwrap().success());
+    struct Del(String);
+    impl Drop for Del {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let _del = Del(ns.clone());
+    ip(&["link", "set", "lo", "up"]);
+    ip(&["link", "add", "ea", "type", "veth", "peer", "name", "eb"]);
+    ip(&["link", "set", "ea", "up"]);
+    ip(&["link", "set", "eb", "up"]);
+    let link = Command::new("ip").args(["-n", &ns, "-br", "link", "show", "ea"]).output().unwrap();
+    let mac: Vec<u8> = String::from_utf8_lossy(&link.stdout)
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .split(':')
+        .map(|x| u8::from_str_radix(x, 16).unwrap())
+        .collect();
+    let gid0 = format!(
+        "fe80::{:x}:{:x}:{:x}:{:x}",
+        u16::from_be_bytes([mac[0] ^ 2, mac[1]]),
+        u16::from_be_bytes([mac[2], 0xff]),
+        u16::from_be_bytes([0xfe, mac[3]]),
+        u16::from_be_bytes([mac[4], mac[5]])
+    );
+    let in_ns = |program: &str| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &ns, program])
+            .env("LD_LIBRARY_PATH", dir)
+            .env("RNIC_DEVICES", "rnic0=10.98.0.1@ea,rnic1=10.98.0.2@eb")
+            .env("RNIC_SPIN_US", "0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let out = in_ns("ibv_devinfo").args(["-v", "-d", "rnic0"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("active_mtu:\t\t1024 (3)"), "a 1500-byte link carries MTU 1024:\n{text}");
+    assert!(text.contains(&format!("GID[  0]:\t\t{gid0}, RoCE v2")), "GID 0 from ea's MAC ({gid0}):\n{text}");
+    let server =
+        in_ns("ibv_rc_pingpong").args(["-d", "rnic0", "-g", "0", "-n", "200", "-c", "-p", "18777"]).spawn().unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+        }
+    }
+    let mut server = Kill(server);
+    std::thread::sleep(Duration::from_millis(500));
+    let client = in_ns("ibv_rc_pingpong")
+        .args(["-d", "rnic1", "-g", "0", "-n", "200", "-c", "-p", "18777", "127.0.0.1"])
+        .output()
+        .unwrap();
+    let ctext = String::from_utf8_lossy(&client.stdout);
+    assert!(client.status.success(), "client: {ctext}{}", String::from_utf8_lossy(&client.stderr));
+    assert!(ctext.contains("200 iters in") && ctext.contains("GID fe80::"), "{ctext}");
+    let st = server.0.wait().unwrap();
+    assert!(st.success(), "server exit {st}");
+}
