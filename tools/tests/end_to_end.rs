@@ -15,6 +15,19 @@ fn shared() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared")))
 }
 
+/// The number of records in a classic pcap file (24-byte file header, then a 16-byte
+/// header before each record whose bytes 8..12 are its captured length).
+fn pcap_records(path: &std::path::Path) -> usize {
+    let b = std::fs::read(path).unwrap();
+    let (mut at, mut n) = (24, 0);
+    while at + 16 <= b.len() {
+        let len = u32::from_le_bytes([b[at + 8], b[at + 9], b[at + 10], b[at + 11]]) as usize;
+        at += 16 + len;
+        n += 1;
+    }
+    n
+}
+
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("rnic-e2e-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
@@ -199,9 +212,12 @@ fn demo_congest_shows_dcqcn_cutting_and_recovering() {
 #[test]
 fn demo_draws_its_ladder_with_the_completions_each_cpu_sees() {
     let html = tmp("demo.html");
+    let pcap = tmp("ladder.pcap");
     let out = rnic()
         .args(["demo", "--ladder", "--ip", "127.0.19.1", "--peer-ip", "127.0.19.2", "--html"])
         .arg(&html)
+        .arg("--pcap")
+        .arg(&pcap)
         .env("COLUMNS", "120")
         .output()
         .unwrap();
@@ -214,7 +230,11 @@ fn demo_draws_its_ladder_with_the_completions_each_cpu_sees() {
         assert!(stdout.contains(want), "{want} missing:\n{stdout}");
     }
     let page = std::fs::read_to_string(&html).unwrap();
-    assert_eq!(page.matches("class=\"arrow ").count(), 21, "one arrow per packet");
+    // One arrow per packet of the run: 21 on a quiet machine; under load a coalesced ACK
+    // can go out as two, so the capture of the same run is the count to meet.
+    let packets = pcap_records(&pcap);
+    assert!(packets >= 21, "the transfers take at least 21 packets, the capture holds {packets}");
+    assert_eq!(page.matches("class=\"arrow ").count(), packets, "one arrow per packet");
     assert!(page.matches("class=\"note\"").count() >= 12, "the CPUs' completions are drawn");
 }
 
