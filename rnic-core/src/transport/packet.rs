@@ -90,6 +90,8 @@ pub(crate) const RESOLVE_RETRY: Time = 200_000_000;
 pub(crate) const RESOLVE_GIVE_UP: Time = 1_000_000_000;
 /// Packets held per unresolved neighbour; more are dropped at once.
 const RESOLVE_QUEUE: usize = 1024;
+/// Neighbours remembered (learned ones beyond this are not added).
+const NEIGH_MAX: usize = 4096;
 /// TTL of sent IPv4 packets and hop limit of IPv6 ones (rxe: the route's, 64 by default).
 const TTL: u8 = 64;
 
@@ -845,6 +847,11 @@ impl Packet {
         if mac.0[0] & 1 != 0 || mac.0 == [0; 6] {
             return;
         }
+        // A bounded table: frames from ever new sources (a peer spraying addresses) do not
+        // grow it past NEIGH_MAX; what this device asked for is always learned.
+        if self.neigh.len() >= NEIGH_MAX && !self.neigh.contains_key(&ip) && !self.pending.contains_key(&ip) {
+            return;
+        }
         self.neigh.insert(ip, mac);
         if let Some(p) = self.pending.remove(&ip) {
             for (dst, sport, data) in p.packets {
@@ -993,7 +1000,8 @@ impl Packet {
             self.counters.nd_adverts_sent.fetch_add(1, Ordering::Relaxed);
         } else if !target.is_multicast() {
             let t = IpAddr::V6(target);
-            if self.neigh.contains_key(&t) || self.pending.contains_key(&t) || msg[4] & 0x40 != 0 {
+            // RFC 4861 7.2.5: an advertisement for an address without an entry is dropped.
+            if self.neigh.contains_key(&t) || self.pending.contains_key(&t) {
                 self.learn(t, mac);
             }
         }
