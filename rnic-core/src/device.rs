@@ -387,6 +387,9 @@ struct Inner {
     next_srq: AtomicU32,
     /// The progress thread is (about to be) asleep in `ppoll`: wake it with a datagram.
     sleeping: Arc<AtomicBool>,
+    /// A work request went straight into the engine ([`Device::post_send`] finding the
+    /// core free) and no round has sent it yet: the progress thread must not sleep.
+    posted: Arc<AtomicBool>,
     /// When an application thread last ran a round ([`Device::progress`]), in the
     /// core's nanoseconds; 0: never. Read by the progress thread without the lock.
     inline_at: Arc<AtomicU64>,
@@ -455,6 +458,7 @@ impl Device {
             crate::sys::EventFd::new().map_err(|source| DeviceError::Io { name: config.name.clone(), source })?,
         );
         let sleeping = Arc::new(AtomicBool::new(false));
+        let posted = Arc::new(AtomicBool::new(false));
         // The one port is up as soon as the socket is bound (IBV_EVENT_PORT_ACTIVE).
         let _ = ev_tx.send(AsyncEvent::PortActive { port: 1 });
         // Payloads go to the kernel straight from registered memory, except through a
@@ -502,15 +506,18 @@ impl Device {
                 next_timer,
                 last_work: 0,
                 shutdown: false,
+                posted: posted.clone(),
             }))
         };
         let inline_at = Arc::new(AtomicU64::new(0));
         let progress = {
-            let (core, sleeping, waker) = (core.clone(), sleeping.clone(), waker.clone());
+            let (core, sleeping, waker, posted) = (core.clone(), sleeping.clone(), waker.clone(), posted.clone());
             let inline = Inline { at: inline_at.clone(), epoch: core.lock().start };
             std::thread::Builder::new()
                 .name(format!("{}-progress", config.name))
-                .spawn(move || progress_loop(core, cmd_rx, wake_fd, waker, sleeping, inline, transport.spin))
+                .spawn(move || {
+                    progress_loop(core, cmd_rx, wake_fd, waker, Flags { sleeping, posted }, inline, transport.spin)
+                })
                 .map_err(io_err)?
         };
         Ok(Device {
@@ -530,6 +537,7 @@ impl Device {
                 next_cq: AtomicU32::new(1),
                 next_srq: AtomicU32::new(1),
                 sleeping,
+                posted,
                 inline_at,
                 waker,
                 core,
@@ -796,6 +804,22 @@ impl Device {
     }
 
     fn hand_over(&self, cmd: Cmd, slot: &AtomicU32) {
+        // A poster that finds the core free (an application driving the device itself,
+        // or a progress thread between rounds) puts the work request straight into the
+        // engine: no channel hop. Only when no earlier command waits, so order is kept;
+        // the next round, on whichever thread, sends it.
+        if self.inner.cmd.is_empty() {
+            if let Some(mut c) = self.inner.core.try_lock() {
+                if c.cmds.is_empty() && !c.shutdown {
+                    let now = c.now();
+                    handle(&mut c.engine, now, cmd);
+                    self.inner.posted.store(true, Ordering::SeqCst);
+                    drop(c);
+                    self.inner.wake_if_sleeping();
+                    return;
+                }
+            }
+        }
         if self.inner.send_cmd(cmd).is_err() {
             // The device is shutting down: release the reserved slot.
             slot.fetch_sub(1, Ordering::AcqRel);
@@ -807,8 +831,15 @@ impl Inner {
     /// Queues a command for the progress thread and wakes it if it sleeps.
     fn send_cmd(&self, cmd: Cmd) -> Result<(), ()> {
         self.cmd.send(cmd).map_err(|_| ())?;
-        // Pairs with the fence in `progress_loop` before it re-checks the channel: either
-        // it sees this command, or this load sees it asleep (Dekker).
+        self.wake_if_sleeping();
+        Ok(())
+    }
+
+    /// Wakes the progress thread if it sleeps, after new work was queued (a command, or a
+    /// work request posted straight into the engine).
+    fn wake_if_sleeping(&self) {
+        // Pairs with the fence in `progress_loop` before it re-checks the channel and the
+        // posted flag: either it sees the work, or this load sees it asleep (Dekker).
         std::sync::atomic::fence(Ordering::SeqCst);
         if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
             // Only the first poster to find it asleep wakes it. An eventfd rather than a
@@ -816,7 +847,6 @@ impl Inner {
             // before the sleeping thread sees it, and the wake-up would be lost.
             self.waker.notify();
         }
-        Ok(())
     }
 }
 
@@ -859,6 +889,8 @@ struct Core {
     last_work: Time,
     /// `Cmd::Shutdown` was handled (possibly by an application thread's round).
     shutdown: bool,
+    /// Work requests were posted straight into the engine since the last round.
+    posted: Arc<AtomicBool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -888,7 +920,8 @@ impl Core {
         if self.shutdown {
             return Round::Stop;
         }
-        let mut worked = false;
+        // Work requests posted straight into the engine count as work to send.
+        let mut worked = self.posted.swap(false, Ordering::SeqCst);
         for _ in 0..CMD_BATCH {
             match self.cmds.try_recv() {
                 Ok(c) => {
@@ -996,15 +1029,23 @@ const YIELD_LOST: Duration = Duration::from_micros(200);
 const NO_YIELD_FOR: Duration = Duration::from_millis(100);
 const INLINE_BACKOFF_MAX: Duration = Duration::from_millis(2);
 
+/// What the progress thread shares with posters: it is (about to be) asleep; work was
+/// posted straight into the engine.
+struct Flags {
+    sleeping: Arc<AtomicBool>,
+    posted: Arc<AtomicBool>,
+}
+
 fn progress_loop(
     core: Arc<parking_lot::Mutex<Core>>,
     cmds: Receiver<Cmd>,
     sock: std::os::fd::OwnedFd,
     waker: Arc<crate::sys::EventFd>,
-    sleeping: Arc<AtomicBool>,
+    flags: Flags,
     inline: Inline,
     spin: Duration,
 ) {
+    let Flags { sleeping, posted } = flags;
     use std::os::fd::AsFd;
     // "Recently" is the spin period, at least 50 us even when spinning is off: an
     // application polling in a loop calls far more often than that.
@@ -1056,7 +1097,7 @@ fn progress_loop(
         }
         sleeping.store(true, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
-        if cmds.is_empty() {
+        if cmds.is_empty() && !posted.load(Ordering::SeqCst) {
             let _ = crate::sys::wait_readable(&[sock.as_fd(), waker.as_fd()], wait);
         }
         sleeping.store(false, Ordering::SeqCst);
