@@ -257,6 +257,8 @@ impl Context {
                     fw_ver: env!("CARGO_PKG_VERSION").to_string(),
                     node_guid,
                     vendor_id: 0,
+                    vendor_part_id: 0,
+                    hw_ver: 0,
                     max_qp: 65536,
                     max_qp_wr: MAX_QP_WR,
                     max_sge: MAX_SGE,

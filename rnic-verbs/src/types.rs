@@ -244,6 +244,10 @@ pub struct DeviceAttr {
     pub node_guid: u64,
     /// Vendor id (0: none).
     pub vendor_id: u32,
+    /// Vendor part id (0 on the emulator and on rxe).
+    pub vendor_part_id: u32,
+    /// Hardware version (0 on the emulator and on rxe).
+    pub hw_ver: u32,
     /// Most QPs.
     pub max_qp: u32,
     /// Most outstanding work requests per queue.

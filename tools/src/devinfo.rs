@@ -156,8 +156,8 @@ pub fn render(ctx: &Context, verbose: bool) -> Result<String, rnic_verbs::Error>
     dev(&mut s, "node_guid", "\t\t\t", &guid(d.node_guid));
     dev(&mut s, "sys_image_guid", "\t\t\t", &guid(d.node_guid));
     dev(&mut s, "vendor_id", "\t\t\t", &format_args!("0x{:04x}", d.vendor_id));
-    dev(&mut s, "vendor_part_id", "\t\t\t", &0);
-    dev(&mut s, "hw_ver", "\t\t\t\t", &"0x0");
+    dev(&mut s, "vendor_part_id", "\t\t\t", &d.vendor_part_id);
+    dev(&mut s, "hw_ver", "\t\t\t\t", &format_args!("{:#x}", d.hw_ver));
     dev(&mut s, "phys_port_cnt", "\t\t\t", &d.phys_port_cnt);
     if verbose {
         dev(&mut s, "max_mr_size", "\t\t\t", &format_args!("{:#x}", d.max_mr_size));

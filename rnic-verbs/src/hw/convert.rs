@@ -507,6 +507,8 @@ pub fn device_attr(a: &sys::ibv_device_attr) -> DeviceAttr {
         fw_ver: String::from_utf8_lossy(&fw).into_owned(),
         node_guid: u64::from_be(a.node_guid),
         vendor_id: a.vendor_id,
+        vendor_part_id: a.vendor_part_id,
+        hw_ver: a.hw_ver,
         max_qp: nonneg(a.max_qp),
         max_qp_wr: nonneg(a.max_qp_wr),
         max_sge: nonneg(a.max_sge),
