@@ -76,13 +76,7 @@ fn guid(info: &DeviceInfo) -> u64 {
 /// address's RoCEv2 GID), the same as `rnic_verbs::Context::gid`.
 pub(crate) fn gid_of(info: &DeviceInfo, index: u32) -> Option<[u8; 16]> {
     match index {
-        0 => {
-            let mut g = [0u8; 16];
-            g[0] = 0xfe;
-            g[1] = 0x80;
-            g[8..].copy_from_slice(&guid(info).to_be_bytes());
-            Some(g)
-        }
+        0 => Some(Gid::from_ip(IpAddr::V6(rnic_core::engine::link_local(guid(info)))).0),
         1 => Some(Gid::from_ip(info.ip).0),
         _ => None,
     }
@@ -657,7 +651,7 @@ pub(crate) fn ip_of_gid(raw: [u8; 16], what: &str, link_local_ok: bool) -> Resul
         ));
         return Err(libc::EINVAL);
     }
-    if raw[0] == 0xfe && raw[1] & 0xc0 == 0x80 && !link_local_ok {
+    if rnic_core::engine::is_link_local(Gid(raw).to_ip()) && !link_local_ok {
         diag(format!(
             "{what}: the destination GID {} is link-local (GID index 0): rnic's UDP devices send from index 1, the RoCEv2 GID ::ffff:a.b.c.d (use -g 1 / -x 1; a raw Ethernet device, name=ip@iface, carries GID 0)",
             Gid(raw)

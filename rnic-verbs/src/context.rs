@@ -94,7 +94,7 @@ impl Hw {
             .iter()
             .filter(|g| g.gid_type.is_none_or(|t| t == rnic_verbs_sys::IBV_GID_TYPE_ROCE_V2))
             .map(|g| g.ip())
-            .filter(|ip| !ip.is_unspecified() && !matches!(ip, IpAddr::V6(a) if a.segments()[0] == 0xfe80))
+            .filter(|ip| !ip.is_unspecified() && !rnic_core::engine::is_link_local(*ip))
             .collect();
         ips.iter().find(|ip| ip.is_ipv4()).or_else(|| ips.first()).copied()
     }
@@ -226,13 +226,9 @@ impl Context {
     pub fn gid(&self, index: u32) -> Option<Gid> {
         match &self.b {
             Backend::Emu(e) => match index {
-                0 => {
-                    let mut g = [0u8; 16];
-                    g[0] = 0xfe;
-                    g[1] = 0x80;
-                    g[8..].copy_from_slice(&rnic_core::engine::guid_for_mac(e.dev.mac().0).to_be_bytes());
-                    Some(Gid(g))
-                }
+                0 => Some(Gid::from_ip(IpAddr::V6(rnic_core::engine::link_local(rnic_core::engine::guid_for_mac(
+                    e.dev.mac().0,
+                ))))),
                 1 => Some(Gid::from_ip(self.ip())),
                 _ => None,
             },

@@ -168,7 +168,7 @@ impl ProtectionDomain {
         } else if ip.is_multicast() {
             Some(format!("GID {gid} is multicast, which rnic does not implement"))
         } else if ip.is_ipv4() != self.inner.ctx.ip().is_ipv4()
-            && !(is_link_local(ip) && self.inner.ctx.carries_link_local())
+            && !(rnic_core::engine::is_link_local(ip) && self.inner.ctx.carries_link_local())
         {
             Some(format!("GID {gid} is not of the same IP version as the device's address {}", self.inner.ctx.ip()))
         } else {
@@ -204,9 +204,4 @@ impl ProtectionDomain {
         };
         self.create_ah(Gid::from_ip(ip))
     }
-}
-
-/// Whether `ip` is a link-local IPv6 address (`fe80::/10`, GID 0 of a RoCE port).
-fn is_link_local(ip: std::net::IpAddr) -> bool {
-    matches!(ip, std::net::IpAddr::V6(a) if a.segments()[0] & 0xffc0 == 0xfe80)
 }

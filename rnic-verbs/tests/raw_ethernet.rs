@@ -130,17 +130,19 @@ fn side(ctx: Context) -> Side {
     Side { ctx, pd, cq, mr }
 }
 
+/// An RC QP that takes WRITE, READ and atomics, not yet connected.
+fn rc_qp(s: &Side, mtu: PathMtu) -> PreparedQp {
+    s.pd.qp_builder(&s.cq, &s.cq)
+        .mtu(mtu)
+        .access(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
+        .max_rd_atomic(4)
+        .max_dest_rd_atomic(4)
+        .build()
+        .unwrap()
+}
+
 fn connect(a: &Side, b: &Side, mtu: PathMtu) -> (QueuePair, QueuePair) {
-    let build = |s: &Side| {
-        s.pd.qp_builder(&s.cq, &s.cq)
-            .mtu(mtu)
-            .access(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
-            .max_rd_atomic(4)
-            .max_dest_rd_atomic(4)
-            .build()
-            .unwrap()
-    };
-    let (qa, qb) = (build(a), build(b));
+    let (qa, qb) = (rc_qp(a, mtu), rc_qp(b, mtu));
     let (ea, eb) = (qa.endpoint(), qb.endpoint());
     (qa.connect(&eb).unwrap(), qb.connect(&ea).unwrap())
 }
@@ -303,16 +305,7 @@ fn ipv6_and_link_local_gids_find_each_other_by_neighbour_discovery() {
     veth(&ns, "la", "lb", 1500);
     let c = side(open_raw(&ns, "rnic2", "10.96.0.1", "la"));
     let d = side(open_raw(&ns, "rnic3", "10.96.0.2", "lb"));
-    let build = |s: &Side| {
-        s.pd.qp_builder(&s.cq, &s.cq)
-            .mtu(PathMtu::Mtu1024)
-            .access(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
-            .max_rd_atomic(4)
-            .max_dest_rd_atomic(4)
-            .build()
-            .unwrap()
-    };
-    let (pc, pd) = (build(&c), build(&d));
+    let (pc, pd) = (rc_qp(&c, PathMtu::Mtu1024), rc_qp(&d, PathMtu::Mtu1024));
     let gid0 = |s: &Side| s.ctx.gid(0).unwrap();
     let (ec, ed) = (Endpoint { gid: gid0(&c), ..pc.endpoint() }, Endpoint { gid: gid0(&d), ..pd.endpoint() });
     assert_eq!(ec.gid.0[..2], [0xfe, 0x80], "GID 0 is link-local");

@@ -93,6 +93,17 @@ pub fn guid_for_mac(mac: [u8; 6]) -> u64 {
     u64::from_be_bytes([mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]])
 }
 
+/// The link-local IPv6 address of a port whose EUI-64 is `guid` (`fe80::/64` and the
+/// GUID): GID 0 of a RoCE port, as rxe's, and the address a raw-Ethernet device answers.
+pub fn link_local(guid: u64) -> std::net::Ipv6Addr {
+    std::net::Ipv6Addr::from((0xfe80u128 << 112) | u128::from(guid))
+}
+
+/// Whether `ip` is a link-local IPv6 address (`fe80::/10`, a GID 0).
+pub fn is_link_local(ip: IpAddr) -> bool {
+    matches!(ip, IpAddr::V6(a) if a.segments()[0] & 0xffc0 == 0xfe80)
+}
+
 /// The GUID of a device at `ip` that has no interface of its own (the UDP transport): the
 /// EUI-64 of the MAC it shows in captures and in GID 0 (`capture::mac_for`), so its node GUID,
 /// GID 0 and captured frames agree, as rxe's all come from its netdev's MAC.

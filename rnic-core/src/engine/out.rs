@@ -102,28 +102,26 @@ impl TxPacket {
         cache: &mut rnic_wire::icrc::IcrcCache,
         ctx: &rnic_wire::icrc::IcrcContext,
     ) -> Result<(), rnic_wire::Error> {
-        if self.payload.is_none() {
+        let Some(p) = &self.payload else {
             return cache.fill(ctx, &mut self.data);
-        }
+        };
         let n = self.data.len();
         let body = n.checked_sub(rnic_wire::ICRC_LEN).ok_or(rnic_wire::Error::Truncated {
             what: "RoCEv2 packet",
             need: rnic_wire::ICRC_LEN,
             have: n,
         })?;
-        let icrc = {
-            let [head, payload, tail] = self.parts();
-            let (Part::Bytes(head), Part::Bytes(tail)) = (head, tail) else {
-                unreachable!("parts: headers and tail are the packet's own bytes")
-            };
-            let tail = &tail[..tail.len().saturating_sub(rnic_wire::ICRC_LEN)];
-            let mut s = cache.begin(ctx, self.len(), head)?;
-            // The payload is copied out of shared memory a chunk at a time, never lent as a
-            // slice (criterion `icrc` group: the copy adds about what the CRC costs).
-            payload.for_each(|c| s.update(c));
-            s.update(tail);
-            s.finish()
-        };
+        // Headers, the payload in registered memory, then the pad (the ICRC excluded).
+        let at = p.at.min(body);
+        let mut s = cache.begin(ctx, self.len(), &self.data[..at])?;
+        // The payload is copied out of shared memory a chunk at a time, never lent as a
+        // slice (criterion `icrc` group: the copy adds about what the CRC costs). Bounds
+        // were checked when the packet was built and a block never shrinks.
+        if let Ok(v) = p.block.view(p.offset, p.len) {
+            v.chunks(|c| s.update(c));
+        }
+        s.update(&self.data[at..body]);
+        let icrc = s.finish();
         self.data[body..].copy_from_slice(&icrc.to_le_bytes());
         Ok(())
     }
@@ -158,14 +156,6 @@ impl Part<'_> {
         match self {
             Part::Bytes(b) => v.extend_from_slice(b),
             Part::Shared(s) => s.extend_vec(v),
-        }
-    }
-
-    /// Feeds the piece to `f` (a shared payload copied out in chunks).
-    pub(crate) fn for_each(&self, mut f: impl FnMut(&[u8])) {
-        match self {
-            Part::Bytes(b) => f(b),
-            Part::Shared(s) => s.chunks(f),
         }
     }
 }

@@ -98,11 +98,10 @@ pub(crate) fn handle_request(qp: &mut Qp, cx: &mut Ctx, src: IpAddr, repr: &Roce
     qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
     // A datagram to the link-local GID 0 (raw Ethernet) was addressed to the link-local
     // address of the device's MAC, whose EUI-64 is the CA GUID.
-    let local = match src {
-        IpAddr::V6(a) if a.segments()[0] & 0xffc0 == 0xfe80 && local.is_ipv4() => {
-            IpAddr::V6(std::net::Ipv6Addr::from((0xfe80u128 << 112) | u128::from(cx.config.ca_guid)))
-        }
-        _ => local,
+    let local = if super::is_link_local(src) && local.is_ipv4() {
+        IpAddr::V6(super::link_local(cx.config.ca_guid))
+    } else {
+        local
     };
     let grh = grh_area(src, local, data_len);
     let qp_num = qp.qpn().value();

@@ -288,16 +288,6 @@ fn read_routes6(ifname: &str) -> Vec<Route6> {
     out
 }
 
-/// The link-local address of a MAC (`fe80::` and its EUI-64), GID 0 of a raw device.
-pub(crate) fn link_local(mac: MacAddr) -> Ipv6Addr {
-    Ipv6Addr::from((0xfe80u128 << 112) | u128::from(crate::engine::guid_for_mac(mac.0)))
-}
-
-/// Whether `a` is link-local (`fe80::/10`).
-fn is_link_local(a: Ipv6Addr) -> bool {
-    a.segments()[0] & 0xffc0 == 0xfe80
-}
-
 /// The solicited-node multicast address of `ip` (RFC 4291 2.7.1: `ff02::1:ff` and its
 /// last 24 bits) and the Ethernet group it maps to (RFC 2464 7: `33:33` and the last 32).
 fn solicited_node(ip: Ipv6Addr) -> (Ipv6Addr, MacAddr) {
@@ -496,7 +486,7 @@ impl Packet {
         if iface.active_mtu_for(ip.is_ipv6()).is_none() {
             return Err(bad(format!("MTU {} is too small for RoCE (at least 256 + 64 bytes)", iface.mtu)));
         }
-        let ll6 = link_local(iface.mac);
+        let ll6 = crate::engine::link_local(crate::engine::guid_for_mac(iface.mac.0));
         // Neighbour solicitations for its IPv6 addresses come to their solicited-node
         // groups: a NIC's multicast filter must let them in.
         for a in std::iter::once(ll6).chain(match ip {
@@ -545,7 +535,7 @@ impl Packet {
                 let d = u32::from(d4);
                 self.routes.iter().find(|r| d & r.mask == r.net).and_then(|r| r.gateway).map_or(dst, IpAddr::V4)
             }
-            IpAddr::V6(d6) if is_link_local(d6) => dst,
+            _ if crate::engine::is_link_local(dst) => dst,
             IpAddr::V6(d6) => {
                 let d = u128::from(d6);
                 let matches = |r: &&Route6| r.len == 0 || (d ^ r.net) >> (128 - u32::from(r.len)) == 0;
@@ -559,7 +549,7 @@ impl Packet {
     fn src_for(&self, dst: IpAddr) -> Option<IpAddr> {
         match (dst, self.ip) {
             (IpAddr::V4(_), IpAddr::V4(_)) => Some(self.ip),
-            (IpAddr::V6(d), _) if is_link_local(d) => Some(IpAddr::V6(self.ll6)),
+            (IpAddr::V6(_), _) if crate::engine::is_link_local(dst) => Some(IpAddr::V6(self.ll6)),
             (IpAddr::V6(_), IpAddr::V6(_)) => Some(self.ip),
             _ => None,
         }
@@ -890,6 +880,12 @@ impl Packet {
 
     /// Frames a packet the fault chain let through (its ICRC filled for IPv4 ID 0).
     fn put_sealed(&mut self, now: Time, w: Wire) {
+        // The fault chain sealed it for `local_ip(dst)`: with no address of the
+        // destination's family that is not a source this device can send from.
+        if self.src_for(w.dst) != Some(w.src) {
+            self.counters.send_err.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let hop = self.next_hop(w.dst);
         match self.neigh.get(&hop).copied() {
             Some(mac) => self.push_sealed(mac, w.src, &w),
