@@ -811,8 +811,15 @@ impl Device {
         if self.inner.cmd.is_empty() {
             if let Some(mut c) = self.inner.core.try_lock() {
                 if c.cmds.is_empty() && !c.shutdown {
-                    let now = c.now();
-                    handle(&mut c.engine, now, cmd);
+                    // No clock read here: the round that sends the work request reads it.
+                    match cmd {
+                        Cmd::PostSend(qpn, wqe) => c.engine.queue_send(qpn, wqe),
+                        Cmd::PostRecv(qpn, wqe) => c.engine.post_recv(qpn, wqe),
+                        other => {
+                            let now = c.now();
+                            handle(&mut c.engine, now, other);
+                        }
+                    }
                     self.inner.posted.store(true, Ordering::SeqCst);
                     drop(c);
                     self.inner.wake_if_sleeping();
@@ -920,8 +927,14 @@ impl Core {
         if self.shutdown {
             return Round::Stop;
         }
-        // Work requests posted straight into the engine count as work to send.
+        // Work requests posted straight into the engine count as work to send. They were
+        // posted before anything now in the channel (a poster goes direct only when the
+        // channel is empty), so they are transmitted first.
         let mut worked = self.posted.swap(false, Ordering::SeqCst);
+        if self.engine.has_queued() {
+            self.engine.transmit_queued(t);
+            worked = true;
+        }
         for _ in 0..CMD_BATCH {
             match self.cmds.try_recv() {
                 Ok(c) => {

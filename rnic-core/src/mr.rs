@@ -479,6 +479,7 @@ impl Mtpt {
     /// RDMA WRITE): pass `AccessFlags::empty()`. Writing it (receive buffers, RDMA READ
     /// response targets, atomic result buffers) needs `AccessFlags::LOCAL_WRITE`.
     /// The checks run as for [`check_remote`](Self::check_remote).
+    #[inline]
     pub fn check_local(
         &self,
         lkey: u32,
@@ -511,6 +512,7 @@ impl Mtpt {
         self.check(rkey, pd, va, len, need)
     }
 
+    #[inline]
     fn check(&self, key: u32, pd: PdId, va: u64, len: usize, need: AccessFlags) -> Result<MrSlice, AccessError> {
         let table = self.table.read();
         let region = match table.slot(key).map(|s| &s.entry) {

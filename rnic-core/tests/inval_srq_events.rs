@@ -89,6 +89,65 @@ fn local_invalidate_completes_in_order_and_blocks_remote_access() {
     assert_eq!(p.nodes[B].qp.state(), QpState::Err);
 }
 
+/// A poster that finds the engine between rounds queues its work requests
+/// (`Engine::queue_send`): nothing leaves until the round's `transmit_queued`, which sends
+/// them in send-queue order together with a WR posted the usual way after them, and runs
+/// a queued LOCAL_INV in that order. Queued on a QP already in error, a WR is flushed.
+#[test]
+fn work_requests_queued_between_rounds_leave_in_order_at_the_next_round() {
+    let mut p = Pair::new(MTU1024, 10, 20);
+    let keys = p.register(B, PdId(1), 0x10_000, 4096, REGION, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
+    for i in 0..3 {
+        recv(&mut p, A, 10 + i, 4096 * i);
+    }
+    p.fill(B, 0, b"first");
+    p.fill(B, 64, b"second");
+    p.fill(B, 128, b"third");
+    p.queue_send(B, SendWr::send(1, vec![p.sge(B, 0, 5)])).unwrap();
+    p.queue_send(B, SendWr::send(2, vec![p.sge(B, 64, 6)])).unwrap();
+    p.queue_send(B, SendWr::local_inv(3, keys.lkey)).unwrap();
+    assert!(p.fab.engine(B).has_queued());
+    // Time passes with no round: nothing was sent, nothing completed.
+    p.run();
+    assert_eq!(p.fab.in_flight(), 0);
+    assert!(Pair::wcs(&p.nodes[B].scq).is_empty() && Pair::wcs(&p.nodes[A].rcq).is_empty());
+    // LOCAL_INV is executed when the engine takes it, as `post_send` does; it completes
+    // in order with the rest.
+    assert_eq!(p.nodes[B].mtpt.state(keys.rkey), MrState::Invalid);
+    p.transmit_queued(B);
+    assert!(!p.fab.engine(B).has_queued());
+    p.post_send(B, SendWr::send(4, vec![p.sge(B, 128, 5)])).unwrap();
+    p.run();
+    let wcs = Pair::wcs(&p.nodes[B].scq);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect::<Vec<_>>(),
+        [
+            (1, WcStatus::Success, WcOpcode::Send),
+            (2, WcStatus::Success, WcOpcode::Send),
+            (3, WcStatus::Success, WcOpcode::LocalInv),
+            (4, WcStatus::Success, WcOpcode::Send)
+        ]
+    );
+    let got: Vec<(u64, u32)> = Pair::wcs(&p.nodes[A].rcq).iter().map(|w| (w.wr_id, w.byte_len)).collect();
+    assert_eq!(got, [(10, 5), (11, 6), (12, 5)]);
+    assert_eq!(p.read(A, 0, 5), b"first");
+    assert_eq!(p.read(A, 4096, 6), b"second");
+    assert_eq!(p.read(A, 8192, 5), b"third");
+
+    // A QP in error (a LOCAL_INV of a key naming nothing put it there): flushed at once.
+    p.queue_send(B, SendWr::local_inv(5, 0xdead_0001)).unwrap();
+    p.transmit_queued(B);
+    p.run();
+    assert_eq!(p.nodes[B].qp.state(), QpState::Err);
+    p.queue_send(B, SendWr::send(6, vec![p.sge(B, 0, 5)])).unwrap();
+    let wcs = Pair::wcs(&p.nodes[B].scq);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(5, WcStatus::LocQpOpErr), (6, WcStatus::WrFlushErr)]
+    );
+    assert!(!p.fab.engine(B).has_queued());
+}
+
 #[test]
 fn srq_serves_two_qps_and_raises_its_limit_event_once() {
     let mut p = Pair::new(MTU1024, 10, 20);

@@ -88,6 +88,9 @@ pub struct Engine {
     qps: qp_table::QpTable,
     cx: Ctx,
     gsi: Gsi,
+    /// QPs given work requests by [`Engine::queue_send`] since the last
+    /// [`Engine::transmit_queued`] (a QP at most once: `ReqState::queued`).
+    queued: Vec<Qpn>,
 }
 
 /// QP1, the general services interface (IBA 13.5): not a QP of the table but the device's
@@ -128,6 +131,7 @@ impl Engine {
             qps: qp_table::QpTable::new(),
             cx: Ctx::new(config, mtpt, counters),
             gsi: Gsi { agent: crate::cm::CmAgent::new(cm), psn: Psn::new(0) },
+            queued: Vec::new(),
         }
     }
 
@@ -296,6 +300,56 @@ impl Engine {
         requester::queue(qp, wqe);
         progress(qp, cx, now);
         cx.note_timers(qp);
+    }
+
+    /// Queues a validated send WQE without transmitting it or reading the clock: the next
+    /// [`transmit_queued`](Self::transmit_queued) sends it. A poster that puts work
+    /// straight into the engine between rounds uses this, so that a post costs no clock
+    /// read (the round that follows reads it once for every WQE queued meanwhile) and the
+    /// packets are built where they are sent. Order is that of the send queue either way.
+    pub fn queue_send(&mut self, qpn: Qpn, wqe: SendWqe) {
+        let cx = &mut self.cx;
+        let Some(qp) = self.qps.get_mut(qpn) else { return };
+        if qp.state == QpState::Err {
+            qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
+            let wc = flush_wc(wqe.wr_id, wqe.op.wc_opcode(), qpn);
+            cx.push_wc(qp, CqSide::Send, wc, false);
+            return;
+        }
+        if let crate::wr::SendOp::LocalInv { rkey } = wqe.op {
+            // Executed now, in order with the queue (see `post_send`); it completes when
+            // the next round retires it.
+            let status = cx.mtpt.invalidate_for(rkey, qp.shared.pd).err().map(|_| WcStatus::LocQpOpErr);
+            requester::queue_local(qp, wqe, status);
+        } else {
+            requester::queue(qp, wqe);
+        }
+        if !qp.req.queued {
+            qp.req.queued = true;
+            self.queued.push(qpn);
+        }
+    }
+
+    /// Whether [`queue_send`](Self::queue_send) left work requests to transmit.
+    pub fn has_queued(&self) -> bool {
+        !self.queued.is_empty()
+    }
+
+    /// Transmits what [`queue_send`](Self::queue_send) queued (what the window allows, as
+    /// `post_send` would have) and retires local operations that reached the front.
+    pub fn transmit_queued(&mut self, now: Time) {
+        let cx = &mut self.cx;
+        for qpn in self.queued.drain(..) {
+            // Destroyed meanwhile: nothing left to send.
+            let Some(qp) = self.qps.get_mut(qpn) else { continue };
+            qp.req.queued = false;
+            if qp.state == QpState::Err {
+                continue;
+            }
+            requester::retire_done(qp, cx, now);
+            progress(qp, cx, now);
+            cx.note_timers(qp);
+        }
     }
 
     /// Queues a validated receive WQE.

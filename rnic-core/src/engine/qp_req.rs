@@ -20,6 +20,9 @@ pub(crate) struct ReqState {
     /// One past the highest PSN transmitted.
     pub(crate) sent_end: Psn,
     pub(crate) retry_left: u8,
+    /// On the engine's list of QPs with work requests queued but not yet transmitted
+    /// (`Engine::queue_send`).
+    pub(crate) queued: bool,
     pub(crate) rnr_left: u8,
     /// A retransmission is under way: further NAKs or gaps start no other until
     /// progress is made or the timer fires (rxe `comp.started_retry`).
@@ -56,6 +59,7 @@ impl ReqState {
             una: Psn::new(0),
             sent_end: Psn::new(0),
             retry_left: 7,
+            queued: false,
             rnr_left: 7,
             started_retry: false,
             rto_deadline: None,

@@ -92,6 +92,21 @@ impl Pair {
         Ok(())
     }
 
+    /// Posts as a poster between rounds does (`Engine::queue_send`): queued, not sent.
+    pub fn queue_send(&mut self, n: usize, wr: SendWr) -> Result<(), qp::PostError> {
+        let node = &self.nodes[n];
+        let wqe = qp::validate_send(&node.qp, &node.mtpt, &wr)?;
+        let qpn = node.qp.qpn;
+        self.fab.engine(n).queue_send(qpn, wqe);
+        Ok(())
+    }
+
+    /// What the round after such posts does first.
+    pub fn transmit_queued(&mut self, n: usize) {
+        let now = self.fab.now();
+        self.fab.engine(n).transmit_queued(now);
+    }
+
     pub fn post_recv(&mut self, n: usize, wr: RecvWr) -> Result<(), qp::PostError> {
         let node = &self.nodes[n];
         let wqe = qp::validate_recv(&node.qp, &node.mtpt, &wr)?;
