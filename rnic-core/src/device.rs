@@ -787,46 +787,58 @@ impl Device {
     /// Validates a send WR on the calling thread and hands it to the engine.
     pub fn post_send<'a>(&self, qp: &QpShared, wr: impl Into<SendWrRef<'a>>) -> Result<(), PostError> {
         let wqe = qp::validate_send(qp, &self.inner.mtpt, wr)?;
-        self.hand_over(Cmd::PostSend(qp.qpn, wqe), &qp.sq_outstanding);
+        self.post_send_wqe(qp, wqe);
         Ok(())
     }
 
     /// Hands an already validated send WQE to the engine.
     pub fn post_send_wqe(&self, qp: &QpShared, wqe: SendWqe) {
-        self.hand_over(Cmd::PostSend(qp.qpn, wqe), &qp.sq_outstanding);
+        match self.direct() {
+            Some(mut c) => {
+                // No clock read here: the round that sends the work request reads it.
+                c.engine.queue_send(qp.qpn, wqe);
+                self.posted_direct(c);
+            }
+            None => self.queue_cmd(Cmd::PostSend(qp.qpn, wqe), &qp.sq_outstanding),
+        }
     }
 
     /// Validates a receive WR on the calling thread and hands it to the engine.
     pub fn post_recv<'a>(&self, qp: &QpShared, wr: impl Into<RecvWrRef<'a>>) -> Result<(), PostError> {
         let wqe = qp::validate_recv(qp, &self.inner.mtpt, wr)?;
-        self.hand_over(Cmd::PostRecv(qp.qpn, wqe), &qp.rq_outstanding);
+        match self.direct() {
+            Some(mut c) => {
+                c.engine.post_recv(qp.qpn, wqe);
+                self.posted_direct(c);
+            }
+            None => self.queue_cmd(Cmd::PostRecv(qp.qpn, wqe), &qp.rq_outstanding),
+        }
         Ok(())
     }
 
-    fn hand_over(&self, cmd: Cmd, slot: &AtomicU32) {
-        // A poster that finds the core free (an application driving the device itself,
-        // or a progress thread between rounds) puts the work request straight into the
-        // engine: no channel hop. Only when no earlier command waits, so order is kept;
-        // the next round, on whichever thread, sends it.
-        if self.inner.cmd.is_empty() {
-            if let Some(mut c) = self.inner.core.try_lock() {
-                if c.cmds.is_empty() && !c.shutdown {
-                    // No clock read here: the round that sends the work request reads it.
-                    match cmd {
-                        Cmd::PostSend(qpn, wqe) => c.engine.queue_send(qpn, wqe),
-                        Cmd::PostRecv(qpn, wqe) => c.engine.post_recv(qpn, wqe),
-                        other => {
-                            let now = c.now();
-                            handle(&mut c.engine, now, other);
-                        }
-                    }
-                    self.inner.posted.store(true, Ordering::SeqCst);
-                    drop(c);
-                    self.inner.wake_if_sleeping();
-                    return;
-                }
-            }
+    /// The core, when a poster may put a work request straight into the engine: it is
+    /// free (an application driving the device itself, or a progress thread between
+    /// rounds) and no earlier command waits, so order is kept. No channel hop, and the
+    /// work request is not moved through a `Cmd`.
+    #[inline]
+    fn direct(&self) -> Option<parking_lot::MutexGuard<'_, Core>> {
+        if !self.inner.cmd.is_empty() {
+            return None;
         }
+        let c = self.inner.core.try_lock()?;
+        (c.cmds.is_empty() && !c.shutdown).then_some(c)
+    }
+
+    /// After a direct post: the next round, on whichever thread, sends it.
+    #[inline]
+    fn posted_direct(&self, c: parking_lot::MutexGuard<'_, Core>) {
+        self.inner.posted.store(true, Ordering::SeqCst);
+        drop(c);
+        self.inner.wake_if_sleeping();
+    }
+
+    /// Queues a work request for the progress thread.
+    fn queue_cmd(&self, cmd: Cmd, slot: &AtomicU32) {
         if self.inner.send_cmd(cmd).is_err() {
             // The device is shutting down: release the reserved slot.
             slot.fetch_sub(1, Ordering::AcqRel);
