@@ -70,7 +70,7 @@ fn zero_copy_sends_arrive_intact() {
         cfg.pin_memory = false;
         Context::open_with(cfg).unwrap()
     };
-    let (a, b) = (open_zc("rnic0", "127.0.33.9"), open_zc("rnic1", "127.0.33.10"));
+    let (a, b) = (open_zc("rnic0", "127.0.33.13"), open_zc("rnic1", "127.0.33.14"));
     write_256k(&a, &b);
     // A READ: B's responses are the zero-copy packets now.
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
