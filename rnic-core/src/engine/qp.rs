@@ -3,8 +3,8 @@
 //! a precise error at once).
 
 use crate::cq::Cq;
-use crate::mr::{AccessFlags, MrSlice, Mtpt, PdId};
-use crate::post::{check_sges, check_transport, check_ud_len, reserve, WqeData};
+use crate::mr::{AccessFlags, Mtpt, PdId};
+use crate::post::{check_sges, check_transport, check_ud_len, reserve, Sges, WqeData};
 use crate::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
 use crate::wr::{RecvWrRef, SendOp, SendWrRef, UdDest};
 use rnic_wire::Qpn;
@@ -208,19 +208,18 @@ pub fn validate_send<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<SendWrRef
         // Inline data is copied now, so its buffers need no lkey (verbs semantics), but it
         // must still be memory the caller owns: it is read through registered regions when
         // an lkey is valid, otherwise the caller must use the API's inline helper.
-        let (slices, len) = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::empty())?;
+        let mut slices = Sges::new();
+        let len = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::empty(), &mut slices)?;
         let mut v = vec![0u8; len];
         WqeData::Sges(slices).gather(0, &mut v);
-        WqeData::Inline(v)
+        (WqeData::Inline(v), len)
     } else {
         let need = if wr.op.writes_local() { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
-        let (slices, _) = check_sges(mtpt, shared.pd, wr.sg_list, need)?;
-        WqeData::Sges(slices)
+        let mut slices = Sges::new();
+        let len = check_sges(mtpt, shared.pd, wr.sg_list, need, &mut slices)?;
+        (WqeData::Sges(slices), len)
     };
-    let len = match &data {
-        WqeData::Inline(v) => v.len(),
-        WqeData::Sges(s) => s.iter().map(MrSlice::len).sum(),
-    };
+    let (data, len) = data;
     check_ud_len(shared.qp_type, len)?;
     reserve(&shared.sq_outstanding, shared.cap.max_send_wr, "send")?;
     Ok(SendWqe {
@@ -332,7 +331,8 @@ pub fn validate_recv<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<RecvWrRef
     if wr.sg_list.len() > shared.cap.max_recv_sge as usize {
         return Err(PostError::TooManySges { given: wr.sg_list.len(), max: shared.cap.max_recv_sge });
     }
-    let (slices, len) = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::LOCAL_WRITE)?;
+    let mut slices = Sges::new();
+    let len = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::LOCAL_WRITE, &mut slices)?;
     reserve(&shared.rq_outstanding, shared.cap.max_recv_wr, "receive")?;
     Ok(RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(slices), len })
 }
