@@ -599,6 +599,7 @@ impl Device {
         match self.inner.core.try_lock() {
             Some(mut c) => {
                 let now = c.now();
+                crate::hop_trace::mark(crate::hop_trace::Step::RoundStarted);
                 self.inner.inline_at.store(now.max(1), Ordering::Relaxed);
                 let worked = c.round(true, now) == Round::Worked;
                 if worked {
@@ -951,6 +952,7 @@ impl Core {
         if self.engine.has_queued() {
             self.engine.transmit_queued(t);
             worked = true;
+            crate::hop_trace::mark(crate::hop_trace::Step::RequestBuilt);
         }
         for _ in 0..CMD_BATCH {
             match self.cmds.try_recv() {
@@ -992,6 +994,9 @@ impl Core {
         }
         if worked || timed {
             self.transmit(t, inline && received && !timed);
+            if received {
+                crate::hop_trace::mark(crate::hop_trace::Step::RoundEnded);
+            }
             while let Some(ev) = self.engine.poll_event() {
                 let _ = self.events.send(ev);
             }
@@ -1024,6 +1029,9 @@ impl Core {
             self.engine.drain_transmits_holding_acks(&mut self.batch);
         } else {
             self.engine.drain_transmits(&mut self.batch);
+        }
+        if !self.batch.is_empty() {
+            crate::hop_trace::mark(crate::hop_trace::Step::Drained);
         }
         self.link.send(t, &mut self.batch, self.engine.counters());
         for p in self.batch.drain(..) {

@@ -42,6 +42,7 @@ pub mod engine;
 pub mod fabric;
 pub mod faults;
 pub mod gso;
+pub mod hop_trace;
 pub mod rx_icrc;
 pub mod srq;
 mod transport;

@@ -253,7 +253,9 @@ pub fn send_msgs_with(sock: &impl AsRawFd, scratch: &mut SendScratch, msgs: &[Ou
     if hdrs.len() == 1 {
         // One message: `sendmsg`, a little cheaper than `sendmmsg` (a ping-pong's case).
         // SAFETY: as below, for the one header.
+        crate::hop_trace::mark(crate::hop_trace::Step::SendCalled);
         let rc = unsafe { libc::sendmsg(sock.as_raw_fd(), std::ptr::addr_of!(hdrs[0].msg_hdr), 0) };
+        crate::hop_trace::mark(crate::hop_trace::Step::Send);
         return if rc >= 0 { Ok(1) } else { Err(io::Error::last_os_error()) };
     }
     let n = libc::c_uint::try_from(hdrs.len()).unwrap_or(libc::c_uint::MAX);
@@ -379,6 +381,7 @@ pub fn recv_msgs(
         // msg_controllen and msg_flags, and the length goes into msg_len here.
         let rc = unsafe { libc::recvmsg(sock.as_raw_fd(), std::ptr::addr_of_mut!(hdrs[0].msg_hdr), flags) };
         let len = usize::try_from(rc).map_err(|_| io::Error::last_os_error())?;
+        crate::hop_trace::start();
         hdrs[0].msg_len = libc::c_uint::try_from(len).unwrap_or(libc::c_uint::MAX);
         1
     } else {

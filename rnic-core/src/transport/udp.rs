@@ -467,12 +467,14 @@ impl Rx {
                     None
                 }
             };
+            crate::hop_trace::mark(crate::hop_trace::Step::IcrcChecked);
             let Some(ident) = ident else { continue };
             if let Some(c) = &self.capture {
                 let (s, d) = (m.src, self.local);
                 c.record_rx_ipv4_id(s.ip(), d.ip(), (s.port(), d.port()), ident, pkt);
             }
             engine.handle_packet_ecn(now, m.src.ip(), pkt, m.ce || self.congested);
+            crate::hop_trace::mark(crate::hop_trace::Step::Handled);
         }
         count
     }

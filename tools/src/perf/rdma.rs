@@ -11,6 +11,7 @@
 use super::ctrl::Params;
 use super::{Progress, Test, TestKind};
 use rnic_core::device::DeviceConfig;
+use rnic_core::hop_trace::{self, Step};
 use rnic_verbs::{
     AccessFlags, AddressHandle, CompChannel, CompletionQueue, Context, Endpoint, MemoryRegion, PathMtu, PreparedQp,
     ProtectionDomain, QpCap, QueuePair, RecvWr, RemoteMr, SendOp, SendWr, UdDest, WcStatus, WorkCompletion,
@@ -722,10 +723,13 @@ pub fn latency(
             }
             wr.wr_id = i;
             qp.post_send(wr).map_err(|e| rnic_verbs::report(&e))?;
+            hop_trace::mark(Step::Posted);
             *outstanding += 1;
             if side.channel.is_none() {
                 side.ctx.progress();
             }
+            hop_trace::mark(Step::RoundTail);
+            hop_trace::stop();
             Ok(())
         };
         // Waits for the peer's message `t` (or, for READ, this side's completion).
@@ -748,6 +752,7 @@ pub fn latency(
                     TestKind::Write => {
                         side.mr.read(size - 1, byte).map_err(|e| rnic_verbs::report(&e))?;
                         if byte[0] == t {
+                            hop_trace::seen();
                             *last = Some((0, t));
                             return Ok(true);
                         }
@@ -767,6 +772,7 @@ pub fn latency(
                             if byte[0] != t {
                                 return Err(format!("message {i}: tag {:#04x}, expected {t:#04x}", byte[0]));
                             }
+                            hop_trace::seen();
                             *last = Some((off, t));
                             *repost = Some(wc.wr_id);
                             return Ok(true);
@@ -807,6 +813,7 @@ pub fn latency(
         };
         if pinger {
             reap(&mut outstanding, true)?;
+            hop_trace::mark(Step::Reaped);
             send(&mut outstanding, &mut wr)?;
             wait(&mut outstanding, &mut byte, &mut last, &mut repost)?;
             rtts.push(t0.elapsed());
@@ -816,6 +823,7 @@ pub fn latency(
                 break;
             }
             reap(&mut outstanding, true)?;
+            hop_trace::mark(Step::Reaped);
             send(&mut outstanding, &mut wr)?;
         } else {
             // READ / atomic latency: the responder's CPU does nothing; wait for the end.
@@ -831,6 +839,8 @@ pub fn latency(
         reap(&mut outstanding, false)?;
         i += 1;
     }
+    hop_trace::stop();
+    print_hop_trace(if pinger { "client" } else { "server" });
     // Let the last completions arrive so that nothing is in flight at the next size.
     let until = Instant::now() + Duration::from_secs(5);
     while outstanding > 0 && Instant::now() < until {
@@ -842,6 +852,19 @@ pub fn latency(
         last = None;
     }
     Ok((rtts, last))
+}
+
+/// With the `hop-trace` feature: where this side's hops went (stderr), step by step.
+fn print_hop_trace(side: &str) {
+    let steps = hop_trace::take();
+    if steps.is_empty() {
+        return;
+    }
+    let mut out = format!("hop trace ({side} thread; mean per occurrence, timestamp counter):\n");
+    for (s, ns, n) in steps {
+        out += &format!("  {:>8.0} ns  x{n:<8} {}\n", ns, s.describe());
+    }
+    eprint!("{out}");
 }
 
 #[cfg(test)]
