@@ -66,6 +66,32 @@ fn send_and_send_with_imm_every_size_every_mtu() {
     }
 }
 
+/// Work requests a poster queued between rounds (`Engine::queue_send`, the direct path
+/// of a device) leave as UC packets when the round transmits them, and arrive. (The RC
+/// requester's retire path once sent them with RC opcodes, which the UC responder drops.)
+#[test]
+fn sends_queued_between_rounds_go_out_as_uc() {
+    let mut p = Pair::uc(3, 10, 20);
+    p.trace();
+    let data = pattern(5, 3000);
+    p.fill(A, 0, &data);
+    for i in 0..2u32 {
+        p.post_recv(B, RecvWr { wr_id: 9 + u64::from(i), sg_list: vec![p.sge(B, 8192 * u64::from(i + 1), 3000)] })
+            .unwrap();
+        p.queue_send(A, signaled(1 + u64::from(i), SendOp::Send, vec![p.sge(A, 0, 3000)])).unwrap();
+    }
+    p.transmit_queued(A);
+    p.run();
+    let r = Pair::wcs(&p.nodes[B].rcq);
+    assert_eq!(
+        r.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect::<Vec<_>>(),
+        [(9, WcStatus::Success, 3000), (10, WcStatus::Success, 3000)]
+    );
+    assert_eq!((p.read(B, 8192, 3000), p.read(B, 16384, 3000)), (data.clone(), data));
+    assert_eq!(only_uc_requests(&p), 6);
+    assert_eq!(Pair::wcs(&p.nodes[A].scq).len(), 2);
+}
+
 #[test]
 fn write_and_write_with_imm_every_size_every_mtu() {
     for (code, mtu) in MTUS {

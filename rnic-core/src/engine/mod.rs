@@ -321,6 +321,7 @@ impl Engine {
             // the next round retires it.
             let status = cx.mtpt.invalidate_for(rkey, qp.shared.pd).err().map(|_| WcStatus::LocQpOpErr);
             requester::queue_local(qp, wqe, status);
+            qp.req.queued_local = true;
         } else {
             requester::queue(qp, wqe);
         }
@@ -346,7 +347,12 @@ impl Engine {
             if qp.state == QpState::Err {
                 continue;
             }
-            requester::retire_done(qp, cx, now);
+            // Only for a local operation, as `post_send`: retiring re-arms the local ACK
+            // timer (which must run from the last acknowledged progress, not from each
+            // post) and is the RC requester's (a UC QP has none).
+            if std::mem::take(&mut qp.req.queued_local) {
+                requester::retire_done(qp, cx, now);
+            }
             progress(qp, cx, now);
             cx.note_timers(qp);
         }

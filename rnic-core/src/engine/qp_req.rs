@@ -23,6 +23,10 @@ pub(crate) struct ReqState {
     /// On the engine's list of QPs with work requests queued but not yet transmitted
     /// (`Engine::queue_send`).
     pub(crate) queued: bool,
+    /// A local operation (LOCAL_INV, RC only) is among them: the next
+    /// `Engine::transmit_queued` retires it when it reached the front, as `post_send`
+    /// does at once.
+    pub(crate) queued_local: bool,
     pub(crate) rnr_left: u8,
     /// A retransmission is under way: further NAKs or gaps start no other until
     /// progress is made or the timer fires (rxe `comp.started_retry`).
@@ -60,6 +64,7 @@ impl ReqState {
             sent_end: Psn::new(0),
             retry_left: 7,
             queued: false,
+            queued_local: false,
             rnr_left: 7,
             started_retry: false,
             rto_deadline: None,
