@@ -147,6 +147,25 @@ fn two_processes_send_bw() {
     assert!(status.success(), "server exited {status:?}");
 }
 
+/// `--roce-shape`: the latency baseline sends rnic's shape (a GSO pair per hop) and says
+/// so; the ratio is still reported and the data verified. Bandwidth tests refuse it.
+#[test]
+fn roce_shaped_latency_baseline() {
+    let out = rnic()
+        .args(["perf", "write_lat", "-s", "8", "-n", "200", "--json", "--rounds", "1", "--roce-shape"])
+        .args(["--ip", "127.0.32.31", "--peer-ip", "127.0.32.32"])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(v["verified"].as_bool(), Some(true), "{v}");
+    assert!(v["baseline_method"].as_str().unwrap().contains("rnic's shape"), "{v}");
+    positive(&v, "baseline");
+    positive(&v, "ratio");
+    let out = rnic().args(["perf", "write_bw", "--roce-shape"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--roce-shape: shapes the latency baseline"));
+}
+
 /// What this build does not have is refused with a reason and exit code 2.
 #[test]
 fn unsupported_options_exit_2_with_the_reason() {

@@ -63,6 +63,11 @@ pub struct Params {
     /// the two sides' interfaces, and the server must be on raw Ethernet too.
     #[serde(default)]
     pub raw: bool,
+    /// The latency baseline sends what a hop of rnic sends (`--roce-shape`): a UDP GSO
+    /// pair (the packet and an ACK-sized datagram) per hop, received with GRO, TOS and
+    /// timestamp control messages: the kernel's cost of rnic's system calls alone.
+    #[serde(default)]
+    pub roce_shape: bool,
 }
 
 fn one() -> u32 {

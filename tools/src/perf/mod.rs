@@ -114,6 +114,12 @@ pub struct Args {
     /// reported.
     #[arg(long)]
     pub no_baseline: bool,
+    /// Latency tests: the UDP baseline sends what a hop of rnic sends instead of one
+    /// datagram: the packet and an ACK-sized datagram in one UDP GSO send, received with
+    /// recvmsg and the control messages rnic asks for (GRO, TOS, timestamps). The ratio
+    /// then says what rnic's own work adds to the kernel's cost of its system calls.
+    #[arg(long)]
+    pub roce_shape: bool,
     /// Interleaved rounds per size: the baseline and the test take turns (baseline, test,
     /// baseline, ..., baseline), each test run is compared with the better of the two
     /// baselines beside it, and the median ratio is reported with its min and max. Each
@@ -281,6 +287,9 @@ impl Args {
         if self.rdma_cm && test.kind == TestKind::Udp {
             return Err("-R: the udp tests have no QP to connect".into());
         }
+        if self.roce_shape && !test.lat {
+            return Err("--roce-shape: shapes the latency baseline (udp_lat, *_lat tests) only".into());
+        }
         if self.rounds == 0 || self.rounds > 1000 {
             return Err(format!("--rounds {}: must be 1 to 1000", self.rounds));
         }
@@ -334,6 +343,7 @@ impl Args {
                 rounds: self.rounds,
                 cm_port: self.rdma_cm.then_some(self.port),
                 raw: false,
+                roce_shape: self.roce_shape,
             },
         ))
     }
@@ -1004,11 +1014,12 @@ fn client_baseline(
         let wire =
             usize::try_from(lat_wire(test, size, mtu)).map_err(|_| "UDP baseline: size too large".to_string())?;
         pin(0);
-        let rtts = udp::ping(&sock, SocketAddr::new(peer, port), wire, p.iters.max(1000), None)
+        let shape = udp::Shape::new(p.roce_shape, wire);
+        let rtts = udp::ping(&sock, SocketAddr::new(peer, port), wire, p.iters.max(1000), None, shape)
             .map_err(|e| format!("UDP baseline: {e}"))?;
         let scale = if matches!(test.kind, TestKind::Read | TestKind::Atomic) { 1.0 } else { 0.5 };
         let l = LatStats::from(&rtts, scale);
-        return Ok(Baseline { value: l.typical, lat: Some(l), msg_rate: None, method: udp::LAT_METHOD.into() });
+        return Ok(Baseline { value: l.typical, lat: Some(l), msg_rate: None, method: shape.method().into() });
     }
     let (n, dgram) = baseline_count(p, test, size);
     let pkts = test.wire_packets(size, mtu).len() as f64;
@@ -1042,7 +1053,10 @@ fn server_baseline(ctrl: &mut Ctrl, ip: IpAddr, peer: IpAddr, test: Test, p: &Pa
         let port = sock.local_addr().map_err(|e| rnic_verbs::report(&e))?.port();
         ctrl.send(&Msg::UdpReady { port })?;
         pin(1);
-        udp::pong(&sock, Duration::from_secs(600)).map_err(|e| format!("UDP baseline: {e}"))?;
+        let wire = usize::try_from(lat_wire(test, size, u64::from(p.mtu)))
+            .map_err(|_| "UDP baseline: size too large".to_string())?;
+        udp::pong(&sock, Duration::from_secs(600), udp::Shape::new(p.roce_shape, wire))
+            .map_err(|e| format!("UDP baseline: {e}"))?;
         return Ok(());
     }
     let (n, dgram) = baseline_count(p, test, size);

@@ -892,6 +892,7 @@ mod tests {
             rounds: 3,
             cm_port: None,
             raw: false,
+            roce_shape: false,
         }
     }
 

@@ -50,6 +50,7 @@ fn perftest_letters_mean_what_perftest_means() {
             rounds: 3,
             cm_port: None,
             raw: false,
+            roce_shape: false,
         }
     );
 }

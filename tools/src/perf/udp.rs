@@ -24,6 +24,104 @@ pub fn bw_method(gso: bool, gro: bool) -> String {
 /// How the latency baseline moved its datagrams.
 pub const LAT_METHOD: &str = "ping-pong, both sides busy polling non-blocking sockets";
 
+/// The wire size of an RC ACK (BTH, AETH, ICRC): what rides with each answer of an rnic
+/// ping-pong (its held acknowledgement of the peer's message).
+pub const ACK_WIRE: usize = 20;
+
+/// How a latency baseline hop looks to the kernel: one datagram (`sendto`/`recvfrom`,
+/// the fastest UDP round trip), or rnic's shape (`--roce-shape`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// With the shape, the ACK-sized datagram after each `wire`-byte one (0: plain).
+    ack: usize,
+}
+
+impl Shape {
+    /// Plain, or rnic's shape for `wire`-byte packets: the packet and an ACK-sized
+    /// datagram (at most the packet's size, as UDP GSO requires of a last segment) in one
+    /// GSO `sendmsg`, received by `recvmsg` with GRO, TOS and timestamps on.
+    pub fn new(roce: bool, wire: usize) -> Shape {
+        Shape { ack: if roce { ACK_WIRE.min(wire) } else { 0 } }
+    }
+
+    /// What the baseline did, for the report.
+    pub fn method(self) -> &'static str {
+        if self.ack == 0 {
+            LAT_METHOD
+        } else {
+            "ping-pong in rnic's shape: each hop one UDP GSO sendmsg of the packet and a 20-byte ACK, \
+             recvmsg with GRO, TOS and timestamp control messages; both sides busy polling"
+        }
+    }
+}
+
+/// One side's socket and buffers for a latency hop of either shape.
+struct Hop<'a> {
+    sock: &'a UdpSocket,
+    shape: Shape,
+    scratch: sys::SendScratch,
+    rscratch: sys::RecvScratch,
+    bufs: Vec<Vec<u8>>,
+    meta: Vec<sys::RecvMeta>,
+    /// The packet and the ACK behind it, built here for each send (no allocation).
+    pair: Vec<u8>,
+}
+
+impl<'a> Hop<'a> {
+    fn new(sock: &'a UdpSocket, shape: Shape) -> io::Result<Hop<'a>> {
+        sock.set_nonblocking(true)?;
+        if shape.ack > 0 {
+            // What the UDP transport turns on for its socket (transport/udp.rs `bind`).
+            let v6 = sock.local_addr()?.is_ipv6();
+            sys::set_udp_gro(sock, true)?;
+            sys::set_recv_tos(sock, v6)?;
+            sys::set_rx_timestamps(sock)?;
+        }
+        Ok(Hop {
+            sock,
+            shape,
+            scratch: sys::SendScratch::default(),
+            rscratch: sys::RecvScratch::new(1),
+            bufs: vec![vec![0u8; 65_536]],
+            meta: vec![sys::RecvMeta::default()],
+            pair: Vec::with_capacity(65_536),
+        })
+    }
+
+    /// Sends `data` (with the ACK-sized datagram behind it in rnic's shape).
+    fn send(&mut self, data: &[u8], to: SocketAddr) -> io::Result<()> {
+        if self.shape.ack == 0 || data.len() < self.shape.ack || data.len() > usize::from(u16::MAX) {
+            return send_spin(self.sock, data, to);
+        }
+        self.pair.clear();
+        self.pair.extend_from_slice(data);
+        self.pair.resize(data.len() + self.shape.ack, 0);
+        let parts = [sys::IoVec::new(&self.pair)];
+        let msg = sys::OutMsg { dst: to, parts: &parts, segment: u16::try_from(data.len()).unwrap_or(u16::MAX) };
+        loop {
+            match sys::send_msgs_with(self.sock, &mut self.scratch, std::slice::from_ref(&msg)) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One receive: the bytes of the first datagram and who sent them (`WouldBlock` when
+    /// nothing is there). In rnic's shape the ACK-sized segment behind it is dropped, as
+    /// the engine would consume it.
+    fn recv(&mut self) -> io::Result<(&[u8], SocketAddr)> {
+        if self.shape.ack == 0 {
+            let (n, from) = self.sock.recv_from(&mut self.bufs[0])?;
+            return Ok((&self.bufs[0][..n], from));
+        }
+        sys::recv_msgs(self.sock, &mut self.rscratch, &mut self.bufs[..1], &mut self.meta[..1], false)?;
+        let m = self.meta[0];
+        let first = if m.segment > 0 { m.segment.min(m.len) } else { m.len };
+        Ok((&self.bufs[0][..first], m.src))
+    }
+}
+
 /// A UDP socket on `ip` (ephemeral port) with big buffers, DF set like the transport's.
 pub fn bind(ip: IpAddr) -> io::Result<UdpSocket> {
     let domain = if ip.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
@@ -125,16 +223,22 @@ pub fn source(sock: &UdpSocket, dst: SocketAddr, size: usize, count: u64) -> io:
 
 /// The answering side of the latency baseline: echoes every datagram until one of a
 /// single byte (the stop signal) arrives; busy polls.
-pub fn pong(sock: &UdpSocket, deadline: Duration) -> io::Result<u64> {
-    sock.set_nonblocking(true)?;
-    let mut buf = vec![0u8; 65_536];
+pub fn pong(sock: &UdpSocket, deadline: Duration, shape: Shape) -> io::Result<u64> {
+    let mut hop = Hop::new(sock, shape)?;
     let mut n = 0u64;
     let start = Instant::now();
+    let mut answer = Vec::with_capacity(65_536);
     loop {
-        match sock.recv_from(&mut buf) {
-            Ok((1, _)) => return Ok(n),
-            Ok((len, from)) => {
-                send_spin(sock, &buf[..len], from)?;
+        match hop.recv() {
+            Ok(([_], _)) => return Ok(n),
+            Ok((data, _)) if shape.ack > 0 && data.len() == shape.ack && data.iter().all(|&b| b == 0) => {
+                // A lone ACK-sized datagram (a kernel without GRO split the pair): the
+                // engine would consume it; nothing to answer.
+            }
+            Ok((data, from)) => {
+                answer.clear();
+                answer.extend_from_slice(data);
+                hop.send(&answer, from)?;
                 n += 1;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -166,11 +270,12 @@ pub fn ping(
     size: usize,
     iters: u64,
     duration: Option<Duration>,
+    shape: Shape,
 ) -> io::Result<Vec<Duration>> {
-    sock.set_nonblocking(true)?;
-    let size = size.clamp(2, sys::MAX_UDP_PAYLOAD);
-    let mut out = vec![0u8; size];
-    let mut inb = vec![0u8; 65_536];
+    let mut hop = Hop::new(sock, shape)?;
+    let size = size.clamp(2, sys::MAX_UDP_PAYLOAD - ACK_WIRE);
+    // Never all zeros: a pong in rnic's shape tells a lone ACK-sized datagram by that.
+    let mut out = vec![0xa5u8; size];
     let mut rtts = Vec::with_capacity(usize::try_from(iters.min(1 << 24)).unwrap_or(1 << 20));
     let start = Instant::now();
     let mut i = 0u64;
@@ -182,10 +287,10 @@ pub fn ping(
         }
         out[0] = i.to_le_bytes()[0];
         let t = Instant::now();
-        send_spin(sock, &out, dst)?;
+        hop.send(&out, dst)?;
         loop {
-            match sock.recv_from(&mut inb) {
-                Ok((len, _)) if len == size && inb[0] == out[0] => break,
+            match hop.recv() {
+                Ok((data, _)) if data.len() == size && data[0] == out[0] => break,
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if t.elapsed() > Duration::from_secs(5) {
