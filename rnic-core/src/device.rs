@@ -838,7 +838,11 @@ impl Device {
     /// After a direct post: the next round, on whichever thread, sends it.
     #[inline]
     fn posted_direct(&self, c: parking_lot::MutexGuard<'_, Core>) {
-        self.inner.posted.store(true, Ordering::SeqCst);
+        // Relaxed: set under the core's lock (a round, which takes the lock, sees it), and
+        // ordered before the `sleeping` load by the SeqCst fence in `wake_if_sleeping`
+        // (the progress thread's pre-sleep check has the matching fence): one full
+        // barrier per post instead of two.
+        self.inner.posted.store(true, Ordering::Relaxed);
         drop(c);
         self.inner.wake_if_sleeping();
     }
@@ -948,7 +952,12 @@ impl Core {
         // Work requests posted straight into the engine count as work to send. They were
         // posted before anything now in the channel (a poster goes direct only when the
         // channel is empty), so they are transmitted first.
-        let mut worked = self.posted.swap(false, Ordering::SeqCst);
+        // Set and cleared only under the core's lock, which this round holds: a plain load
+        // and store, no locked instruction in an idle round.
+        let mut worked = self.posted.load(Ordering::Relaxed);
+        if worked {
+            self.posted.store(false, Ordering::Relaxed);
+        }
         if self.engine.has_queued() {
             self.engine.transmit_queued(t);
             worked = true;
