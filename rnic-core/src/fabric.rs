@@ -189,7 +189,9 @@ impl Fabric {
         let wire = self.wire.peek().map(|f| f.at);
         let timers = self.engines.iter().filter_map(Engine::poll_timeout).min();
         let held = self.faults.next_release();
-        [wire, timers, held].into_iter().flatten().min()
+        // Work requests queued between steps (`Engine::queue_send`) go out now.
+        let queued = self.engines.iter().any(Engine::has_queued).then_some(self.now);
+        [wire, timers, held, queued].into_iter().flatten().min()
     }
 
     /// Advances to the next event and handles everything due then. Returns false when
@@ -198,6 +200,12 @@ impl Fabric {
         let Some(t) = self.next_event() else { return false };
         self.now = self.now.max(t);
         let (now, latency) = (self.now, self.latency);
+        // As a device round does: what was queued since the last step leaves first.
+        for e in &mut self.engines {
+            if e.has_queued() {
+                e.transmit_queued(now);
+            }
+        }
         let mut released = Vec::new();
         self.faults.release_due(now, |p| released.push(p));
         for p in released {

@@ -90,9 +90,10 @@ fn local_invalidate_completes_in_order_and_blocks_remote_access() {
 }
 
 /// A poster that finds the engine between rounds queues its work requests
-/// (`Engine::queue_send`): nothing leaves until the round's `transmit_queued`, which sends
-/// them in send-queue order together with a WR posted the usual way after them, and runs
-/// a queued LOCAL_INV in that order. Queued on a QP already in error, a WR is flushed.
+/// (`Engine::queue_send`): nothing leaves until the round's `transmit_queued` (the
+/// fabric's next step runs it, as a device's next round does), which sends them in
+/// send-queue order together with a WR posted the usual way after them, and runs a
+/// queued LOCAL_INV in that order. Queued on a QP already in error, a WR is flushed.
 #[test]
 fn work_requests_queued_between_rounds_leave_in_order_at_the_next_round() {
     let mut p = Pair::new(MTU1024, 10, 20);
@@ -107,15 +108,14 @@ fn work_requests_queued_between_rounds_leave_in_order_at_the_next_round() {
     p.queue_send(B, SendWr::send(2, vec![p.sge(B, 64, 6)])).unwrap();
     p.queue_send(B, SendWr::local_inv(3, keys.lkey)).unwrap();
     assert!(p.fab.engine(B).has_queued());
-    // Time passes with no round: nothing was sent, nothing completed.
-    p.run();
-    assert_eq!(p.fab.in_flight(), 0);
-    assert!(Pair::wcs(&p.nodes[B].scq).is_empty() && Pair::wcs(&p.nodes[A].rcq).is_empty());
+    // Nothing was sent when posting.
+    assert!(!p.fab.engine(B).has_pending_transmit());
     // LOCAL_INV is executed when the engine takes it, as `post_send` does; it completes
     // in order with the rest.
     assert_eq!(p.nodes[B].mtpt.state(keys.rkey), MrState::Invalid);
     p.transmit_queued(B);
     assert!(!p.fab.engine(B).has_queued());
+    assert!(p.fab.engine(B).has_pending_transmit());
     p.post_send(B, SendWr::send(4, vec![p.sge(B, 128, 5)])).unwrap();
     p.run();
     let wcs = Pair::wcs(&p.nodes[B].scq);
@@ -135,8 +135,8 @@ fn work_requests_queued_between_rounds_leave_in_order_at_the_next_round() {
     assert_eq!(p.read(A, 8192, 5), b"third");
 
     // A QP in error (a LOCAL_INV of a key naming nothing put it there): flushed at once.
+    // (No explicit transmit_queued: the fabric's step runs it.)
     p.queue_send(B, SendWr::local_inv(5, 0xdead_0001)).unwrap();
-    p.transmit_queued(B);
     p.run();
     assert_eq!(p.nodes[B].qp.state(), QpState::Err);
     p.queue_send(B, SendWr::send(6, vec![p.sge(B, 0, 5)])).unwrap();

@@ -4,6 +4,8 @@
 //! A random sequence of work requests (SEND, SEND with immediate, WRITE, WRITE with
 //! immediate, READ; sizes from 0 to a few MTUs; one to three SGEs) runs on the fabric
 //! under a random fault schedule (loss up to 30%, duplication, reordering, corruption).
+//! The WRs are posted either as `post_send` does (sent at once) or as a device's direct
+//! path does (`queue_send`, sent at the fabric's next step), chosen per case.
 //!
 //! 1. Within the retry limits (at most retry_cnt harmful faults, so no retry can run
 //!    out): every WR completes exactly once, in order, successfully; every receive too;
@@ -136,8 +138,9 @@ fn post(net: &mut dyn Net, i: usize, op: &Op, model: &mut [Vec<u8>; 2]) {
     net.post_send(A, SendWr { wr_id: i as u64, op: wr_op, sg_list: sg, flags, ud: None });
 }
 
-fn fresh(ops: &[Op], mtu_code: u32, seed: u64) -> (FabricNet, [Vec<u8>; 2]) {
-    let net = FabricNet::new(Setup { mtu_code, ..Setup::default() }, seed);
+/// `queued`: post as a device's direct path does (queued, sent at the next step).
+fn fresh(ops: &[Op], mtu_code: u32, seed: u64, queued: bool) -> (FabricNet, [Vec<u8>; 2]) {
+    let net = FabricNet::new(Setup { mtu_code, queued_posts: queued, ..Setup::default() }, seed);
     let span = ops.len() * SLOT;
     let model = [pattern(seed ^ 0xA, span), pattern(seed ^ 0xB, span)];
     net.write(A, 0, &model[A]);
@@ -159,8 +162,9 @@ proptest! {
         ops in prop::collection::vec(op(), 1..12),
         mtu_code in prop_oneof![Just(1u32), Just(3u32)],
         s in schedule(),
+        queued in any::<bool>(),
     ) {
-        let (mut net, mut model) = fresh(&ops, mtu_code, s.seed);
+        let (mut net, mut model) = fresh(&ops, mtu_code, s.seed, queued);
         // retry_cnt is 7: seven harmful faults can cost at most seven retries in a row.
         net.fab.add_rule(bounded(s, 7));
         for (i, op) in ops.iter().enumerate() {
@@ -200,8 +204,9 @@ proptest! {
         mtu_code in prop_oneof![Just(1u32), Just(3u32)],
         cut in 0u64..40,
         seed in any::<u64>(),
+        queued in any::<bool>(),
     ) {
-        let (mut net, mut model) = fresh(&ops, mtu_code, seed);
+        let (mut net, mut model) = fresh(&ops, mtu_code, seed, queued);
         let before = model.clone();
         // Everything on the wire is lost from the `cut`th packet on, both directions.
         let mut seen = 0u64;

@@ -40,6 +40,9 @@ pub struct Setup {
     /// Fabric only: flow control's in-flight bound per destination
     /// (`EngineConfig::max_inflight_per_dest`), when given.
     pub max_inflight: Option<u64>,
+    /// Fabric only: work requests are queued as a device's direct posts are
+    /// (`Engine::queue_send`) and leave at the fabric's next step, not at once.
+    pub queued_posts: bool,
 }
 
 impl Default for Setup {
@@ -56,6 +59,7 @@ impl Default for Setup {
             zero_copy: false,
             cc: None,
             max_inflight: None,
+            queued_posts: false,
         }
     }
 }
@@ -170,6 +174,7 @@ const CAP: QpCap =
 pub struct FabricNet {
     pub fab: Fabric,
     ends: Vec<End>,
+    queued_posts: bool,
 }
 
 impl FabricNet {
@@ -201,7 +206,7 @@ impl FabricNet {
                 fab.engine(me).modify_qp(0, qpn, &a).unwrap();
             }
         }
-        FabricNet { fab, ends }
+        FabricNet { fab, ends, queued_posts: s.queued_posts }
     }
 }
 
@@ -223,7 +228,11 @@ impl Net for FabricNet {
         let e = &self.ends[n];
         let wqe = rnic_core::engine::qp::validate_send(&e.qp, &e.mtpt, &wr).unwrap();
         let (qpn, now) = (e.qp.qpn, self.fab.now());
-        self.fab.engine(n).post_send(now, qpn, wqe);
+        if self.queued_posts {
+            self.fab.engine(n).queue_send(qpn, wqe);
+        } else {
+            self.fab.engine(n).post_send(now, qpn, wqe);
+        }
     }
     fn post_recv(&mut self, n: usize, wr: RecvWr) {
         let e = &self.ends[n];
