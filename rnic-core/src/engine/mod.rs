@@ -344,13 +344,14 @@ impl Engine {
             // Destroyed meanwhile: nothing left to send.
             let Some(qp) = self.qps.get_mut(qpn) else { continue };
             qp.req.queued = false;
+            let local = std::mem::take(&mut qp.req.queued_local);
             if qp.state == QpState::Err {
                 continue;
             }
             // Only for a local operation, as `post_send`: retiring re-arms the local ACK
             // timer (which must run from the last acknowledged progress, not from each
             // post) and is the RC requester's (a UC QP has none).
-            if std::mem::take(&mut qp.req.queued_local) {
+            if local {
                 requester::retire_done(qp, cx, now);
             }
             progress(qp, cx, now);
