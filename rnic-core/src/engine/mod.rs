@@ -275,8 +275,19 @@ impl Engine {
         Ok(())
     }
 
-    /// Queues a validated send WQE and transmits what the window allows.
+    /// Queues a validated send WQE and transmits what the window allows (with whatever
+    /// [`queue_send`](Self::queue_send) left queued).
     pub fn post_send(&mut self, now: Time, qpn: Qpn, wqe: SendWqe) {
+        self.queue_send(qpn, wqe);
+        self.transmit_queued(now);
+    }
+
+    /// Queues a validated send WQE without transmitting it or reading the clock: the next
+    /// [`transmit_queued`](Self::transmit_queued) sends it. A poster that puts work
+    /// straight into the engine between rounds uses this, so that a post costs no clock
+    /// read (the round that follows reads it once for every WQE queued meanwhile) and the
+    /// packets are built where they are sent. Order is that of the send queue either way.
+    pub fn queue_send(&mut self, qpn: Qpn, wqe: SendWqe) {
         let cx = &mut self.cx;
         let Some(qp) = self.qps.get_mut(qpn) else { return };
         if qp.state == QpState::Err {
@@ -289,36 +300,10 @@ impl Engine {
         if let crate::wr::SendOp::LocalInv { rkey } = wqe.op {
             // LOCAL_INV (IBA 10.6.7, rxe `rxe_do_local_ops`): a local operation executed
             // when the engine takes it (after every earlier WQE of the queue was handed to
-            // the engine) and completed in order with the rest of the send queue. A key
-            // naming no region, or a region of another PD, fails it with LOC_QP_OP_ERR and
-            // the QP enters the error state (rxe's status for a failed local operation).
-            let status = cx.mtpt.invalidate_for(rkey, qp.shared.pd).err().map(|_| WcStatus::LocQpOpErr);
-            requester::queue_local(qp, wqe, status);
-            requester::retire_done(qp, cx, now);
-            return;
-        }
-        requester::queue(qp, wqe);
-        progress(qp, cx, now);
-        cx.note_timers(qp);
-    }
-
-    /// Queues a validated send WQE without transmitting it or reading the clock: the next
-    /// [`transmit_queued`](Self::transmit_queued) sends it. A poster that puts work
-    /// straight into the engine between rounds uses this, so that a post costs no clock
-    /// read (the round that follows reads it once for every WQE queued meanwhile) and the
-    /// packets are built where they are sent. Order is that of the send queue either way.
-    pub fn queue_send(&mut self, qpn: Qpn, wqe: SendWqe) {
-        let cx = &mut self.cx;
-        let Some(qp) = self.qps.get_mut(qpn) else { return };
-        if qp.state == QpState::Err {
-            qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
-            let wc = flush_wc(wqe.wr_id, wqe.op.wc_opcode(), qpn);
-            cx.push_wc(qp, CqSide::Send, wc, false);
-            return;
-        }
-        if let crate::wr::SendOp::LocalInv { rkey } = wqe.op {
-            // Executed now, in order with the queue (see `post_send`); it completes when
-            // the next round retires it.
+            // the engine) and completed in order with the rest of the send queue, when
+            // `transmit_queued` retires it. A key naming no region, or a region of another
+            // PD, fails it with LOC_QP_OP_ERR and the QP enters the error state (rxe's
+            // status for a failed local operation).
             let status = cx.mtpt.invalidate_for(rkey, qp.shared.pd).err().map(|_| WcStatus::LocQpOpErr);
             requester::queue_local(qp, wqe, status);
             qp.req.queued_local = true;
