@@ -304,12 +304,18 @@ impl Ctx {
     /// Puts the QP's earliest deadline in the timer heap if it is earlier than the one
     /// already there (a later deadline is found when the earlier entry fires).
     pub(crate) fn note_timers(&mut self, qp: &mut Qp) {
-        let cc = qp.req.cc.as_ref().and_then(|c| c.rate.next_timeout());
-        let Some(want) =
-            [qp.req.rto_deadline, qp.req.rnr_deadline, qp.req.pace_deadline, cc].into_iter().flatten().min()
-        else {
+        // Each deadline read on its own (an array of the Options copied just-written
+        // fields with wider loads: a store-forwarding stall on every post and ACK).
+        let never = Time::MAX;
+        let mut want = qp.req.rto_deadline.unwrap_or(never);
+        want = want.min(qp.req.rnr_deadline.unwrap_or(never));
+        want = want.min(qp.req.pace_deadline.unwrap_or(never));
+        if let Some(d) = qp.req.cc.as_ref().and_then(|c| c.rate.next_timeout()) {
+            want = want.min(d);
+        }
+        if want == never {
             return;
-        };
+        }
         if qp.timer_key.is_none_or(|k| want < k) {
             qp.timer_key = Some(want);
             self.timers.push(Reverse((want, qp.qpn().value())));
