@@ -598,7 +598,7 @@ impl Engine {
     /// says so: a large READ comes out [`READ_BURST`] packets per call.
     pub fn drain_transmits(&mut self, out: &mut Vec<TxPacket>) {
         self.generate(true);
-        out.extend(self.cx.out.tx.drain(..));
+        self.cx.out.move_into(out);
     }
 
     /// Like [`drain_transmits`](Self::drain_transmits), but the coalesced ACKs stay held
@@ -611,7 +611,7 @@ impl Engine {
     /// responder coalesce and delay ACKs; the next drain, at the latest, sends them.
     pub fn drain_transmits_holding_acks(&mut self, out: &mut Vec<TxPacket>) {
         self.generate(false);
-        out.extend(self.cx.out.tx.drain(..));
+        self.cx.out.move_into(out);
     }
 
     /// Whether coalesced ACKs are waiting for a drain.
