@@ -249,17 +249,14 @@ pub struct RecvWqe {
 /// Largest RDMA message (IBA: DMA length is 32 bits, verbs cap messages at 2^31).
 pub const MAX_MSG_LEN: u64 = 1 << 31;
 
-/// Checks `sges` against the memory table and appends their slices to `out` (empty on
-/// entry); returns the total length. The slices go straight where the WQE keeps them:
-/// a checked SGE is not moved through return values on the posting path.
+/// Checks `sges` against the memory table: their slices and the total length.
 pub(crate) fn check_sges(
     mtpt: &Mtpt,
     pd: PdId,
     sges: &[crate::wr::Sge],
     need: AccessFlags,
-    out: &mut Sges,
-) -> Result<usize, PostError> {
-    out.reserve(sges.len());
+) -> Result<(Sges, usize), PostError> {
+    let mut out = Sges::with_capacity(sges.len());
     let mut total: u64 = 0;
     for (index, s) in sges.iter().enumerate() {
         let len = usize::try_from(s.length).unwrap_or(usize::MAX);
@@ -271,7 +268,7 @@ pub(crate) fn check_sges(
     if total > MAX_MSG_LEN {
         return Err(PostError::MessageTooLong { len: total });
     }
-    Ok(usize::try_from(total).unwrap_or(usize::MAX))
+    Ok((out, usize::try_from(total).unwrap_or(usize::MAX)))
 }
 
 pub(crate) fn reserve(counter: &AtomicU32, depth: u32, queue: &'static str) -> Result<(), PostError> {

@@ -92,8 +92,7 @@ impl Srq {
             return Err(PostError::TooManySges { given: wr.sg_list.len(), max: self.max_sge });
         }
         // The same checks as a QP's receive queue (validate_recv).
-        let mut slices = crate::post::Sges::new();
-        let len = check_sges(mtpt, self.pd, wr.sg_list, AccessFlags::LOCAL_WRITE, &mut slices)?;
+        let (slices, len) = check_sges(mtpt, self.pd, wr.sg_list, AccessFlags::LOCAL_WRITE)?;
         let wqe = RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(slices), len };
         self.queue.push(wqe).map_err(|_| PostError::QueueFull { queue: "shared receive", depth: self.max_wr() })
     }

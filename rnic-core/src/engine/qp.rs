@@ -4,7 +4,7 @@
 
 use crate::cq::Cq;
 use crate::mr::{AccessFlags, Mtpt, PdId};
-use crate::post::{check_sges, check_transport, check_ud_len, reserve, Sges, WqeData};
+use crate::post::{check_sges, check_transport, check_ud_len, reserve, WqeData};
 use crate::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
 use crate::wr::{RecvWrRef, SendOp, SendWrRef, UdDest};
 use rnic_wire::Qpn;
@@ -194,7 +194,7 @@ pub fn validate_send<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<SendWrRef
     if let Some(wqe) = validate_extended_op(shared, wr)? {
         return Ok(wqe);
     }
-    let data = if wr.flags.inline {
+    let (data, len) = if wr.flags.inline {
         if wr.op.writes_local() {
             return Err(PostError::InlineNotAllowed { op: wr.op.name() });
         }
@@ -208,18 +208,15 @@ pub fn validate_send<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<SendWrRef
         // Inline data is copied now, so its buffers need no lkey (verbs semantics), but it
         // must still be memory the caller owns: it is read through registered regions when
         // an lkey is valid, otherwise the caller must use the API's inline helper.
-        let mut slices = Sges::new();
-        let len = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::empty(), &mut slices)?;
+        let (slices, len) = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::empty())?;
         let mut v = vec![0u8; len];
         WqeData::Sges(slices).gather(0, &mut v);
         (WqeData::Inline(v), len)
     } else {
         let need = if wr.op.writes_local() { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
-        let mut slices = Sges::new();
-        let len = check_sges(mtpt, shared.pd, wr.sg_list, need, &mut slices)?;
+        let (slices, len) = check_sges(mtpt, shared.pd, wr.sg_list, need)?;
         (WqeData::Sges(slices), len)
     };
-    let (data, len) = data;
     check_ud_len(shared.qp_type, len)?;
     reserve(&shared.sq_outstanding, shared.cap.max_send_wr, "send")?;
     Ok(SendWqe {
@@ -331,8 +328,7 @@ pub fn validate_recv<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<RecvWrRef
     if wr.sg_list.len() > shared.cap.max_recv_sge as usize {
         return Err(PostError::TooManySges { given: wr.sg_list.len(), max: shared.cap.max_recv_sge });
     }
-    let mut slices = Sges::new();
-    let len = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::LOCAL_WRITE, &mut slices)?;
+    let (slices, len) = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::LOCAL_WRITE)?;
     reserve(&shared.rq_outstanding, shared.cap.max_recv_wr, "receive")?;
     Ok(RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(slices), len })
 }
