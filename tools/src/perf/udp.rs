@@ -90,35 +90,56 @@ impl<'a> Hop<'a> {
 
     /// Sends `data` (with the ACK-sized datagram behind it in rnic's shape).
     fn send(&mut self, data: &[u8], to: SocketAddr) -> io::Result<()> {
-        if self.shape.ack == 0 || data.len() < self.shape.ack || data.len() > usize::from(u16::MAX) {
-            return send_spin(self.sock, data, to);
-        }
-        self.pair.clear();
-        self.pair.extend_from_slice(data);
-        self.pair.resize(data.len() + self.shape.ack, 0);
-        let parts = [sys::IoVec::new(&self.pair)];
-        let msg = sys::OutMsg { dst: to, parts: &parts, segment: u16::try_from(data.len()).unwrap_or(u16::MAX) };
-        loop {
-            match sys::send_msgs_with(self.sock, &mut self.scratch, std::slice::from_ref(&msg)) {
-                Ok(_) => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-                Err(e) => return Err(e),
-            }
-        }
+        send_shaped(self.sock, self.shape, &mut self.scratch, &mut self.pair, data, to)
     }
 
-    /// One receive: the bytes of the first datagram and who sent them (`WouldBlock` when
-    /// nothing is there). In rnic's shape the ACK-sized segment behind it is dropped, as
-    /// the engine would consume it.
-    fn recv(&mut self) -> io::Result<(&[u8], SocketAddr)> {
+    /// Sends back the first `n` bytes [`recv`](Self::recv) took, from the receive buffer.
+    fn echo(&mut self, n: usize, to: SocketAddr) -> io::Result<()> {
+        send_shaped(self.sock, self.shape, &mut self.scratch, &mut self.pair, &self.bufs[0][..n], to)
+    }
+
+    /// One receive: the length of the first datagram and who sent it (`WouldBlock` when
+    /// nothing is there); its bytes are [`received`](Self::received). In rnic's shape the
+    /// ACK-sized segment behind it is dropped, as the engine would consume it.
+    fn recv(&mut self) -> io::Result<(usize, SocketAddr)> {
         if self.shape.ack == 0 {
-            let (n, from) = self.sock.recv_from(&mut self.bufs[0])?;
-            return Ok((&self.bufs[0][..n], from));
+            return self.sock.recv_from(&mut self.bufs[0]);
         }
         sys::recv_msgs(self.sock, &mut self.rscratch, &mut self.bufs[..1], &mut self.meta[..1], false)?;
         let m = self.meta[0];
-        let first = if m.segment > 0 { m.segment.min(m.len) } else { m.len };
-        Ok((&self.bufs[0][..first], m.src))
+        Ok((if m.segment > 0 { m.segment.min(m.len) } else { m.len }, m.src))
+    }
+
+    /// The first `n` bytes the last [`recv`](Self::recv) took.
+    fn received(&self, n: usize) -> &[u8] {
+        &self.bufs[0][..n]
+    }
+}
+
+/// Sends `data` plainly, or in rnic's shape: in one GSO `sendmsg` with `shape`'s ACK-sized
+/// datagram behind it (built in `pair`, no allocation).
+fn send_shaped(
+    sock: &UdpSocket,
+    shape: Shape,
+    scratch: &mut sys::SendScratch,
+    pair: &mut Vec<u8>,
+    data: &[u8],
+    to: SocketAddr,
+) -> io::Result<()> {
+    if shape.ack == 0 || data.len() < shape.ack || data.len() > usize::from(u16::MAX) {
+        return send_spin(sock, data, to);
+    }
+    pair.clear();
+    pair.extend_from_slice(data);
+    pair.resize(data.len() + shape.ack, 0);
+    let parts = [sys::IoVec::new(pair)];
+    let msg = sys::OutMsg { dst: to, parts: &parts, segment: u16::try_from(data.len()).unwrap_or(u16::MAX) };
+    loop {
+        match sys::send_msgs_with(sock, scratch, std::slice::from_ref(&msg)) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -227,18 +248,15 @@ pub fn pong(sock: &UdpSocket, deadline: Duration, shape: Shape) -> io::Result<u6
     let mut hop = Hop::new(sock, shape)?;
     let mut n = 0u64;
     let start = Instant::now();
-    let mut answer = Vec::with_capacity(65_536);
     loop {
         match hop.recv() {
-            Ok(([_], _)) => return Ok(n),
-            Ok((data, _)) if shape.ack > 0 && data.len() == shape.ack && data.iter().all(|&b| b == 0) => {
+            Ok((1, _)) => return Ok(n),
+            Ok((len, _)) if shape.ack > 0 && len == shape.ack && hop.received(len).iter().all(|&b| b == 0) => {
                 // A lone ACK-sized datagram (a kernel without GRO split the pair): the
                 // engine would consume it; nothing to answer.
             }
-            Ok((data, from)) => {
-                answer.clear();
-                answer.extend_from_slice(data);
-                hop.send(&answer, from)?;
+            Ok((len, from)) => {
+                hop.echo(len, from)?;
                 n += 1;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -290,7 +308,7 @@ pub fn ping(
         hop.send(&out, dst)?;
         loop {
             match hop.recv() {
-                Ok((data, _)) if data.len() == size && data[0] == out[0] => break,
+                Ok((len, _)) if len == size && hop.received(len)[0] == out[0] => break,
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if t.elapsed() > Duration::from_secs(5) {
