@@ -90,8 +90,10 @@ mod imp {
     thread_local! {
         static ON: Cell<bool> = const { Cell::new(false) };
         static LAST: Cell<u64> = const { Cell::new(0) };
-        static SUM: Cell<[u64; 12]> = const { Cell::new([0; 12]) };
-        static COUNT: Cell<[u64; 12]> = const { Cell::new([0; 12]) };
+        // One cell per step: a mark touches two words, not two 96-byte arrays (whose copies
+        // the next step would be charged for).
+        static SUM: [Cell<u64>; 12] = const { [const { Cell::new(0) }; 12] };
+        static COUNT: [Cell<u64>; 12] = const { [const { Cell::new(0) }; 12] };
     }
 
     #[inline]
@@ -113,16 +115,9 @@ mod imp {
         let t = ticks();
         if ON.with(Cell::get) {
             let d = t.saturating_sub(LAST.with(Cell::get));
-            SUM.with(|c| {
-                let mut v = c.get();
-                v[s as usize] += d;
-                c.set(v);
-            });
-            COUNT.with(|c| {
-                let mut v = c.get();
-                v[s as usize] += 1;
-                c.set(v);
-            });
+            let i = s as usize;
+            SUM.with(|c| c[i].set(c[i].get() + d));
+            COUNT.with(|c| c[i].set(c[i].get() + 1));
         }
         LAST.with(|c| c.set(t));
     }
@@ -133,7 +128,8 @@ mod imp {
     }
 
     pub(super) fn take() -> ([u64; 12], [u64; 12]) {
-        (SUM.with(|c| c.replace([0; 12])), COUNT.with(|c| c.replace([0; 12])))
+        let take = |c: &[Cell<u64>; 12]| std::array::from_fn(|i| c[i].take());
+        (SUM.with(take), COUNT.with(take))
     }
 }
 
