@@ -25,21 +25,32 @@ fn c(ctx: &Context, name: &str) -> u64 {
 
 /// A 256 KiB WRITE at MTU 1024 between `a` and `b`, checked byte for byte.
 fn write_256k(a: &Context, b: &Context) {
+    transfer_256k(a, b, false);
+}
+
+/// 256 KiB at MTU 1024 between `a` and `b`, checked byte for byte: `a` WRITEs into `b`'s
+/// region, or (`read`) `a` READs it (then `b` sends the data, as READ responses).
+fn transfer_256k(a: &Context, b: &Context, read: bool) {
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
-    let acc = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let acc = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let (ma, mb) = (pa.allocate_mr(256 << 10, acc).unwrap(), pb.allocate_mr(256 << 10, acc).unwrap());
     let qa = pa.qp_builder(&ca, &ca).mtu(PathMtu::Mtu1024).build().unwrap();
     let qb = pb.qp_builder(&cb, &cb).mtu(PathMtu::Mtu1024).build().unwrap();
     let (ea, eb) = (qa.endpoint(), qb.endpoint());
     let (qa, _qb) = (qa.connect(&eb).unwrap(), qb.connect(&ea).unwrap());
     let data: Vec<u8> = (0..256 << 10).map(|i: usize| (i * 7 + i / 4096) as u8).collect();
-    ma.write(0, &data).unwrap();
+    let (from, to) = if read { (&mb, &ma) } else { (&ma, &mb) };
+    from.write(0, &data).unwrap();
     let r = mb.remote();
-    let op = SendOp::RdmaWrite { remote_addr: r.addr, rkey: r.rkey };
+    let op = if read {
+        SendOp::RdmaRead { remote_addr: r.addr, rkey: r.rkey }
+    } else {
+        SendOp::RdmaWrite { remote_addr: r.addr, rkey: r.rkey }
+    };
     qa.post_send(&SendWr::new(1, op, vec![ma.sge(0, 256 << 10)])).unwrap();
     assert_eq!(ca.wait(1, T).unwrap()[0].status, WcStatus::Success);
-    assert!(mb.to_vec() == data, "WRITE data differs");
+    assert!(to.to_vec() == data, "{} data differs", if read { "READ" } else { "WRITE" });
 }
 
 #[test]
@@ -73,21 +84,7 @@ fn zero_copy_sends_arrive_intact() {
     let (a, b) = (open_zc("rnic0", "127.0.33.13"), open_zc("rnic1", "127.0.33.14"));
     write_256k(&a, &b);
     // A READ: B's responses are the zero-copy packets now.
-    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
-    let acc = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
-    let (ma, mb) = (pa.allocate_mr(256 << 10, acc).unwrap(), pb.allocate_mr(256 << 10, acc).unwrap());
-    let qa = pa.qp_builder(&ca, &ca).mtu(PathMtu::Mtu4096).build().unwrap();
-    let qb = pb.qp_builder(&cb, &cb).mtu(PathMtu::Mtu4096).build().unwrap();
-    let (ea, eb) = (qa.endpoint(), qb.endpoint());
-    let (qa, _qb) = (qa.connect(&eb).unwrap(), qb.connect(&ea).unwrap());
-    let data: Vec<u8> = (0..256 << 10).map(|i: usize| (i * 13 + i / 512) as u8).collect();
-    mb.write(0, &data).unwrap();
-    let r = mb.remote();
-    let op = SendOp::RdmaRead { remote_addr: r.addr, rkey: r.rkey };
-    qa.post_send(&SendWr::new(2, op, vec![ma.sge(0, 256 << 10)])).unwrap();
-    assert_eq!(ca.wait(1, T).unwrap()[0].status, WcStatus::Success);
-    assert!(ma.to_vec() == data, "READ data differs");
+    transfer_256k(&a, &b, true);
     assert_eq!((c(&a, "icrc_err"), c(&b, "icrc_err")), (0, 0));
 }
 
