@@ -397,9 +397,7 @@ unsafe extern "C" fn query_device_ex(
 fn active_mtu(info: &DeviceInfo) -> u32 {
     let Some(n) = info.netdev.as_deref() else { return IBV_MTU_4096 };
     let mtu = std::fs::read_to_string(format!("/sys/class/net/{n}/mtu")).ok().and_then(|t| t.trim().parse().ok());
-    let iface =
-        rnic_core::device::Interface { name: n.to_string(), index: 0, mac: Default::default(), mtu: mtu.unwrap_or(0) };
-    iface.active_mtu_for(info.ip.is_ipv6()).map_or(IBV_MTU_4096, |m| m.to_ibv())
+    rnic_core::device::Interface::port_mtu(mtu.unwrap_or(0), info.ip.is_ipv6()).map_or(IBV_MTU_4096, |m| m.to_ibv())
 }
 
 fn port_attr(dev: &Dev) -> ibv_port_attr {

@@ -314,7 +314,7 @@ fn run_on(a: &Args, ctx: &Context, mtu: PathMtu, size: usize) -> Result<(), Stri
     let ep = prepared.endpoint();
     // -g picks the GID this side announces (0: link-local, over IPv6; 1: the address's).
     let gid = match a.gid_idx {
-        Some(0) if ctx.emulated().is_some_and(|d| d.interface().is_none()) => return Err(NO_LINK_LOCAL.into()),
+        Some(0) if !ctx.carries_link_local() => return Err(NO_LINK_LOCAL.into()),
         Some(i) => ctx.gid(i).ok_or_else(|| format!("can't read sgid of index {i}"))?,
         None => ep.gid,
     };

@@ -119,10 +119,16 @@ impl Interface {
     /// [`active_mtu`](Self::active_mtu) for a device whose address is IPv6 (a 40-byte IP
     /// header instead of 20).
     pub fn active_mtu_for(&self, ipv6: bool) -> Option<crate::qp_state::PathMtu> {
+        Interface::port_mtu(self.mtu, ipv6)
+    }
+
+    /// The active MTU of a port on a link of MTU `link_mtu` bytes (for a caller that has
+    /// only the link's MTU, such as the libibverbs library reading sysfs).
+    pub fn port_mtu(link_mtu: u32, ipv6: bool) -> Option<crate::qp_state::PathMtu> {
         let overhead: u32 = if ipv6 { 40 } else { 20 } + 8 + 12 + 16 + 4 + 4;
         [4096u32, 2048, 1024, 512, 256]
             .into_iter()
-            .find(|m| m + overhead <= self.mtu)
+            .find(|m| m + overhead <= link_mtu)
             .and_then(crate::qp_state::PathMtu::from_bytes)
     }
 }
