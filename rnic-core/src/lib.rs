@@ -25,6 +25,8 @@
 #![warn(missing_docs)]
 
 mod bits;
+#[allow(unsafe_code)]
+mod crc_copy;
 
 #[allow(unsafe_code)]
 pub mod mem;

@@ -452,6 +452,20 @@ impl Shared<'_> {
         self.ptr
     }
 
+    /// Appends the bytes to `out` and continues `crc` over them, reading each byte of
+    /// the block once (a concurrent writer leaves unspecified bytes in `out`, and the CRC
+    /// is that of those bytes).
+    pub(crate) fn append_with_crc(&self, out: &mut Vec<u8>, crc: &mut rnic_wire::icrc::IcrcStream) {
+        out.reserve(self.len);
+        let start = out.len();
+        // SAFETY: `ptr .. ptr + len` was bounds-checked against the block (`view`), which
+        // outlives 'a: valid for reads. `out` has room for `len` more bytes (reserved) and
+        // is an exclusive borrow of other memory. `copy_crc` writes all `len` of them, so
+        // the new length covers initialised bytes only.
+        crc.continue_with(|s| unsafe { crate::crc_copy::copy_crc(s, self.ptr, out.as_mut_ptr().add(start), self.len) });
+        unsafe { out.set_len(start + self.len) };
+    }
+
     /// Copies the bytes into `dst[..self.len()]` (`dst` at least that long; a shorter
     /// `dst` takes its length's worth).
     pub(crate) fn copy_to(&self, dst: &mut [u8]) {

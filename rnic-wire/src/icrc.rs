@@ -116,6 +116,14 @@ impl IcrcStream {
         self.0.update(bytes);
     }
 
+    /// Continues over bytes the caller feeds its own way (copying them out of memory it
+    /// cannot lend as a slice, in the same pass): `f` takes the CRC-32 state so far and
+    /// returns it continued over those bytes. States are crc32fast's: the CRC-32 (IEEE,
+    /// reflected) of the bytes so far with the final XOR applied.
+    pub fn continue_with(&mut self, f: impl FnOnce(u32) -> u32) {
+        self.0 = crc32fast::Hasher::new_with_initial(f(self.0.clone().finalize()));
+    }
+
     /// The ICRC.
     pub fn finish(self) -> Icrc {
         self.0.finalize()

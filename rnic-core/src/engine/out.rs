@@ -19,9 +19,11 @@ pub struct TxPacket {
     /// The packet, ICRC to be filled by the transport; with a [`payload`](Self::payload)
     /// only its headers, then pad and ICRC.
     pub data: Vec<u8>,
-    /// With [`EngineConfig::zero_copy`](super::EngineConfig::zero_copy): the payload, left
-    /// in registered memory for the transport to hand to the kernel without copying it.
-    /// `None`: `data` is the whole packet.
+    /// A payload still in registered memory: with
+    /// [`EngineConfig::zero_copy`](super::EngineConfig::zero_copy) for the transport to
+    /// hand to the kernel without copying it, else to be copied into `data` when the ICRC
+    /// is filled, in the same pass ([`fill_icrc`](Self::fill_icrc)). `None`: `data` is the
+    /// whole packet.
     pub payload: Option<TxPayload>,
 }
 
@@ -33,17 +35,25 @@ pub struct TxPayload {
     offset: usize,
     len: usize,
     at: usize,
+    /// Lent to the kernel (zero copy); else copied into the packet with its ICRC.
+    lend: bool,
 }
 
 impl std::fmt::Debug for TxPayload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TxPayload").field("offset", &self.offset).field("len", &self.len).field("at", &self.at).finish()
+        f.debug_struct("TxPayload")
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .field("at", &self.at)
+            .field("lend", &self.lend)
+            .finish()
     }
 }
 
 impl PartialEq for TxPayload {
     fn eq(&self, o: &Self) -> bool {
-        Arc::ptr_eq(&self.block, &o.block) && (self.offset, self.len, self.at) == (o.offset, o.len, o.at)
+        Arc::ptr_eq(&self.block, &o.block)
+            && (self.offset, self.len, self.at, self.lend) == (o.offset, o.len, o.at, o.lend)
     }
 }
 impl Eq for TxPayload {}
@@ -66,7 +76,7 @@ impl TxPacket {
         match &self.payload {
             None => [Part::Bytes(&self.data[..]), Part::Bytes(&[]), Part::Bytes(&[])],
             Some(p) => {
-                // Bounds were checked when the packet was built (`emit_zero_copy`) and a
+                // Bounds were checked when the packet was built (`emit_from_memory`) and a
                 // block never shrinks: the empty fallback is never taken, only no panic.
                 let at = p.at.min(self.data.len());
                 let payload = p.block.view(p.offset, p.len).map_or(Part::Bytes(&[]), Part::Shared);
@@ -96,7 +106,9 @@ impl TxPacket {
     }
 
     /// Writes the ICRC (computed for `ctx`, through `cache`) into the packet's last four
-    /// bytes.
+    /// bytes. A payload that is not lent to the kernel is copied into `data` here, each
+    /// byte read once for the copy and the CRC (`crc_copy`): afterwards `data` is the
+    /// whole packet.
     pub fn fill_icrc(
         &mut self,
         cache: &mut rnic_wire::icrc::IcrcCache,
@@ -114,6 +126,9 @@ impl TxPacket {
         // Headers, the payload in registered memory, then the pad (the ICRC excluded).
         let at = p.at.min(body);
         let mut s = cache.begin(ctx, self.len(), &self.data[..at])?;
+        if !p.lend {
+            return self.splice_payload(s, at);
+        }
         // The payload is copied out of shared memory a chunk at a time, never lent as a
         // slice (criterion `icrc` group: the copy adds about what the CRC costs). Bounds
         // were checked when the packet was built and a block never shrinks.
@@ -124,6 +139,37 @@ impl TxPacket {
         let icrc = s.finish();
         self.data[body..].copy_from_slice(&icrc.to_le_bytes());
         Ok(())
+    }
+
+    /// [`fill_icrc`](Self::fill_icrc) of a payload copied in: `s` has taken `data[..at]`;
+    /// the payload goes in at `at`, before the pad and ICRC.
+    fn splice_payload(&mut self, mut s: rnic_wire::icrc::IcrcStream, at: usize) -> Result<(), rnic_wire::Error> {
+        let Some(p) = self.payload.take() else { return Ok(()) };
+        // What follows the payload: pad and ICRC, at most 7 bytes.
+        let tail: smallvec::SmallVec<[u8; 8]> = smallvec::SmallVec::from_slice(&self.data[at..]);
+        self.data.truncate(at);
+        let copied = match p.block.view(p.offset, p.len) {
+            Ok(v) => {
+                v.append_with_crc(&mut self.data, &mut s);
+                true
+            }
+            // Bounds were checked when the packet was built and a block never shrinks;
+            // were it otherwise, the packet keeps its length (and fails its ICRC).
+            Err(_) => {
+                self.data.resize(at + p.len, 0);
+                false
+            }
+        };
+        self.data.extend_from_slice(&tail);
+        let body = self.data.len() - rnic_wire::ICRC_LEN;
+        s.update(&self.data[at + p.len..body]);
+        let icrc = s.finish();
+        self.data[body..].copy_from_slice(&icrc.to_le_bytes());
+        if copied {
+            Ok(())
+        } else {
+            Err(rnic_wire::Error::Truncated { what: "registered memory", need: p.offset + p.len, have: p.block.len() })
+        }
     }
 }
 
@@ -170,10 +216,11 @@ impl<'a> Part<'a> {
     }
 }
 
-/// Payloads shorter than this are copied into the packet even with zero copy: copying a
-/// few hundred bytes costs about what the block's reference count, the bounds check and
-/// a third piece per packet do, and small packets then glue into one iovec.
-pub(crate) const ZERO_COPY_MIN: usize = 512;
+/// Payloads shorter than this are copied into the packet when it is built, even with zero
+/// copy: copying a few hundred bytes costs about what the block's reference count, the
+/// bounds check and a third piece per packet do, small packets then glue into one iovec,
+/// and the one-pass copy and CRC of [`TxPacket::fill_icrc`] starts paying at this size.
+pub(crate) const ZERO_COPY_MIN: usize = crate::crc_copy::FUSED_MIN;
 
 /// Packets and buffers on their way out; separate from the QPs so both can be borrowed.
 #[derive(Debug, Default)]
@@ -224,9 +271,13 @@ impl Outbox {
         self.queue(counters, TxPacket { dst, src_port, data: buf, payload: None }, ok);
     }
 
-    /// Builds one packet whose payload stays in registered memory: `block[offset..]`,
-    /// `repr.payload_len` bytes (bounds checked here, once: a block never shrinks).
-    pub(crate) fn emit_zero_copy(
+    /// Builds one packet whose payload stays in registered memory until it is sent:
+    /// `block[offset..]`, `repr.payload_len` bytes (bounds checked here, once: a block
+    /// never shrinks). `lend`: the transport hands it to the kernel (zero copy); else it is
+    /// copied into the packet with its ICRC ([`TxPacket::fill_icrc`]), into room this
+    /// buffer already has.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn emit_from_memory(
         &mut self,
         counters: &Counters,
         dst: IpAddr,
@@ -234,14 +285,17 @@ impl Outbox {
         repr: &RoceRepr,
         block: &Arc<crate::mem::MemBlock>,
         offset: usize,
+        lend: bool,
     ) {
         if block.view(offset, repr.payload_len).is_err() {
             counters.send_err.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let mut buf = self.buffer(repr.buffer_len() - repr.payload_len);
+        let headers = repr.buffer_len() - repr.payload_len;
+        let mut buf = if lend { self.buffer(headers) } else { self.buffer_with_room(headers, repr.buffer_len()) };
         let at = repr.emit_without_payload(&mut buf);
-        let payload = at.as_ref().ok().map(|&at| TxPayload { block: block.clone(), offset, len: repr.payload_len, at });
+        let payload =
+            at.as_ref().ok().map(|&at| TxPayload { block: block.clone(), offset, len: repr.payload_len, at, lend });
         self.queue(counters, TxPacket { dst, src_port, data: buf, payload }, at.is_ok());
     }
 
@@ -249,7 +303,13 @@ impl Outbox {
     /// pooled apart, so that a data packet reuses one already long enough; it is not
     /// zeroed, since the emitters write every byte.
     fn buffer(&mut self, len: usize) -> Vec<u8> {
-        let pool = if len <= SMALL_BUF { &mut self.small } else { &mut self.pool };
+        self.buffer_with_room(len, len)
+    }
+
+    /// [`buffer`](Self::buffer) from the pool for packets of `room` bytes, so that it can
+    /// grow to that without reallocating (once the pool holds such buffers).
+    fn buffer_with_room(&mut self, len: usize, room: usize) -> Vec<u8> {
+        let pool = if room <= SMALL_BUF { &mut self.small } else { &mut self.pool };
         let mut buf = pool.pop().unwrap_or_default();
         buf.truncate(len);
         buf.resize(len, 0);
@@ -275,11 +335,12 @@ mod tests {
     use rnic_wire::icrc::{IcrcCache, IcrcContext};
     use rnic_wire::{Psn, Qpn};
 
-    /// A packet whose payload stays in registered memory goes on the wire byte for byte
-    /// as the copied one, ICRC included, whatever the pad; and a failed bounds check
-    /// sends nothing.
+    /// A packet whose payload stays in registered memory until it is sent (lent to the
+    /// kernel, or copied in with its ICRC) goes on the wire byte for byte as the one
+    /// copied when it was built, ICRC included, whatever the pad; and a failed bounds
+    /// check sends nothing.
     #[test]
-    fn zero_copy_packets_equal_copied_ones() {
+    fn packets_from_memory_equal_copied_ones() {
         let block = Arc::new(crate::mem::MemBlock::new(8192).unwrap());
         let bytes: Vec<u8> = (0..8192u32).map(|i| (i * 13 + 5).to_le_bytes()[0]).collect();
         block.write(0, &bytes).unwrap();
@@ -303,20 +364,25 @@ mod tests {
         };
         for (len, offset) in [(512usize, 0usize), (513, 7), (1023, 100), (2500, 3), (4096, 4096)] {
             let repr = send_only(len);
-            let mut out = Outbox::default();
-            out.emit(&counters, ctx.dst, 49152, &repr, |p| p.copy_from_slice(&bytes[offset..offset + len]));
-            out.emit_zero_copy(&counters, ctx.dst, 49152, &repr, &block, offset);
-            let mut copied = out.tx.pop_front().unwrap();
-            let mut split = out.tx.pop_front().unwrap();
-            assert!(copied.payload.is_none() && split.payload.is_some());
-            assert_eq!(split.len(), copied.len());
-            copied.fill_icrc(&mut cache, &ctx).unwrap();
-            split.fill_icrc(&mut cache, &ctx).unwrap();
-            assert_eq!(split.to_vec(), copied.data, "len {len} at {offset}");
-            ctx.verify(&split.to_vec()).unwrap();
+            for lend in [true, false] {
+                let mut out = Outbox::default();
+                out.emit(&counters, ctx.dst, 49152, &repr, |p| p.copy_from_slice(&bytes[offset..offset + len]));
+                out.emit_from_memory(&counters, ctx.dst, 49152, &repr, &block, offset, lend);
+                let mut copied = out.tx.pop_front().unwrap();
+                let mut split = out.tx.pop_front().unwrap();
+                assert!(copied.payload.is_none() && split.payload.is_some());
+                assert_eq!(split.len(), copied.len());
+                copied.fill_icrc(&mut cache, &ctx).unwrap();
+                split.fill_icrc(&mut cache, &ctx).unwrap();
+                // Copied in with the ICRC: one piece from then on.
+                assert_eq!(split.payload.is_none(), !lend);
+                assert_eq!(split.len(), copied.len());
+                assert_eq!(split.to_vec(), copied.data, "len {len} at {offset}, lent {lend}");
+                ctx.verify(&split.to_vec()).unwrap();
+            }
         }
         let mut out = Outbox::default();
-        out.emit_zero_copy(&counters, ctx.dst, 1, &send_only(600), &block, 8000);
+        out.emit_from_memory(&counters, ctx.dst, 1, &send_only(600), &block, 8000, false);
         assert!(out.tx.is_empty(), "a payload past the block's end is not sent");
         assert_eq!(counters.send_err.load(Ordering::Relaxed), 1);
     }

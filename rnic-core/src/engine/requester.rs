@@ -207,8 +207,8 @@ fn send_data(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, idx: usize) -> (
             return (sent_any, false);
         };
         let data = &f.wqe.data;
-        match data.contiguous(offset, plen).filter(|_| zero_copy && plen >= ZERO_COPY_MIN) {
-            Some((block, at)) => out.emit_zero_copy(counters, dst, qp.src_port, &repr, block, at),
+        match data.contiguous(offset, plen).filter(|_| plen >= ZERO_COPY_MIN) {
+            Some((block, at)) => out.emit_from_memory(counters, dst, qp.src_port, &repr, block, at, zero_copy),
             None => out.emit(counters, dst, qp.src_port, &repr, |p| data.gather(offset, p)),
         }
         if pos.ends() && matches!(f.wqe.op, SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. }) {

@@ -490,8 +490,10 @@ pub(crate) fn pump_reads(qp: &mut Qp, cx: &mut Ctx, budget: usize) -> (usize, bo
             let (offset, plen) = segment(k, res.len, mtu);
             let repr = read_response(dest_qp, res.psn, k, pos, plen, msn);
             let s = slice.as_ref();
-            match s.filter(|_| zero_copy && plen >= ZERO_COPY_MIN) {
-                Some(s) => out.emit_zero_copy(counters, dst, sport, &repr, s.block(), s.block_offset() + offset),
+            match s.filter(|_| plen >= ZERO_COPY_MIN) {
+                Some(s) => {
+                    out.emit_from_memory(counters, dst, sport, &repr, s.block(), s.block_offset() + offset, zero_copy)
+                }
                 None => out.emit(counters, dst, sport, &repr, |p| {
                     if let Some(s) = s {
                         let _ = s.read(offset, p);
