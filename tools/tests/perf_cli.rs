@@ -148,7 +148,9 @@ fn two_processes_send_bw() {
 }
 
 /// `--roce-shape`: the latency baseline sends rnic's shape (a GSO pair per hop) and says
-/// so; the ratio is still reported and the data verified. Bandwidth tests refuse it.
+/// so; the ratio is still reported and the data verified. A bandwidth baseline sends each
+/// message's packets at their lengths (a 64 KiB WRITE: the first packet longer by its
+/// RETH, alone in its GSO send). Raw Ethernet runs refuse it.
 #[test]
 fn roce_shaped_latency_baseline() {
     let out = rnic()
@@ -161,9 +163,20 @@ fn roce_shaped_latency_baseline() {
     assert!(v["baseline_method"].as_str().unwrap().contains("rnic's shape"), "{v}");
     positive(&v, "baseline");
     positive(&v, "ratio");
-    let out = rnic().args(["perf", "write_bw", "--roce-shape"]).output().unwrap();
+    let out = rnic()
+        .args(["perf", "write_bw", "-s", "65536", "-m", "4096", "-n", "200", "--json", "--rounds", "1", "--roce-shape"])
+        .args(["--ip", "127.0.32.33", "--peer-ip", "127.0.32.34"])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert!(v["baseline_method"].as_str().unwrap().contains("rnic's packet shape: 4128 + 15x4112 bytes"), "{v}");
+    positive(&v, "ratio");
+    let out = rnic()
+        .args(["perf", "write_bw", "--server", "--netdev", "lo", "--ip", "10.9.9.9", "--roce-shape"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--roce-shape: shapes the latency baseline"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--roce-shape: shapes the UDP baseline"));
 }
 
 /// What this build does not have is refused with a reason and exit code 2.

@@ -114,10 +114,13 @@ pub struct Args {
     /// reported.
     #[arg(long)]
     pub no_baseline: bool,
-    /// Latency tests: the UDP baseline sends what a hop of rnic sends instead of one
-    /// datagram: the packet and an ACK-sized datagram in one UDP GSO send, received with
-    /// recvmsg and the control messages rnic asks for (GRO, TOS, timestamps). The ratio
-    /// then says what rnic's own work adds to the kernel's cost of its system calls.
+    /// The UDP baseline sends what rnic sends. Latency tests: the packet and an ACK-sized
+    /// datagram in one UDP GSO send per hop, received with recvmsg and the control
+    /// messages rnic asks for (GRO, TOS, timestamps). Bandwidth tests: each message's
+    /// packets at their own lengths, grouped into GSO sends as rnic's transport groups
+    /// them (a WRITE's first packet carries a RETH, so it cannot share a GSO send with the
+    /// rest). The ratio then says what rnic's own work adds to the kernel's cost of its
+    /// system calls.
     #[arg(long)]
     pub roce_shape: bool,
     /// Interleaved rounds per size: the baseline and the test take turns (baseline, test,
@@ -287,8 +290,10 @@ impl Args {
         if self.rdma_cm && test.kind == TestKind::Udp {
             return Err("-R: the udp tests have no QP to connect".into());
         }
-        if self.roce_shape && !test.lat {
-            return Err("--roce-shape: shapes the latency baseline (udp_lat, *_lat tests) only".into());
+        if self.roce_shape && self.netdev.is_some() {
+            return Err(
+                "--roce-shape: shapes the UDP baseline; a raw Ethernet run (--netdev) has a raw-frame baseline".into(),
+            );
         }
         if self.rounds == 0 || self.rounds > 1000 {
             return Err(format!("--rounds {}: must be 1 to 1000", self.rounds));
@@ -841,12 +846,24 @@ fn client_sources(test: Test) -> bool {
     test.kind != TestKind::Read
 }
 
+/// The bandwidth baseline's datagram lengths, repeated: the mean packet size `dgram`, or
+/// with `--roce-shape` every packet of one message at its own length.
+fn baseline_lens(p: &Params, test: Test, size: u64, dgram: u64) -> Result<Vec<usize>, String> {
+    let lens = if p.roce_shape { test.wire_packets(size, u64::from(p.mtu)) } else { vec![dgram] };
+    lens.into_iter().map(|l| usize::try_from(l).map_err(|_| "UDP baseline: size too large".to_string())).collect()
+}
+
 /// Baseline, source side.
-fn udp_source(ctrl: &mut Ctrl, local: IpAddr, peer: IpAddr, n: u64, size: u64) -> Result<(u64, f64, bool), String> {
+fn udp_source(
+    ctrl: &mut Ctrl,
+    local: IpAddr,
+    peer: IpAddr,
+    n: u64,
+    lens: &[usize],
+) -> Result<(u64, f64, bool), String> {
     let port = ctrl.expect("udp_ready", |m| if let Msg::UdpReady { port } = m { Some(port) } else { None })?;
     let sock = udp::bind(local).map_err(|e| format!("UDP baseline: bind {local}: {e}"))?;
-    let size = usize::try_from(size).map_err(|_| "UDP baseline: size too large".to_string())?;
-    let gso = udp::source(&sock, SocketAddr::new(peer, port), size, n).map_err(|e| format!("UDP baseline: {e}"))?;
+    let gso = udp::source(&sock, SocketAddr::new(peer, port), lens, n).map_err(|e| format!("UDP baseline: {e}"))?;
     let (d, secs) =
         ctrl.expect(
             "udp_done",
@@ -867,15 +884,14 @@ fn udp_sink(ctrl: &mut Ctrl, local: IpAddr, n: u64) -> Result<(u64, f64, bool), 
 
 /// Baseline with -b: both sides send and receive at once. Returns (datagrams both sides
 /// timed, the longer of the two intervals, gso, gro).
-fn udp_both(ctrl: &mut Ctrl, local: IpAddr, peer: IpAddr, n: u64, size: u64) -> Result<(u64, f64, bool), String> {
+fn udp_both(ctrl: &mut Ctrl, local: IpAddr, peer: IpAddr, n: u64, lens: &[usize]) -> Result<(u64, f64, bool), String> {
     let sink = udp::bind(local).map_err(|e| format!("UDP baseline: bind {local}: {e}"))?;
     let src = udp::bind(local).map_err(|e| format!("UDP baseline: bind {local}: {e}"))?;
     ctrl.send(&Msg::UdpReady { port: sink.local_addr().map_err(|e| rnic_verbs::report(&e))?.port() })?;
     let port = ctrl.expect("udp_ready", |m| if let Msg::UdpReady { port } = m { Some(port) } else { None })?;
-    let size = usize::try_from(size).map_err(|_| "UDP baseline: size too large".to_string())?;
     let (mine, gso) = std::thread::scope(|sc| {
         let h = sc.spawn(|| udp::sink(&sink, n, Duration::from_millis(300)));
-        let gso = udp::source(&src, SocketAddr::new(peer, port), size, n);
+        let gso = udp::source(&src, SocketAddr::new(peer, port), lens, n);
         (h.join(), gso)
     });
     let (r, _gro) = match mine {
@@ -1023,10 +1039,11 @@ fn client_baseline(
     }
     let (n, dgram) = baseline_count(p, test, size);
     let pkts = test.wire_packets(size, mtu).len() as f64;
+    let lens = baseline_lens(p, test, size, dgram)?;
     let (timed, secs, flag) = if p.bidirectional {
-        udp_both(ctrl, ip, peer, n, dgram)?
+        udp_both(ctrl, ip, peer, n, &lens)?
     } else if client_sources(test) {
-        udp_source(ctrl, ip, peer, n, dgram)?
+        udp_source(ctrl, ip, peer, n, &lens)?
     } else {
         udp_sink(ctrl, ip, n)?
     };
@@ -1040,7 +1057,7 @@ fn client_baseline(
         value: msgs * size as f64 / MB,
         lat: None,
         msg_rate: Some(msgs / 1e6),
-        method: udp::bw_method(gso, gro),
+        method: if p.roce_shape { udp::shaped_bw_method(gso, gro, &lens) } else { udp::bw_method(gso, gro) },
     })
 }
 
@@ -1060,12 +1077,13 @@ fn server_baseline(ctrl: &mut Ctrl, ip: IpAddr, peer: IpAddr, test: Test, p: &Pa
         return Ok(());
     }
     let (n, dgram) = baseline_count(p, test, size);
+    let lens = baseline_lens(p, test, size, dgram)?;
     if p.bidirectional {
-        udp_both(ctrl, ip, peer, n, dgram)?;
+        udp_both(ctrl, ip, peer, n, &lens)?;
     } else if client_sources(test) {
         udp_sink(ctrl, ip, n)?;
     } else {
-        udp_source(ctrl, ip, peer, n, dgram)?;
+        udp_source(ctrl, ip, peer, n, &lens)?;
     }
     Ok(())
 }

@@ -257,3 +257,40 @@ fn the_median_round_carries_the_spread() {
     let r = median_round(vec![round(Some(0.5), 5.0, true), round(Some(0.6), 6.0, false)], false);
     assert!(!r.verified && r.error.as_deref() == Some("bad byte"));
 }
+
+/// The bandwidth baseline sends the lengths it is given, in order, over and over, and in
+/// rnic's grouping: two 64 KiB WRITEs' packets at 4 KiB MTU arrive as 4128, 15 x 4112,
+/// 4128, 15 x 4112 (a receiver with GRO sees each GSO send as one buffer cut at its
+/// segment size).
+#[test]
+fn the_shaped_udp_source_sends_each_packet_at_its_length() {
+    let lens: Vec<usize> = Test::parse("write_bw")
+        .unwrap()
+        .wire_packets(65536, 4096)
+        .into_iter()
+        .map(|l| usize::try_from(l).unwrap())
+        .collect();
+    assert_eq!((lens[0], lens[1], lens.len()), (4128, 4112, 16));
+    let rx = super::udp::bind("127.0.0.1".parse().unwrap()).unwrap();
+    let tx = super::udp::bind("127.0.0.1".parse().unwrap()).unwrap();
+    let gro = rnic_core::sys::set_udp_gro(&rx, true).is_ok();
+    let gso = super::udp::source(&tx, rx.local_addr().unwrap(), &lens, 32).unwrap();
+    rx.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    let mut bufs: Vec<Vec<u8>> = (0..8).map(|_| vec![0u8; 65_536]).collect();
+    let mut meta = vec![rnic_core::sys::RecvMeta::default(); 8];
+    let mut scratch = rnic_core::sys::RecvScratch::new(8);
+    let (mut got, mut buffers) = (Vec::new(), Vec::new());
+    while got.len() < 32 {
+        let n = rnic_core::sys::recv_msgs(&rx, &mut scratch, &mut bufs, &mut meta, true).unwrap();
+        for m in &meta[..n] {
+            let seg = if m.segment > 0 { m.segment } else { m.len };
+            buffers.push(m.len.div_ceil(seg));
+            got.extend((0..m.len).step_by(seg).map(|off| seg.min(m.len - off)));
+        }
+    }
+    let want: Vec<usize> = lens.iter().chain(&lens).copied().collect();
+    assert_eq!(got, want);
+    if gso && gro {
+        assert_eq!(buffers, [1, 15, 1, 15], "one GSO send per run of equal packets");
+    }
+}

@@ -21,6 +21,21 @@ pub fn bw_method(gso: bool, gro: bool) -> String {
     format!("{send} + {recv}")
 }
 
+/// How the bandwidth baseline in rnic's packet shape (`--roce-shape`) moved its
+/// datagrams: `lens`, one message's packets.
+pub fn shaped_bw_method(gso: bool, gro: bool, lens: &[usize]) -> String {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for &l in lens {
+        match runs.last_mut() {
+            Some((len, k)) if *len == l => *k += 1,
+            _ => runs.push((l, 1)),
+        }
+    }
+    let shape: Vec<String> =
+        runs.iter().map(|&(l, k)| if k > 1 { format!("{k}x{l}") } else { l.to_string() }).collect();
+    format!("{}, in rnic's packet shape: {} bytes per message", bw_method(gso, gro), shape.join(" + "))
+}
+
 /// How the latency baseline moved its datagrams.
 pub const LAT_METHOD: &str = "ping-pong, both sides busy polling non-blocking sockets";
 
@@ -204,38 +219,58 @@ pub fn sink(sock: &UdpSocket, expect: u64, idle: Duration) -> io::Result<(SinkRe
     Ok((SinkResult { datagrams: got, secs: last.duration_since(t0).as_secs_f64(), timed: got - c0 }, gro))
 }
 
-/// Sends `count` datagrams of `size` bytes to `dst` as fast as the kernel takes them;
-/// returns whether GSO was used.
-pub fn source(sock: &UdpSocket, dst: SocketAddr, size: usize, count: u64) -> io::Result<bool> {
-    let size = size.clamp(1, sys::MAX_UDP_PAYLOAD);
+/// Sends `count` datagrams to `dst` as fast as the kernel takes them; returns whether
+/// GSO was used. The datagrams have the lengths of `lens`, over and over: one length for
+/// the plain baseline (datagrams of the mean packet size), or an RDMA message's packets
+/// (`--roce-shape`). Consecutive datagrams go in one UDP GSO message as rnic's transport
+/// groups packets ([`rnic_core::gso::run_end`]: equal lengths, the last may be shorter,
+/// at most 64 and 64 KiB), up to 16 such messages per `sendmmsg`.
+pub fn source(sock: &UdpSocket, dst: SocketAddr, lens: &[usize], count: u64) -> io::Result<bool> {
+    let lens: Vec<usize> = lens.iter().map(|&l| l.clamp(1, sys::MAX_UDP_PAYLOAD)).collect();
+    if lens.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "no datagram lengths"));
+    }
     let gso = sys::udp_segment_supported(sock);
-    let per_msg = if gso { sys::MAX_GSO_SEGMENTS.min(sys::MAX_UDP_PAYLOAD / size).max(1) } else { 1 };
-    let buf: Vec<u8> = (0..size * per_msg).map(|i| u8::try_from(i % 251).unwrap_or(0)).collect();
+    let buf: Vec<u8> = (0..sys::MAX_UDP_PAYLOAD).map(|i| u8::try_from(i % 251).unwrap_or(0)).collect();
     const MSGS: usize = 16;
+    // The next datagrams' lengths from position `at` of the repeated list, as many as a
+    // GSO message can hold.
+    let mut window = Vec::with_capacity(sys::MAX_GSO_SEGMENTS + 1);
+    let mut at = 0usize;
     let mut left = count;
     while left > 0 {
-        // Full messages of `per_msg` datagrams, then one shorter message for the rest.
         let mut slices: Vec<[sys::IoVec<'_>; 1]> = Vec::with_capacity(MSGS);
-        let mut segs = Vec::with_capacity(MSGS);
+        let mut segs: Vec<(u64, usize)> = Vec::with_capacity(MSGS);
         let mut planned = 0u64;
         while slices.len() < MSGS && planned < left {
-            let k = usize::try_from((left - planned).min(per_msg as u64)).unwrap_or(per_msg);
-            slices.push([sys::IoVec::new(&buf[..k * size])]);
-            segs.push(k);
+            window.clear();
+            let room = usize::try_from(left - planned).unwrap_or(usize::MAX).min(sys::MAX_GSO_SEGMENTS + 1);
+            window.extend((0..room).map(|k| lens[(at + k) % lens.len()]));
+            let k = if gso { rnic_core::gso::run_end(&window, 0, |_, _| true).min(room) } else { 1 };
+            let bytes: usize = window[..k].iter().sum();
+            slices.push([sys::IoVec::new(&buf[..bytes])]);
+            segs.push((k as u64, if gso && k > 1 { window[0] } else { 0 }));
             planned += k as u64;
+            at = (at + k) % lens.len();
         }
         let msgs: Vec<sys::OutMsg<'_>> = slices
             .iter()
             .zip(&segs)
-            .map(|(s, &k)| sys::OutMsg {
-                dst,
-                parts: s,
-                segment: if gso && k > 1 { u16::try_from(size).unwrap_or(0) } else { 0 },
-            })
+            .map(|(s, &(_, seg))| sys::OutMsg { dst, parts: s, segment: u16::try_from(seg).unwrap_or(0) })
             .collect();
         match sys::send_msgs(sock, &msgs) {
-            Ok(n) => left -= segs[..n].iter().map(|&k| k as u64).sum::<u64>(),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN | libc::EINTR)) => {}
+            Ok(n) => {
+                left -= segs[..n].iter().map(|&(k, _)| k).sum::<u64>();
+                // Resume the length pattern after what went out.
+                let unsent: u64 = segs[n..].iter().map(|&(k, _)| k).sum();
+                let back = usize::try_from(unsent % lens.len() as u64).unwrap_or(0);
+                at = (at + lens.len() - back) % lens.len();
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN | libc::EINTR)) => {
+                let unsent: u64 = segs.iter().map(|&(k, _)| k).sum();
+                let back = usize::try_from(unsent % lens.len() as u64).unwrap_or(0);
+                at = (at + lens.len() - back) % lens.len();
+            }
             Err(e) => return Err(e),
         }
     }
