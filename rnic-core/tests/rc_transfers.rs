@@ -199,3 +199,64 @@ fn inline_every_opcode_every_mtu() {
         }
     }
 }
+
+/// AckReq only where an acknowledgement is wanted: an unsignaled message with another
+/// queued behind it goes without (the later ACK covers it, cumulatively), a signaled one
+/// and the last one queued ask. Every WRITE lands, the one signaled completes, and the
+/// send queue (four deep) drains: its slots come back, so four more posts fit.
+#[test]
+fn unsignaled_messages_inside_a_burst_skip_ack_req() {
+    let cap = rnic_core::engine::qp::QpCap { max_send_wr: 4, ..Default::default() };
+    let mut p = Pair::with_cap(3, 0x10, 0x20, cap);
+    p.trace();
+    let (remote, rkey) = (p.nodes[B].iova, p.nodes[B].keys.rkey);
+    let write = |i: u64| SendOp::RdmaWrite { remote_addr: remote + 1024 * i, rkey };
+    for i in 0..4u64 {
+        let data = pattern(i, 100);
+        p.fill(A, 1024 * i as usize, &data);
+        let mut wr = signaled(i + 1, write(i), vec![p.sge(A, 1024 * i, 100)]);
+        wr.flags.signaled = i == 1;
+        p.queue_send(A, wr).unwrap();
+    }
+    p.transmit_queued(A);
+    p.run();
+    let sent: Vec<bool> =
+        p.traced().iter().filter(|(src, _)| *src == p.nodes[A].ip).map(|(_, r)| r.bth.ack_req).collect();
+    assert_eq!(sent, [false, true, false, true]);
+    let acks = p.traced().iter().filter(|(src, _)| *src == p.nodes[B].ip).count();
+    assert_eq!(acks, 1, "the two that asked arrived together: one coalesced ACK");
+    for i in 0..4usize {
+        assert_eq!(p.read(B, 1024 * i, 100), pattern(i as u64, 100));
+    }
+    let s = Pair::wcs(&p.nodes[A].scq);
+    assert_eq!(s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), [(2, WcStatus::Success)]);
+    for i in 0..4u64 {
+        p.post_send(A, signaled(10 + i, write(i), vec![p.sge(A, 1024 * i, 100)])).unwrap();
+    }
+    p.run();
+    assert_eq!(Pair::wcs(&p.nodes[A].scq).len(), 4);
+}
+
+/// A burst sent again after its ACK was lost asks for an ACK on every message: the
+/// retransmission may be all that still moves, so none of it is left to a later one.
+#[test]
+fn a_resent_burst_asks_on_every_message() {
+    let mut p = Pair::new(3, 0x10, 0x20);
+    p.trace();
+    let b_ip = p.nodes[B].ip;
+    p.fab
+        .add_rule(rnic_core::faults::Fault::drop().from(b_ip).opcode(rnic_wire::opcode::Opcode::RC_ACKNOWLEDGE).nth(1));
+    let (remote, rkey) = (p.nodes[B].iova, p.nodes[B].keys.rkey);
+    for i in 0..3u64 {
+        let mut wr = signaled(i + 1, SendOp::RdmaWrite { remote_addr: remote, rkey }, vec![p.sge(A, 0, 100)]);
+        wr.flags.signaled = i == 2;
+        p.queue_send(A, wr).unwrap();
+    }
+    p.transmit_queued(A);
+    p.run();
+    let sent: Vec<bool> =
+        p.traced().iter().filter(|(src, _)| *src == p.nodes[A].ip).map(|(_, r)| r.bth.ack_req).collect();
+    assert_eq!(sent, [false, false, true, true, true, true], "sent once, then again after the timeout");
+    let s = Pair::wcs(&p.nodes[A].scq);
+    assert_eq!(s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), [(3, WcStatus::Success)]);
+}

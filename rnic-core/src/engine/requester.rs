@@ -189,6 +189,7 @@ fn send_data(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, idx: usize) -> (
             return (sent_any, false);
         };
         let (out, counters) = (&mut cx.out, &*cx.counters);
+        let queued = qp.req.sq.len();
         let f = &mut qp.req.sq[idx];
         let pos = position(k, f.npkts);
         qp.req.pkts_since_ackreq += 1;
@@ -197,7 +198,17 @@ fn send_data(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, idx: usize) -> (
         // Flow control: with the destination's in-flight bound half used or more, every
         // packet asks for an ACK (the responder still coalesces them per QP), so that the
         // room a QP holds comes back even when it has to wait before its message's end.
-        let ack_req = pos.ends() || qp.req.pkts_since_ackreq >= per_ack || pressure;
+        //
+        // A message whose completion nobody waits for (unsignaled) and that has another
+        // behind it in the send queue goes without: the ACK of a later one covers it
+        // (cumulative, IBA 9.7.5.1.1), and the responder asks for none it was not asked
+        // for (rxe acknowledges AckReq packets only). The last message queued always
+        // asks, so a burst ends acknowledged; so does one sent again (the ones behind
+        // may be what is not getting through) and any while draining (SQD sends nothing
+        // new, so nothing behind would ask).
+        let resend = qp.req.sent_end.distance(psn) < 0;
+        let wanted = f.wqe.signaled || idx + 1 == queued || resend || qp.state != QpState::Rts;
+        let ack_req = (pos.ends() && wanted) || qp.req.pkts_since_ackreq >= per_ack || pressure;
         if ack_req {
             qp.req.pkts_since_ackreq = 0;
         }
