@@ -192,6 +192,18 @@ fn engine(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    // The receiving side of a latency hop: an 8-byte WRITE (ID 0) and the ACK behind it
+    // in the same GSO send (ID 1, matched through the batch index).
+    let mut ver = rnic_core::gso::IdVerifier::new();
+    let mut write8 = vec![0u8; 12 + 16 + 8 + 4];
+    write8[0] = 0x0a;
+    ctx.fill(&mut write8).expect("fits");
+    let mut ack = vec![0u8; 12 + 4 + 4];
+    ack[0] = 0x11;
+    IcrcContext { ipv4_ident: 1, ..ctx }.fill(&mut ack).expect("fits");
+    assert!(ver.verify(ctx, &write8, 0).is_some() && ver.verify(ctx, &ack, 1).is_some());
+    g.bench_function("verify_write8_id0", |b| b.iter(|| ver.verify(black_box(ctx), black_box(&write8), 0)));
+    g.bench_function("verify_ack_id1", |b| b.iter(|| ver.verify(black_box(ctx), black_box(&ack), 1)));
     g.finish();
 }
 

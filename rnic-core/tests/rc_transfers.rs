@@ -260,3 +260,33 @@ fn a_resent_burst_asks_on_every_message() {
     let s = Pair::wcs(&p.nodes[A].scq);
     assert_eq!(s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), [(3, WcStatus::Success)]);
 }
+
+/// The responder's ACK covers what arrived after the packet that asked, in the same
+/// round: WRITE 1 asks, WRITE 2 does not (another is queued behind it), WRITE 3 is lost
+/// on its first way. The first ACK acknowledges WRITE 2, so only WRITE 3 is sent again.
+#[test]
+fn a_held_ack_moves_on_to_later_packets_of_its_round() {
+    let psn_a = 0x10;
+    let mut p = Pair::new(3, psn_a, 0x20);
+    p.trace();
+    let a_ip = p.nodes[A].ip;
+    p.fab.add_rule(rnic_core::faults::Fault::drop().from(a_ip).psn_range(psn_a + 2, 1).nth(1));
+    let (remote, rkey) = (p.nodes[B].iova, p.nodes[B].keys.rkey);
+    for i in 0..3u64 {
+        let mut wr = signaled(i + 1, SendOp::RdmaWrite { remote_addr: remote, rkey }, vec![p.sge(A, 0, 100)]);
+        wr.flags.signaled = i != 1;
+        p.queue_send(A, wr).unwrap();
+    }
+    p.transmit_queued(A);
+    p.run();
+    let t = p.traced();
+    let acks: Vec<u32> = t.iter().filter(|(src, _)| *src == p.nodes[B].ip).map(|(_, r)| r.bth.psn.value()).collect();
+    assert_eq!(acks[0], psn_a + 1, "the first ACK covers WRITE 2, which did not ask");
+    let from_a: Vec<u32> = t.iter().filter(|(src, _)| *src == a_ip).map(|(_, r)| r.bth.psn.value()).collect();
+    assert_eq!(from_a, [psn_a, psn_a + 1, psn_a + 2, psn_a + 2], "only WRITE 3 again");
+    let s = Pair::wcs(&p.nodes[A].scq);
+    assert_eq!(
+        s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (3, WcStatus::Success)]
+    );
+}

@@ -293,6 +293,18 @@ impl Ctx {
         }
     }
 
+    /// Moves an ACK already held for this round on to `psn`, a later packet that did not
+    /// ask for one: the ACK then covers everything received so far (an ACK acknowledges
+    /// every request up to its PSN, IBA 9.7.5.1.1), so a requester that asks only now and
+    /// then still sees its window open as far as the responder got. A held NAK stays.
+    pub(crate) fn extend_ack(&mut self, qp: &mut Qp, psn: Psn, aeth: AethRepr) {
+        if let Some((held, held_aeth)) = qp.resp.pending_ack {
+            if matches!(held_aeth.syndrome, rnic_wire::aeth::Syndrome::Ack { .. }) && held.distance(psn) > 0 {
+                qp.resp.pending_ack = Some((psn, aeth));
+            }
+        }
+    }
+
     /// Puts the QP in the list of QPs with READ responses to send.
     pub(crate) fn queue_reads(&mut self, qp: &mut Qp) {
         if !qp.resp.reads_queued {

@@ -205,9 +205,14 @@ fn send_data(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, idx: usize) -> (
         // for (rxe acknowledges AckReq packets only). The last message queued always
         // asks, so a burst ends acknowledged; so does one sent again (the ones behind
         // may be what is not getting through) and any while draining (SQD sends nothing
-        // new, so nothing behind would ask).
+        // new, so nothing behind would ask); and a message end a quarter window after the
+        // last that asked, so that ACKs come often enough to keep the window open.
         let resend = qp.req.sent_end.distance(psn) < 0;
-        let wanted = f.wqe.signaled || idx + 1 == queued || resend || qp.state != QpState::Rts;
+        let wanted = f.wqe.signaled
+            || idx + 1 == queued
+            || resend
+            || qp.state != QpState::Rts
+            || qp.req.pkts_since_ackreq >= (window / 4).max(1);
         let ack_req = (pos.ends() && wanted) || qp.req.pkts_since_ackreq >= per_ack || pressure;
         if ack_req {
             qp.req.pkts_since_ackreq = 0;

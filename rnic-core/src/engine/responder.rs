@@ -410,6 +410,8 @@ fn complete(qp: &mut Qp, cx: &mut Ctx, repr: &RoceRepr, info: &OpcodeInfo, done:
     // Nobody acknowledges a UC packet, whatever its AckReq bit says.
     if repr.bth.ack_req && !uc {
         cx.defer_ack(qp, psn, ack_aeth(msn));
+    } else if !uc {
+        cx.extend_ack(qp, psn, ack_aeth(msn));
     }
 }
 
