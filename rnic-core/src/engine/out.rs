@@ -148,27 +148,65 @@ impl TxPacket {
         // What follows the payload: pad and ICRC, at most 7 bytes.
         let tail: smallvec::SmallVec<[u8; 8]> = smallvec::SmallVec::from_slice(&self.data[at..]);
         self.data.truncate(at);
-        let copied = match p.block.view(p.offset, p.len) {
-            Ok(v) => {
-                v.append_with_crc(&mut self.data, &mut s);
-                true
-            }
-            // Bounds were checked when the packet was built and a block never shrinks;
-            // were it otherwise, the packet keeps its length (and fails its ICRC).
-            Err(_) => {
-                self.data.resize(at + p.len, 0);
-                false
-            }
-        };
+        let copied = p.append_with_crc(&mut self.data, &mut s);
         self.data.extend_from_slice(&tail);
         let body = self.data.len() - rnic_wire::ICRC_LEN;
         s.update(&self.data[at + p.len..body]);
         let icrc = s.finish();
         self.data[body..].copy_from_slice(&icrc.to_le_bytes());
-        if copied {
-            Ok(())
-        } else {
-            Err(rnic_wire::Error::Truncated { what: "registered memory", need: p.offset + p.len, have: p.block.len() })
+        copied
+    }
+
+    /// Appends the whole packet to `buf` with its ICRC (for `ctx`, through `cache`)
+    /// filled in, leaving the packet as it is: a payload in registered memory is read
+    /// once, copied and folded into the CRC in the same pass. (`buf` may hold a part of
+    /// the packet after an error.)
+    pub(crate) fn append_with_icrc(
+        &self,
+        buf: &mut Vec<u8>,
+        cache: &mut rnic_wire::icrc::IcrcCache,
+        ctx: &rnic_wire::icrc::IcrcContext,
+    ) -> Result<(), rnic_wire::Error> {
+        let start = buf.len();
+        let Some(p) = &self.payload else {
+            buf.extend_from_slice(&self.data);
+            return cache.fill(ctx, &mut buf[start..]);
+        };
+        let n = self.data.len();
+        let body = n.checked_sub(rnic_wire::ICRC_LEN).ok_or(rnic_wire::Error::Truncated {
+            what: "RoCEv2 packet",
+            need: rnic_wire::ICRC_LEN,
+            have: n,
+        })?;
+        let at = p.at.min(body);
+        buf.extend_from_slice(&self.data[..at]);
+        let mut s = cache.begin(ctx, self.len(), &self.data[..at])?;
+        let copied = p.append_with_crc(buf, &mut s);
+        s.update(&self.data[at..body]);
+        buf.extend_from_slice(&self.data[at..body]);
+        buf.extend_from_slice(&s.finish().to_le_bytes());
+        copied
+    }
+}
+
+impl TxPayload {
+    /// Appends the payload to `buf` and continues `s` over it, in one pass. Bounds were
+    /// checked when the packet was built and a block never shrinks; were it otherwise, the
+    /// packet keeps its length (zeros, failing its ICRC) and this says so.
+    fn append_with_crc(&self, buf: &mut Vec<u8>, s: &mut rnic_wire::icrc::IcrcStream) -> Result<(), rnic_wire::Error> {
+        match self.block.view(self.offset, self.len) {
+            Ok(v) => {
+                v.append_with_crc(buf, s);
+                Ok(())
+            }
+            Err(_) => {
+                buf.resize(buf.len() + self.len, 0);
+                Err(rnic_wire::Error::Truncated {
+                    what: "registered memory",
+                    need: self.offset + self.len,
+                    have: self.block.len(),
+                })
+            }
         }
     }
 }
@@ -336,9 +374,9 @@ mod tests {
     use rnic_wire::{Psn, Qpn};
 
     /// A packet whose payload stays in registered memory until it is sent (lent to the
-    /// kernel, or copied in with its ICRC) goes on the wire byte for byte as the one
-    /// copied when it was built, ICRC included, whatever the pad; and a failed bounds
-    /// check sends nothing.
+    /// kernel, copied in with its ICRC, or appended to a frame with it) goes on the wire
+    /// byte for byte as the one copied when it was built, ICRC included, whatever the
+    /// pad; and a failed bounds check sends nothing.
     #[test]
     fn packets_from_memory_equal_copied_ones() {
         let block = Arc::new(crate::mem::MemBlock::new(8192).unwrap());
@@ -373,6 +411,12 @@ mod tests {
                 assert!(copied.payload.is_none() && split.payload.is_some());
                 assert_eq!(split.len(), copied.len());
                 copied.fill_icrc(&mut cache, &ctx).unwrap();
+                // Appended to a frame (the raw-Ethernet transport) in one pass, the
+                // packet left as it is.
+                let mut frame = vec![0xee; 14];
+                split.append_with_icrc(&mut frame, &mut cache, &ctx).unwrap();
+                assert_eq!((&frame[..14], &frame[14..]), (&[0xee; 14][..], &copied.data[..]), "len {len} lent {lend}");
+                assert!(split.payload.is_some());
                 split.fill_icrc(&mut cache, &ctx).unwrap();
                 // Copied in with the ICRC: one piece from then on.
                 assert_eq!(split.payload.is_none(), !lend);

@@ -728,14 +728,11 @@ impl Packet {
         let ctx = IcrcContext { ipv4_ident: ident, ..IcrcContext::new(src, p.dst, p.src_port, ROCEV2_UDP_PORT) };
         let mut buf = std::mem::take(self.frame_buf());
         self.headers(&mut buf, mac, p.dst.is_ipv6());
-        let roce_at = buf.len();
-        for part in p.parts() {
-            part.extend_vec(&mut buf);
-        }
         // The ICRC over the bytes copied into the frame (a payload straight from
-        // registered memory is read once): the frame is what its ICRC covers even if the
-        // application writes that memory meanwhile.
-        if self.icrc.fill(&ctx, &mut buf[roce_at..]).is_err() {
+        // registered memory is read once, copied and folded into the CRC in one pass):
+        // the frame is what its ICRC covers even if the application writes that memory
+        // meanwhile.
+        if p.append_with_icrc(&mut buf, &mut self.icrc, &ctx).is_err() {
             self.counters.send_err.fetch_add(1, Ordering::Relaxed);
             self.out_len -= 1;
             self.out[self.out_len] = buf;
