@@ -117,14 +117,8 @@ impl TxPacket {
         let Some(p) = &self.payload else {
             return cache.fill(ctx, &mut self.data);
         };
-        let n = self.data.len();
-        let body = n.checked_sub(rnic_wire::ICRC_LEN).ok_or(rnic_wire::Error::Truncated {
-            what: "RoCEv2 packet",
-            need: rnic_wire::ICRC_LEN,
-            have: n,
-        })?;
         // Headers, the payload in registered memory, then the pad (the ICRC excluded).
-        let at = p.at.min(body);
+        let (at, body) = self.payload_at(p)?;
         let mut s = cache.begin(ctx, self.len(), &self.data[..at])?;
         if !p.lend {
             return self.splice_payload(s, at);
@@ -139,6 +133,17 @@ impl TxPacket {
         let icrc = s.finish();
         self.data[body..].copy_from_slice(&icrc.to_le_bytes());
         Ok(())
+    }
+
+    /// Where a separate payload `p` goes in `data` and where the ICRC starts there.
+    fn payload_at(&self, p: &TxPayload) -> Result<(usize, usize), rnic_wire::Error> {
+        let n = self.data.len();
+        let body = n.checked_sub(rnic_wire::ICRC_LEN).ok_or(rnic_wire::Error::Truncated {
+            what: "RoCEv2 packet",
+            need: rnic_wire::ICRC_LEN,
+            have: n,
+        })?;
+        Ok((p.at.min(body), body))
     }
 
     /// [`fill_icrc`](Self::fill_icrc) of a payload copied in: `s` has taken `data[..at]`;
@@ -172,13 +177,7 @@ impl TxPacket {
             buf.extend_from_slice(&self.data);
             return cache.fill(ctx, &mut buf[start..]);
         };
-        let n = self.data.len();
-        let body = n.checked_sub(rnic_wire::ICRC_LEN).ok_or(rnic_wire::Error::Truncated {
-            what: "RoCEv2 packet",
-            need: rnic_wire::ICRC_LEN,
-            have: n,
-        })?;
-        let at = p.at.min(body);
+        let (at, body) = self.payload_at(p)?;
         buf.extend_from_slice(&self.data[..at]);
         let mut s = cache.begin(ctx, self.len(), &self.data[..at])?;
         let copied = p.append_with_crc(buf, &mut s);
