@@ -9,10 +9,12 @@
 //! Generic Polynomials Using PCLMULQDQ" (Gopal et al., 2009), on AVX-512 registers
 //! (`VPCLMULQDQ`): four 512-bit accumulators hold sixteen 128-bit remainders, each folded
 //! across 2048 bits per step. Folding keeps "the message so far is congruent, modulo the
-//! CRC polynomial, to the accumulators' 256 bytes", so the last step is an ordinary CRC
-//! (crc32fast) over those 256 bytes and the tail: no reduction constants beyond the two
-//! fold multipliers, which are computed here from the polynomial at compile time.
-//! Without those instructions the copy and the CRC are two passes, as before.
+//! CRC polynomial, to the accumulators' 256 bytes"; at the end every 128-bit lane is moved
+//! on to where the last one ends and all are XORed into 16 bytes, and an ordinary CRC
+//! (crc32fast) over those 16 bytes and the tail finishes. No Barrett reduction: the keys
+//! are powers of x modulo the polynomial (two for the loop, sixteen pairs for the final
+//! move), computed here at compile time. Without those instructions the copy and the CRC
+//! are two passes.
 //!
 //! States are crc32fast's: the CRC-32 (IEEE, reflected) of the bytes so far, the final
 //! XOR applied; the shift register is its complement.

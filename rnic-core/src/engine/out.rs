@@ -148,18 +148,12 @@ impl TxPacket {
 
     /// [`fill_icrc`](Self::fill_icrc) of a payload copied in: `s` has taken `data[..at]`;
     /// the payload goes in at `at`, before the pad and ICRC.
-    fn splice_payload(&mut self, mut s: rnic_wire::icrc::IcrcStream, at: usize) -> Result<(), rnic_wire::Error> {
+    fn splice_payload(&mut self, s: rnic_wire::icrc::IcrcStream, at: usize) -> Result<(), rnic_wire::Error> {
         let Some(p) = self.payload.take() else { return Ok(()) };
         // What follows the payload: pad and ICRC, at most 7 bytes.
         let tail: smallvec::SmallVec<[u8; 8]> = smallvec::SmallVec::from_slice(&self.data[at..]);
         self.data.truncate(at);
-        let copied = p.append_with_crc(&mut self.data, &mut s);
-        self.data.extend_from_slice(&tail);
-        let body = self.data.len() - rnic_wire::ICRC_LEN;
-        s.update(&self.data[at + p.len..body]);
-        let icrc = s.finish();
-        self.data[body..].copy_from_slice(&icrc.to_le_bytes());
-        copied
+        p.finish_into(&mut self.data, s, &tail[..tail.len() - rnic_wire::ICRC_LEN])
     }
 
     /// Appends the whole packet to `buf` with its ICRC (for `ctx`, through `cache`)
@@ -179,23 +173,25 @@ impl TxPacket {
         };
         let (at, body) = self.payload_at(p)?;
         buf.extend_from_slice(&self.data[..at]);
-        let mut s = cache.begin(ctx, self.len(), &self.data[..at])?;
-        let copied = p.append_with_crc(buf, &mut s);
-        s.update(&self.data[at..body]);
-        buf.extend_from_slice(&self.data[at..body]);
-        buf.extend_from_slice(&s.finish().to_le_bytes());
-        copied
+        let s = cache.begin(ctx, self.len(), &self.data[..at])?;
+        p.finish_into(buf, s, &self.data[at..body])
     }
 }
 
 impl TxPayload {
-    /// Appends the payload to `buf` and continues `s` over it, in one pass. Bounds were
-    /// checked when the packet was built and a block never shrinks; were it otherwise, the
-    /// packet keeps its length (zeros, failing its ICRC) and this says so.
-    fn append_with_crc(&self, buf: &mut Vec<u8>, s: &mut rnic_wire::icrc::IcrcStream) -> Result<(), rnic_wire::Error> {
-        match self.block.view(self.offset, self.len) {
+    /// The rest of a packet after its headers (already in `buf`, taken by `s`): appends
+    /// the payload, copied and folded into the CRC in one pass, then `pad` and the ICRC.
+    /// Bounds were checked when the packet was built and a block never shrinks; were it
+    /// otherwise, the packet keeps its length (zeros, failing its ICRC) and this says so.
+    fn finish_into(
+        &self,
+        buf: &mut Vec<u8>,
+        mut s: rnic_wire::icrc::IcrcStream,
+        pad: &[u8],
+    ) -> Result<(), rnic_wire::Error> {
+        let copied = match self.block.view(self.offset, self.len) {
             Ok(v) => {
-                v.append_with_crc(buf, s);
+                v.append_with_crc(buf, &mut s);
                 Ok(())
             }
             Err(_) => {
@@ -206,7 +202,11 @@ impl TxPayload {
                     have: self.block.len(),
                 })
             }
-        }
+        };
+        s.update(pad);
+        buf.extend_from_slice(pad);
+        buf.extend_from_slice(&s.finish().to_le_bytes());
+        copied
     }
 }
 

@@ -242,37 +242,31 @@ pub fn source(sock: &UdpSocket, dst: SocketAddr, lens: &[usize], count: u64) -> 
         let mut slices: Vec<[sys::IoVec<'_>; 1]> = Vec::with_capacity(MSGS);
         let mut segs: Vec<(u64, usize)> = Vec::with_capacity(MSGS);
         let mut planned = 0u64;
+        let mut pos = at;
         while slices.len() < MSGS && planned < left {
             window.clear();
             let room = usize::try_from(left - planned).unwrap_or(usize::MAX).min(sys::MAX_GSO_SEGMENTS + 1);
-            window.extend((0..room).map(|k| lens[(at + k) % lens.len()]));
+            window.extend((0..room).map(|k| lens[(pos + k) % lens.len()]));
             let k = if gso { rnic_core::gso::run_end(&window, 0, |_, _| true).min(room) } else { 1 };
             let bytes: usize = window[..k].iter().sum();
             slices.push([sys::IoVec::new(&buf[..bytes])]);
             segs.push((k as u64, if gso && k > 1 { window[0] } else { 0 }));
             planned += k as u64;
-            at = (at + k) % lens.len();
+            pos = (pos + k) % lens.len();
         }
         let msgs: Vec<sys::OutMsg<'_>> = slices
             .iter()
             .zip(&segs)
             .map(|(s, &(_, seg))| sys::OutMsg { dst, parts: s, segment: u16::try_from(seg).unwrap_or(0) })
             .collect();
-        match sys::send_msgs(sock, &msgs) {
-            Ok(n) => {
-                left -= segs[..n].iter().map(|&(k, _)| k).sum::<u64>();
-                // Resume the length pattern after what went out.
-                let unsent: u64 = segs[n..].iter().map(|&(k, _)| k).sum();
-                let back = usize::try_from(unsent % lens.len() as u64).unwrap_or(0);
-                at = (at + lens.len() - back) % lens.len();
-            }
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN | libc::EINTR)) => {
-                let unsent: u64 = segs.iter().map(|&(k, _)| k).sum();
-                let back = usize::try_from(unsent % lens.len() as u64).unwrap_or(0);
-                at = (at + lens.len() - back) % lens.len();
-            }
+        let sent: u64 = match sys::send_msgs(sock, &msgs) {
+            Ok(n) => segs[..n].iter().map(|&(k, _)| k).sum(),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN | libc::EINTR)) => 0,
             Err(e) => return Err(e),
-        }
+        };
+        left -= sent;
+        // The length pattern resumes after what went out.
+        at = (at + usize::try_from(sent % lens.len() as u64).unwrap_or(0)) % lens.len();
     }
     Ok(gso)
 }
