@@ -442,7 +442,7 @@ impl Rx {
         for (index, off) in (0..m.len).step_by(seg).enumerate() {
             count += 1;
             let pkt = &self.bufs[i][off..(off + seg).min(m.len)];
-            let ident = match self.verifier.verify(ctx, pkt, index) {
+            let ident = match self.verifier.verify(&ctx, pkt, index) {
                 Some(id) => {
                     match id {
                         crate::gso::IdMatch::Zero => {}
