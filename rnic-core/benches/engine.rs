@@ -142,6 +142,29 @@ fn engine(c: &mut Criterion) {
     }
     g.finish();
 
+    // Posting alone, on the posting thread: a one-SGE work request checked against the
+    // memory table and the QP, its slot reserved, then released (as a completion would).
+    let mut g = c.benchmark_group("post");
+    let s = pair(false);
+    let mut wr = write_wr(&s[0], (s[1].mem.addr(), s[1].keys.rkey), 64);
+    wr.op = SendOp::Send;
+    let rwr = RecvWr { wr_id: 2, sg_list: vec![Sge { addr: s[0].mem.addr(), length: 64, lkey: s[0].keys.lkey }] };
+    g.bench_function("validate_send_64", |b| {
+        b.iter(|| {
+            let wqe = validate_send(black_box(&s[0].qp), &s[0].mtpt, &wr).expect("valid");
+            drop(black_box(wqe));
+            s[0].qp.sq_outstanding.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        })
+    });
+    g.bench_function("validate_recv_64", |b| {
+        b.iter(|| {
+            let wqe = validate_recv(black_box(&s[0].qp), &s[0].mtpt, &rwr).expect("valid");
+            drop(black_box(wqe));
+            s[0].qp.rq_outstanding.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        })
+    });
+    g.finish();
+
     // The transport's share: the ICRC of a full 4 KiB packet (sender fills, receiver checks).
     let mut g = c.benchmark_group("icrc");
     let ctx = IcrcContext::new("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 4791, 4791);

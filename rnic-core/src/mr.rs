@@ -514,6 +514,40 @@ impl Mtpt {
 
     #[inline]
     fn check(&self, key: u32, pd: PdId, va: u64, len: usize, need: AccessFlags) -> Result<MrSlice, AccessError> {
+        self.check_with(key, pd, va, len, need, |s| s)
+    }
+
+    /// [`check_local`](Self::check_local), the slice pushed onto `out` (a work request's
+    /// SGE list) instead of returned: the 24-byte slice is written once, where it stays,
+    /// not returned through memory and copied again (a store-forwarding stall per SGE on
+    /// the posting path).
+    #[inline]
+    pub(crate) fn check_local_into<const N: usize>(
+        &self,
+        lkey: u32,
+        pd: PdId,
+        addr: u64,
+        len: usize,
+        need: AccessFlags,
+        out: &mut smallvec::SmallVec<[MrSlice; N]>,
+    ) -> Result<(), AccessError>
+    where
+        [MrSlice; N]: smallvec::Array<Item = MrSlice>,
+    {
+        self.check_with(lkey, pd, addr, len, need, |s| out.push(s))
+    }
+
+    /// The checks of [`check_remote`](Self::check_remote); `f` takes the slice.
+    #[inline]
+    fn check_with<R>(
+        &self,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        len: usize,
+        need: AccessFlags,
+        f: impl FnOnce(MrSlice) -> R,
+    ) -> Result<R, AccessError> {
         let table = self.table.read();
         let region = match table.slot(key).map(|s| &s.entry) {
             Some(Entry::Valid(region)) => region,
@@ -543,7 +577,7 @@ impl Mtpt {
             .ok()
             .and_then(|rel| region.block_offset.checked_add(rel))
             .ok_or(out_of_bounds)?;
-        Ok(MrSlice { block: Arc::clone(&region.block), offset, len })
+        Ok(f(MrSlice { block: Arc::clone(&region.block), offset, len }))
     }
 }
 

@@ -249,26 +249,28 @@ pub struct RecvWqe {
 /// Largest RDMA message (IBA: DMA length is 32 bits, verbs cap messages at 2^31).
 pub const MAX_MSG_LEN: u64 = 1 << 31;
 
-/// Checks `sges` against the memory table: their slices and the total length.
+/// Checks `sges` against the memory table, pushing their slices onto `out` (empty on
+/// entry); returns the total length.
 pub(crate) fn check_sges(
     mtpt: &Mtpt,
     pd: PdId,
     sges: &[crate::wr::Sge],
     need: AccessFlags,
-) -> Result<(Sges, usize), PostError> {
-    let mut out = Sges::with_capacity(sges.len());
+    out: &mut Sges,
+) -> Result<usize, PostError> {
     let mut total: u64 = 0;
+    if sges.len() > out.inline_size() {
+        out.reserve_exact(sges.len());
+    }
     for (index, s) in sges.iter().enumerate() {
         let len = usize::try_from(s.length).unwrap_or(usize::MAX);
-        let slice =
-            mtpt.check_local(s.lkey, pd, s.addr, len, need).map_err(|source| PostError::Sge { index, source })?;
+        mtpt.check_local_into(s.lkey, pd, s.addr, len, need, out).map_err(|source| PostError::Sge { index, source })?;
         total += u64::from(s.length);
-        out.push(slice);
     }
     if total > MAX_MSG_LEN {
         return Err(PostError::MessageTooLong { len: total });
     }
-    Ok((out, usize::try_from(total).unwrap_or(usize::MAX)))
+    Ok(usize::try_from(total).unwrap_or(usize::MAX))
 }
 
 pub(crate) fn reserve(counter: &AtomicU32, depth: u32, queue: &'static str) -> Result<(), PostError> {

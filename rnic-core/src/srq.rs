@@ -92,8 +92,10 @@ impl Srq {
             return Err(PostError::TooManySges { given: wr.sg_list.len(), max: self.max_sge });
         }
         // The same checks as a QP's receive queue (validate_recv).
-        let (slices, len) = check_sges(mtpt, self.pd, wr.sg_list, AccessFlags::LOCAL_WRITE)?;
-        let wqe = RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(slices), len };
+        let mut wqe = RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(Default::default()), len: 0 };
+        if let WqeData::Sges(slices) = &mut wqe.data {
+            wqe.len = check_sges(mtpt, self.pd, wr.sg_list, AccessFlags::LOCAL_WRITE, slices)?;
+        }
         self.queue.push(wqe).map_err(|_| PostError::QueueFull { queue: "shared receive", depth: self.max_wr() })
     }
 

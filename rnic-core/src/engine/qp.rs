@@ -4,7 +4,7 @@
 
 use crate::cq::Cq;
 use crate::mr::{AccessFlags, Mtpt, PdId};
-use crate::post::{check_sges, check_transport, check_ud_len, reserve, WqeData};
+use crate::post::{check_sges, check_transport, check_ud_len, reserve, Sges, WqeData};
 use crate::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
 use crate::wr::{RecvWrRef, SendOp, SendWrRef, UdDest};
 use rnic_wire::Qpn;
@@ -194,7 +194,7 @@ pub fn validate_send<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<SendWrRef
     if let Some(wqe) = validate_extended_op(shared, wr)? {
         return Ok(wqe);
     }
-    let (data, len) = if wr.flags.inline {
+    if wr.flags.inline {
         if wr.op.writes_local() {
             return Err(PostError::InlineNotAllowed { op: wr.op.name() });
         }
@@ -208,18 +208,30 @@ pub fn validate_send<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<SendWrRef
         // Inline data is copied now, so its buffers need no lkey (verbs semantics), but it
         // must still be memory the caller owns: it is read through registered regions when
         // an lkey is valid, otherwise the caller must use the API's inline helper.
-        let (slices, len) = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::empty())?;
+        let mut slices = Sges::new();
+        let len = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::empty(), &mut slices)?;
         let mut v = vec![0u8; len];
         WqeData::Sges(slices).gather(0, &mut v);
-        (WqeData::Inline(v), len)
-    } else {
-        let need = if wr.op.writes_local() { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
-        let (slices, len) = check_sges(mtpt, shared.pd, wr.sg_list, need)?;
-        (WqeData::Sges(slices), len)
-    };
-    check_ud_len(shared.qp_type, len)?;
+        check_ud_len(shared.qp_type, len)?;
+        reserve(&shared.sq_outstanding, shared.cap.max_send_wr, "send")?;
+        return Ok(send_wqe(shared, wr, WqeData::Inline(v), len));
+    }
+    // The WQE is built first and its SGEs checked straight into it: each slice is written
+    // once, where it stays (moving a just-built list stalls store forwarding).
+    let mut wqe = send_wqe(shared, wr, WqeData::Sges(Sges::new()), 0);
+    let need = if wr.op.writes_local() { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
+    if let WqeData::Sges(slices) = &mut wqe.data {
+        wqe.len = check_sges(mtpt, shared.pd, wr.sg_list, need, slices)?;
+    }
+    check_ud_len(shared.qp_type, wqe.len)?;
     reserve(&shared.sq_outstanding, shared.cap.max_send_wr, "send")?;
-    Ok(SendWqe {
+    Ok(wqe)
+}
+
+/// A send WQE for `wr` with `data` of `len` bytes.
+#[inline]
+fn send_wqe(shared: &QpShared, wr: &SendWrRef<'_>, data: WqeData, len: usize) -> SendWqe {
+    SendWqe {
         wr_id: wr.wr_id,
         op: wr.op,
         signaled: wr.flags.signaled || shared.sq_sig_all,
@@ -228,7 +240,7 @@ pub fn validate_send<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<SendWrRef
         data,
         len,
         ud: wr.ud,
-    })
+    }
 }
 
 /// Checks the operations of the atomics / invalidation issue: atomics need exactly one
@@ -328,9 +340,12 @@ pub fn validate_recv<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<RecvWrRef
     if wr.sg_list.len() > shared.cap.max_recv_sge as usize {
         return Err(PostError::TooManySges { given: wr.sg_list.len(), max: shared.cap.max_recv_sge });
     }
-    let (slices, len) = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::LOCAL_WRITE)?;
+    let mut wqe = RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(Sges::new()), len: 0 };
+    if let WqeData::Sges(slices) = &mut wqe.data {
+        wqe.len = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::LOCAL_WRITE, slices)?;
+    }
     reserve(&shared.rq_outstanding, shared.cap.max_recv_wr, "receive")?;
-    Ok(RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(slices), len })
+    Ok(wqe)
 }
 
 /// The engine's QP context, split as rxe splits it (`qp->req`/`qp->comp`,
