@@ -798,6 +798,7 @@ impl Device {
     }
 
     /// Hands an already validated send WQE to the engine.
+    #[inline]
     pub fn post_send_wqe(&self, qp: &QpShared, wqe: SendWqe) {
         match self.direct() {
             Some(mut c) => {

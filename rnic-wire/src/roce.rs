@@ -186,6 +186,7 @@ pub const fn pad_for(len: usize) -> usize {
 
 impl RoceRepr {
     /// Parses a packet, checking its structure first.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &RocePacket<T>) -> Result<RoceRepr> {
         let info = p.check()?;
         let b = p.as_bytes();

@@ -287,6 +287,7 @@ impl Engine {
     /// straight into the engine between rounds uses this, so that a post costs no clock
     /// read (the round that follows reads it once for every WQE queued meanwhile) and the
     /// packets are built where they are sent. Order is that of the send queue either way.
+    #[inline]
     pub fn queue_send(&mut self, qpn: Qpn, wqe: SendWqe) {
         let cx = &mut self.cx;
         let Some(qp) = self.qps.get_mut(qpn) else { return };

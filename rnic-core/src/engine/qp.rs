@@ -180,6 +180,7 @@ impl QpShared {
 }
 
 /// Checks a send WR against the QP and the memory table and reserves its queue slot.
+#[inline]
 pub fn validate_send<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<SendWrRef<'a>>) -> Result<SendWqe, PostError> {
     let wr = &wr.into();
     let state = shared.state();
@@ -327,6 +328,7 @@ pub fn validate_send_inline(
 }
 
 /// Checks a receive WR (its buffers must be locally writable) and reserves its slot.
+#[inline]
 pub fn validate_recv<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<RecvWrRef<'a>>) -> Result<RecvWqe, PostError> {
     let wr = &wr.into();
     let state = shared.state();

@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering;
 
 /// Appends a WQE to the send queue and assigns its PSNs (IBA 9.7.1: consecutive PSNs per
 /// packet; a READ request reserves one PSN per response packet).
+#[inline]
 pub(crate) fn queue(qp: &mut Qp, wqe: SendWqe) {
     // Atomics, ATOMIC WRITE and FLUSH are one request and one response (IBA 9.4.5, oA19).
     let npkts = if wqe.op.is_rd_atomic() && !matches!(wqe.op, SendOp::RdmaRead { .. }) {
