@@ -792,7 +792,10 @@ impl Device {
 
     /// Validates a send WR on the calling thread and hands it to the engine.
     pub fn post_send<'a>(&self, qp: &QpShared, wr: impl Into<SendWrRef<'a>>) -> Result<(), PostError> {
-        let wqe = qp::validate_send(qp, &self.inner.mtpt, wr)?;
+        let wr = &wr.into();
+        // Built here and filled in place (see `validate_send_into`).
+        let mut wqe = qp::empty_send_wqe(qp, wr);
+        qp::validate_send_into(qp, &self.inner.mtpt, wr, &mut wqe)?;
         self.post_send_wqe(qp, wqe);
         Ok(())
     }
@@ -812,7 +815,9 @@ impl Device {
 
     /// Validates a receive WR on the calling thread and hands it to the engine.
     pub fn post_recv<'a>(&self, qp: &QpShared, wr: impl Into<RecvWrRef<'a>>) -> Result<(), PostError> {
-        let wqe = qp::validate_recv(qp, &self.inner.mtpt, wr)?;
+        let wr = &wr.into();
+        let mut wqe = qp::empty_recv_wqe(wr);
+        qp::validate_recv_into(qp, &self.inner.mtpt, wr, &mut wqe)?;
         match self.direct() {
             Some(mut c) => {
                 c.engine.post_recv(qp.qpn, wqe);

@@ -183,6 +183,28 @@ impl QpShared {
 #[inline]
 pub fn validate_send<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<SendWrRef<'a>>) -> Result<SendWqe, PostError> {
     let wr = &wr.into();
+    let mut wqe = empty_send_wqe(shared, wr);
+    validate_send_into(shared, mtpt, wr, &mut wqe)?;
+    Ok(wqe)
+}
+
+/// The WQE [`validate_send_into`] fills: `wr`'s id, operation and flags, no SGE yet.
+#[inline]
+pub(crate) fn empty_send_wqe(shared: &QpShared, wr: &SendWrRef<'_>) -> SendWqe {
+    send_wqe(shared, wr, WqeData::Sges(Sges::new()), 0)
+}
+
+/// [`validate_send`] into `wqe`, made by [`empty_send_wqe`] for `wr`. The posting path
+/// keeps the WQE where it was built and checks the SGEs straight into it: a WQE returned
+/// inside a `Result` and read back at once (it was just written in 8-byte and 1-byte
+/// pieces) stalls store forwarding, on every post.
+#[inline]
+pub(crate) fn validate_send_into(
+    shared: &QpShared,
+    mtpt: &Mtpt,
+    wr: &SendWrRef<'_>,
+    wqe: &mut SendWqe,
+) -> Result<(), PostError> {
     let state = shared.state();
     // IBA 10.8.2 / verbs: send WRs are accepted in RTS, SQD and (to be flushed) ERR.
     if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
@@ -192,8 +214,9 @@ pub fn validate_send<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<SendWrRef
     if wr.sg_list.len() > shared.cap.max_send_sge as usize {
         return Err(PostError::TooManySges { given: wr.sg_list.len(), max: shared.cap.max_send_sge });
     }
-    if let Some(wqe) = validate_extended_op(shared, wr)? {
-        return Ok(wqe);
+    if let Some(extended) = validate_extended_op(shared, wr)? {
+        *wqe = extended;
+        return Ok(());
     }
     if wr.flags.inline {
         if wr.op.writes_local() {
@@ -215,18 +238,18 @@ pub fn validate_send<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<SendWrRef
         WqeData::Sges(slices).gather(0, &mut v);
         check_ud_len(shared.qp_type, len)?;
         reserve(&shared.sq_outstanding, shared.cap.max_send_wr, "send")?;
-        return Ok(send_wqe(shared, wr, WqeData::Inline(v), len));
+        *wqe = send_wqe(shared, wr, WqeData::Inline(v), len);
+        return Ok(());
     }
-    // The WQE is built first and its SGEs checked straight into it: each slice is written
-    // once, where it stays (moving a just-built list stalls store forwarding).
-    let mut wqe = send_wqe(shared, wr, WqeData::Sges(Sges::new()), 0);
+    // The SGEs are checked straight into the WQE: each slice is written once, where it
+    // stays.
     let need = if wr.op.writes_local() { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
     if let WqeData::Sges(slices) = &mut wqe.data {
         wqe.len = check_sges(mtpt, shared.pd, wr.sg_list, need, slices)?;
     }
     check_ud_len(shared.qp_type, wqe.len)?;
     reserve(&shared.sq_outstanding, shared.cap.max_send_wr, "send")?;
-    Ok(wqe)
+    Ok(())
 }
 
 /// A send WQE for `wr` with `data` of `len` bytes.
@@ -331,6 +354,26 @@ pub fn validate_send_inline(
 #[inline]
 pub fn validate_recv<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<RecvWrRef<'a>>) -> Result<RecvWqe, PostError> {
     let wr = &wr.into();
+    let mut wqe = empty_recv_wqe(wr);
+    validate_recv_into(shared, mtpt, wr, &mut wqe)?;
+    Ok(wqe)
+}
+
+/// The WQE [`validate_recv_into`] fills: `wr`'s id, no SGE yet.
+#[inline]
+pub(crate) fn empty_recv_wqe(wr: &RecvWrRef<'_>) -> RecvWqe {
+    RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(Sges::new()), len: 0 }
+}
+
+/// [`validate_recv`] into `wqe`, made by [`empty_recv_wqe`] for `wr` (kept where it was
+/// built, as [`validate_send_into`] does).
+#[inline]
+pub(crate) fn validate_recv_into(
+    shared: &QpShared,
+    mtpt: &Mtpt,
+    wr: &RecvWrRef<'_>,
+    wqe: &mut RecvWqe,
+) -> Result<(), PostError> {
     let state = shared.state();
     // Verbs: receive WRs may be posted from INIT on (not in RESET).
     if state == QpState::Reset {
@@ -342,12 +385,11 @@ pub fn validate_recv<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<RecvWrRef
     if wr.sg_list.len() > shared.cap.max_recv_sge as usize {
         return Err(PostError::TooManySges { given: wr.sg_list.len(), max: shared.cap.max_recv_sge });
     }
-    let mut wqe = RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(Sges::new()), len: 0 };
     if let WqeData::Sges(slices) = &mut wqe.data {
         wqe.len = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::LOCAL_WRITE, slices)?;
     }
     reserve(&shared.rq_outstanding, shared.cap.max_recv_wr, "receive")?;
-    Ok(wqe)
+    Ok(())
 }
 
 /// The engine's QP context, split as rxe splits it (`qp->req`/`qp->comp`,
