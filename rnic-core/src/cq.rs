@@ -128,6 +128,7 @@ impl Cq {
     }
 
     /// Queues a completion (progress thread). On overflow the CQ enters the error state.
+    #[inline]
     pub fn push(&self, wc: WorkCompletion, solicited: bool) -> Result<(), CqOverflow> {
         if self.overflowed() {
             return Err(CqOverflow { cq: self.id });

@@ -185,13 +185,51 @@ pub const fn pad_for(len: usize) -> usize {
 }
 
 impl RoceRepr {
+    /// A placeholder to [`parse_into`](Self::parse_into): opcode 0, every field zero, no
+    /// extension header.
+    pub const EMPTY: RoceRepr = RoceRepr {
+        bth: BthRepr {
+            opcode: crate::Opcode(0),
+            se: false,
+            migreq: false,
+            pkey: 0,
+            fecn: false,
+            becn: false,
+            dest_qp: crate::Qpn::new(0),
+            ack_req: false,
+            psn: crate::Psn::new(0),
+        },
+        ext: ExtHeaders {
+            deth: None,
+            reth: None,
+            feth: None,
+            atomic_eth: None,
+            aeth: None,
+            atomic_ack_eth: None,
+            imm_data: None,
+            ieth: None,
+        },
+        payload_len: 0,
+    };
+
     /// Parses a packet, checking its structure first.
-    #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &RocePacket<T>) -> Result<RoceRepr> {
+        let mut r = RoceRepr::EMPTY;
+        RoceRepr::parse_into(p, &mut r)?;
+        Ok(r)
+    }
+
+    /// [`parse`](Self::parse) into `out`, which a failure may leave partly written. A
+    /// receiver that parses into a value on its own stack writes each field once where it
+    /// is read: the representation returned inside a `Result` and read back at once, just
+    /// after its narrower stores, stalls store forwarding on every packet.
+    #[inline]
+    pub fn parse_into<T: AsRef<[u8]>>(p: &RocePacket<T>, out: &mut RoceRepr) -> Result<()> {
         let info = p.check()?;
         let b = p.as_bytes();
-        let bth = BthRepr::parse(&bth::Packet::new_unchecked(b))?;
-        let mut ext = ExtHeaders::default();
+        out.bth = BthRepr::parse(&bth::Packet::new_unchecked(b))?;
+        let ext = &mut out.ext;
+        *ext = RoceRepr::EMPTY.ext;
         for &kind in info.headers {
             let off = info.offset_of(kind).unwrap_or(0);
             let h = &b[off..off + kind.wire_len()];
@@ -211,7 +249,8 @@ impl RoceRepr {
                 HeaderKind::CnpBody => {}
             }
         }
-        Ok(RoceRepr { bth, ext, payload_len: p.payload().len() })
+        out.payload_len = p.payload().len();
+        Ok(())
     }
 
     /// The opcode's table entry, if the opcode is known.

@@ -206,6 +206,7 @@ impl Ctx {
 
     /// Pushes a completion to the QP's send or receive CQ; on overflow the QP goes to the
     /// error state and a CQ error is raised (IBA 11.4.2.1).
+    #[inline]
     pub(crate) fn push_wc(&mut self, qp: &mut Qp, side: CqSide, wc: WorkCompletion, solicited: bool) {
         let cq = match side {
             CqSide::Send => &qp.send_cq,

@@ -384,13 +384,13 @@ impl Engine {
                 return;
             }
         };
-        let repr = match RoceRepr::parse(&pkt) {
-            Ok(r) => r,
-            Err(_) => {
-                cx.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        };
+        // Parsed in place (see `RoceRepr::parse_into`).
+        let mut repr = RoceRepr::EMPTY;
+        if RoceRepr::parse_into(&pkt, &mut repr).is_err() {
+            cx.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let repr = repr;
         cx.counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
         let info = pkt.info();
         if repr.bth.dest_qp.value() == rnic_wire::mad::GSI_QPN {
