@@ -91,6 +91,9 @@ pub struct Engine {
     /// QPs given work requests by [`Engine::queue_send`] since the last
     /// [`Engine::transmit_queued`] (a QP at most once: `ReqState::queued`).
     queued: Vec<Qpn>,
+    /// The packet being received, parsed in place ([`RoceRepr::parse_into`]): kept here so
+    /// that no packet pays to set up a fresh 144-byte value or to move one.
+    rx_repr: RoceRepr,
 }
 
 /// QP1, the general services interface (IBA 13.5): not a QP of the table but the device's
@@ -132,6 +135,7 @@ impl Engine {
             cx: Ctx::new(config, mtpt, counters),
             gsi: Gsi { agent: crate::cm::CmAgent::new(cm), psn: Psn::new(0) },
             queued: Vec::new(),
+            rx_repr: RoceRepr::EMPTY,
         }
     }
 
@@ -384,17 +388,16 @@ impl Engine {
                 return;
             }
         };
-        // Parsed in place (see `RoceRepr::parse_into`).
-        let mut repr = RoceRepr::EMPTY;
-        if RoceRepr::parse_into(&pkt, &mut repr).is_err() {
+        // Parsed in place: see `rx_repr`.
+        if RoceRepr::parse_into(&pkt, &mut self.rx_repr).is_err() {
             cx.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let repr = repr;
+        let repr = &self.rx_repr;
         cx.counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
         let info = pkt.info();
         if repr.bth.dest_qp.value() == rnic_wire::mad::GSI_QPN {
-            gsi_receive(&mut self.gsi, cx, now, src, &repr, pkt.payload());
+            gsi_receive(&mut self.gsi, cx, now, src, repr, pkt.payload());
             return;
         }
         let Some(qp) = self.qps.get_mut(repr.bth.dest_qp) else {
@@ -441,7 +444,7 @@ impl Engine {
         }
         if !info.request {
             if qp_type == QpType::Rc {
-                requester::handle_response(qp, cx, now, &repr, pkt.payload());
+                requester::handle_response(qp, cx, now, repr, pkt.payload());
                 cx.account_inflight(qp);
                 cx.note_timers(qp);
             }
@@ -460,8 +463,8 @@ impl Engine {
             return;
         }
         match qp_type {
-            QpType::Ud => ud::handle_request(qp, cx, src, &repr, pkt.payload(), data.len()),
-            QpType::Rc | QpType::Uc => responder::handle_request(qp, cx, now, &repr, pkt.payload()),
+            QpType::Ud => ud::handle_request(qp, cx, src, repr, pkt.payload(), data.len()),
+            QpType::Rc | QpType::Uc => responder::handle_request(qp, cx, now, repr, pkt.payload()),
         }
         cx.raise_srq_events(qp);
         if qp_type == QpType::Rc {
