@@ -295,6 +295,7 @@ impl RoceRepr {
     }
 
     /// Length of BTH..ICRC. Returns 0 for an unknown opcode.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         self.info().map_or(0, |i| i.payload_offset() + self.payload_len + self.pad_len() + ICRC_LEN)
     }
@@ -312,6 +313,7 @@ impl RoceRepr {
     /// Like [`RoceRepr::emit`], but the payload is written in place by `fill`, which
     /// gets exactly `payload_len` bytes (so a sender can copy straight from registered
     /// memory). Returns the number of bytes written.
+    #[inline]
     pub fn emit_with(&self, buf: &mut [u8], fill: impl FnOnce(&mut [u8])) -> Result<usize> {
         let info = self.validate()?;
         let len = self.buffer_len();

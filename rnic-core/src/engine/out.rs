@@ -295,6 +295,7 @@ impl Outbox {
     }
 
     /// Builds one packet: the payload is written in place by `fill`.
+    #[inline]
     pub(crate) fn emit(
         &mut self,
         counters: &Counters,
@@ -355,6 +356,7 @@ impl Outbox {
 
     /// Queues an emitted packet, or (`ok` false: a repr inconsistent with its opcode, an
     /// engine bug) counts it and keeps its buffer.
+    #[inline]
     fn queue(&mut self, counters: &Counters, p: TxPacket, ok: bool) {
         if ok {
             counters.sent_pkts.fetch_add(1, Ordering::Relaxed);

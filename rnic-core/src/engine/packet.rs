@@ -67,6 +67,7 @@ pub(crate) fn opcode_for(transport: Transport, op: &SendOp, pos: Position) -> Op
 
 /// The BTH of a request packet (the default partition, no migration, no congestion
 /// marks); UC and UD requests have `ack_req` false.
+#[inline]
 pub(crate) fn request_bth(opcode: Opcode, dest_qpn: u32, psn: Psn, ack_req: bool, se: bool) -> BthRepr {
     BthRepr {
         opcode,
@@ -105,6 +106,7 @@ pub(crate) fn ack_repr(dest_qp: Qpn, psn: Psn, aeth: AethRepr) -> RoceRepr {
 /// invalidate on the last, the DETH on every UD packet, SE on the last packet when the
 /// opcode allows it. `None` when the transport does not carry the operation.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub(crate) fn data_request(
     transport: Transport,
     wqe: &SendWqe,
