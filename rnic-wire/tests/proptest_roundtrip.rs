@@ -625,6 +625,33 @@ proptest! {
 // ---------------------------------------------------------------------------------
 
 proptest! {
+    /// A receiver parses every packet into the one representation it keeps
+    /// (`RoceRepr::parse_into`): whatever the previous packet left there, a good packet
+    /// parses to what a fresh parse gives, and a bad one fails as it does.
+    #[test]
+    fn parse_into_a_reused_repr_equals_a_fresh_parse(
+        (first, first_payload) in roce_case(256),
+        (second, second_payload) in roce_case(256),
+        cut in 0usize..64,
+    ) {
+        let mut kept = RoceRepr::EMPTY;
+        let a = emit_roce(&first, &first_payload);
+        RoceRepr::parse_into(&RocePacket::new_checked(&a[..])?, &mut kept)?;
+        prop_assert_eq!(kept, first);
+        let b = emit_roce(&second, &second_payload);
+        RoceRepr::parse_into(&RocePacket::new_checked(&b[..])?, &mut kept)?;
+        prop_assert_eq!(kept, second);
+        // Damaged: the same verdict as `parse`, and a good packet after it still parses.
+        let short = &a[..a.len().saturating_sub(cut + 1)];
+        if let Ok(p) = RocePacket::new_checked(short) {
+            let fresh = RoceRepr::parse(&p);
+            let into = RoceRepr::parse_into(&p, &mut kept).map(|()| kept);
+            prop_assert_eq!(fresh, into);
+        }
+        RoceRepr::parse_into(&RocePacket::new_checked(&b[..])?, &mut kept)?;
+        prop_assert_eq!(kept, second);
+    }
+
     #[test]
     fn arbitrary_bytes_never_panic(bytes in vec(any::<u8>(), 0..2048)) {
         check_any_bytes(&bytes)?;
