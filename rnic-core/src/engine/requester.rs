@@ -329,7 +329,17 @@ fn acknowledge_through(qp: &mut Qp, cx: &mut Ctx, now: Time, psn: Psn) {
     // acknowledged point stops at its first missing response. An acknowledgement beyond
     // it means those responses were lost: ask again from there (IBA 9.7.5.1.5; rxe
     // check_psn returns ERROR_RETRY and does not move past the READ).
-    let gap = qp.req.sq.iter().find(|f| f.is_read() && f.read_got < f.npkts).map(|f| f.first_psn.add(f.read_got));
+    // Only entries that start before `new_una` can hold it back (the queue is in PSN
+    // order, and a READ's gap is at or after its first PSN): the scan stops there, so an
+    // ACK looks at the entries it acknowledges, not at a deep queue's unsent tail (with
+    // 1024 WQEs queued the whole-queue scan was 3% of `send_bw`'s sending thread).
+    let gap = qp
+        .req
+        .sq
+        .iter()
+        .take_while(|f| f.first_psn.distance(new_una) > 0)
+        .find(|f| f.is_read() && f.read_got < f.npkts)
+        .map(|f| f.first_psn.add(f.read_got));
     let mut missing = None;
     if let Some(g) = gap {
         if g.distance(new_una) > 0 {
