@@ -816,7 +816,7 @@ impl Device {
     /// Validates a receive WR on the calling thread and hands it to the engine.
     pub fn post_recv<'a>(&self, qp: &QpShared, wr: impl Into<RecvWrRef<'a>>) -> Result<(), PostError> {
         let wr = &wr.into();
-        let mut wqe = qp::empty_recv_wqe(wr);
+        let mut wqe = RecvWqe::unchecked(wr.wr_id);
         qp::validate_recv_into(qp, &self.inner.mtpt, wr, &mut wqe)?;
         match self.direct() {
             Some(mut c) => {

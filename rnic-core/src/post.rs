@@ -159,6 +159,39 @@ pub(crate) enum WqeData {
 }
 
 impl WqeData {
+    /// An empty SGE list, for [`check_sges`](Self::check_sges) to fill where the WQE is
+    /// kept.
+    #[inline]
+    pub(crate) fn no_sges() -> WqeData {
+        WqeData::Sges(Sges::new())
+    }
+
+    /// Checks `sges` against the memory table into this data's SGE list (which it
+    /// replaces); returns the total length. Each slice is written once, where the WQE
+    /// keeps it: a list built apart and moved in was read back right after its 8-byte
+    /// stores with 16-byte loads, a store-forwarding stall on every post.
+    #[inline]
+    pub(crate) fn check_sges(
+        &mut self,
+        mtpt: &Mtpt,
+        pd: PdId,
+        sges: &[crate::wr::Sge],
+        need: AccessFlags,
+    ) -> Result<usize, PostError> {
+        match self {
+            WqeData::Sges(out) => {
+                out.clear();
+                check_sges(mtpt, pd, sges, need, out)
+            }
+            WqeData::Inline(_) => {
+                let mut out = Sges::new();
+                let len = check_sges(mtpt, pd, sges, need, &mut out);
+                *self = WqeData::Sges(out);
+                len
+            }
+        }
+    }
+
     /// Copies `dst.len()` bytes starting at message offset `off` out of the buffers.
     pub(crate) fn gather(&self, mut off: usize, dst: &mut [u8]) {
         match self {
@@ -246,12 +279,21 @@ pub struct RecvWqe {
     pub(crate) len: usize,
 }
 
+impl RecvWqe {
+    /// The receive WQE for `wr_id` before its SGEs are checked into it
+    /// ([`WqeData::check_sges`]).
+    #[inline]
+    pub(crate) fn unchecked(wr_id: u64) -> RecvWqe {
+        RecvWqe { wr_id, data: WqeData::no_sges(), len: 0 }
+    }
+}
+
 /// Largest RDMA message (IBA: DMA length is 32 bits, verbs cap messages at 2^31).
 pub const MAX_MSG_LEN: u64 = 1 << 31;
 
 /// Checks `sges` against the memory table, pushing their slices onto `out` (empty on
 /// entry); returns the total length.
-pub(crate) fn check_sges(
+fn check_sges(
     mtpt: &Mtpt,
     pd: PdId,
     sges: &[crate::wr::Sge],

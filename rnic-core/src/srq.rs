@@ -7,7 +7,7 @@
 //! SRQ (rxe `get_srq_wqe`). No lock is shared between the two.
 
 use crate::mr::{AccessFlags, Mtpt, PdId};
-use crate::post::{check_sges, PostError, RecvWqe, WqeData};
+use crate::post::{PostError, RecvWqe};
 use crate::wr::RecvWrRef;
 use crossbeam_queue::ArrayQueue;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -92,10 +92,8 @@ impl Srq {
             return Err(PostError::TooManySges { given: wr.sg_list.len(), max: self.max_sge });
         }
         // The same checks as a QP's receive queue (validate_recv).
-        let mut wqe = RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(Default::default()), len: 0 };
-        if let WqeData::Sges(slices) = &mut wqe.data {
-            wqe.len = check_sges(mtpt, self.pd, wr.sg_list, AccessFlags::LOCAL_WRITE, slices)?;
-        }
+        let mut wqe = RecvWqe::unchecked(wr.wr_id);
+        wqe.len = wqe.data.check_sges(mtpt, self.pd, wr.sg_list, AccessFlags::LOCAL_WRITE)?;
         self.queue.push(wqe).map_err(|_| PostError::QueueFull { queue: "shared receive", depth: self.max_wr() })
     }
 

@@ -4,7 +4,7 @@
 
 use crate::cq::Cq;
 use crate::mr::{AccessFlags, Mtpt, PdId};
-use crate::post::{check_sges, check_transport, check_ud_len, reserve, Sges, WqeData};
+use crate::post::{check_transport, check_ud_len, reserve, WqeData};
 use crate::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
 use crate::wr::{RecvWrRef, SendOp, SendWrRef, UdDest};
 use rnic_wire::Qpn;
@@ -191,7 +191,7 @@ pub fn validate_send<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<SendWrRef
 /// The WQE [`validate_send_into`] fills: `wr`'s id, operation and flags, no SGE yet.
 #[inline]
 pub(crate) fn empty_send_wqe(shared: &QpShared, wr: &SendWrRef<'_>) -> SendWqe {
-    send_wqe(shared, wr, WqeData::Sges(Sges::new()), 0)
+    send_wqe(shared, wr, WqeData::no_sges(), 0)
 }
 
 /// [`validate_send`] into `wqe`, made by [`empty_send_wqe`] for `wr`. The posting path
@@ -232,21 +232,17 @@ pub(crate) fn validate_send_into(
         // Inline data is copied now, so its buffers need no lkey (verbs semantics), but it
         // must still be memory the caller owns: it is read through registered regions when
         // an lkey is valid, otherwise the caller must use the API's inline helper.
-        let mut slices = Sges::new();
-        let len = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::empty(), &mut slices)?;
+        let mut sges = WqeData::no_sges();
+        let len = sges.check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::empty())?;
         let mut v = vec![0u8; len];
-        WqeData::Sges(slices).gather(0, &mut v);
+        sges.gather(0, &mut v);
         check_ud_len(shared.qp_type, len)?;
         reserve(&shared.sq_outstanding, shared.cap.max_send_wr, "send")?;
         *wqe = send_wqe(shared, wr, WqeData::Inline(v), len);
         return Ok(());
     }
-    // The SGEs are checked straight into the WQE: each slice is written once, where it
-    // stays.
     let need = if wr.op.writes_local() { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
-    if let WqeData::Sges(slices) = &mut wqe.data {
-        wqe.len = check_sges(mtpt, shared.pd, wr.sg_list, need, slices)?;
-    }
+    wqe.len = wqe.data.check_sges(mtpt, shared.pd, wr.sg_list, need)?;
     check_ud_len(shared.qp_type, wqe.len)?;
     reserve(&shared.sq_outstanding, shared.cap.max_send_wr, "send")?;
     Ok(())
@@ -354,18 +350,12 @@ pub fn validate_send_inline(
 #[inline]
 pub fn validate_recv<'a>(shared: &QpShared, mtpt: &Mtpt, wr: impl Into<RecvWrRef<'a>>) -> Result<RecvWqe, PostError> {
     let wr = &wr.into();
-    let mut wqe = empty_recv_wqe(wr);
+    let mut wqe = RecvWqe::unchecked(wr.wr_id);
     validate_recv_into(shared, mtpt, wr, &mut wqe)?;
     Ok(wqe)
 }
 
-/// The WQE [`validate_recv_into`] fills: `wr`'s id, no SGE yet.
-#[inline]
-pub(crate) fn empty_recv_wqe(wr: &RecvWrRef<'_>) -> RecvWqe {
-    RecvWqe { wr_id: wr.wr_id, data: WqeData::Sges(Sges::new()), len: 0 }
-}
-
-/// [`validate_recv`] into `wqe`, made by [`empty_recv_wqe`] for `wr` (kept where it was
+/// [`validate_recv`] into `wqe`, made by `RecvWqe::unchecked` for `wr` (kept where it was
 /// built, as [`validate_send_into`] does).
 #[inline]
 pub(crate) fn validate_recv_into(
@@ -385,9 +375,7 @@ pub(crate) fn validate_recv_into(
     if wr.sg_list.len() > shared.cap.max_recv_sge as usize {
         return Err(PostError::TooManySges { given: wr.sg_list.len(), max: shared.cap.max_recv_sge });
     }
-    if let WqeData::Sges(slices) = &mut wqe.data {
-        wqe.len = check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::LOCAL_WRITE, slices)?;
-    }
+    wqe.len = wqe.data.check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::LOCAL_WRITE)?;
     reserve(&shared.rq_outstanding, shared.cap.max_recv_wr, "receive")?;
     Ok(())
 }
