@@ -375,23 +375,23 @@ fn acks_are_coalesced_and_carry_msn_and_invalid_credits() {
 }
 
 #[test]
-fn ack_req_every_64_packets_and_the_window_holds_128() {
-    // A 300-packet WRITE at MTU 256 with every response lost: the requester sends exactly
-    // the window (128 unacknowledged packets) and stops; AckReq is set on every 64th.
+fn ack_req_every_128_packets_and_the_window_holds_512() {
+    // A 600-packet WRITE at MTU 256 with every response lost: the requester sends exactly
+    // the window (512 unacknowledged packets) and stops; AckReq is set on every 128th.
     let mut net = FabricNet::new(Setup { mtu_code: 1, ..Setup::default() }, 1);
     net.fab.trace = Some(Vec::new());
     net.add_rule(B, Fault::drop());
-    let len = 300 * 256;
+    let len = 600 * 256;
     net.post_send(
         A,
         wr(1, SendOp::RdmaWrite { remote_addr: net.iova(B), rkey: net.keys(B).rkey }, vec![net.sge(A, 0, len)]),
     );
     net.idle(MS / 2); // less than the 1 ms timeout: no retransmission yet
     let reqs = sent_by(&net, A);
-    assert_eq!(reqs.len(), 128);
+    assert_eq!(reqs.len(), 512);
     let with_ack_req: Vec<usize> = reqs.iter().enumerate().filter(|(_, r)| r.bth.ack_req).map(|(i, _)| i + 1).collect();
-    assert_eq!(with_ack_req, [64, 128]);
-    // Once responses flow again the rest follows: 300 packets in all, the last with AckReq.
+    assert_eq!(with_ack_req, [128, 256, 384, 512]);
+    // Once responses flow again the rest follows: 600 packets in all, the last with AckReq.
     let mut net = FabricNet::new(Setup { mtu_code: 1, ..Setup::default() }, 1);
     net.fab.trace = Some(Vec::new());
     net.post_send(
@@ -400,8 +400,8 @@ fn ack_req_every_64_packets_and_the_window_holds_128() {
     );
     assert_eq!(statuses(&net.wait(A, Q::Send, 1, 100 * MS)), [(1, WcStatus::Success)]);
     let reqs = sent_by(&net, A);
-    assert_eq!(reqs.len(), 300);
-    assert!(reqs[299].bth.ack_req);
+    assert_eq!(reqs.len(), 600);
+    assert!(reqs[599].bth.ack_req);
 }
 
 #[test]

@@ -28,9 +28,11 @@ pub struct EngineConfig {
     pub local_ip: IpAddr,
     /// Most QPs.
     pub max_qp: u32,
-    /// Unacknowledged packets a QP may have in flight (rxe: 128).
+    /// Unacknowledged packets a QP may have in flight (rxe: 128; rnic 512, so that a
+    /// quarter window, the AckReq interval, is 128 packets: two GSO sends of small
+    /// packets per ACK).
     pub max_unacked_pkts: u32,
-    /// Packets between forced AckReq bits in a long message (rxe: 64).
+    /// Packets between forced AckReq bits (rxe: 64, `RXE_MAX_PKT_PER_ACK`).
     pub max_pkts_per_ack: u32,
     /// Most outstanding READs as requester or responder a QP may be given.
     pub max_rd_atomic: u8,
@@ -60,7 +62,7 @@ pub struct EngineConfig {
     /// for acknowledgements; retransmissions never wait. The driver sets it from the
     /// receive buffer a peer like itself has (a quarter, at most 8 MiB), so that a thousand
     /// QPs' windows together cannot overflow the receiver's socket (each window alone is
-    /// 128 packets).
+    /// 512 packets).
     pub max_inflight_per_dest: u64,
     /// The port's active MTU: a QP's path MTU may not exceed it (the wire would not carry
     /// its packets; rxe refuses the same in `rxe_qp_chk_attr`).
@@ -73,8 +75,8 @@ impl EngineConfig {
         EngineConfig {
             local_ip,
             max_qp: 65536,
-            max_unacked_pkts: 128,
-            max_pkts_per_ack: 64,
+            max_unacked_pkts: 512,
+            max_pkts_per_ack: 128,
             max_rd_atomic: 16,
             zero_copy: false,
             ca_guid: guid_for(local_ip),
