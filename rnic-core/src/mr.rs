@@ -534,7 +534,13 @@ impl Mtpt {
     where
         [MrSlice; N]: smallvec::Array<Item = MrSlice>,
     {
-        self.check_with(lkey, pd, addr, len, need, |s| out.push(s))
+        // The checks hand back the block and offset, and the slice is built here, after
+        // the table's lock is released: built inside the checks (where the lock guard and
+        // the error path keep it in memory), it went to the stack in 8-byte pieces and was
+        // copied out with a 16-byte load, which the store buffer cannot forward.
+        let (block, offset) = self.check_with(lkey, pd, addr, len, need, |s| (s.block, s.offset))?;
+        out.push(MrSlice { block, offset, len });
+        Ok(())
     }
 
     /// The checks of [`check_remote`](Self::check_remote); `f` takes the slice.
