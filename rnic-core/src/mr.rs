@@ -517,32 +517,6 @@ impl Mtpt {
         self.check_with(key, pd, va, len, need, |s| s)
     }
 
-    /// [`check_local`](Self::check_local), the slice pushed onto `out` (a work request's
-    /// SGE list) instead of returned: the 24-byte slice is written once, where it stays,
-    /// not returned through memory and copied again (a store-forwarding stall per SGE on
-    /// the posting path).
-    #[inline]
-    pub(crate) fn check_local_into<const N: usize>(
-        &self,
-        lkey: u32,
-        pd: PdId,
-        addr: u64,
-        len: usize,
-        need: AccessFlags,
-        out: &mut smallvec::SmallVec<[MrSlice; N]>,
-    ) -> Result<(), AccessError>
-    where
-        [MrSlice; N]: smallvec::Array<Item = MrSlice>,
-    {
-        // The checks hand back the block and offset, and the slice is built here, after
-        // the table's lock is released: built inside the checks (where the lock guard and
-        // the error path keep it in memory), it went to the stack in 8-byte pieces and was
-        // copied out with a 16-byte load, which the store buffer cannot forward.
-        let (block, offset) = self.check_with(lkey, pd, addr, len, need, |s| (s.block, s.offset))?;
-        out.push(MrSlice { block, offset, len });
-        Ok(())
-    }
-
     /// The checks of [`check_remote`](Self::check_remote); `f` takes the slice.
     #[inline]
     fn check_with<R>(

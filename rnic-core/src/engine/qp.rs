@@ -238,7 +238,7 @@ pub(crate) fn validate_send_into(
         sges.gather(0, &mut v);
         check_ud_len(shared.qp_type, len)?;
         reserve(&shared.sq_outstanding, shared.cap.max_send_wr, "send")?;
-        *wqe = send_wqe(shared, wr, WqeData::Inline(v), len);
+        *wqe = send_wqe(shared, wr, WqeData::Inline(v.into_boxed_slice()), len);
         return Ok(());
     }
     let need = if wr.op.writes_local() { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
@@ -260,6 +260,7 @@ fn send_wqe(shared: &QpShared, wr: &SendWrRef<'_>, data: WqeData, len: usize) ->
         data,
         len,
         ud: wr.ud,
+        local_err: None,
     }
 }
 
@@ -280,14 +281,14 @@ fn validate_extended_op(shared: &QpShared, wr: &SendWrRef<'_>) -> Result<Option<
             }
             return Ok(None);
         }
-        SendOp::AtomicWrite { value, .. } => WqeData::Inline(value.to_ne_bytes().to_vec()),
+        SendOp::AtomicWrite { value, .. } => WqeData::Inline(Box::new(value.to_ne_bytes())),
         SendOp::Flush { placement, .. } => {
             if placement & !(crate::wr::FLUSH_GLOBAL | crate::wr::FLUSH_PERSISTENT) != 0 || placement == 0 {
                 return Err(PostError::BadWr { op, why: "placement must be FLUSH_GLOBAL and/or FLUSH_PERSISTENT" });
             }
-            WqeData::Inline(Vec::new())
+            WqeData::Inline(Box::default())
         }
-        SendOp::LocalInv { .. } => WqeData::Inline(Vec::new()),
+        SendOp::LocalInv { .. } => WqeData::Inline(Box::default()),
         _ => return Ok(None),
     };
     if !wr.sg_list.is_empty() {
@@ -295,7 +296,7 @@ fn validate_extended_op(shared: &QpShared, wr: &SendWrRef<'_>) -> Result<Option<
     }
     let len = match &data {
         WqeData::Inline(v) => v.len(),
-        WqeData::Sges(_) => 0,
+        WqeData::One(_) | WqeData::Many(_) => 0,
     };
     reserve(&shared.sq_outstanding, shared.cap.max_send_wr, "send")?;
     Ok(Some(SendWqe {
@@ -307,6 +308,7 @@ fn validate_extended_op(shared: &QpShared, wr: &SendWrRef<'_>) -> Result<Option<
         data,
         len,
         ud: None,
+        local_err: None,
     }))
 }
 
@@ -340,9 +342,10 @@ pub fn validate_send_inline(
         signaled: signaled || shared.sq_sig_all,
         solicited,
         fence: false,
-        data: WqeData::Inline(bytes.to_vec()),
+        data: WqeData::Inline(bytes.into()),
         len: bytes.len(),
         ud,
+        local_err: None,
     })
 }
 

@@ -91,10 +91,11 @@ pub(crate) struct InFlight {
     pub(crate) sent: u32,
     /// READ: response packets received so far.
     pub(crate) read_got: u32,
-    /// A local operation (LOCAL_INV, no packets) that failed with this status when the
-    /// engine executed it; it completes with it when it reaches the front of the queue.
-    pub(crate) local_err: Option<crate::wr::WcStatus>,
 }
+
+// A send queue entry is moved twice per work request (in, and out when it retires):
+// at 128 bytes or less a move is inline, above it a `memcpy` call (see `WqeData`).
+const _: () = assert!(std::mem::size_of::<InFlight>() <= 128);
 
 impl InFlight {
     pub(crate) fn last_psn(&self) -> Psn {

@@ -27,14 +27,15 @@ pub(crate) fn queue(qp: &mut Qp, wqe: SendWqe) {
     };
     let first_psn = qp.req.next_psn;
     qp.req.next_psn = first_psn.add(npkts);
-    qp.req.sq.push_back(InFlight { wqe, first_psn, npkts, sent: 0, read_got: 0, local_err: None });
+    qp.req.sq.push_back(InFlight { wqe, first_psn, npkts, sent: 0, read_got: 0 });
 }
 
 /// Appends a local operation (no packets, no PSN) that the engine already executed, with
 /// the status it failed with, if it failed.
-pub(crate) fn queue_local(qp: &mut Qp, wqe: SendWqe, local_err: Option<WcStatus>) {
+pub(crate) fn queue_local(qp: &mut Qp, mut wqe: SendWqe, local_err: Option<WcStatus>) {
     let first_psn = qp.req.next_psn;
-    qp.req.sq.push_back(InFlight { wqe, first_psn, npkts: 0, sent: 0, read_got: 0, local_err });
+    wqe.local_err = local_err;
+    qp.req.sq.push_back(InFlight { wqe, first_psn, npkts: 0, sent: 0, read_got: 0 });
 }
 
 /// Transmits what the window, the RNR wait and the READ limit allow.
@@ -377,7 +378,7 @@ pub(crate) fn retire_done(qp: &mut Qp, cx: &mut Ctx, now: Time) {
 /// Completes WQEs from the front of the send queue while they are finished.
 fn retire(qp: &mut Qp, cx: &mut Ctx, now: Time) {
     while let Some(f) = qp.req.sq.front() {
-        if let Some(status) = f.local_err {
+        if let Some(status) = f.wqe.local_err {
             // A failed local operation reached the front: it completes in error and the
             // QP enters the error state (rxe: LOC_QP_OP_ERR for a failed LOCAL_INV).
             fail_front(qp, cx, status);
