@@ -377,7 +377,7 @@ fn acks_are_coalesced_and_carry_msn_and_invalid_credits() {
 #[test]
 fn ack_req_every_128_packets_and_the_window_holds_512() {
     // A 600-packet WRITE at MTU 256 with every response lost: the requester sends exactly
-    // the window (512 unacknowledged packets) and stops; AckReq is set on every 128th.
+    // the window of small packets (512 unacknowledged) and stops; AckReq on every 128th.
     let mut net = FabricNet::new(Setup { mtu_code: 1, ..Setup::default() }, 1);
     net.fab.trace = Some(Vec::new());
     net.add_rule(B, Fault::drop());
@@ -402,6 +402,27 @@ fn ack_req_every_128_packets_and_the_window_holds_512() {
     let reqs = sent_by(&net, A);
     assert_eq!(reqs.len(), 600);
     assert!(reqs[599].bth.ack_req);
+}
+
+#[test]
+fn full_size_packets_keep_a_window_of_128() {
+    // Packets over 1 KiB go within 128 unacknowledged (rxe's window), a quarter of the small
+    // packets' 512, so that the bytes in flight stay bounded: a 300-packet WRITE at MTU
+    // 4096 with every response lost sends 128 packets, AckReq on every 64th (half the
+    // window: inside one message the forced interval is at most that).
+    let mut net = FabricNet::new(Setup { mtu_code: 5, ..Setup::default() }, 1);
+    net.fab.trace = Some(Vec::new());
+    net.add_rule(B, Fault::drop());
+    let len = 300 * 4096;
+    net.post_send(
+        A,
+        wr(1, SendOp::RdmaWrite { remote_addr: net.iova(B), rkey: net.keys(B).rkey }, vec![net.sge(A, 0, len)]),
+    );
+    net.idle(MS / 2);
+    let reqs = sent_by(&net, A);
+    assert_eq!(reqs.len(), 128);
+    let with_ack_req: Vec<usize> = reqs.iter().enumerate().filter(|(_, r)| r.bth.ack_req).map(|(i, _)| i + 1).collect();
+    assert_eq!(with_ack_req, [64, 128]);
 }
 
 #[test]

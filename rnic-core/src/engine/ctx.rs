@@ -28,10 +28,15 @@ pub struct EngineConfig {
     pub local_ip: IpAddr,
     /// Most QPs.
     pub max_qp: u32,
-    /// Unacknowledged packets a QP may have in flight (rxe: 128; rnic 512, so that a
-    /// quarter window, the AckReq interval, is 128 packets: two GSO sends of small
-    /// packets per ACK).
+    /// Unacknowledged packets a QP may have in flight (rxe: 128). Packets of at most
+    /// [`SMALL_PKT`] payload bytes (and READs whose responses are) go within
+    /// `max_unacked_small_pkts` instead.
     pub max_unacked_pkts: u32,
+    /// The window for small packets: 512, so that a quarter window, the AckReq interval,
+    /// is 128 packets (two GSO sends of them per ACK), while the bytes in flight stay
+    /// about what 128 full-size packets hold (a deeper queue of large packets at a slow
+    /// receiver is a queue delay, which congestion control reads as congestion).
+    pub max_unacked_small_pkts: u32,
     /// Packets between forced AckReq bits (rxe: 64, `RXE_MAX_PKT_PER_ACK`).
     pub max_pkts_per_ack: u32,
     /// Most outstanding READs as requester or responder a QP may be given.
@@ -62,20 +67,35 @@ pub struct EngineConfig {
     /// for acknowledgements; retransmissions never wait. The driver sets it from the
     /// receive buffer a peer like itself has (a quarter, at most 8 MiB), so that a thousand
     /// QPs' windows together cannot overflow the receiver's socket (each window alone is
-    /// 512 packets).
+    /// 128 full-size packets).
     pub max_inflight_per_dest: u64,
     /// The port's active MTU: a QP's path MTU may not exceed it (the wire would not carry
     /// its packets; rxe refuses the same in `rxe_qp_chk_attr`).
     pub port_mtu: crate::qp_state::PathMtu,
 }
 
+/// Payload bytes up to which a packet counts as small for the window
+/// ([`EngineConfig::max_unacked_small_pkts`]).
+pub const SMALL_PKT: usize = 1024;
+
 impl EngineConfig {
+    /// The window for packets of `plen` payload bytes.
+    #[inline]
+    pub(crate) fn window_for(&self, plen: usize) -> u32 {
+        if plen <= SMALL_PKT {
+            self.max_unacked_small_pkts.max(self.max_unacked_pkts)
+        } else {
+            self.max_unacked_pkts
+        }
+    }
+
     /// Defaults for a device at `local_ip`.
     pub fn new(local_ip: IpAddr) -> EngineConfig {
         EngineConfig {
             local_ip,
             max_qp: 65536,
-            max_unacked_pkts: 512,
+            max_unacked_pkts: 128,
+            max_unacked_small_pkts: 512,
             max_pkts_per_ack: 128,
             max_rd_atomic: 16,
             zero_copy: false,

@@ -140,7 +140,9 @@ fn new_packets(sent_end: Psn, first: Psn, last: Psn) -> u32 {
 fn send_rd_atomic(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, idx: usize) -> bool {
     let f = &qp.req.sq[idx];
     let psn = f.first_psn.add(f.read_got);
-    if beyond_window(qp.req.una, cx.config.max_unacked_pkts, psn) {
+    // Its responses' size sets the window (a READ's responses are what fills the pipe).
+    let window = cx.config.window_for(f.response_len().min(qp.mtu));
+    if beyond_window(qp.req.una, window, psn) {
         return false;
     }
     // The request reserves its responses' PSNs (and the receive room they take here).
@@ -173,7 +175,7 @@ fn send_rd_atomic(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, idx: usize)
 /// Sends the packets of the SEND or RDMA WRITE at `idx` of the send queue that the window
 /// allows. Returns whether any went and whether all have.
 fn send_data(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, idx: usize) -> (bool, bool) {
-    let (window, per_ack, zero_copy) = (cx.config.max_unacked_pkts, cx.config.max_pkts_per_ack, cx.config.zero_copy);
+    let (per_ack, zero_copy) = (cx.config.max_pkts_per_ack, cx.config.zero_copy);
     let mut sent_any = false;
     loop {
         let f = &qp.req.sq[idx];
@@ -182,10 +184,11 @@ fn send_data(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, idx: usize) -> (
         }
         let k = f.sent;
         let psn = f.first_psn.add(k);
+        let (offset, plen) = packet::segment(k, f.wqe.len, qp.mtu);
+        let window = cx.config.window_for(plen);
         if beyond_window(qp.req.una, window, psn) {
             return (sent_any, false);
         }
-        let (offset, plen) = packet::segment(k, f.wqe.len, qp.mtu);
         let reserve = new_packets(qp.req.sent_end, psn, psn);
         let Some(pressure) = admit(qp, cx, now, dst, plen as u64 + WIRE_OVERHEAD, reserve) else {
             return (sent_any, false);
@@ -195,8 +198,9 @@ fn send_data(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, idx: usize) -> (
         let f = &mut qp.req.sq[idx];
         let pos = position(k, f.npkts);
         qp.req.pkts_since_ackreq += 1;
-        // AckReq on the last packet, and every `per_ack` packets of a long message so
-        // the window keeps moving (rxe RXE_MAX_PKT_PER_ACK).
+        // AckReq on the last packet, and every `per_ack` packets (at most half this
+        // packet's window) of a long message so the window keeps moving (rxe
+        // RXE_MAX_PKT_PER_ACK).
         // Flow control: with the destination's in-flight bound half used or more, every
         // packet asks for an ACK (the responder still coalesces them per QP), so that the
         // room a QP holds comes back even when it has to wait before its message's end.
@@ -214,11 +218,12 @@ fn send_data(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, idx: usize) -> (
         // costs the responder a `sendmsg` (on loopback, the requester's receive path too)
         // and the requester a receive: `send_bw -s 64`, whose `-Q 100` signals every
         // hundredth message, sent one ACK per 64 packets while signaled ends asked, one
-        // per 128 without (with the 512-packet window), and moved 1.11-1.16x the messages.
+        // per 128 without (with the 512-packet window of small packets), and moved
+        // 1.11-1.16x the messages.
         let resend = qp.req.sent_end.distance(psn) < 0;
         let wanted =
             idx + 1 == queued || resend || qp.state != QpState::Rts || qp.req.pkts_since_ackreq >= (window / 4).max(1);
-        let ack_req = (pos.ends() && wanted) || qp.req.pkts_since_ackreq >= per_ack || pressure;
+        let ack_req = (pos.ends() && wanted) || qp.req.pkts_since_ackreq >= per_ack.min(window / 2).max(1) || pressure;
         if ack_req {
             qp.req.pkts_since_ackreq = 0;
         }
