@@ -29,7 +29,7 @@ pub struct EngineConfig {
     /// Most QPs.
     pub max_qp: u32,
     /// Unacknowledged packets a QP may have in flight (rxe: 128). Packets of at most
-    /// [`SMALL_PKT`] payload bytes (and READs whose responses are) go within
+    /// 1 KiB of payload (and READs whose responses are) go within
     /// `max_unacked_small_pkts` instead.
     pub max_unacked_pkts: u32,
     /// The window for small packets: 512, so that a quarter window, the AckReq interval,
@@ -76,7 +76,7 @@ pub struct EngineConfig {
 
 /// Payload bytes up to which a packet counts as small for the window
 /// ([`EngineConfig::max_unacked_small_pkts`]).
-pub const SMALL_PKT: usize = 1024;
+pub(crate) const SMALL_PKT: usize = 1024;
 
 impl EngineConfig {
     /// The window for packets of `plen` payload bytes.
