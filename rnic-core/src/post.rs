@@ -197,6 +197,9 @@ impl WqeData {
         };
         if let [one] = sges {
             *self = WqeData::One(check(0, one)?);
+            if u64::from(one.length) > MAX_MSG_LEN {
+                return Err(PostError::MessageTooLong { len: u64::from(one.length) });
+            }
             return Ok(one.length as usize);
         }
         let mut total: u64 = 0;

@@ -258,6 +258,30 @@ fn receive_queue_full() {
     assert!(matches!(p.post_recv(B, RecvWr { wr_id: 5, sg_list: vec![] }), Err(PostError::QueueFull { .. })));
 }
 
+/// A message over 2^31 bytes (verbs' limit) is refused, whether one SGE or several make it
+/// up, on both queues, and takes no slot. The region is 3 GiB of untouched anonymous
+/// memory: nothing is read or written.
+#[test]
+fn a_message_over_two_gib_is_refused() {
+    let mut p = Pair::new(3, 0, 0);
+    let big = Arc::new(rnic_core::mem::MemBlock::new(3 << 30).unwrap());
+    let access = AccessFlags::LOCAL_WRITE;
+    let keys = p.nodes[A].mtpt.register(p.nodes[A].pd, big, 0, 3 << 30, 0x1_0000_0000, access).unwrap();
+    let sge = |off: u64, len: u32| Sge { addr: 0x1_0000_0000 + off, length: len, lkey: keys.lkey };
+    let over = (1u32 << 31) + 1;
+    let half = 1u32 << 30;
+    for sg in [vec![sge(0, over)], vec![sge(0, half), sge(u64::from(half), half + 1)]] {
+        let err = p.post_send(A, signaled(1, SendOp::Send, sg.clone())).unwrap_err();
+        assert_eq!(err, PostError::MessageTooLong { len: u64::from(over) });
+        let err = p.post_recv(A, RecvWr { wr_id: 2, sg_list: sg }).unwrap_err();
+        assert_eq!(err, PostError::MessageTooLong { len: u64::from(over) });
+    }
+    assert_eq!(p.nodes[A].qp.sq_outstanding.load(Ordering::Relaxed), 0);
+    assert_eq!(p.nodes[A].qp.rq_outstanding.load(Ordering::Relaxed), 0);
+    // Exactly 2^31 is allowed.
+    p.post_recv(A, RecvWr { wr_id: 3, sg_list: vec![sge(0, 1 << 31)] }).unwrap();
+}
+
 #[test]
 fn too_many_sges() {
     let mut p = Pair::new(3, 0, 0);
