@@ -1,10 +1,12 @@
 //! The same-run UDP baseline: plain UDP datagrams of the RoCEv2 wire size between the
-//! same addresses, moved the fastest way this kernel offers, so that every `rnic perf`
-//! figure has its ceiling measured next to it.
+//! same addresses, moved the fastest way this kernel offers at rnic's GSO size (64
+//! segments, below), so that every `rnic perf` figure has its ceiling measured next to it.
 //!
 //! - bandwidth: UDP GSO on send (`UDP_SEGMENT`, up to 64 datagrams per system call,
 //!   several such messages per `sendmmsg`) and UDP GRO on receive (`recvmmsg` of
-//!   coalesced buffers); without GSO, `sendmmsg` of single datagrams.
+//!   coalesced buffers); without GSO, `sendmmsg` of single datagrams. 64 segments is what
+//!   rnic's transport sends and every UDP GSO kernel accepts; kernels that accept 128 move
+//!   small datagrams faster with 128 (README, Benchmarks).
 //! - latency: ping-pong with both sides busy polling a non-blocking socket (no sleeping
 //!   in the kernel, no wake-up across CPUs).
 
