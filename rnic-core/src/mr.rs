@@ -514,20 +514,6 @@ impl Mtpt {
 
     #[inline]
     fn check(&self, key: u32, pd: PdId, va: u64, len: usize, need: AccessFlags) -> Result<MrSlice, AccessError> {
-        self.check_with(key, pd, va, len, need, |s| s)
-    }
-
-    /// The checks of [`check_remote`](Self::check_remote); `f` takes the slice.
-    #[inline]
-    fn check_with<R>(
-        &self,
-        key: u32,
-        pd: PdId,
-        va: u64,
-        len: usize,
-        need: AccessFlags,
-        f: impl FnOnce(MrSlice) -> R,
-    ) -> Result<R, AccessError> {
         let table = self.table.read();
         let region = match table.slot(key).map(|s| &s.entry) {
             Some(Entry::Valid(region)) => region,
@@ -557,7 +543,7 @@ impl Mtpt {
             .ok()
             .and_then(|rel| region.block_offset.checked_add(rel))
             .ok_or(out_of_bounds)?;
-        Ok(f(MrSlice { block: Arc::clone(&region.block), offset, len }))
+        Ok(MrSlice { block: Arc::clone(&region.block), offset, len })
     }
 }
 
