@@ -18,7 +18,7 @@
 //! `roce_np/*`), scaled where a software NIC on loopback needs it (documented per field).
 //! Nothing here reads a clock: time is an input, in nanoseconds.
 
-use crate::engine::Time;
+use crate::Time;
 use std::collections::HashMap;
 
 /// Fixed-point scale of `alpha` (mlx5: 1024 = 1.0).

@@ -29,7 +29,7 @@
 //! a Get or Set for a class/version nobody serves gets a GetResp with status "unsupported
 //! method/attribute"; anything else is dropped. Both are counted in [`CmStats`].
 
-use crate::engine::Time;
+use crate::Time;
 use rnic_wire::cm::{
     self, rej_reason, CmDreq, CmIds, CmMessage, CmMra, CmPath, CmRej, CmRep, CmReq, CmTransport, MsgRef,
 };
@@ -1014,12 +1014,8 @@ pub const MIN_RNR_TIMER: u8 = 12;
 /// the path MTU, local ACK timeout and retry counts from the REQ (IBA 12.7.27-12.7.34),
 /// and READ/atomic depths negotiated: each side may have outstanding no more than the
 /// other can answer.
-pub fn passive_attrs(
-    req: &ReqInfo,
-    accept: &AcceptParams,
-    access: crate::mr::AccessFlags,
-) -> crate::engine::qp::QpAttr {
-    crate::engine::qp::QpAttr {
+pub fn passive_attrs(req: &ReqInfo, accept: &AcceptParams, access: crate::mr::AccessFlags) -> crate::qp_state::QpAttr {
+    crate::qp_state::QpAttr {
         access,
         remote_ip: Some(req.src),
         path_mtu: u32::from(req.path_mtu),
@@ -1032,15 +1028,15 @@ pub fn passive_attrs(
         timeout: req.local_ack_timeout,
         retry_cnt: req.retry_count,
         rnr_retry: accept.rnr_retry_count,
-        ..crate::engine::qp::QpAttr::default()
+        ..crate::qp_state::QpAttr::default()
     }
 }
 
 /// The attributes that bring the active side's QP through INIT, RTR and RTS once `rep`
 /// answered the REQ made from `conn` (see [`passive_attrs`]; the RNR retry count is the
 /// one the REP asks for).
-pub fn active_attrs(conn: &ConnectParams, rep: &RepInfo, access: crate::mr::AccessFlags) -> crate::engine::qp::QpAttr {
-    crate::engine::qp::QpAttr {
+pub fn active_attrs(conn: &ConnectParams, rep: &RepInfo, access: crate::mr::AccessFlags) -> crate::qp_state::QpAttr {
+    crate::qp_state::QpAttr {
         access,
         remote_ip: Some(conn.dst),
         path_mtu: u32::from(conn.path_mtu),
@@ -1053,6 +1049,6 @@ pub fn active_attrs(conn: &ConnectParams, rep: &RepInfo, access: crate::mr::Acce
         timeout: conn.local_ack_timeout,
         retry_cnt: conn.retry_count,
         rnr_retry: rep.rnr_retry_count,
-        ..crate::engine::qp::QpAttr::default()
+        ..crate::qp_state::QpAttr::default()
     }
 }

@@ -19,8 +19,9 @@
 //! // fab.add(engine_a); fab.add(engine_b); ... fab.run_until(deadline);
 //! ```
 
-use crate::engine::{Engine, Time, TxPacket};
+use crate::engine::{Engine, TxPacket};
 use crate::faults::Faults;
+use crate::Time;
 use rnic_wire::icrc::IcrcContext;
 use std::collections::BinaryHeap;
 use std::sync::atomic::Ordering;

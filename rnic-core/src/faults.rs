@@ -21,7 +21,7 @@
 //!
 //! Any `FnMut(Time, &Wire) -> Verdict` is a rule too, for predicates the builder lacks.
 
-use crate::engine::Time;
+use crate::Time;
 use rnic_wire::bth::{self, BthRepr};
 use rnic_wire::roce::{RocePacket, RoceRepr};
 use rnic_wire::{Opcode, Psn};

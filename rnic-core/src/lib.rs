@@ -24,6 +24,10 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+/// Nanoseconds on a device's clock: virtual in tests ([`fabric`]), monotonic in the driver
+/// ([`device`]). The engine, congestion control and the CM all run on it.
+pub type Time = u64;
+
 mod bits;
 #[allow(unsafe_code)]
 mod crc_copy;
@@ -37,6 +41,7 @@ pub mod qp_state;
 pub mod capture;
 pub mod cc;
 pub mod cm;
+mod config;
 pub mod counters;
 pub mod cq;
 pub mod device;

@@ -7,7 +7,9 @@
 //! `ib_modify_qp_is_ok` (drivers/infiniband/core/verbs.c), so an application gets the same
 //! EINVAL here as on a kernel RNIC. Only the RC, UC and UD columns are kept.
 
+use crate::mr::AccessFlags;
 use std::fmt;
+use std::net::IpAddr;
 
 /// State of a queue pair (`enum ibv_qp_state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -632,6 +634,93 @@ pub const fn local_ack_timeout_ns(timeout: u8) -> Option<u64> {
     }
 }
 
+/// Modify-QP attributes (`ibv_qp_attr`); only those whose bit is in `mask` are applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpAttr {
+    /// Which attributes are given.
+    pub mask: QpAttrMask,
+    /// Target state (`STATE`).
+    pub state: QpState,
+    /// Remote operations the QP accepts (`ACCESS_FLAGS`).
+    pub access: AccessFlags,
+    /// Path MTU (`PATH_MTU`, as an `ibv_mtu` code 1..=5).
+    pub path_mtu: u32,
+    /// Remote QP (`DEST_QPN`).
+    pub dest_qpn: u32,
+    /// Remote address: the IP of the destination GID (`AV`).
+    pub remote_ip: Option<IpAddr>,
+    /// Expected PSN of the responder (`RQ_PSN`).
+    pub rq_psn: u32,
+    /// First PSN of the requester (`SQ_PSN`).
+    pub sq_psn: u32,
+    /// Local ACK timeout exponent: 4.096 us * 2^timeout, 0 = infinite (`TIMEOUT`).
+    pub timeout: u8,
+    /// Transport retries (`RETRY_CNT`).
+    pub retry_cnt: u8,
+    /// RNR retries, 7 = infinite (`RNR_RETRY`).
+    pub rnr_retry: u8,
+    /// RNR NAK timer code the responder sends (`MIN_RNR_TIMER`).
+    pub min_rnr_timer: u8,
+    /// Outstanding RDMA READ / atomic requests as requester (`MAX_QP_RD_ATOMIC`).
+    pub max_rd_atomic: u8,
+    /// Outstanding RDMA READ / atomic requests as responder (`MAX_DEST_RD_ATOMIC`).
+    pub max_dest_rd_atomic: u8,
+    /// Q_Key (`QKEY`, UD).
+    pub qkey: u32,
+    /// P_Key index (`PKEY_INDEX`).
+    pub pkey_index: u16,
+    /// Port (`PORT`).
+    pub port: u8,
+}
+
+impl Default for QpAttr {
+    fn default() -> Self {
+        QpAttr {
+            mask: QpAttrMask::empty(),
+            state: QpState::Reset,
+            access: AccessFlags::empty(),
+            path_mtu: PathMtu::Mtu1024.to_ibv(),
+            dest_qpn: 0,
+            remote_ip: None,
+            rq_psn: 0,
+            sq_psn: 0,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            qkey: 0,
+            pkey_index: 0,
+            port: 1,
+        }
+    }
+}
+
+impl QpAttr {
+    /// These attributes with `mask` set to exactly what the modify-QP table requires of a
+    /// `qp_type` QP going from `from` to `self.state`, plus `STATE`
+    /// ([`transition`]): one set of values serves every QP type, and what a
+    /// type's column does not take stays out of the mask. `None` for an illegal transition.
+    pub fn required_from(self, qp_type: QpType, from: QpState) -> Option<QpAttr> {
+        let t = transition(qp_type, from, self.state)?;
+        Some(QpAttr { mask: QpAttrMask::STATE | t.required, ..self })
+    }
+
+    /// The three modify-QP calls that bring a fresh `qp_type` QP from RESET to RTS
+    /// (INIT, RTR, RTS), each taking from these values what its transition requires.
+    pub fn bring_up(self, qp_type: QpType) -> [QpAttr; 3] {
+        [(QpState::Reset, QpState::Init), (QpState::Init, QpState::Rtr), (QpState::Rtr, QpState::Rts)].map(
+            |(from, to)| {
+                let a = QpAttr { state: to, ..self };
+                // Every QP type has these three transitions; were one missing, the bare
+                // state change would fail in modify_qp with the table's error.
+                a.required_from(qp_type, from).unwrap_or(QpAttr { mask: QpAttrMask::STATE, ..a })
+            },
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -968,5 +1057,40 @@ mod tests {
         for t in 32..=u8::MAX {
             assert_eq!(local_ack_timeout_ns(t), None);
         }
+    }
+
+    /// `bring_up` asks each step for exactly the attributes ibv_rc_pingpong,
+    /// ibv_uc_pingpong and ibv_ud_pingpong pass (written out here by hand, not taken from
+    /// the table it reads).
+    #[test]
+    fn bring_up_masks_are_the_pingpongs_for_each_qp_type() {
+        use QpAttrMask as A;
+        let masks = |t| QpAttr::default().bring_up(t).map(|a| (a.state, a.mask));
+        let rc_rtr = A::AV | A::PATH_MTU | A::DEST_QPN | A::RQ_PSN | A::MAX_DEST_RD_ATOMIC | A::MIN_RNR_TIMER;
+        let rc_rts = A::SQ_PSN | A::TIMEOUT | A::RETRY_CNT | A::RNR_RETRY | A::MAX_QP_RD_ATOMIC;
+        let init = A::STATE | A::PKEY_INDEX | A::PORT;
+        assert_eq!(
+            masks(QpType::Rc),
+            [
+                (QpState::Init, init | A::ACCESS_FLAGS),
+                (QpState::Rtr, A::STATE | rc_rtr),
+                (QpState::Rts, A::STATE | rc_rts)
+            ]
+        );
+        assert_eq!(
+            masks(QpType::Uc),
+            [
+                (QpState::Init, init | A::ACCESS_FLAGS),
+                (QpState::Rtr, A::STATE | A::AV | A::PATH_MTU | A::DEST_QPN | A::RQ_PSN),
+                (QpState::Rts, A::STATE | A::SQ_PSN)
+            ]
+        );
+        assert_eq!(
+            masks(QpType::Ud),
+            [(QpState::Init, init | A::QKEY), (QpState::Rtr, A::STATE), (QpState::Rts, A::STATE | A::SQ_PSN)]
+        );
+        // Values pass through untouched; only the mask and state are set.
+        let v = QpAttr { dest_qpn: 0x42, sq_psn: 7, ..QpAttr::default() };
+        assert!(v.bring_up(QpType::Rc).iter().all(|a| a.dest_qpn == 0x42 && a.sq_psn == 7));
     }
 }

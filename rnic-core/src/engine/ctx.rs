@@ -18,8 +18,7 @@ use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Nanoseconds on the engine's clock (virtual in tests, monotonic in the driver).
-pub type Time = u64;
+pub use crate::Time;
 
 /// Static limits of an engine (what `query_device` reports).
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -7,8 +7,9 @@
 
 use super::Transport;
 use crate::counters::Counters;
-use crate::engine::{Engine, Time, TxPacket};
+use crate::engine::{Engine, TxPacket};
 use crate::faults::{FaultHandle, Wire};
+use crate::Time;
 use rnic_wire::icrc::IcrcContext;
 use rnic_wire::ROCEV2_UDP_PORT;
 use std::collections::BinaryHeap;

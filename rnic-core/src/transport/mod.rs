@@ -19,7 +19,8 @@ pub(crate) mod udp;
 pub(crate) mod faulty;
 
 use crate::counters::Counters;
-use crate::engine::{Engine, Time, TxPacket};
+use crate::engine::{Engine, TxPacket};
+use crate::Time;
 use std::io;
 use std::os::fd::OwnedFd;
 

@@ -43,10 +43,11 @@
 
 use super::{Transport, RX_BATCH};
 use crate::capture::Capture;
+use crate::config::{CongestionControl, DeviceConfig, DeviceError, SOCKET_BUFFER};
 use crate::counters::Counters;
-use crate::device::{CongestionControl, DeviceConfig, DeviceError, SOCKET_BUFFER};
-use crate::engine::{Engine, Time, TxPacket};
+use crate::engine::{Engine, TxPacket};
 use crate::faults::Wire;
+use crate::Time;
 use rnic_wire::ethernet::{self, MacAddr};
 use rnic_wire::icrc::IcrcContext;
 use rnic_wire::ROCEV2_UDP_PORT;

@@ -8,10 +8,11 @@
 
 use super::{Transport, RX_BATCH};
 use crate::capture::Capture;
+use crate::config::{CongestionControl, DeviceConfig, DeviceError, TransportInfo, SOCKET_BUFFER};
 use crate::counters::Counters;
-use crate::device::{CongestionControl, DeviceConfig, DeviceError, TransportInfo, SOCKET_BUFFER};
-use crate::engine::{Engine, Time, TxPacket};
+use crate::engine::{Engine, TxPacket};
 use crate::faults::Wire;
+use crate::Time;
 use rnic_wire::icrc::{IcrcContext, Ipv4IdPolicy};
 use rnic_wire::ROCEV2_UDP_PORT;
 use socket2::{Domain, Protocol, Socket, Type};
