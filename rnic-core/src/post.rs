@@ -196,10 +196,12 @@ impl WqeData {
             mtpt.check_local(s.lkey, pd, s.addr, len, need).map_err(|source| PostError::Sge { index, source })
         };
         if let [one] = sges {
-            *self = WqeData::One(check(0, one)?);
+            let slice = check(0, one)?;
             if u64::from(one.length) > MAX_MSG_LEN {
                 return Err(PostError::MessageTooLong { len: u64::from(one.length) });
             }
+            // Replaced only on success, as the list below is.
+            *self = WqeData::One(slice);
             return Ok(one.length as usize);
         }
         let mut total: u64 = 0;
