@@ -142,6 +142,9 @@ struct Inner {
     /// The engine and the transport; the progress thread locks it for each round.
     core: Arc<parking_lot::Mutex<Core>>,
     threads: parking_lot::Mutex<Vec<JoinHandle<()>>>,
+    /// Declared last, so dropped last: the entry of [`Device::open_shared`]'s table is
+    /// removed only once the socket above has been closed.
+    _shared: Shared,
 }
 
 impl std::fmt::Debug for Inner {
@@ -152,7 +155,12 @@ impl std::fmt::Debug for Inner {
 
 impl Device {
     /// Opens a device: binds its UDP port and starts its progress and receive threads.
-    pub fn open(mut config: DeviceConfig) -> Result<Device, DeviceError> {
+    pub fn open(config: DeviceConfig) -> Result<Device, DeviceError> {
+        Device::open_as(config, None)
+    }
+
+    /// Opens a device; `shared`: its name in [`Device::open_shared`]'s table.
+    fn open_as(mut config: DeviceConfig, shared: Option<String>) -> Result<Device, DeviceError> {
         let env = EnvSettings::read().map_err(|why| DeviceError::Config { name: config.name.clone(), why })?;
         if config.faults.is_none() {
             if let Some(spec) = &env.faults {
@@ -286,8 +294,55 @@ impl Device {
                 waker,
                 core,
                 threads: parking_lot::Mutex::new(vec![progress]),
+                // Made here, after every fallible step: a `Shared` dropped on an error
+                // path would take the table's lock, which `open_shared` holds.
+                _shared: Shared(shared),
             }),
         })
+    }
+
+    /// Opens a device as a host resource: every caller in this process that names the
+    /// same device gets the one running device (one engine, one socket, one port 4791),
+    /// as every context on `rxe0` shares the kernel's device; the device stops when the
+    /// last handle of every caller is dropped. The first caller's configuration runs it:
+    /// a later caller must name the same address, port, interface and VLAN (else
+    /// [`DeviceError::Config`] says what differs); its other settings (capture, faults,
+    /// pinning) are the running device's.
+    ///
+    /// A device whose last handle is being dropped while another caller opens it is
+    /// waited for (its threads stop and its socket closes first), at most 10 s.
+    pub fn open_shared(config: DeviceConfig) -> Result<Device, DeviceError> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut open = SHARED.open.lock();
+        loop {
+            let Some(slot) = open.iter().find(|(n, _)| *n == config.name) else { break };
+            match slot.1.upgrade() {
+                Some(inner) => {
+                    let dev = Device { inner };
+                    let same = same_identity(dev.config(), &config);
+                    // Unlock before `dev` may be dropped: were it the last handle, its
+                    // `Shared` would take the lock.
+                    drop(open);
+                    return match same {
+                        Ok(()) => Ok(dev),
+                        Err(why) => Err(DeviceError::Config { name: config.name, why }),
+                    };
+                }
+                // Stopping: wait until its socket is closed and its entry gone.
+                None => {
+                    if SHARED.closed.wait_until(&mut open, deadline).timed_out() {
+                        return Err(DeviceError::Config {
+                            name: config.name,
+                            why: "the device is still stopping after 10 s (its threads did not end)".into(),
+                        });
+                    }
+                }
+            }
+        }
+        let name = config.name.clone();
+        let dev = Device::open_as(config, Some(name.clone()))?;
+        open.push((name, Arc::downgrade(&dev.inner)));
+        Ok(dev)
     }
 
     /// The interface of a raw-Ethernet device (`None` over UDP).
@@ -622,6 +677,51 @@ impl Inner {
             self.waker.notify();
         }
     }
+}
+
+/// The devices [`Device::open_shared`] opened, by name, and a condition signalled when one
+/// of them has stopped (its entry removed).
+struct SharedTable {
+    open: parking_lot::Mutex<Vec<(String, std::sync::Weak<Inner>)>>,
+    closed: parking_lot::Condvar,
+}
+
+static SHARED: SharedTable =
+    SharedTable { open: parking_lot::const_mutex(Vec::new()), closed: parking_lot::Condvar::new() };
+
+/// A shared device's name in [`SHARED`], removed when the device's `Inner` is dropped
+/// (after its other fields: the socket is closed by then).
+struct Shared(Option<String>);
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(name) = self.0.take() {
+            let mut open = SHARED.open.lock();
+            // Only the stopped one: its handles are all gone.
+            open.retain(|(n, w)| *n != name || w.strong_count() > 0);
+            SHARED.closed.notify_all();
+        }
+    }
+}
+
+/// Whether a running device is the one `want` names: same address, port, interface and
+/// VLAN; otherwise what differs.
+fn same_identity(have: &DeviceConfig, want: &DeviceConfig) -> Result<(), String> {
+    let id = |c: &DeviceConfig| (c.ip, c.port, c.netdev.clone(), c.vlan);
+    if id(have) == id(want) {
+        return Ok(());
+    }
+    let show = |c: &DeviceConfig| {
+        let mut s = format!("{} port {}", c.ip, c.port);
+        if let Some(n) = &c.netdev {
+            s += &format!(" on {n}");
+        }
+        if let Some(v) = c.vlan {
+            s += &format!(" VLAN {v}");
+        }
+        s
+    };
+    Err(format!("already open in this process as {}, not {}", show(have), show(want)))
 }
 
 impl Drop for Inner {

@@ -7,7 +7,7 @@
 //! rdma-core does.
 
 use crate::device::{ctx_of, CtxShared, MAX_CQE};
-use crate::{guard, set_errno, EventFd};
+use crate::{diag, guard, set_errno, EventFd, Users};
 use libc::{c_int, c_void};
 use parking_lot::Mutex;
 use rnic_core::cq::CqNotifier;
@@ -31,6 +31,10 @@ pub struct ChanShared {
 pub struct Channel {
     pub ibv: ibv_comp_channel,
     pub sh: Arc<ChanShared>,
+    /// The context it was made in: a CQ of another context may not use it (uverbs looks
+    /// the channel up in the CQ's own context). Weak: a channel outliving its context
+    /// (rdma-core's is a file of its own) keeps nothing running.
+    ctx: std::sync::Weak<CtxShared>,
 }
 
 /// An `ibv_cq`.
@@ -39,8 +43,10 @@ pub struct Cq {
     pub ibv: ibv_cq,
     pub cq: Arc<rnic_core::cq::Cq>,
     pub core: Device,
-    ctx: Arc<CtxShared>,
+    pub(crate) ctx: Arc<CtxShared>,
     chan: Option<Arc<ChanShared>>,
+    /// The QPs that complete into it.
+    pub(crate) users: Users,
 }
 
 pub(crate) unsafe fn cq_of<'a>(cq: *mut ibv_cq) -> Option<&'a Cq> {
@@ -51,10 +57,10 @@ pub(crate) unsafe fn cq_of<'a>(cq: *mut ibv_cq) -> Option<&'a Cq> {
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
     guard(null_mut(), || {
-        if unsafe { ctx_of(context) }.is_none() {
+        let Some(ctx) = (unsafe { ctx_of(context) }) else {
             set_errno(libc::EINVAL);
             return null_mut();
-        }
+        };
         let fd = match EventFd::new() {
             Ok(f) => f,
             Err(e) => {
@@ -64,7 +70,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *
         };
         let ibv = ibv_comp_channel { context, fd: fd.raw(), refcnt: 0 };
         let sh = Arc::new(ChanShared { fd, queue: Mutex::default(), cqs: Mutex::default() });
-        Box::into_raw(Box::new(Channel { ibv, sh })).cast()
+        Box::into_raw(Box::new(Channel { ibv, sh, ctx: Arc::downgrade(&ctx.sh) })).cast()
     })
 }
 
@@ -90,7 +96,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard(null_mut(), || {
         // SAFETY: a context we handed out.
@@ -98,10 +104,29 @@ pub unsafe extern "C" fn ibv_create_cq(
             set_errno(libc::EINVAL);
             return null_mut();
         };
+        // The context has one completion vector (num_comp_vectors 1); uverbs refuses
+        // a vector at or past the context's count.
+        if !(0..1).contains(&comp_vector) {
+            crate::diag(format!("ibv_create_cq: completion vector {comp_vector}: the context has 1 (vector 0)"));
+            set_errno(libc::EINVAL);
+            return null_mut();
+        }
         let Some(depth) = u32::try_from(cqe).ok().filter(|d| (1..=MAX_CQE).contains(d)) else {
             crate::diag(format!("ibv_create_cq: {cqe} entries asked, the device allows 1..={MAX_CQE}"));
             set_errno(libc::EINVAL);
             return null_mut();
+        };
+        let chan = if channel.is_null() {
+            None
+        } else {
+            // SAFETY: a channel we handed out.
+            let ch = unsafe { &*channel.cast::<Channel>() };
+            if !std::ptr::eq(ch.ctx.as_ptr(), Arc::as_ptr(&ctx.sh)) {
+                diag("ibv_create_cq: the completion channel belongs to another context");
+                set_errno(libc::EINVAL);
+                return null_mut();
+            }
+            Some(ch.sh.clone())
         };
         let core = match ctx.sh.core() {
             Ok(c) => c,
@@ -111,12 +136,6 @@ pub unsafe extern "C" fn ibv_create_cq(
             }
         };
         let cq = core.create_cq(depth as usize);
-        let chan = if channel.is_null() {
-            None
-        } else {
-            // SAFETY: a channel we handed out.
-            Some(unsafe { &*channel.cast::<Channel>() }.sh.clone())
-        };
         // SAFETY: all-zero is a valid ibv_cq (pointers, integers, glibc's zero mutex/cond).
         let mut ibv: ibv_cq = unsafe { std::mem::zeroed() };
         ibv.context = context;
@@ -125,7 +144,14 @@ pub unsafe extern "C" fn ibv_create_cq(
         ibv.handle = cq.id();
         ibv.cqe = cqe;
         let id = cq.id();
-        let ptr = Box::into_raw(Box::new(Cq { ibv, cq: cq.clone(), core, ctx: ctx.sh.clone(), chan: chan.clone() }));
+        let ptr = Box::into_raw(Box::new(Cq {
+            ibv,
+            cq: cq.clone(),
+            core,
+            ctx: ctx.sh.clone(),
+            chan: chan.clone(),
+            users: Users::default(),
+        }));
         if let Some(ch) = chan {
             ch.cqs.lock().insert(id, ptr as usize);
             let weak = Arc::downgrade(&ch);
@@ -147,7 +173,13 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         return libc::EINVAL;
     }
     let p = cq.cast::<Cq>();
-    // SAFETY: allocated by Box in ibv_create_cq; the program does not use it again.
+    // SAFETY: a CQ we handed out.
+    if unsafe { &*p }.users.in_use() {
+        diag("ibv_destroy_cq: QPs still complete into this CQ");
+        return libc::EBUSY;
+    }
+    // SAFETY: allocated by Box in ibv_create_cq; no QP names it and the program does not
+    // use it again.
     let c = unsafe { Box::from_raw(p) };
     c.cq.set_notifier(None);
     if let Some(ch) = &c.chan {
@@ -156,6 +188,18 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     }
     c.ctx.cqs.lock().remove(&c.cq.id());
     0
+}
+
+/// Frees a CQ of a context being closed (its QPs are gone); its channel hears no more
+/// of it.
+pub(crate) fn free_with_context(ptr: usize) {
+    // SAFETY: a live CQ of the closing context, out of its table: nothing else frees it.
+    let c = unsafe { Box::from_raw(ptr as *mut Cq) };
+    c.cq.set_notifier(None);
+    if let Some(ch) = &c.chan {
+        ch.cqs.lock().remove(&c.cq.id());
+        ch.queue.lock().retain(|&id| id != c.cq.id());
+    }
 }
 
 /// `ibv_resize_cq`: rnic's CQs have a fixed depth.

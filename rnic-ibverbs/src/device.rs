@@ -18,7 +18,7 @@ use std::collections::{HashMap, VecDeque};
 use std::mem::{offset_of, size_of};
 use std::net::IpAddr;
 use std::ptr::null_mut;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 /// An `ibv_device`: one entry of `RNIC_DEVICES`. Lives as long as the process.
 #[repr(C)]
@@ -26,6 +26,8 @@ pub struct Dev {
     pub ibv: ibv_device,
     pub info: DeviceInfo,
     pub index: c_int,
+    /// The device while any context of this process uses it.
+    port: Mutex<Weak<Port>>,
 }
 
 // SAFETY: the C struct holds only inline arrays and a null ops table; nothing in it is
@@ -52,34 +54,20 @@ fn devices() -> &'static Result<Vec<&'static Dev>, String> {
                 copy_cstr(&mut ibv.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{i}"));
                 copy_cstr(&mut ibv.ibdev_path, &format!("/sys/class/infiniband/{}", info.name));
                 let index = c_int::try_from(i).unwrap_or(c_int::MAX);
-                &*Box::leak(Box::new(Dev { ibv, info, index }))
+                &*Box::leak(Box::new(Dev { ibv, info, index, port: Mutex::new(Weak::new()) }))
             })
             .collect())
     })
 }
 
-/// The node GUID of a device (the EUI-64 of its MAC, as rxe and `rnic devinfo`): a raw
-/// Ethernet device's MAC is its interface's (read from sysfs, which `ip netns exec` mounts
-/// for the namespace), a UDP device's the one its address gives it.
+/// The node GUID of a device (the EUI-64 of its MAC, as rxe and `rnic devinfo`).
 fn guid(info: &DeviceInfo) -> u64 {
-    info.netdev
-        .as_deref()
-        .and_then(|n| std::fs::read_to_string(format!("/sys/class/net/{n}/address")).ok())
-        .and_then(|text| {
-            let b: Vec<u8> = text.trim().split(':').filter_map(|x| u8::from_str_radix(x, 16).ok()).collect();
-            <[u8; 6]>::try_from(b.as_slice()).ok()
-        })
-        .map_or_else(|| rnic_core::engine::guid_for(info.ip), rnic_core::engine::guid_for_mac)
+    info.node_guid()
 }
 
-/// GID `index` of a device: rxe's table (index 0 link-local from the MAC, index 1 the
-/// address's RoCEv2 GID), the same as `rnic_verbs::Context::gid`.
+/// GID `index` of a device: rxe's table, as `DeviceInfo::gid` has it.
 pub(crate) fn gid_of(info: &DeviceInfo, index: u32) -> Option<[u8; 16]> {
-    match index {
-        0 => Some(Gid::from_ip(IpAddr::V6(rnic_core::engine::link_local(guid(info)))).0),
-        1 => Some(Gid::from_ip(info.ip).0),
-        _ => None,
-    }
+    info.gid(index).map(|g| g.0)
 }
 
 /// Hard limits, the same as `rnic_verbs::Context::query_device` reports.
@@ -154,74 +142,126 @@ pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int 
     unsafe { dev_of(device) }.map_or(-1, |d| d.index)
 }
 
-/// What a context shares with its helper thread and its objects.
-pub struct CtxShared {
-    pub dev: &'static Dev,
-    core: Mutex<Option<Device>>,
-    pub(crate) async_fd: EventFd,
-    async_q: Mutex<VecDeque<(ibv_event_type, usize)>>,
-    /// Objects by engine id, for the element of an asynchronous event (as usize pointers).
-    pub qps: Mutex<HashMap<u32, usize>>,
-    pub cqs: Mutex<HashMap<u32, usize>>,
-    pub srqs: Mutex<HashMap<u32, usize>>,
+/// A device while contexts use it: rnic-core's one running [`Device`] for every context
+/// of this process on it (as every context on `rxe0` shares the kernel's device), and
+/// the contexts its asynchronous events are routed to.
+pub struct Port {
+    pub dev: Device,
+    contexts: Mutex<Vec<Weak<CtxShared>>>,
 }
 
-impl CtxShared {
-    /// The running device, started on first use.
-    pub(crate) fn core(self: &Arc<Self>) -> Result<Device, c_int> {
-        let mut g = self.core.lock();
-        if let Some(d) = g.as_ref() {
-            return Ok(d.clone());
+impl Port {
+    /// The device's port, started by the first context that needs it; later contexts
+    /// join it. Its router thread hands each asynchronous event to the context that owns
+    /// the event's object (QPNs, CQ and SRQ numbers are the device's, so one does).
+    fn join(d: &'static Dev, ctx: &Arc<CtxShared>) -> Result<Arc<Port>, c_int> {
+        let mut running = d.port.lock();
+        if let Some(p) = running.upgrade() {
+            let mut cs = p.contexts.lock();
+            cs.retain(|c| c.strong_count() > 0);
+            cs.push(Arc::downgrade(ctx));
+            drop(cs);
+            return Ok(p);
         }
-        let mut config = DeviceConfig::new(self.dev.info.name.clone(), self.dev.info.ip);
-        config.netdev = self.dev.info.netdev.clone();
-        config.vlan = self.dev.info.vlan;
+        let mut config = DeviceConfig::new(d.info.name.clone(), d.info.ip);
+        config.netdev = d.info.netdev.clone();
+        config.vlan = d.info.vlan;
         // The program's memory is registered in place; nothing DMAs into it, so pinning
         // would only add RLIMIT_MEMLOCK failures real drivers avoid with CAP_IPC_LOCK.
         config.pin_memory = false;
-        let dev = Device::open(config).map_err(|e| {
+        let dev = Device::open_shared(config).map_err(|e| {
             let errno = errno_of(&e);
             let hint = if errno == libc::EADDRINUSE {
                 " (another process has this device open: each process uses its own device, e.g. -d rnic0 and -d rnic1)"
             } else {
                 ""
             };
-            diag(format!("cannot start {}: {e}{hint}", self.dev.info.name));
+            diag(format!("cannot start {}: {e}{hint}", d.info.name));
             errno
         })?;
-        // Asynchronous events reach the program through async_fd: a thread moves them
-        // from the engine's channel (it ends when the device's channel closes).
+        let port = Arc::new(Port { dev: dev.clone(), contexts: Mutex::new(vec![Arc::downgrade(ctx)]) });
+        // Asynchronous events reach each program context through its async_fd: one
+        // thread per running device moves them from the engine's channel (it ends when
+        // the device stops and its channel closes).
         let rx = dev.events().clone();
-        let weak = Arc::downgrade(self);
-        let spawned = std::thread::Builder::new().name(format!("{}-async", self.dev.info.name)).spawn(move || {
+        let weak = Arc::downgrade(&port);
+        let spawned = std::thread::Builder::new().name(format!("{}-async", d.info.name)).spawn(move || {
             while let Ok(ev) = rx.recv() {
-                let Some(sh) = weak.upgrade() else { break };
-                sh.push_event(ev);
+                let Some(port) = weak.upgrade() else { break };
+                let contexts: Vec<_> = port.contexts.lock().iter().filter_map(Weak::upgrade).collect();
+                for c in contexts {
+                    if c.push_event(&ev) {
+                        break;
+                    }
+                }
             }
         });
         if let Err(e) = spawned {
-            diag(format!("cannot start the async event thread of {}: {e}", self.dev.info.name));
+            diag(format!("cannot start the async event thread of {}: {e}", d.info.name));
             return Err(libc::EAGAIN);
         }
-        *g = Some(dev.clone());
+        *running = Arc::downgrade(&port);
+        Ok(port)
+    }
+}
+
+/// What a context shares with its objects.
+pub struct CtxShared {
+    pub dev: &'static Dev,
+    port: Mutex<Option<Arc<Port>>>,
+    pub(crate) async_fd: EventFd,
+    async_q: Mutex<VecDeque<(ibv_event_type, usize)>>,
+    /// The context's objects (usize pointers to ours), for the element of an
+    /// asynchronous event and for what closing the context tears down: QPs, CQs and
+    /// SRQs by engine number, MRs by lkey, PDs by number.
+    pub qps: Mutex<HashMap<u32, usize>>,
+    pub cqs: Mutex<HashMap<u32, usize>>,
+    pub srqs: Mutex<HashMap<u32, usize>>,
+    pub mrs: Mutex<HashMap<u32, usize>>,
+    pub pds: Mutex<HashMap<u32, usize>>,
+    /// Address handles by their own address.
+    pub ahs: Mutex<HashMap<usize, usize>>,
+}
+
+impl CtxShared {
+    /// The running device, started (or joined) on first use.
+    pub(crate) fn core(self: &Arc<Self>) -> Result<Device, c_int> {
+        let mut g = self.port.lock();
+        if let Some(p) = g.as_ref() {
+            return Ok(p.dev.clone());
+        }
+        let p = Port::join(self.dev, self)?;
+        let dev = p.dev.clone();
+        *g = Some(p);
         Ok(dev)
     }
 
-    fn push_event(&self, ev: AsyncEvent) {
-        let (ty, element) = match ev {
+    /// Queues an event for the program if its object is this context's; false if not.
+    fn push_event(&self, ev: &AsyncEvent) -> bool {
+        let (ty, element) = match *ev {
             AsyncEvent::QpFatal { qpn } => (IBV_EVENT_QP_FATAL, self.qps.lock().get(&qpn).copied()),
             AsyncEvent::QpAccessErr { qpn } => (IBV_EVENT_QP_ACCESS_ERR, self.qps.lock().get(&qpn).copied()),
             AsyncEvent::QpReqErr { qpn } => (IBV_EVENT_QP_REQ_ERR, self.qps.lock().get(&qpn).copied()),
             AsyncEvent::CqError { cq } => (IBV_EVENT_CQ_ERR, self.cqs.lock().get(&cq).copied()),
             AsyncEvent::SrqLimitReached { srq } => (IBV_EVENT_SRQ_LIMIT_REACHED, self.srqs.lock().get(&srq).copied()),
             // The kernel raises no PORT_ACTIVE when a context opens; neither does this library.
-            AsyncEvent::PortActive { .. } => return,
-            _ => return,
+            _ => return false,
         };
-        // An event for an object the program already destroyed has nothing to point at.
-        let Some(element) = element else { return };
+        // Another context's object, or one the program already destroyed.
+        let Some(element) = element else { return false };
         self.async_q.lock().push_back((ty, element));
         self.async_fd.notify();
+        true
+    }
+
+    /// Whether the program still holds objects made in this context.
+    fn has_objects(&self) -> bool {
+        !(self.qps.lock().is_empty()
+            && self.cqs.lock().is_empty()
+            && self.srqs.lock().is_empty()
+            && self.mrs.lock().is_empty()
+            && self.pds.lock().is_empty()
+            && self.ahs.lock().is_empty())
     }
 }
 
@@ -279,12 +319,15 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
         let fd = async_fd.raw();
         let sh = Arc::new(CtxShared {
             dev,
-            core: Mutex::new(None),
+            port: Mutex::new(None),
             async_fd,
             async_q: Mutex::new(VecDeque::new()),
             qps: Mutex::default(),
             cqs: Mutex::default(),
             srqs: Mutex::default(),
+            mrs: Mutex::default(),
+            pds: Mutex::default(),
+            ahs: Mutex::default(),
         });
         // SAFETY: all-zero is a valid verbs_context (pointers, Options, integers and a
         // pthread mutex whose zero is PTHREAD_MUTEX_INITIALIZER on glibc).
@@ -318,8 +361,42 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     // SAFETY: a context from ibv_open_device, not used again by the program.
     let ctx = unsafe { context.cast::<u8>().sub(offset_of!(verbs_context, context)).cast::<Ctx>() };
     // SAFETY: allocated by Box in ibv_open_device.
-    drop(unsafe { Box::from_raw(ctx) });
+    let ctx = unsafe { Box::from_raw(ctx) };
+    guard((), || close_objects(&ctx.sh));
+    // rdma-core's ibv_close_device always succeeds.
     0
+}
+
+/// What the kernel does to a context closed with objects alive (uverbs destroys every
+/// object of the file, whatever the program still holds): its QPs are destroyed in the
+/// engine and its MRs deregistered, so none of them moves data or touches the program's
+/// memory again, and every object is freed, so nothing keeps the device running for
+/// it; the device and the other contexts on it go on. As with rdma-core (which frees
+/// the context they point to), the program may not use them afterwards.
+fn close_objects(sh: &CtxShared) {
+    if !sh.has_objects() {
+        return;
+    }
+    let take = |m: &Mutex<HashMap<u32, usize>>| std::mem::take(&mut *m.lock());
+    let (qps, srqs, mrs, cqs, pds) = (take(&sh.qps), take(&sh.srqs), take(&sh.mrs), take(&sh.cqs), take(&sh.pds));
+    let ahs = std::mem::take(&mut *sh.ahs.lock());
+    diag(format!(
+        "ibv_close_device: {}: the context still held {} QP(s), {} SRQ(s), {} MR(s), {} CQ(s), {} AH(s) and {} PD(s); destroyed with it",
+        sh.dev.info.name,
+        qps.len(),
+        srqs.len(),
+        mrs.len(),
+        cqs.len(),
+        ahs.len(),
+        pds.len()
+    ));
+    // Children before parents, as uverbs orders its teardown.
+    qps.into_values().for_each(crate::qp::free_with_context);
+    srqs.into_values().for_each(crate::qp::free_srq_with_context);
+    mrs.into_values().for_each(crate::mr::free_mr_with_context);
+    ahs.into_values().for_each(crate::mr::free_ah_with_context);
+    cqs.into_values().for_each(crate::cq::free_with_context);
+    pds.into_values().for_each(crate::mr::free_pd_with_context);
 }
 
 fn device_attr(dev: &Dev) -> ibv_device_attr {

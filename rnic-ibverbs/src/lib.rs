@@ -136,6 +136,26 @@ impl EventFd {
     }
 }
 
+/// How many objects name this one (a PD's MRs, QPs, SRQs and AHs; a CQ's or an SRQ's
+/// QPs). The kernel refuses to destroy an object still in use with `EBUSY` (uverbs keeps
+/// a use count per PD, CQ and SRQ), and so does this library.
+#[derive(Debug, Default)]
+pub(crate) struct Users(std::sync::atomic::AtomicU32);
+
+impl Users {
+    pub(crate) fn hold(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    pub(crate) fn release(&self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    pub(crate) fn in_use(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire) > 0
+    }
+}
+
 /// Copies `s` into a fixed C char array, NUL-terminated and truncated to fit.
 pub(crate) fn copy_cstr(dst: &mut [libc::c_char], s: &str) {
     let n = s.len().min(dst.len().saturating_sub(1));

@@ -1,7 +1,7 @@
 //! Protection domains, memory regions over the program's own memory, address handles.
 
 use crate::device::{ctx_of, ip_of_gid, CtxShared};
-use crate::{diag, guard, set_errno};
+use crate::{diag, guard, set_errno, Users};
 use libc::{c_int, c_uint, c_void, size_t};
 use rnic_core::device::Device;
 use rnic_core::mem::MemBlock;
@@ -18,6 +18,8 @@ pub struct Pd {
     pub id: PdId,
     pub core: Device,
     pub ctx: Arc<CtxShared>,
+    /// Its MRs, QPs, SRQs and AHs.
+    pub(crate) users: Users,
 }
 
 pub(crate) unsafe fn pd_of<'a>(pd: *mut ibv_pd) -> Option<&'a Pd> {
@@ -42,7 +44,9 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
         };
         let id = core.alloc_pd();
         let ibv = ibv_pd { context, handle: id.0 };
-        Box::into_raw(Box::new(Pd { ibv, id, core, ctx: ctx.sh.clone() })).cast()
+        let p = Box::into_raw(Box::new(Pd { ibv, id, core, ctx: ctx.sh.clone(), users: Users::default() }));
+        ctx.sh.pds.lock().insert(id.0, p as usize);
+        p.cast()
     })
 }
 
@@ -51,9 +55,22 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     if pd.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: allocated by Box in ibv_alloc_pd; the program does not use it again.
-    drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
+    // SAFETY: a PD we handed out.
+    if unsafe { &*pd.cast::<Pd>() }.users.in_use() {
+        diag("ibv_dealloc_pd: the PD still has memory regions, QPs, SRQs or address handles");
+        return libc::EBUSY;
+    }
+    // SAFETY: allocated by Box in ibv_alloc_pd; nothing names it any more and the program
+    // does not use it again.
+    let p = unsafe { Box::from_raw(pd.cast::<Pd>()) };
+    p.ctx.pds.lock().remove(&p.id.0);
     0
+}
+
+/// Frees a PD of a context being closed (its MRs, QPs, SRQs and AHs are gone).
+pub(crate) fn free_pd_with_context(ptr: usize) {
+    // SAFETY: a live PD of the closing context, out of its table: nothing else frees it.
+    drop(unsafe { Box::from_raw(ptr as *mut Pd) });
 }
 
 /// An `ibv_mr`.
@@ -61,6 +78,7 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 pub struct Mr {
     pub ibv: ibv_mr,
     core: Device,
+    ctx: Arc<CtxShared>,
 }
 
 /// Access flags rnic understands; the rest are refused with the reason, as a device
@@ -125,7 +143,10 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: size_t, iova: u64, access: c_
                     lkey: keys.lkey,
                     rkey: keys.rkey,
                 };
-                Box::into_raw(Box::new(Mr { ibv, core: p.core.clone() })).cast()
+                p.users.hold();
+                let m = Box::into_raw(Box::new(Mr { ibv, core: p.core.clone(), ctx: p.ctx.clone() }));
+                p.ctx.mrs.lock().insert(keys.lkey, m as usize);
+                m.cast()
             }
             Err(e) => {
                 diag(format!("ibv_reg_mr of {length} bytes at {addr:p}: {e}"));
@@ -170,6 +191,14 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     }
     // SAFETY: allocated by Box in ibv_reg_mr; the program does not use it again.
     let m = unsafe { Box::from_raw(mr.cast::<Mr>()) };
+    // SAFETY: the MR's PD, alive while it has users.
+    if let Some(p) = unsafe { pd_of(m.ibv.pd) } {
+        p.users.release();
+    }
+    // Still in its context's table unless the context was closed (which deregistered it).
+    if m.ctx.mrs.lock().remove(&m.ibv.lkey).is_none() {
+        return 0;
+    }
     match m.core.mtpt().deregister(m.ibv.lkey) {
         Ok(()) => 0,
         Err(e) => {
@@ -179,11 +208,20 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     }
 }
 
+/// Frees an MR of a context being closed: deregistered at once, so no peer reaches
+/// memory the program may now free (the kernel's teardown of a closed context).
+pub(crate) fn free_mr_with_context(ptr: usize) {
+    // SAFETY: a live MR of the closing context, out of its table: nothing else frees it.
+    let m = unsafe { Box::from_raw(ptr as *mut Mr) };
+    let _ = m.core.mtpt().deregister(m.ibv.lkey);
+}
+
 /// An `ibv_ah`: where UD sends go.
 #[repr(C)]
 pub struct Ah {
     pub ibv: ibv_ah,
     pub ip: IpAddr,
+    ctx: Arc<CtxShared>,
 }
 
 pub(crate) unsafe fn ah_of<'a>(ah: *mut ibv_ah) -> Option<&'a Ah> {
@@ -219,7 +257,10 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
                 return null_mut();
             }
         };
-        Box::into_raw(Box::new(Ah { ibv: ibv_ah { context: p.ibv.context, pd, handle: 0 }, ip })).cast()
+        p.users.hold();
+        let a = Box::into_raw(Box::new(Ah { ibv: ibv_ah { context: p.ibv.context, pd, handle: 0 }, ip, ctx: p.ctx.clone() }));
+        p.ctx.ahs.lock().insert(a as usize, a as usize);
+        a.cast()
     })
 }
 
@@ -229,8 +270,19 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
         return libc::EINVAL;
     }
     // SAFETY: allocated by Box in ibv_create_ah.
-    drop(unsafe { Box::from_raw(ah.cast::<Ah>()) });
+    let a = unsafe { Box::from_raw(ah.cast::<Ah>()) };
+    a.ctx.ahs.lock().remove(&(ah as usize));
+    // SAFETY: the AH's PD, alive while it has users.
+    if let Some(p) = unsafe { pd_of(a.ibv.pd) } {
+        p.users.release();
+    }
     0
+}
+
+/// Frees an AH of a context being closed.
+pub(crate) fn free_ah_with_context(ptr: usize) {
+    // SAFETY: a live AH of the closing context, out of its table: nothing else frees it.
+    drop(unsafe { Box::from_raw(ptr as *mut Ah) });
 }
 
 /// The sender of a UD receive, from the 40-byte GRH area before its data: for RoCEv2 over

@@ -5,7 +5,7 @@
 use crate::cq::cq_of;
 use crate::device::{ctx_of, ip_of_gid, CtxShared, MAX_INLINE, MAX_QP_WR, MAX_SGE};
 use crate::mr::{ah_of, pd_of};
-use crate::{diag, guard, set_errno};
+use crate::{diag, guard, set_errno, Users};
 use libc::{c_int, c_void, size_t};
 use parking_lot::Mutex;
 use rnic_core::device::Device;
@@ -54,6 +54,8 @@ pub struct Srq {
     pub srq: Arc<rnic_core::srq::Srq>,
     core: Device,
     ctx: Arc<CtxShared>,
+    /// The QPs that take their receive WQEs from it.
+    users: Users,
 }
 
 unsafe fn srq_of<'a>(srq: *mut ibv_srq) -> Option<&'a Srq> {
@@ -343,6 +345,18 @@ fn create(context: *mut ibv_context, attr: &mut ibv_qp_init_attr_ex) -> Result<*
     };
     // SAFETY: an SRQ we handed out (or NULL).
     let srq = unsafe { srq_of(attr.srq) };
+    // Every object a QP names is its context's: uverbs looks each handle up in the
+    // context the QP is created in, and refuses another context's (EINVAL).
+    let foreign = [
+        (!Arc::ptr_eq(&pd.ctx, &ctx.sh)).then_some("PD"),
+        (!Arc::ptr_eq(&scq.ctx, &ctx.sh)).then_some("send CQ"),
+        (!Arc::ptr_eq(&rcq.ctx, &ctx.sh)).then_some("receive CQ"),
+        srq.filter(|s| !Arc::ptr_eq(&s.ctx, &ctx.sh)).map(|_| "SRQ"),
+    ];
+    if let Some(what) = foreign.into_iter().flatten().next() {
+        diag(format!("ibv_create_qp: the {what} belongs to another context"));
+        return Err(libc::EINVAL);
+    }
     let cap = check_cap(&attr.cap, srq.is_some()).map_err(|why| {
         diag(format!("ibv_create_qp: {why}"));
         libc::EINVAL
@@ -414,6 +428,12 @@ fn create(context: *mut ibv_context, attr: &mut ibv_qp_init_attr_ex) -> Result<*
         qkey: Mutex::new(0),
         batch: Mutex::new((Vec::new(), None)),
     };
+    pd.users.hold();
+    scq.users.hold();
+    rcq.users.hold();
+    if let Some(s) = srq {
+        s.users.hold();
+    }
     let p = Box::into_raw(Box::new(q));
     ctx.sh.qps.lock().insert(qpn, p as usize);
     Ok(p.cast())
@@ -625,7 +645,27 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     }
     // SAFETY: allocated by Box in create; the program does not use it again.
     let q = unsafe { Box::from_raw(qp.cast::<Qp>()) };
-    q.ctx.qps.lock().remove(&q.shared.qpn.value());
+    // Still in its context's table unless the context was closed (which destroyed it).
+    let live = q.ctx.qps.lock().remove(&q.shared.qpn.value()).is_some();
+    let b = &q.ex.qp_base;
+    // SAFETY: the objects the QP names, kept alive by its hold on them.
+    unsafe {
+        if let Some(p) = pd_of(b.pd) {
+            p.users.release();
+        }
+        if let Some(c) = cq_of(b.send_cq) {
+            c.users.release();
+        }
+        if let Some(c) = cq_of(b.recv_cq) {
+            c.users.release();
+        }
+        if let Some(s) = srq_of(b.srq) {
+            s.users.release();
+        }
+    }
+    if !live {
+        return 0;
+    }
     match q.core.destroy_qp(q.shared.qpn) {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
@@ -634,6 +674,23 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         }
         Err(_) => libc::EIO,
     }
+}
+
+/// Frees a QP of a context being closed (taken out of its table): destroyed in the
+/// engine at once, so its peer sees what it sees when the kernel tears down a closed
+/// context's QP (nothing more from it).
+pub(crate) fn free_with_context(ptr: usize) {
+    // SAFETY: a live QP of the closing context, out of its table: nothing else frees it
+    // (the program may not use a closed context's objects, as with rdma-core, which
+    // frees the context they point to).
+    let q = unsafe { Box::from_raw(ptr as *mut Qp) };
+    let _ = q.core.destroy_qp(q.shared.qpn);
+}
+
+/// Frees an SRQ of a context being closed (its QPs are gone).
+pub(crate) fn free_srq_with_context(ptr: usize) {
+    // SAFETY: as for a QP.
+    drop(unsafe { Box::from_raw(ptr as *mut Srq) });
 }
 
 // --- ibv_qp_ex: the work-request API (ibv_wr_start ... ibv_wr_complete) ----------------
@@ -834,7 +891,9 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init
         ibv.pd = pd;
         ibv.handle = srq.id();
         let id = srq.id();
-        let ptr = Box::into_raw(Box::new(Srq { ibv, srq, core: p.core.clone(), ctx: p.ctx.clone() }));
+        p.users.hold();
+        let ptr =
+            Box::into_raw(Box::new(Srq { ibv, srq, core: p.core.clone(), ctx: p.ctx.clone(), users: Users::default() }));
         p.ctx.srqs.lock().insert(id, ptr as usize);
         ptr.cast()
     })
@@ -874,8 +933,17 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     if srq.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: allocated by Box in ibv_create_srq.
+    // SAFETY: an SRQ we handed out.
+    if unsafe { &*srq.cast::<Srq>() }.users.in_use() {
+        diag("ibv_destroy_srq: QPs still take their receive WQEs from this SRQ");
+        return libc::EBUSY;
+    }
+    // SAFETY: allocated by Box in ibv_create_srq; no QP names it.
     let s = unsafe { Box::from_raw(srq.cast::<Srq>()) };
     s.ctx.srqs.lock().remove(&s.srq.id());
+    // SAFETY: the SRQ's PD, alive while it has users.
+    if let Some(p) = unsafe { pd_of(s.ibv.pd) } {
+        p.users.release();
+    }
     0
 }

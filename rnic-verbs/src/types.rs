@@ -187,6 +187,38 @@ pub fn parse_devices(spec: &str) -> Result<Vec<DeviceInfo>> {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Gid(pub [u8; 16]);
 
+impl DeviceInfo {
+    /// An emulated device's MAC: a raw Ethernet device's is its interface's (read from
+    /// sysfs, which `ip netns exec` mounts for the namespace), a UDP device's the locally
+    /// administered one its address gives it (`02:52:a:b:c:d`, as captures show it).
+    pub fn mac(&self) -> [u8; 6] {
+        self.netdev
+            .as_deref()
+            .and_then(|n| std::fs::read_to_string(format!("/sys/class/net/{n}/address")).ok())
+            .and_then(|text| {
+                let b: Vec<u8> = text.trim().split(':').filter_map(|x| u8::from_str_radix(x, 16).ok()).collect();
+                <[u8; 6]>::try_from(b.as_slice()).ok()
+            })
+            .unwrap_or_else(|| rnic_core::capture::mac_for(self.ip).0)
+    }
+
+    /// An emulated device's node GUID: the EUI-64 of its MAC, as rxe derives it.
+    pub fn node_guid(&self) -> u64 {
+        rnic_core::engine::guid_for_mac(self.mac())
+    }
+
+    /// GID `index` of an emulated device's port 1, rxe's table: index 0 the link-local
+    /// GID of its MAC, index 1 its address's RoCEv2 GID; `None` past the table
+    /// ([`Context::gid`](crate::Context::gid) answers the same on an open device).
+    pub fn gid(&self, index: u32) -> Option<Gid> {
+        match index {
+            0 => Some(Gid::from_ip(IpAddr::V6(rnic_core::engine::link_local(self.node_guid())))),
+            1 => Some(Gid::from_ip(self.ip)),
+            _ => None,
+        }
+    }
+}
+
 impl Gid {
     /// The GID of an address.
     pub fn from_ip(ip: IpAddr) -> Gid {
