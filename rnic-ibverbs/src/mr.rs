@@ -258,7 +258,11 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
             }
         };
         p.users.hold();
-        let a = Box::into_raw(Box::new(Ah { ibv: ibv_ah { context: p.ibv.context, pd, handle: 0 }, ip, ctx: p.ctx.clone() }));
+        let a = Box::into_raw(Box::new(Ah {
+            ibv: ibv_ah { context: p.ibv.context, pd, handle: 0 },
+            ip,
+            ctx: p.ctx.clone(),
+        }));
         p.ctx.ahs.lock().insert(a as usize, a as usize);
         a.cast()
     })

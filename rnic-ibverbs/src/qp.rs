@@ -892,8 +892,13 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init
         ibv.handle = srq.id();
         let id = srq.id();
         p.users.hold();
-        let ptr =
-            Box::into_raw(Box::new(Srq { ibv, srq, core: p.core.clone(), ctx: p.ctx.clone(), users: Users::default() }));
+        let ptr = Box::into_raw(Box::new(Srq {
+            ibv,
+            srq,
+            core: p.core.clone(),
+            ctx: p.ctx.clone(),
+            users: Users::default(),
+        }));
         p.ctx.srqs.lock().insert(id, ptr as usize);
         ptr.cast()
     })

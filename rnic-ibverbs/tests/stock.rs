@@ -137,7 +137,10 @@ fn exports_cover_every_import() {
         .filter(|p| !p.is_symlink() && std::fs::read(p).is_ok_and(|b| b.starts_with(b"\x7fELF")))
         .collect();
     if libs.iter().filter(|l| l.to_string_lossy().contains("pyverbs")).count() < 5 {
-        unavailable(&format!("{} are not all installed (apt-get install python3-pyverbs ucx-utils libfabric1 libopenmpi3)", vendor_users.join(", ")));
+        unavailable(&format!(
+            "{} are not all installed (apt-get install python3-pyverbs ucx-utils libfabric1 libopenmpi3)",
+            vendor_users.join(", ")
+        ));
     }
     importers.extend(libs);
     let mut ours = BTreeSet::new();

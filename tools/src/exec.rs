@@ -4,6 +4,15 @@
 //! then returns the devices of `RNIC_DEVICES` (default `rnic0` on 127.0.0.1, `rnic1` on
 //! 127.0.0.2): two processes on one host use `-d rnic0` and `-d rnic1`, with GID index 1
 //! (`-g 1`, perftest's `-x 1`), as with Linux rxe.
+//!
+//! Software that looks for devices before it opens one finds them where it looks on a
+//! host with rxe: `rnic exec` gives the program `/sys/class/infiniband/<dev>/` and
+//! `/dev/infiniband/uverbsN` in a private mount namespace ([`devfiles`]) where the
+//! process may make one (root, or an unprivileged user namespace); where it may not, it
+//! says so once on stderr and runs the program anyway. `--no-device-files` leaves the
+//! file system as it is.
+
+mod devfiles;
 
 use clap::Parser;
 use std::ffi::OsString;
@@ -19,6 +28,10 @@ pub struct Args {
     /// target/rnic-ibverbs beside this binary's target folder).
     #[arg(long, value_name = "DIR")]
     lib: Option<PathBuf>,
+    /// Do not give the program /sys/class/infiniband and /dev/infiniband (by default it
+    /// gets them, in a mount namespace of its own).
+    #[arg(long)]
+    no_device_files: bool,
     /// The program and its arguments (after `--`).
     #[arg(required = true, num_args = 1.., allow_hyphen_values = true, value_name = "PROGRAM")]
     program: Vec<OsString>,
@@ -52,9 +65,22 @@ pub fn run(a: &Args) -> ExitCode {
         return ExitCode::from(2);
     };
     // A bad RNIC_DEVICES would only show inside the program as "no devices": say it here.
-    if let Err(e) = rnic_verbs::emulated_devices() {
-        eprintln!("rnic exec: {e}");
-        return ExitCode::from(2);
+    let devices = match rnic_verbs::emulated_devices() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("rnic exec: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if !a.no_device_files {
+        if let devfiles::Outcome::Refused(why) = devfiles::provide(&devices) {
+            eprintln!(
+                "rnic exec: running without /sys/class/infiniband and /dev/infiniband for {}: {why}; \
+                 programs that look there first (UCX, rdma-core's tests, rdma_cm) will not find the devices \
+                 (run as root, or allow unprivileged user namespaces; --no-device-files silences this)",
+                devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ")
+            );
+        }
     }
     let dir = dir.canonicalize().unwrap_or_else(|_| dir.clone());
     let mut path = dir.into_os_string();

@@ -1,0 +1,144 @@
+//! `rnic exec`'s device files: a program finds rnic's devices where software looks on a
+//! host with rxe (`/sys/class/infiniband`, `/dev/infiniband`), in a mount namespace of its
+//! own, and the host's file system is left as it was; where no namespace can be made the
+//! program runs anyway and stderr says what it lacks.
+//!
+//! The programs run here (`sh`, `cat`) load no libibverbs, so `--lib` names a folder with
+//! an empty stand-in: these tests need neither the library nor RDMA packages. Making a
+//! mount namespace needs root or unprivileged user namespaces; without either the first
+//! test checks the refusal instead.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn lib_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("exec-cli-lib");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("libibverbs.so.1"), b"").unwrap();
+    d
+}
+
+fn rnic_exec(extra: &[&str], script: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rnic"))
+        .arg("exec")
+        .arg("--lib")
+        .arg(lib_dir())
+        .args(extra)
+        .args(["--", "sh", "-c", script])
+        .env("RNIC_DEVICES", "rnic0=127.0.0.1,rnic1=127.0.0.2")
+        .output()
+        .expect("run rnic exec")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// What a program reads, as rxe has it.
+const READ_TREE: &str = "set -e
+for d in rnic0 rnic1; do
+  cat /sys/class/infiniband/$d/node_type /sys/class/infiniband/$d/node_guid
+  cat /sys/class/infiniband/$d/ports/1/state /sys/class/infiniband/$d/ports/1/link_layer
+  for i in 0 1; do
+    echo gid$i $(cat /sys/class/infiniband/$d/ports/1/gids/$i) $(cat /sys/class/infiniband/$d/ports/1/gid_attrs/types/$i) $(cat /sys/class/infiniband/$d/ports/1/gid_attrs/ndevs/$i)
+  done
+  echo net $(ls /sys/class/infiniband/$d/device/net/)
+done
+cat /sys/class/infiniband_verbs/uverbs0/ibdev /sys/class/infiniband_verbs/uverbs1/ibdev
+test -c /dev/infiniband/uverbs0 && test -r /dev/infiniband/uverbs0 && test -w /dev/infiniband/uverbs0 && echo uverbs0 is a character device
+test -c /dev/infiniband/uverbs1 && echo uverbs1 is a character device
+test -d /sys/class/net/lo && test -e /dev/null && test -d /dev/pts && echo host entries kept";
+
+#[test]
+fn a_program_finds_the_devices_where_rxe_puts_them() {
+    let before = Path::new("/sys/class/infiniband").exists();
+    let out = rnic_exec(&[], READ_TREE);
+    let (stdout, stderr) = text(&out);
+    if stderr.contains("running without /sys/class/infiniband") {
+        // Neither root nor unprivileged user namespaces: the program still ran.
+        assert!(out.status.code() == Some(1), "the program ran and failed on the missing files: {stderr}");
+        eprintln!("skipped: no mount namespace here: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    for want in [
+        "1: CA\n0052:7fff:fe00:0001\n4: ACTIVE\nEthernet\n",
+        "gid0 fe80:0000:0000:0000:0052:7fff:fe00:0001 RoCE v2 lo\n",
+        "gid1 0000:0000:0000:0000:0000:ffff:7f00:0001 RoCE v2 lo\n",
+        "gid1 0000:0000:0000:0000:0000:ffff:7f00:0002 RoCE v2 lo\n",
+        "net lo\n",
+        "rnic0\nrnic1\n",
+        "uverbs0 is a character device\nuverbs1 is a character device\nhost entries kept\n",
+    ] {
+        assert!(stdout.contains(want), "missing {want:?} in:\n{stdout}\nstderr:\n{stderr}");
+    }
+    assert!(stderr.is_empty(), "nothing said when the files were provided: {stderr}");
+    // The host's file system is as it was.
+    assert_eq!(Path::new("/sys/class/infiniband").exists(), before);
+    assert!(!Path::new("/dev/infiniband/uverbs0").exists() || before, "/dev/infiniband leaked to the host");
+}
+
+#[test]
+fn no_device_files_leaves_the_file_system_alone() {
+    if Path::new("/sys/class/infiniband").exists() {
+        eprintln!("skipped: this host has RDMA devices of its own");
+        return;
+    }
+    let out = rnic_exec(&["--no-device-files"], "test -e /sys/class/infiniband && echo present || echo absent");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success() && stdout == "absent\n" && stderr.is_empty(), "{stdout}{stderr}");
+}
+
+/// An unprivileged user (nobody) gets the files through a user namespace where the kernel
+/// allows it; where it does not, stderr says so once and the program runs. Needs root to
+/// become nobody (`setpriv`).
+#[test]
+fn unprivileged_runs_get_the_files_or_a_clear_message() {
+    if !nix_is_root() || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("skipped: needs root and setpriv to run as nobody");
+        return;
+    }
+    // nobody must reach the binary and the stand-in folder.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("exec-cli-nobody");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("rnic");
+    std::fs::copy(env!("CARGO_BIN_EXE_rnic"), &bin).unwrap();
+    std::fs::write(dir.join("libibverbs.so.1"), b"").unwrap();
+    let mut d = dir.clone();
+    while let Some(p) = d.parent() {
+        // Each folder on the way must be searchable by nobody (it is under /tmp and a
+        // target folder on a CI clone; say so otherwise).
+        if std::fs::metadata(p).is_ok_and(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o001 == 0) {
+            eprintln!("skipped: {} is not searchable by nobody", p.display());
+            return;
+        }
+        d = p.to_path_buf();
+    }
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(dir.join("libibverbs.so.1"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .arg("exec")
+        .arg("--lib")
+        .arg(&dir)
+        .args(["--", "sh", "-c", "cat /sys/class/infiniband/rnic0/ports/1/gids/1 && echo ran"])
+        .env("RNIC_DEVICES", "rnic0=127.0.0.1")
+        .output()
+        .expect("setpriv");
+    let (stdout, stderr) = text(&out);
+    if stderr.contains("running without") {
+        assert!(stderr.contains("unprivileged user namespace was refused"), "{stderr}");
+        assert_eq!(stderr.matches("rnic exec:").count(), 1, "said once: {stderr}");
+        eprintln!("this kernel refuses unprivileged user namespaces: {stderr}");
+    } else {
+        assert!(out.status.success(), "{stdout}{stderr}");
+        assert_eq!(stdout, "0000:0000:0000:0000:0000:ffff:7f00:0001\nran\n", "{stderr}");
+    }
+}
+
+fn nix_is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n")
+}
