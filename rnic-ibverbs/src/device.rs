@@ -711,14 +711,29 @@ pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {
     // Nothing to count: destroying an object never waits for its events here.
 }
 
-/// The IP address a GID names, refusing what a UDP device cannot reach (the link-local
-/// GID of index 0) with the reason.
 /// Whether a device carries link-local GID 0 traffic (a raw Ethernet device does; the UDP
 /// transport's socket is bound to the device's address).
 pub(crate) fn carries_link_local(info: &DeviceInfo) -> bool {
     info.netdev.is_some()
 }
 
+/// The IPv4 address of the UDP device whose GID 0 is `raw`: a UDP device's MAC is
+/// `02:52:a:b:c:d` from its address (`rnic_core::capture::mac_for`), so its link-local
+/// GID names the address too. Only an exact match (the GID rebuilt from the address
+/// equals `raw`) counts.
+fn udp_device_of_link_local(raw: [u8; 16]) -> Option<std::net::Ipv4Addr> {
+    // fe80::/64, then the EUI-64 of 02:52:a:b:c:d: 00 52 a ff fe b c d.
+    let ip = std::net::Ipv4Addr::new(raw[10], raw[13], raw[14], raw[15]);
+    let rebuilt =
+        DeviceInfo { name: String::new(), ip: IpAddr::V4(ip), kind: Default::default(), netdev: None, vlan: None }
+            .gid(0)?;
+    (rebuilt.0 == raw).then_some(ip)
+}
+
+/// The IP address a GID names. A link-local GID (index 0) names an address only on a
+/// device that carries link-local traffic (raw Ethernet) or, on a UDP device, when it is
+/// the GID 0 of another rnic UDP device, whose address it encodes; otherwise it is
+/// refused with the reason.
 pub(crate) fn ip_of_gid(raw: [u8; 16], what: &str, link_local_ok: bool) -> Result<IpAddr, c_int> {
     if raw == [0u8; 16] {
         diag(format!(
@@ -727,11 +742,39 @@ pub(crate) fn ip_of_gid(raw: [u8; 16], what: &str, link_local_ok: bool) -> Resul
         return Err(libc::EINVAL);
     }
     if rnic_core::engine::is_link_local(Gid(raw).to_ip()) && !link_local_ok {
+        if let Some(v4) = udp_device_of_link_local(raw) {
+            return Ok(IpAddr::V4(v4));
+        }
         diag(format!(
-            "{what}: the destination GID {} is link-local (GID index 0): rnic's UDP devices send from index 1, the RoCEv2 GID ::ffff:a.b.c.d (use -g 1 / -x 1; a raw Ethernet device, name=ip@iface, carries GID 0)",
+            "{what}: the destination GID {} is link-local (GID index 0) and not an rnic UDP device's: rnic's UDP devices reach other hosts from index 1, the RoCEv2 GID ::ffff:a.b.c.d (use -g 1 / -x 1; a raw Ethernet device, name=ip@iface, carries GID 0)",
             Gid(raw)
         ));
         return Err(libc::EINVAL);
     }
     Ok(Gid(raw).to_ip())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_udp_devices_gid_0_names_its_address() {
+        let info = |ip: &str| DeviceInfo {
+            name: "rnic0".into(),
+            ip: ip.parse().unwrap(),
+            kind: Default::default(),
+            netdev: None,
+            vlan: None,
+        };
+        for ip in ["127.0.0.1", "127.0.81.34", "10.1.2.3"] {
+            let g0 = info(ip).gid(0).unwrap().0;
+            assert_eq!(ip_of_gid(g0, "test", false), Ok(ip.parse().unwrap()));
+        }
+        // Any other link-local GID is refused.
+        let mut other = info("127.0.0.1").gid(0).unwrap().0;
+        other[9] ^= 1;
+        assert_eq!(ip_of_gid(other, "test", false), Err(libc::EINVAL));
+        assert_eq!(ip_of_gid([0; 16], "test", false), Err(libc::EINVAL));
+    }
 }

@@ -528,9 +528,12 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
                 return libc::EINVAL;
             }
             let link_local = crate::device::carries_link_local(&q.ctx.dev.info);
-            if ah.grh.sgid_index != 1 && !(ah.grh.sgid_index == 0 && link_local) {
+            // Index 0 or 1: a UDP device sends from its address with either (GID 0
+            // names the device too, by the MAC its address gives it; a peer rnic device
+            // maps it back, see ip_of_gid); a raw Ethernet device sends from each.
+            if ah.grh.sgid_index > 1 {
                 diag(format!(
-                    "{what}: source GID index {} cannot send: rnic's UDP devices send from GID index 1, the RoCEv2 GID ::ffff:a.b.c.d (use -g 1 / -x 1; a raw Ethernet device, name=ip@iface, also sends from GID 0)",
+                    "{what}: source GID index {}: the port's GID table has indexes 0 (link-local) and 1 (the RoCEv2 GID ::ffff:a.b.c.d)",
                     ah.grh.sgid_index
                 ));
                 return libc::EINVAL;
