@@ -314,8 +314,7 @@ impl Device {
     pub fn open_shared(config: DeviceConfig) -> Result<Device, DeviceError> {
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut open = SHARED.open.lock();
-        loop {
-            let Some(slot) = open.iter().find(|(n, _)| *n == config.name) else { break };
+        while let Some(slot) = open.iter().find(|(n, _)| *n == config.name) {
             match slot.1.upgrade() {
                 Some(inner) => {
                     let dev = Device { inner };

@@ -181,25 +181,28 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     // SAFETY: allocated by Box in ibv_create_cq; no QP names it and the program does not
     // use it again.
     let c = unsafe { Box::from_raw(p) };
-    c.cq.set_notifier(None);
-    if let Some(ch) = &c.chan {
-        ch.cqs.lock().remove(&c.cq.id());
-        ch.queue.lock().retain(|&id| id != c.cq.id());
-    }
+    c.detach();
     c.ctx.cqs.lock().remove(&c.cq.id());
     0
+}
+
+impl Cq {
+    /// Its channel hears no more of it (no notifier, no queued event, out of the
+    /// channel's table).
+    fn detach(&self) {
+        self.cq.set_notifier(None);
+        if let Some(ch) = &self.chan {
+            ch.cqs.lock().remove(&self.cq.id());
+            ch.queue.lock().retain(|&id| id != self.cq.id());
+        }
+    }
 }
 
 /// Frees a CQ of a context being closed (its QPs are gone); its channel hears no more
 /// of it.
 pub(crate) fn free_with_context(ptr: usize) {
     // SAFETY: a live CQ of the closing context, out of its table: nothing else frees it.
-    let c = unsafe { Box::from_raw(ptr as *mut Cq) };
-    c.cq.set_notifier(None);
-    if let Some(ch) = &c.chan {
-        ch.cqs.lock().remove(&c.cq.id());
-        ch.queue.lock().retain(|&id| id != c.cq.id());
-    }
+    unsafe { Box::from_raw(ptr as *mut Cq) }.detach();
 }
 
 /// `ibv_resize_cq`: rnic's CQs have a fixed depth.

@@ -14,7 +14,7 @@ use rnic_core::device::{Device, DeviceConfig, DeviceError};
 use rnic_core::engine::AsyncEvent;
 use rnic_verbs::{DeviceInfo, Gid};
 use rnic_verbs_sys::*;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::mem::{offset_of, size_of};
 use std::net::IpAddr;
 use std::ptr::null_mut;
@@ -58,16 +58,6 @@ fn devices() -> &'static Result<Vec<&'static Dev>, String> {
             })
             .collect())
     })
-}
-
-/// The node GUID of a device (the EUI-64 of its MAC, as rxe and `rnic devinfo`).
-fn guid(info: &DeviceInfo) -> u64 {
-    info.node_guid()
-}
-
-/// GID `index` of a device: rxe's table, as `DeviceInfo::gid` has it.
-pub(crate) fn gid_of(info: &DeviceInfo, index: u32) -> Option<[u8; 16]> {
-    info.gid(index).map(|g| g.0)
 }
 
 /// Hard limits, the same as `rnic_verbs::Context::query_device` reports.
@@ -133,7 +123,7 @@ pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
     // SAFETY: a device from our list.
-    unsafe { dev_of(device) }.map_or(0, |d| guid(&d.info).to_be())
+    unsafe { dev_of(device) }.map_or(0, |d| d.info.node_guid().to_be())
 }
 
 #[no_mangle]
@@ -219,8 +209,8 @@ pub struct CtxShared {
     pub srqs: Mutex<HashMap<u32, usize>>,
     pub mrs: Mutex<HashMap<u32, usize>>,
     pub pds: Mutex<HashMap<u32, usize>>,
-    /// Address handles by their own address.
-    pub ahs: Mutex<HashMap<usize, usize>>,
+    /// Address handles (usize pointers to ours).
+    pub ahs: Mutex<HashSet<usize>>,
 }
 
 impl CtxShared {
@@ -394,7 +384,7 @@ fn close_objects(sh: &CtxShared) {
     qps.into_values().for_each(crate::qp::free_with_context);
     srqs.into_values().for_each(crate::qp::free_srq_with_context);
     mrs.into_values().for_each(crate::mr::free_mr_with_context);
-    ahs.into_values().for_each(crate::mr::free_ah_with_context);
+    ahs.into_iter().for_each(crate::mr::free_ah_with_context);
     cqs.into_values().for_each(crate::cq::free_with_context);
     pds.into_values().for_each(crate::mr::free_pd_with_context);
 }
@@ -402,7 +392,7 @@ fn close_objects(sh: &CtxShared) {
 fn device_attr(dev: &Dev) -> ibv_device_attr {
     let mut a = ibv_device_attr::default();
     copy_cstr(&mut a.fw_ver, &format!("rnic {}", env!("CARGO_PKG_VERSION")));
-    a.node_guid = guid(&dev.info).to_be();
+    a.node_guid = dev.info.node_guid().to_be();
     a.sys_image_guid = a.node_guid;
     a.max_mr_size = 1 << 40;
     a.page_size_cap = 0xffff_f000;
@@ -531,7 +521,7 @@ pub unsafe extern "C" fn ibv_query_gid(
 ) -> c_int {
     // SAFETY: a context we handed out.
     let Some(ctx) = (unsafe { ctx_of(context) }) else { return -1 };
-    let g = u32::try_from(index).ok().and_then(|i| gid_of(&ctx.sh.dev.info, i));
+    let g = u32::try_from(index).ok().and_then(|i| ctx.sh.dev.info.gid(i)).map(|g| g.0);
     match g {
         Some(g) if port_num == 1 && !gid.is_null() => {
             // SAFETY: the caller's 16-byte GID.
@@ -546,7 +536,7 @@ pub unsafe extern "C" fn ibv_query_gid(
 }
 
 fn gid_entry(dev: &Dev, index: u32) -> Option<ibv_gid_entry> {
-    let g = gid_of(&dev.info, index)?;
+    let g = dev.info.gid(index)?.0;
     let mut e = ibv_gid_entry::default();
     e.gid.raw = g;
     e.gid_index = index;
@@ -619,7 +609,7 @@ pub unsafe extern "C" fn ibv_query_gid_type(
 ) -> c_int {
     // SAFETY: a context we handed out.
     let Some(ctx) = (unsafe { ctx_of(context) }) else { return -1 };
-    if port_num != 1 || ty.is_null() || gid_of(&ctx.sh.dev.info, index).is_none() {
+    if port_num != 1 || ty.is_null() || ctx.sh.dev.info.gid(index).is_none() {
         set_errno(libc::EINVAL);
         return -1;
     }
@@ -717,19 +707,6 @@ pub(crate) fn carries_link_local(info: &DeviceInfo) -> bool {
     info.netdev.is_some()
 }
 
-/// The IPv4 address of the UDP device whose GID 0 is `raw`: a UDP device's MAC is
-/// `02:52:a:b:c:d` from its address (`rnic_core::capture::mac_for`), so its link-local
-/// GID names the address too. Only an exact match (the GID rebuilt from the address
-/// equals `raw`) counts.
-fn udp_device_of_link_local(raw: [u8; 16]) -> Option<std::net::Ipv4Addr> {
-    // fe80::/64, then the EUI-64 of 02:52:a:b:c:d: 00 52 a ff fe b c d.
-    let ip = std::net::Ipv4Addr::new(raw[10], raw[13], raw[14], raw[15]);
-    let rebuilt =
-        DeviceInfo { name: String::new(), ip: IpAddr::V4(ip), kind: Default::default(), netdev: None, vlan: None }
-            .gid(0)?;
-    (rebuilt.0 == raw).then_some(ip)
-}
-
 /// The IP address a GID names. A link-local GID (index 0) names an address only on a
 /// device that carries link-local traffic (raw Ethernet) or, on a UDP device, when it is
 /// the GID 0 of another rnic UDP device, whose address it encodes; otherwise it is
@@ -742,7 +719,7 @@ pub(crate) fn ip_of_gid(raw: [u8; 16], what: &str, link_local_ok: bool) -> Resul
         return Err(libc::EINVAL);
     }
     if rnic_core::engine::is_link_local(Gid(raw).to_ip()) && !link_local_ok {
-        if let Some(v4) = udp_device_of_link_local(raw) {
+        if let Some(v4) = rnic_core::engine::udp_device_of_link_local(std::net::Ipv6Addr::from(raw)) {
             return Ok(IpAddr::V4(v4));
         }
         diag(format!(

@@ -195,10 +195,7 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     if let Some(p) = unsafe { pd_of(m.ibv.pd) } {
         p.users.release();
     }
-    // Still in its context's table unless the context was closed (which deregistered it).
-    if m.ctx.mrs.lock().remove(&m.ibv.lkey).is_none() {
-        return 0;
-    }
+    m.ctx.mrs.lock().remove(&m.ibv.lkey);
     match m.core.mtpt().deregister(m.ibv.lkey) {
         Ok(()) => 0,
         Err(e) => {
@@ -263,7 +260,7 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
             ip,
             ctx: p.ctx.clone(),
         }));
-        p.ctx.ahs.lock().insert(a as usize, a as usize);
+        p.ctx.ahs.lock().insert(a as usize);
         a.cast()
     })
 }

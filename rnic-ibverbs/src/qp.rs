@@ -648,8 +648,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     }
     // SAFETY: allocated by Box in create; the program does not use it again.
     let q = unsafe { Box::from_raw(qp.cast::<Qp>()) };
-    // Still in its context's table unless the context was closed (which destroyed it).
-    let live = q.ctx.qps.lock().remove(&q.shared.qpn.value()).is_some();
+    q.ctx.qps.lock().remove(&q.shared.qpn.value());
     let b = &q.ex.qp_base;
     // SAFETY: the objects the QP names, kept alive by its hold on them.
     unsafe {
@@ -665,9 +664,6 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         if let Some(s) = srq_of(b.srq) {
             s.users.release();
         }
-    }
-    if !live {
-        return 0;
     }
     match q.core.destroy_qp(q.shared.qpn) {
         Ok(Ok(())) => 0,

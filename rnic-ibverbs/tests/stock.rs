@@ -377,26 +377,31 @@ fn perftest() {
 /// with rnic's library: the verbs contract as C sees it (errno values, inline sends,
 /// immediate data byte order, completion channel fd semantics, atomics through both post
 /// APIs, protection errors and their async event, flushing).
-#[test]
-fn c_contract() {
+/// `tests/c/NAME.c` compiled against rdma-core's own `<infiniband/verbs.h>` and linked with
+/// rnic's library in `dir`: the program, or None (skipped: no header or no library).
+fn compile_c(name: &str) -> Option<(&'static Path, PathBuf)> {
     if !Path::new("/usr/include/infiniband/verbs.h").is_file() {
         unavailable("/usr/include/infiniband/verbs.h is missing (apt-get install libibverbs-dev)");
-        return;
+        return None;
     }
-    let Some(dir) = setup(&[]) else { return };
-    let _turn = serial();
-    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rnic-ibverbs-contract");
+    let dir = setup(&[])?;
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rnic-ibverbs-{name}"));
     let out = Command::new("cc")
-        .arg("-Wall")
-        .arg("-Werror")
-        .arg("-o")
+        .args(["-Wall", "-Werror", "-pthread", "-o"])
         .arg(&exe)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/contract.c"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c")))
         .arg(format!("-L{}", dir.display()))
         .arg("-libverbs")
         .output()
         .expect("cc");
-    assert!(out.status.success(), "compiling contract.c:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "compiling {name}.c:\n{}", String::from_utf8_lossy(&out.stderr));
+    Some((dir, exe))
+}
+
+#[test]
+fn c_contract() {
+    let Some((dir, exe)) = compile_c("contract") else { return };
+    let _turn = serial();
     let out = command(dir, exe.to_str().expect("utf-8 path"), 30).output().expect("run contract");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "contract.c failed:\n{text}");
@@ -412,22 +417,8 @@ fn c_contract() {
 /// is closed, and the device started again.
 #[test]
 fn c_contexts_share_a_device() {
-    if !Path::new("/usr/include/infiniband/verbs.h").is_file() {
-        unavailable("/usr/include/infiniband/verbs.h is missing (apt-get install libibverbs-dev)");
-        return;
-    }
-    let Some(dir) = setup(&[]) else { return };
+    let Some((dir, exe)) = compile_c("contexts") else { return };
     let _turn = serial();
-    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rnic-ibverbs-contexts");
-    let out = Command::new("cc")
-        .args(["-Wall", "-Werror", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/contexts.c"))
-        .arg(format!("-L{}", dir.display()))
-        .arg("-libverbs")
-        .output()
-        .expect("cc");
-    assert!(out.status.success(), "compiling contexts.c:\n{}", String::from_utf8_lossy(&out.stderr));
     let child = command(dir, exe.to_str().expect("utf-8 path"), 34).spawn().expect("run contexts");
     let out = finish(child, "contexts.c", Instant::now() + Duration::from_secs(120));
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

@@ -132,6 +132,16 @@ pub fn guid_for(ip: IpAddr) -> u64 {
     guid_for_mac(crate::capture::mac_for(ip).0)
 }
 
+/// The IPv4 address of the device without an interface (the UDP transport) whose GID 0
+/// is `gid`: [`guid_for`] puts the address into the MAC (`02:52:a:b:c:d`) and so into the
+/// link-local GID (`fe80::52:aff:feb:c0d`), so that GID names the address as well. Only
+/// an exact match counts (the GID rebuilt from the address equals `gid`).
+pub fn udp_device_of_link_local(gid: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let b = gid.octets();
+    let ip = std::net::Ipv4Addr::new(b[10], b[13], b[14], b[15]);
+    (link_local(guid_for(IpAddr::V4(ip))) == gid).then_some(ip)
+}
+
 /// Asynchronous events (`ibv_event_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -42,7 +42,9 @@ mod responder;
 pub mod ud;
 mod unreliable;
 
-pub use ctx::{guid_for, guid_for_mac, is_link_local, link_local, AsyncEvent, EngineConfig, Time};
+pub use ctx::{
+    guid_for, guid_for_mac, is_link_local, link_local, udp_device_of_link_local, AsyncEvent, EngineConfig, Time,
+};
 pub use out::{TxPacket, TxPayload};
 pub use qp_table::FIRST_QPN;
 

@@ -2,20 +2,12 @@
  * contexts A and B both open rnic0 (one engine, one UDP port), their RC QPs connected to
  * each other. Run by tests/stock.rs with rnic's libibverbs.so.1; RNIC_DEVICES names rnic0.
  * Prints "ok: ..." per check; on the first failure prints "FAIL: ..." and exits 1. */
+#include "check.h"
 #include <arpa/inet.h>
-#include <errno.h>
-#include <infiniband/verbs.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
-
-#define CHECK(cond, ...) do { if (!(cond)) { printf("FAIL: " __VA_ARGS__); printf(" (errno %d %s)\n", errno, strerror(errno)); fflush(stdout); exit(1); } } while (0)
-#define OK(...) do { printf("ok: " __VA_ARGS__); printf("\n"); fflush(stdout); } while (0)
 
 #define BUF 4096
 
@@ -69,48 +61,7 @@ static void connect_qp(struct side *s, struct side *peer)
 {
 	union ibv_gid gid;
 	CHECK(ibv_query_gid(peer->ctx, 1, 1, &gid) == 0, "ibv_query_gid");
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ };
-	CHECK(ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
-	      "INIT");
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer->qp->qp_num;
-	a.rq_psn = 0;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	CHECK(ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-					      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0,
-	      "RTR");
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 0;
-	a.max_rd_atomic = 1;
-	CHECK(ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-					      IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
-	      "RTS");
-}
-
-static struct ibv_wc wait_wc(struct ibv_cq *cq, const char *what)
-{
-	struct ibv_wc wc;
-	time_t t0 = time(NULL);
-	for (;;) {
-		int n = ibv_poll_cq(cq, 1, &wc);
-		CHECK(n >= 0, "%s: ibv_poll_cq returned %d", what, n);
-		if (n == 1)
-			return wc;
-		CHECK(time(NULL) - t0 < 20, "%s: no completion within 20 s", what);
-	}
+	rc_connect(s->qp, peer->qp->qp_num, gid, 0, 1, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
 }
 
 /* A WRITE of BUF bytes from a to b, every byte checked at b; then a READ back into a. */

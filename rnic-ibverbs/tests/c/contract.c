@@ -2,18 +2,10 @@
  * rdma-core's own <infiniband/verbs.h> by tests/contract.rs). One process, two devices
  * (rnic0 and rnic1 of RNIC_DEVICES), an RC QP on each, connected to each other.
  * Prints "ok: ..." per check; on the first failure prints "FAIL: ..." and exits 1. */
+#include "check.h"
 #include <arpa/inet.h>
-#include <errno.h>
 #include <fcntl.h>
-#include <infiniband/verbs.h>
 #include <poll.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#define CHECK(cond, ...) do { if (!(cond)) { printf("FAIL: " __VA_ARGS__); printf(" (errno %d %s)\n", errno, strerror(errno)); exit(1); } } while (0)
-#define OK(...) do { printf("ok: " __VA_ARGS__); printf("\n"); } while (0)
 
 struct side {
 	struct ibv_context *ctx;
@@ -25,19 +17,6 @@ struct side {
 	char *buf, *ro_buf;
 	union ibv_gid gid;
 };
-
-static struct ibv_wc wait_wc(struct ibv_cq *cq, const char *what)
-{
-	struct ibv_wc wc;
-	time_t t0 = time(NULL);
-	for (;;) {
-		int n = ibv_poll_cq(cq, 1, &wc);
-		CHECK(n >= 0, "%s: ibv_poll_cq returned %d", what, n);
-		if (n == 1)
-			return wc;
-		CHECK(time(NULL) - t0 < 10, "%s: no completion within 10 s", what);
-	}
-}
 
 static void open_side(struct side *s, struct ibv_device *dev, int cq_ctx)
 {
@@ -68,33 +47,8 @@ static void open_side(struct side *s, struct ibv_device *dev, int cq_ctx)
 
 static void connect_qp(struct side *s, struct side *peer)
 {
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC };
-	CHECK(ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0, "to INIT");
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer->qp->qp_num;
-	a.rq_psn = 100;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = peer->gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	CHECK(ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0, "to RTR");
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 100;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 4;
-	CHECK(ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			    IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC) == 0, "to RTS");
-	CHECK(s->qp->state == IBV_QPS_RTS, "qp->state follows modify");
+	rc_connect(s->qp, peer->qp->qp_num, peer->gid, 100, 4,
+		   IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
 }
 
 static void post_recv(struct side *s, uint64_t id)

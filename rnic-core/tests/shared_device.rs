@@ -1,0 +1,56 @@
+//! `Device::open_shared`: every caller in a process naming a device gets its one running
+//! device (one socket, one engine), a caller naming it with another address is refused
+//! with both named, and once the last handle is dropped the port is free again (a plain
+//! `Device::open` of the same address, which binds it, succeeds at once).
+
+use rnic_core::device::{Device, DeviceConfig, DeviceError};
+use std::net::IpAddr;
+
+fn config(name: &str, ip: &str) -> DeviceConfig {
+    let ip: IpAddr = ip.parse().unwrap();
+    DeviceConfig { pin_memory: false, ..DeviceConfig::new(name, ip) }
+}
+
+#[test]
+fn one_device_per_name_and_the_port_freed_after_the_last_handle() {
+    let a = Device::open_shared(config("shared0", "127.0.82.1")).expect("first open");
+    // A second caller joins the same device: no second bind (which would fail with
+    // EADDRINUSE), the same memory table and the same counters.
+    let b = Device::open_shared(config("shared0", "127.0.82.1")).expect("second open joins");
+    assert!(std::sync::Arc::ptr_eq(a.mtpt(), b.mtpt()), "one device, one memory table");
+    let pd_a = a.alloc_pd();
+    let pd_b = b.alloc_pd();
+    assert_ne!(pd_a, pd_b, "PD numbers are the device's, not the caller's");
+
+    // The same name at another address is refused, naming both.
+    match Device::open_shared(config("shared0", "127.0.82.2")) {
+        Err(DeviceError::Config { why, .. }) => {
+            assert!(why.contains("127.0.82.1") && why.contains("127.0.82.2"), "{why}")
+        }
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+
+    // A plain open of the same address cannot bind while the shared device runs...
+    assert!(Device::open(config("other", "127.0.82.1")).is_err());
+    drop(a);
+    assert!(Device::open(config("other", "127.0.82.1")).is_err(), "one handle still runs it");
+    drop(b);
+    // ...and can as soon as its last handle is gone.
+    let c = Device::open(config("other", "127.0.82.1")).expect("the port is free after the last handle");
+    drop(c);
+
+    // Opened again, in a loop from several threads at once: never EADDRINUSE.
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(|| {
+                for _ in 0..25 {
+                    let d = Device::open_shared(config("shared0", "127.0.82.1")).expect("reopen");
+                    d.alloc_pd();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
