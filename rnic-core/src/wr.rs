@@ -490,6 +490,21 @@ pub struct WorkCompletion {
     pub invalidated_rkey: u32,
     /// P_Key index of the receiving QP (UD receive completions).
     pub pkey_index: u16,
+    /// Which L3 header fills the GRH area (UD receive completions; the kernel's
+    /// `ib_wc.network_hdr_type`).
+    pub network_hdr: NetworkHdr,
+}
+
+/// The L3 header a UD receive's 40-byte GRH area holds (`enum rdma_network_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NetworkHdr {
+    /// No GRH area (not a UD receive).
+    #[default]
+    None,
+    /// RoCEv2 over IPv4: the IPv4 header in the area's last 20 bytes.
+    Ipv4,
+    /// RoCEv2 over IPv6: the IPv6 header fills the area.
+    Ipv6,
 }
 
 impl WorkCompletion {
@@ -517,6 +532,7 @@ impl WorkCompletion {
             wc_flags: WcFlags::default(),
             invalidated_rkey: 0,
             pkey_index: 0,
+            network_hdr: NetworkHdr::None,
         }
     }
 }

@@ -9,7 +9,7 @@ use rnic_core::engine::qp::{self, PostError, QpCap, PORT_MTU};
 use rnic_core::engine::ud::GRH_LEN;
 use rnic_core::fabric::Fabric;
 use rnic_core::qp_state::{ModifyError, QpAttrMask, QpType};
-use rnic_core::wr::{RecvWr, SendOp, SendWr, UdDest, WcOpcode, WcStatus, WorkCompletion};
+use rnic_core::wr::{NetworkHdr, RecvWr, SendOp, SendWr, UdDest, WcOpcode, WcStatus, WorkCompletion};
 use rnic_wire::Opcode;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::Ordering;
@@ -124,6 +124,7 @@ fn send_recv_fills_the_grh_area_and_the_completion() {
         assert_eq!(wc.src_qp, u.nodes[0].qp.qpn.value());
         assert_eq!(wc.qp_num, u.nodes[1].qp.qpn.value());
         assert!(wc.wc_flags.grh);
+        assert_eq!(wc.network_hdr, NetworkHdr::Ipv4, "the GRH area holds the IPv4 header");
         assert_eq!(wc.wc_flags.with_imm, imm);
         if imm {
             assert_eq!(wc.imm_data, 0xfeed_f00d);
@@ -368,6 +369,7 @@ fn over_ipv6_the_grh_area_is_the_ipv6_header() {
     u.run();
     let r = recv_wcs(&u, 1);
     assert_eq!((r[0].status, r[0].byte_len, r[0].src_qp), (WcStatus::Success, 49, u.nodes[0].qp.qpn.value()));
+    assert_eq!(r[0].network_hdr, NetworkHdr::Ipv6);
     let roce_len = u.fab.trace.as_ref().unwrap()[0].pkt.data.len();
     let g = u.read(1, 0, GRH_LEN);
     // Version 6, traffic class 0, flow label 0; payload length (UDP + BTH..ICRC); UDP; hop

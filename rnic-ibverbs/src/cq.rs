@@ -12,7 +12,7 @@ use libc::{c_int, c_void};
 use parking_lot::Mutex;
 use rnic_core::cq::CqNotifier;
 use rnic_core::device::Device;
-use rnic_core::wr::{WcOpcode, WcStatus, WorkCompletion};
+use rnic_core::wr::{NetworkHdr, WcOpcode, WcStatus, WorkCompletion};
 use rnic_verbs_sys::*;
 use std::collections::{HashMap, VecDeque};
 use std::ptr::null_mut;
@@ -326,7 +326,15 @@ fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
         wc_flags: flags,
         pkey_index: w.pkey_index,
         slid: 0,
-        sl: 0,
+        // A UD receive's L3 header type where mlx5 reports it for RoCE (its CQE's sl
+        // field: bit 3 a UDP header, i.e. RoCEv2; bits 2:0 the L3 header, 1 IPv6, 2
+        // IPv4): UCX's UD transport reads it to find the destination in the GRH area and
+        // drops the datagram if that is not one of its GIDs. SL means nothing on RoCE.
+        sl: match w.network_hdr {
+            NetworkHdr::None => 0,
+            NetworkHdr::Ipv6 => 0x8 | 0x1,
+            NetworkHdr::Ipv4 => 0x8 | 0x2,
+        },
         dlid_path_bits: 0,
     }
 }

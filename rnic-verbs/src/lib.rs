@@ -99,7 +99,7 @@ pub use rnic_core::engine::qp::PostError;
 pub use rnic_core::engine::EngineError;
 pub use rnic_core::faults::{Fault, FaultHandle, Faults};
 pub use rnic_core::wr::{
-    RecvWr, RecvWrRef, SendFlags, SendOp, SendWr, SendWrRef, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
-    FLUSH_GLOBAL, FLUSH_PERSISTENT,
+    NetworkHdr, RecvWr, RecvWrRef, SendFlags, SendOp, SendWr, SendWrRef, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion, FLUSH_GLOBAL, FLUSH_PERSISTENT,
 };
 pub use rnic_wire::Opcode;

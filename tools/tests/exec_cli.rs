@@ -142,3 +142,112 @@ fn unprivileged_runs_get_the_files_or_a_clear_message() {
 fn nix_is_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n")
 }
+
+/// Skips (prints why) or, under CI, fails.
+fn unavailable(why: &str) {
+    assert!(std::env::var_os("CI").is_none(), "{why} (CI must provide it: see .ci/run)");
+    eprintln!("skipped: {why}");
+}
+
+/// rnic's libibverbs.so.1, built as `scripts/build-ibverbs.sh --debug` builds it.
+fn real_lib() -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    if Command::new("cc").arg("--version").output().is_err() {
+        unavailable("no C compiler (cc) to link libibverbs.so.1");
+        return None;
+    }
+    let out = Command::new(root.join("scripts/build-ibverbs.sh")).arg("--debug").current_dir(root).output().unwrap();
+    assert!(out.status.success(), "build-ibverbs.sh: {}", String::from_utf8_lossy(&out.stderr));
+    Some(root.join("target/rnic-ibverbs-debug"))
+}
+
+/// UCX on rnic: `ucx_info -d` offers `rc_verbs` and `ud_verbs` on rnic0 and rnic1 (it
+/// looks for the device files first), and `ucx_perftest` moves tagged messages between two
+/// processes (rnic0 and rnic1) over UD alone and over RC with UD for its wire-up. UCX's UD
+/// transport drops a datagram whose GRH destination is not one of its GIDs, reading the
+/// header type where mlx5 reports it (the completion's `sl`): without it every datagram is
+/// dropped and UCX aborts on an endpoint timeout.
+#[test]
+fn ucx_finds_the_devices_and_moves_data() {
+    for p in ["ucx_info", "ucx_perftest"] {
+        if !Path::new("/usr/bin").join(p).is_file() {
+            return unavailable(&format!("/usr/bin/{p} is not installed (apt-get install ucx-utils)"));
+        }
+    }
+    let Some(lib) = real_lib() else { return };
+    let run = |devices: &str, args: &[&str], tls: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_rnic"));
+        c.arg("exec")
+            .arg("--lib")
+            .arg(&lib)
+            .arg("--")
+            .args(args)
+            .env("RNIC_DEVICES", devices)
+            .env("RNIC_SPIN_US", "0")
+            .env("UCX_TLS", tls)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c
+    };
+    let out = run("rnic0=127.0.0.1,rnic1=127.0.0.2", &["ucx_info", "-d"], "all").output().unwrap();
+    let (info, stderr) = text(&out);
+    if stderr.contains("running without /sys/class/infiniband") {
+        return unavailable(&format!("no mount namespace for the device files: {stderr}"));
+    }
+    for dev in ["rnic0", "rnic1"] {
+        let md = info.split("# Memory domain: ").find(|s| s.starts_with(dev)).unwrap_or_else(|| {
+            panic!("ucx_info -d lists no memory domain {dev}:\n{info}\n{stderr}");
+        });
+        for tl in ["rc_verbs", "ud_verbs"] {
+            assert!(md.contains(&format!("Transport: {tl}")), "{dev} has no {tl}:\n{md}");
+        }
+    }
+    for (i, tls) in ["ud_verbs,self", "rc_verbs,ud_verbs,self"].into_iter().enumerate() {
+        let port = (13370 + i).to_string();
+        let mut server = run("rnic0=127.0.0.1", &["ucx_perftest", "-p", &port], tls)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // The client retries while the server is not listening yet (the refusal is all
+        // it says then).
+        let mut client = None;
+        for _ in 0..30 {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            let out = run(
+                "rnic1=127.0.0.2",
+                &[
+                    "timeout",
+                    "60",
+                    "ucx_perftest",
+                    "127.0.0.1",
+                    "-p",
+                    &port,
+                    "-t",
+                    "tag_bw",
+                    "-n",
+                    "200",
+                    "-s",
+                    "65536",
+                ],
+                tls,
+            )
+            .output()
+            .unwrap();
+            let refused = text(&out).1.contains("Connection refused");
+            client = Some(out);
+            if !refused {
+                break;
+            }
+        }
+        let client = client.unwrap();
+        let _ = Command::new("kill").arg(server.id().to_string()).status();
+        let _ = server.wait();
+        let (stdout, stderr) = text(&client);
+        assert!(
+            client.status.success() && stdout.contains("Final:"),
+            "ucx_perftest over {tls} failed:\n{stdout}\n{stderr}"
+        );
+        eprintln!("{tls}: {}", stdout.lines().find(|l| l.starts_with("Final:")).unwrap_or(""));
+    }
+}

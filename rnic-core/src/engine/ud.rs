@@ -7,7 +7,7 @@
 use super::ctx::{CqSide, Ctx};
 use super::qp::Qp;
 use super::qp::RecvWqe;
-use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::{NetworkHdr, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use rnic_wire::ipv4::Ipv4Repr;
 use rnic_wire::ipv6::Ipv6Repr;
 use rnic_wire::roce::RoceRepr;
@@ -64,6 +64,16 @@ pub fn grh_area(src: IpAddr, dst: IpAddr, roce_len: usize) -> [u8; GRH_LEN] {
     grh
 }
 
+/// The header [`grh_area`] writes for a datagram from `src` to `dst`: IPv4 when both are
+/// IPv4 addresses, else IPv6.
+pub fn network_hdr(src: IpAddr, dst: IpAddr) -> NetworkHdr {
+    if src.is_ipv4() && dst.is_ipv4() {
+        NetworkHdr::Ipv4
+    } else {
+        NetworkHdr::Ipv6
+    }
+}
+
 /// Handles a UD request packet (`data_len` bytes of BTH..ICRC) from `src` for `qpn`.
 pub(crate) fn handle_request(qp: &mut Qp, cx: &mut Ctx, src: IpAddr, repr: &RoceRepr, payload: &[u8], data_len: usize) {
     let local = cx.config.local_ip;
@@ -104,6 +114,7 @@ pub(crate) fn handle_request(qp: &mut Qp, cx: &mut Ctx, src: IpAddr, repr: &Roce
         local
     };
     let grh = grh_area(src, local, data_len);
+    let network_hdr = network_hdr(src, local);
     let qp_num = qp.qpn().value();
     if !rwqe.data.scatter(0, &grh) || !rwqe.data.scatter(GRH_LEN, payload) {
         // The receive buffer went away under the WQE (deregistered after posting): rxe
@@ -120,6 +131,7 @@ pub(crate) fn handle_request(qp: &mut Qp, cx: &mut Ctx, src: IpAddr, repr: &Roce
         src_qp: deth.src_qp.value(),
         wc_flags: WcFlags { with_imm: repr.ext.imm_data.is_some(), grh: true, ..WcFlags::default() },
         pkey_index: qp.attr.pkey_index,
+        network_hdr,
         ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::Recv, qp_num)
     };
     cx.counters.rdma_recvs.fetch_add(1, Ordering::Relaxed);

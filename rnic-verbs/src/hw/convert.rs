@@ -7,8 +7,8 @@
 //! Invalidate / LOCAL_INV and a completion's invalidated R_Key are host order in both.
 
 pub(crate) use crate::{
-    AccessFlags, AsyncEvent, DeviceAttr, Gid, PathMtu, PortAttr, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWrRef,
-    SendOp, SendWrRef, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, AsyncEvent, DeviceAttr, Gid, NetworkHdr, PathMtu, PortAttr, QpAttr, QpAttrMask, QpCap, QpState,
+    QpType, RecvWrRef, SendOp, SendWrRef, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use super::context::{HwAsyncEvent, HwEventElement};
@@ -480,6 +480,9 @@ pub fn wc_from_ibv(wc: &ibv_wc) -> WorkCompletion {
         wc_flags: flags,
         invalidated_rkey: if flags.with_inv { wc.imm_data } else { 0 },
         pkey_index: wc.pkey_index,
+        // `struct ibv_wc` does not carry the kernel's network_hdr_type (only mlx5 encodes
+        // it in `sl`); the GRH area itself says which header it holds.
+        network_hdr: NetworkHdr::None,
     }
 }
 
