@@ -68,6 +68,16 @@ counters! {
     malformed_pkts,
     /// Packets for a QP that does not exist or is not receiving (rnic).
     unknown_qp_pkts,
+    /// Packets received for a QP of another process sharing the device, passed on to it
+    /// (rnic; see `transport::share`).
+    share_forwarded,
+    /// Probes of the device's socket group this process ran (rnic).
+    share_probes,
+    /// Steering programs this process gave the socket group (rnic).
+    share_steered,
+    /// Messages from a sharing process refused (another user's; a program the kernel
+    /// refused) (rnic).
+    share_refused,
     /// Packets dropped for a P_Key that is not the default partition's (the name of
     /// `ibv_port_attr.bad_pkey_cntr`, which rxe's `check_keys` increments for the same
     /// reason; IBA C9-42/43).

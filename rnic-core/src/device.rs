@@ -142,6 +142,9 @@ struct Inner {
     /// The engine and the transport; the progress thread locks it for each round.
     core: Arc<parking_lot::Mutex<Core>>,
     threads: parking_lot::Mutex<Vec<JoinHandle<()>>>,
+    /// A raw-Ethernet device's claim of its interface and address (processes share UDP
+    /// devices only).
+    _raw_claim: Option<std::os::unix::net::UnixDatagram>,
     /// Declared last, so dropped last: the entry of [`Device::open_shared`]'s table is
     /// removed only once the socket above has been closed.
     _shared: Shared,
@@ -180,16 +183,40 @@ impl Device {
         let counters = Arc::new(Counters::default());
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
         // The wire: a UDP socket, or raw frames on a named interface.
+        // The QPNs this process hands out: all of them, or its member's part of a UDP
+        // device other processes share (`transport::share`).
+        let mut qpns = (crate::engine::FIRST_QPN, crate::engine::LAST_QPN);
+        let mut raw_claim = None;
         let (link, local, transport, rcvbuf, iface): (Box<dyn Transport>, _, _, _, _) = match &config.netdev {
             None => {
+                let share = crate::transport::share::join(SocketAddr::new(config.ip, config.port)).map_err(|e| {
+                    DeviceError::Config {
+                        name: config.name.clone(),
+                        why: format!("cannot join the device's processes: {e}"),
+                    }
+                })?;
                 let sock = bind(&config)?;
                 let local = sock.local_addr().map_err(io_err)?;
+                qpns = crate::transport::share::qpn_range(share.member());
                 let transport = transport_info(&config, &sock);
                 let rcvbuf = crate::sys::rx_backlog(&sock).map_or(16 << 20, |(_, b)| u64::from(b));
-                let udp = Udp::new(&config, sock, transport, capture, counters.clone()).map_err(io_err)?;
+                let udp = Udp::new(&config, sock, transport, capture, counters.clone(), Some(share)).map_err(io_err)?;
                 (Box::new(udp), local, transport, rcvbuf, None)
             }
             Some(netdev) => {
+                // Processes share UDP devices only: each AF_PACKET socket on the interface
+                // sees every frame, and each would answer it.
+                raw_claim = Some(crate::transport::share::claim_raw(netdev, config.ip).map_err(|e| {
+                    let why = if e.kind() == std::io::ErrorKind::AddrInUse {
+                        format!(
+                            "another process runs a raw-Ethernet device at {} on {netdev}; processes share UDP devices only",
+                            config.ip
+                        )
+                    } else {
+                        format!("cannot claim {netdev}: {e}")
+                    };
+                    DeviceError::Config { name: config.name.clone(), why }
+                })?);
                 let p = Packet::open(&config, netdev, capture, counters.clone())?;
                 let iface = p.interface().clone();
                 let transport = TransportInfo { gso: false, gro: false, spin: config.spin, raw: true };
@@ -239,11 +266,12 @@ impl Device {
             ca_guid: iface
                 .as_ref()
                 .map_or(crate::engine::guid_for(local.ip()), |i| crate::engine::guid_for_mac(i.mac.0)),
+            qpns,
             ..EngineConfig::new(local.ip())
         };
         let engine = Engine::new(engine_config, mtpt.clone(), counters.clone());
         let waker = Arc::new(crate::sys::EventFd::new().map_err(io_err)?);
-        let wake_fd = link.wake_fd().map_err(io_err)?;
+        let wake_fds = link.wake_fds().map_err(io_err)?;
         let core = {
             let next_timer = [engine.poll_timeout(), link.next_due()].into_iter().flatten().min();
             Arc::new(parking_lot::Mutex::new(Core {
@@ -268,7 +296,7 @@ impl Device {
             std::thread::Builder::new()
                 .name(format!("{}-progress", config.name))
                 .spawn(move || {
-                    progress_loop(core, cmd_rx, wake_fd, waker, Flags { sleeping, posted }, inline, transport.spin)
+                    progress_loop(core, cmd_rx, wake_fds, waker, Flags { sleeping, posted }, inline, transport.spin)
                 })
                 .map_err(io_err)?
         };
@@ -296,6 +324,7 @@ impl Device {
                 threads: parking_lot::Mutex::new(vec![progress]),
                 // Made here, after every fallible step: a `Shared` dropped on an error
                 // path would take the table's lock, which `open_shared` holds.
+                _raw_claim: raw_claim,
                 _shared: Shared(shared),
             }),
         })
@@ -930,7 +959,7 @@ struct Flags {
 fn progress_loop(
     core: Arc<parking_lot::Mutex<Core>>,
     cmds: Receiver<Cmd>,
-    sock: std::os::fd::OwnedFd,
+    fds: Vec<std::os::fd::OwnedFd>,
     waker: Arc<crate::sys::EventFd>,
     flags: Flags,
     inline: Inline,
@@ -943,6 +972,8 @@ fn progress_loop(
     let spin_ns = to_ns(spin.max(Duration::from_micros(50)));
     let mut backoff = INLINE_BACKOFF;
     let mut no_yield_until = 0u64;
+    let mut wake: Vec<std::os::fd::BorrowedFd<'_>> = fds.iter().map(AsFd::as_fd).collect();
+    wake.push(waker.as_fd());
     loop {
         // An application thread is driving the device (busy polling through
         // `Device::progress`), or is running a round right now (the lock is taken):
@@ -989,7 +1020,7 @@ fn progress_loop(
         sleeping.store(true, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
         if cmds.is_empty() && !posted.load(Ordering::SeqCst) {
-            let _ = crate::sys::wait_readable(&[sock.as_fd(), waker.as_fd()], wait);
+            let _ = crate::sys::wait_readable(&wake, wait);
         }
         sleeping.store(false, Ordering::SeqCst);
         waker.clear();

@@ -53,6 +53,7 @@ pub mod hop_trace;
 pub mod rx_icrc;
 pub mod srq;
 mod transport;
+pub use transport::share;
 pub mod wr;
 
 #[allow(unsafe_code)]

@@ -1,7 +1,7 @@
 //! `Device::open_shared`: every caller in a process naming a device gets its one running
 //! device (one socket, one engine), a caller naming it with another address is refused
-//! with both named, and once the last handle is dropped the port is free again (a plain
-//! `Device::open` of the same address, which binds it, succeeds at once).
+//! with both named, and a plain `Device::open` of the same address joins the device as
+//! another member, as another process does (`rnic_core::share`).
 
 use rnic_core::device::{Device, DeviceConfig, DeviceError};
 use std::net::IpAddr;
@@ -30,14 +30,17 @@ fn one_device_per_name_and_the_port_freed_after_the_last_handle() {
         other => panic!("expected a configuration error, got {other:?}"),
     }
 
-    // A plain open of the same address cannot bind while the shared device runs...
-    assert!(Device::open(config("other", "127.0.82.1")).is_err());
-    drop(a);
-    assert!(Device::open(config("other", "127.0.82.1")).is_err(), "one handle still runs it");
-    drop(b);
-    // ...and can as soon as its last handle is gone.
-    let c = Device::open(config("other", "127.0.82.1")).expect("the port is free after the last handle");
-    drop(c);
+    // A plain open of the same address joins the device as another member (as another
+    // process would): its own engine, its own part of the QPN space.
+    let c = Device::open(config("other", "127.0.82.1")).expect("a second member");
+    assert!(!std::sync::Arc::ptr_eq(a.mtpt(), c.mtpt()), "a member has its own memory table");
+    let cq = c.create_cq(4);
+    let q = c
+        .create_qp(rnic_core::qp_state::QpType::Rc, c.alloc_pd(), Default::default(), false, cq.clone(), cq)
+        .expect("device")
+        .expect("qp");
+    assert_eq!(rnic_core::share::member_of(q.qpn.value()), 1, "member 1's QPNs: {:#x}", q.qpn.value());
+    drop((a, b, c));
 
     // Opened again, in a loop from several threads at once: never EADDRINUSE.
     let threads: Vec<_> = (0..4)

@@ -162,7 +162,7 @@ impl Port {
         let dev = Device::open_shared(config).map_err(|e| {
             let errno = errno_of(&e);
             let hint = if errno == libc::EADDRINUSE {
-                " (another process has this device open: each process uses its own device, e.g. -d rnic0 and -d rnic1)"
+                " (a program that is not rnic holds the device's address and port)"
             } else {
                 ""
             };

@@ -71,6 +71,9 @@ pub struct EngineConfig {
     /// The port's active MTU: a QP's path MTU may not exceed it (the wire would not carry
     /// its packets; rxe refuses the same in `rxe_qp_chk_attr`).
     pub port_mtu: crate::qp_state::PathMtu,
+    /// The QPNs this engine hands out, first and last: all of them, or a sharing
+    /// process's part of the device's (`transport::share`).
+    pub qpns: (u32, u32),
 }
 
 /// Payload bytes up to which a packet counts as small for the window
@@ -104,6 +107,7 @@ impl EngineConfig {
             cnp_gap_ns: 4_000,
             max_inflight_per_dest: 16 << 20,
             port_mtu: crate::qp_state::PathMtu::Mtu4096,
+            qpns: (super::qp_table::FIRST_QPN, super::qp_table::LAST_QPN),
         }
     }
 }

@@ -46,7 +46,7 @@ pub use ctx::{
     guid_for, guid_for_mac, is_link_local, link_local, udp_device_of_link_local, AsyncEvent, EngineConfig, Time,
 };
 pub use out::{TxPacket, TxPayload};
-pub use qp_table::FIRST_QPN;
+pub use qp_table::{FIRST_QPN, LAST_QPN};
 
 use crate::counters::Counters;
 use crate::cq::Cq;
@@ -133,7 +133,7 @@ impl Engine {
         let cm =
             crate::cm::CmConfig { seed: config.cm_seed, ..crate::cm::CmConfig::new(config.local_ip, config.ca_guid) };
         Engine {
-            qps: qp_table::QpTable::new(),
+            qps: qp_table::QpTable::with_range(config.qpns.0, config.qpns.1),
             cx: Ctx::new(config, mtpt, counters),
             gsi: Gsi { agent: crate::cm::CmAgent::new(cm), psn: Psn::new(0) },
             queued: Vec::new(),

@@ -24,18 +24,29 @@ pub const LAST_QPN: u32 = 0xFF_FFFE;
 /// The smallest table allocated (slots).
 const MIN_SLOTS: usize = 16;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct QpTable {
     /// Power-of-two length (or empty); at most half the slots are taken.
     slots: Vec<Option<Qp>>,
     live: usize,
     /// The next QPN to try.
     next: u32,
+    /// The QPNs handed out, first and last.
+    first: u32,
+    last: u32,
 }
 
 impl QpTable {
+    #[cfg(test)]
     pub(crate) fn new() -> QpTable {
-        QpTable { slots: Vec::new(), live: 0, next: FIRST_QPN }
+        QpTable::with_range(FIRST_QPN, LAST_QPN)
+    }
+
+    /// A table handing out `first..=last` (a process sharing a device has a part of the
+    /// QPN space: `transport::share`).
+    pub(crate) fn with_range(first: u32, last: u32) -> QpTable {
+        let first = first.max(FIRST_QPN);
+        QpTable { slots: Vec::new(), live: 0, next: first, first, last: last.clamp(first, LAST_QPN) }
     }
 
     /// Live QPs.
@@ -44,7 +55,7 @@ impl QpTable {
     }
 
     fn index(&self, qpn: u32) -> Option<usize> {
-        let off = usize::try_from(qpn.checked_sub(FIRST_QPN)?).ok()?;
+        let off = usize::try_from(qpn.checked_sub(self.first)?).ok()?;
         (!self.slots.is_empty()).then(|| off & (self.slots.len() - 1))
     }
 
@@ -67,7 +78,7 @@ impl QpTable {
     /// builds for it. The caller enforces the device's QP limit; the table holds at most
     /// 2^22 QPs (half its largest size for the 24-bit space), `None` beyond.
     pub(crate) fn insert(&mut self, make: impl FnOnce(Qpn) -> Qp) -> Option<Qpn> {
-        if self.live >= 1 << 22 {
+        if self.live >= 1 << 22 || (self.live as u64 + 1) * 2 > u64::from(self.last - self.first + 1) {
             return None;
         }
         if (self.live + 1) * 2 > self.slots.len() {
@@ -77,7 +88,7 @@ impl QpTable {
         // consecutive QPNs map to consecutive slots.
         let qpn = loop {
             let candidate = self.next;
-            self.next = if candidate >= LAST_QPN { FIRST_QPN } else { candidate + 1 };
+            self.next = if candidate >= self.last { self.first } else { candidate + 1 };
             let i = self.index(candidate).unwrap_or(0);
             if self.slots[i].is_none() {
                 break candidate;

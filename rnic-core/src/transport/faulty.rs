@@ -107,8 +107,8 @@ impl Transport for Faulty {
         self.inner.deliver(i, engine, now)
     }
 
-    fn wake_fd(&self) -> io::Result<OwnedFd> {
-        self.inner.wake_fd()
+    fn wake_fds(&self) -> io::Result<Vec<OwnedFd>> {
+        self.inner.wake_fds()
     }
 
     fn flush(&self) {

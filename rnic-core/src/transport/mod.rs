@@ -15,6 +15,8 @@
 #[allow(unsafe_code)]
 pub(crate) mod packet;
 pub(crate) mod udp;
+// Processes sharing a UDP device.
+pub mod share;
 // Fault injection wraps either transport.
 pub(crate) mod faulty;
 
@@ -43,9 +45,9 @@ pub(crate) trait Transport: Send {
     /// Checks received unit `i` and hands its RoCE packets to the engine; returns the
     /// number of packets it held.
     fn deliver(&mut self, i: usize, engine: &mut Engine, now: u64) -> usize;
-    /// A descriptor readable when something arrives, for the progress thread to sleep on
+    /// Descriptors readable when something arrives, for the progress thread to sleep on
     /// (outside the core lock).
-    fn wake_fd(&self) -> io::Result<OwnedFd>;
+    fn wake_fds(&self) -> io::Result<Vec<OwnedFd>>;
     /// Writes out what a capture buffered (at shutdown).
     fn flush(&self);
     /// Sends one packet whose ICRC is already filled for IPv4 ID 0 with DF (what a fault

@@ -1336,8 +1336,8 @@ impl Transport for Packet {
         n
     }
 
-    fn wake_fd(&self) -> io::Result<OwnedFd> {
-        self.sock.as_fd().try_clone_to_owned()
+    fn wake_fds(&self) -> io::Result<Vec<OwnedFd>> {
+        Ok(vec![self.sock.as_fd().try_clone_to_owned()?])
     }
 
     fn flush(&self) {

@@ -37,6 +37,7 @@ impl Udp {
         info: TransportInfo,
         capture: Option<Arc<Capture>>,
         counters: Arc<Counters>,
+        share: Option<super::share::Share>,
     ) -> io::Result<Udp> {
         let local = sock.local_addr()?;
         let tx = Tx {
@@ -55,7 +56,7 @@ impl Udp {
             msgs: Vec::new(),
             tos: if config.congestion_control == CongestionControl::Off { 0 } else { crate::sys::ECN_ECT0 },
         };
-        Ok(Udp { tx, rx: Rx::new(sock, local, counters, capture, config.ipv4_id) })
+        Ok(Udp { tx, rx: Rx::new(sock, local, counters, capture, config.ipv4_id, share) })
     }
 }
 
@@ -73,8 +74,12 @@ impl Transport for Udp {
     fn deliver(&mut self, i: usize, engine: &mut Engine, now: u64) -> usize {
         self.rx.deliver(i, engine, now)
     }
-    fn wake_fd(&self) -> io::Result<OwnedFd> {
-        self.rx.sock.as_fd().try_clone_to_owned()
+    fn wake_fds(&self) -> io::Result<Vec<OwnedFd>> {
+        let mut fds = vec![self.rx.sock.as_fd().try_clone_to_owned()?];
+        if let Some(s) = &self.rx.share {
+            fds.push(s.inbox_fd()?);
+        }
+        Ok(fds)
     }
     fn flush(&self) {
         if let Some(c) = &self.tx.capture {
@@ -98,6 +103,9 @@ pub(crate) fn bind(config: &DeviceConfig) -> Result<UdpSocket, DeviceError> {
     let err = |source| DeviceError::Bind { name: config.name.clone(), addr, source };
     let domain = if config.ip.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
     let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).map_err(err)?;
+    // Every process that opens the device binds its address and port: one reuseport
+    // group, its datagrams steered to the owner of their QP (`share`).
+    crate::sys::set_reuseport(&s).map_err(err)?;
     s.set_recv_buffer_size(8 << 20).map_err(err)?;
     s.set_send_buffer_size(8 << 20).map_err(err)?;
     // UDP has no flow control: a receive buffer that holds a burst of many QPs' windows
@@ -176,6 +184,12 @@ fn reuse<T, U>(mut v: Vec<T>) -> Vec<U> {
     v.into_iter().map(|_| unreachable!("the vector was cleared")).collect()
 }
 
+/// Whether two packets (BTH first) go to QPs of the same sharing process.
+fn same_member(a: &[u8], b: &[u8]) -> bool {
+    let m = |p: &[u8]| p.get(5).map(|b| b >> 2);
+    m(a) == m(b)
+}
+
 /// Pieces this small are copied into one iovec with their neighbours.
 const GLUE_MAX: usize = 128;
 
@@ -230,7 +244,15 @@ impl Tx {
         self.parts.clear();
         let mut i = start;
         while i < batch.len() {
-            let end = if self.gso { crate::gso::run_end(&lens, i, |a, b| batch[a].dst == batch[b].dst) } else { i + 1 };
+            // A GSO send reaches one socket of the peer's group: a run takes packets for
+            // QPs of one process of the peer device (`share`).
+            let end = if self.gso {
+                crate::gso::run_end(&lens, i, |a, b| {
+                    batch[a].dst == batch[b].dst && same_member(&batch[a].data, &batch[b].data)
+                })
+            } else {
+                i + 1
+            };
             let run = end - i;
             for (k, p) in batch[i..end].iter_mut().enumerate() {
                 let ident = if run > 1 { u16::try_from(k).unwrap_or(0) } else { 0 };
@@ -358,6 +380,12 @@ pub(crate) struct Rx {
     /// The last receive found the queue above its threshold: what it took counts as
     /// congestion-experienced (where a switch would have marked it).
     congested: bool,
+    /// Per buffer: a packet another process sharing the device received for this one,
+    /// its ICRC checked there for this IPv4 ID.
+    forwarded: Vec<Option<u16>>,
+    /// This process's part of a device shared with others (dropped after the socket:
+    /// the last field).
+    share: Option<super::share::Share>,
 }
 
 impl Rx {
@@ -367,6 +395,7 @@ impl Rx {
         counters: Arc<Counters>,
         capture: Option<Arc<Capture>>,
         ipv4_id: Ipv4IdPolicy,
+        share: Option<super::share::Share>,
     ) -> Rx {
         Rx {
             sock,
@@ -379,6 +408,8 @@ impl Rx {
             verifier: crate::gso::IdVerifier::new(),
             ipv4_id,
             congested: false,
+            forwarded: vec![None; RX_BATCH],
+            share,
         }
     }
 
@@ -386,6 +417,35 @@ impl Rx {
     /// blocking. Returns the number of datagrams, to be handed on with [`Rx::deliver`].
     fn recv(&mut self, max: usize) -> usize {
         let max = max.clamp(1, self.bufs.len());
+        let n = self.recv_socket(max);
+        self.forwarded[..n].fill(None);
+        match &mut self.share {
+            Some(s) => {
+                s.tick(&self.sock, &self.counters);
+                if !s.inbox_due() {
+                    return n;
+                }
+                // What other processes passed on, into the buffers after the socket's
+                // (at least one, even when the socket filled `max`).
+                let mut n = n;
+                while n < self.bufs.len() {
+                    match s.inbox(&mut self.bufs[n], &self.sock, &self.counters) {
+                        super::share::Inbound::Packet { len, src, ce, ident } => {
+                            self.meta[n] = crate::sys::RecvMeta { len, src, ce, ..Default::default() };
+                            self.forwarded[n] = Some(ident);
+                            n += 1;
+                        }
+                        super::share::Inbound::Empty => break,
+                    }
+                }
+                n
+            }
+            None => n,
+        }
+    }
+
+    /// One `recvmmsg` of up to `max` datagrams.
+    fn recv_socket(&mut self, max: usize) -> usize {
         self.congested = false;
         match crate::sys::recv_msgs(&self.sock, &mut self.scratch, &mut self.bufs[..max], &mut self.meta, false) {
             Ok(n) => {
@@ -430,6 +490,15 @@ impl Rx {
     /// receive buffer. Returns the number of packets in the datagram.
     fn deliver(&mut self, i: usize, engine: &mut Engine, now: u64) -> usize {
         let m = self.meta[i];
+        if let Some(ident) = self.forwarded[i] {
+            // Checked by the process that received it (`share`).
+            let pkt = &self.bufs[i][..m.len];
+            if let Some(c) = &self.capture {
+                c.record_rx_ipv4_id(m.src.ip(), self.local.ip(), (m.src.port(), self.local.port()), ident, pkt);
+            }
+            engine.handle_packet_ecn(now, m.src.ip(), pkt, m.ce);
+            return 1;
+        }
         if m.truncated || m.len == 0 {
             self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
             return 0;
@@ -443,6 +512,11 @@ impl Rx {
         for (index, off) in (0..m.len).step_by(seg).enumerate() {
             count += 1;
             let pkt = &self.bufs[i][off..(off + seg).min(m.len)];
+            if let Some(s) = &mut self.share {
+                if s.answer_probe(pkt) {
+                    continue;
+                }
+            }
             let ident = match self.verifier.verify(&ctx, pkt, index) {
                 Some(id) => {
                     match id {
@@ -470,6 +544,13 @@ impl Rx {
             };
             crate::hop_trace::mark(crate::hop_trace::Step::IcrcChecked);
             let Some(ident) = ident else { continue };
+            if let Some(s) = &mut self.share {
+                if !s.owns(pkt) {
+                    // Another process's QP: passed on to it.
+                    s.forward(pkt, m.src, m.ce || self.congested, ident, &self.counters);
+                    continue;
+                }
+            }
             if let Some(c) = &self.capture {
                 let (s, d) = (m.src, self.local);
                 c.record_rx_ipv4_id(s.ip(), d.ip(), (s.port(), d.port()), ident, pkt);
