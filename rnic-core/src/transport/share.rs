@@ -279,6 +279,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(100);
 /// nothing new, so that a peer that keeps mixing members costs little.
 const PROBE_GAP: Duration = Duration::from_millis(10);
 const PROBE_GAP_MAX: Duration = Duration::from_secs(1);
+/// How long an answer or a table waits for room in another member's inbox.
+const CTL_WAIT: Duration = Duration::from_millis(20);
 
 /// This process's membership of a shared device (owned by the UDP transport's receiver).
 #[derive(Debug)]
@@ -295,8 +297,14 @@ pub struct Share {
     want_probe: bool,
     last_probe: Option<Instant>,
     gap: Duration,
-    /// Rounds since the inbox was last read.
+    /// Receives since the inbox was last read.
     rounds: u32,
+    /// The last read of the inbox found something: read it at every receive until it
+    /// is empty (its queue holds few datagrams: `net.unix.max_dgram_qlen`, 10 by default).
+    busy: bool,
+    /// Sends this member's answers and tables, waiting up to [`CTL_WAIT`] for room in a
+    /// busy inbox (they are few, and a lost one costs a probe).
+    ctl: UnixDatagram,
     scratch: Vec<u8>,
     nonce_seed: u64,
 }
@@ -325,6 +333,12 @@ pub fn join(addr: SocketAddr) -> io::Result<Share> {
                     last_probe: None,
                     gap: PROBE_GAP,
                     rounds: 0,
+                    busy: false,
+                    ctl: {
+                        let c = UnixDatagram::unbound()?;
+                        c.set_write_timeout(Some(CTL_WAIT))?;
+                        c
+                    },
                     scratch: Vec::with_capacity(2048),
                     nonce_seed: seed,
                 });
@@ -396,15 +410,24 @@ impl Share {
         name_of(self.addr, m).and_then(|n| s.connect_addr(&n)).is_ok()
     }
 
+    /// Sends a forwarded packet (never waits: a full inbox drops it, as a full receive
+    /// queue would, and RC retransmits).
     fn send(&self, m: u8, bytes: &[u8]) -> io::Result<()> {
         self.inbox.send_to_addr(bytes, &name_of(self.addr, m)?).map(|_| ())
+    }
+
+    /// Sends an answer, a table or a farewell, waiting a little for room.
+    fn send_ctl(&self, m: u8, bytes: &[u8]) -> io::Result<()> {
+        self.ctl.send_to_addr(bytes, &name_of(self.addr, m)?).map(|_| ())
     }
 
     /// Called once per receive: whether the inbox is to be read now (a probe is running,
     /// or every 32nd receive: forwarded packets are rare, a `recv` costs).
     pub fn inbox_due(&mut self) -> bool {
         self.rounds = self.rounds.wrapping_add(1);
-        self.probe.is_some() || self.want_probe || self.rounds % 32 == 0
+        let due = self.probe.is_some() || self.want_probe || self.busy || self.rounds % 32 == 0;
+        self.busy = false;
+        due
     }
 
     /// Starts or restarts a probe when one is wanted and due.
@@ -414,11 +437,9 @@ impl Share {
             if now.duration_since(p.started) < PROBE_TIMEOUT {
                 return;
             }
-            // Unanswered (a member exited meanwhile, or the probes were hashed to a
-            // member that is not reading): the best guess, and again.
-            if let Some(p) = self.probe.take() {
-                let _ = crate::sys::attach_reuseport_cbpf(sock, &program(&p.live));
-            }
+            // Unanswered (a member exited meanwhile, or a reply was lost): again. The
+            // program stays: a guess could be worse than what another member attached.
+            self.probe = None;
             self.want_probe = true;
         }
         if !self.want_probe || self.last_probe.is_some_and(|t| now.duration_since(t) < self.gap) {
@@ -446,7 +467,7 @@ impl Share {
         if prober < MEMBERS {
             let mut out = std::mem::take(&mut self.scratch);
             Msg::ProbeReply { nonce, index, member: self.member }.encode(&mut out);
-            let _ = self.send(prober, &out);
+            let _ = self.send_ctl(prober, &out);
             self.scratch = out;
         }
         true
@@ -484,6 +505,7 @@ impl Share {
                 Ok(r) => r,
                 Err(_) => return Inbound::Empty,
             };
+            self.busy = true;
             if uid != Some(self.uid) {
                 counters.share_refused.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -544,13 +566,15 @@ impl Share {
         let live = std::mem::take(&mut p.live);
         self.probe = None;
         if sorted != live {
-            // The group changed while it was probed, or it has no program yet (its first
-            // member had not attached one when another joined): the probes were hashed.
-            // The best guess (members join in order) goes in, with the probe rule, and
-            // the probe runs again.
+            // The group changed while it was probed: again. A member that answered for
+            // two indices means the probes were hashed: the group has no program yet
+            // (two processes joined at once, each seeing the other). The best guess
+            // (members join in order) goes in, with the probe rule.
             self.want_probe = true;
             self.gap = PROBE_GAP;
-            let _ = crate::sys::attach_reuseport_cbpf(sock, &program(&live));
+            if sorted.windows(2).any(|w| w[0] == w[1]) {
+                let _ = crate::sys::attach_reuseport_cbpf(sock, &program(&live));
+            }
             return;
         }
         if table == self.table {
@@ -567,7 +591,7 @@ impl Share {
         Msg::Table(&table).encode(&mut out);
         for &m in &table {
             if m != self.member {
-                let _ = self.send(m, &out);
+                let _ = self.send_ctl(m, &out);
             }
         }
         self.scratch = out;
@@ -585,7 +609,7 @@ impl Drop for Share {
         Msg::Left.encode(&mut out);
         for m in 0..MEMBERS {
             if m != self.member && self.alive(m) {
-                let _ = self.send(m, &out);
+                let _ = self.send_ctl(m, &out);
             }
         }
     }
