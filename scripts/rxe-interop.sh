@@ -14,6 +14,8 @@
 # veth on br0, rnic at 10.77.0.50, an address the namespace does not own: rnic answers
 # ARP), each also checking that rnic solved no IPv4 ID (full ICRC) and that the guest's
 # `ip neigh` holds rnic's MAC; then the guest rebooted at eth MTU 9000 for path MTU 4096.
+# Shared (CASES=shared): two rnic processes on one device (10.77.0.1) at the same time, each
+# against its own ibv_rc_pingpong / ibv_ud_pingpong in the guest.
 # Stock (CASES=stock): rdma-core's own ibv_rc_pingpong and perftest's ib_write_bw, unmodified,
 # on the namespace side through rnic's libibverbs.so.1, against the same programs on rxe0.
 #
@@ -350,6 +352,60 @@ stock_case stock-rc_pingpong-rnic-server server ibv_rc_pingpong "-m $MTU -c -s 4
 stock_case stock-rc_pingpong-rnic-client client ibv_rc_pingpong "-m $MTU -c -s 4096 -n 200"
 stock_case stock-write_bw-rnic-server server ib_write_bw "-m $MTU -s 65536 -n 200"
 stock_case stock-write_bw-rnic-client client ib_write_bw "-m $MTU -s 65536 -n 200"
+fi
+
+# Shared (CASES=shared): two rnic processes on ONE device at once (both --ip 10.77.0.1:
+# one socket group on port 4791, the kernel steering each datagram to the process that
+# owns its QP), each serving its own rdma-core program in the guest at the same time.
+# shared_case NAME KIND2: the first process runs RC pingpong, the second KIND2 (rc or ud).
+shared_case() {
+  local name=$1 kind2=$2 id pcap verdict why="" p1 p2 out1 out2 guest_out
+  SEQ=$((SEQ + 1)); id=$(printf '%02d' $SEQ)-$name
+  local job=$id-$STAMP
+  p1=$((18600 + SEQ)); p2=$((18700 + SEQ))
+  pcap=$OUT/$id.pcap; out1=$OUT/$id.rnic1.txt; out2=$OUT/$id.rnic2.txt; guest_out=$OUT/$id.guest.txt
+  local second=(-s 4096 -c) tool2=ibv_rc_pingpong g2="-c -m $MTU -s 4096"
+  if [ "$kind2" = ud ]; then second=(--ud -s 512); tool2=ibv_ud_pingpong; g2="-s 512"; fi
+  echo "== $id: two rnic processes on one device (10.77.0.1), rc + $kind2, against rxe"
+  capture_start "$pcap"
+  ns timeout 150 "$RNIC" pingpong --ip $HOST_IP -g 1 -m $MTU -s 4096 -c -n $ITERS -p $p1 --counters > "$out1" 2>&1 &
+  local r1=$!
+  ns timeout 150 "$RNIC" pingpong --ip $HOST_IP -g 1 -m $MTU "${second[@]}" -n $ITERS -p $p2 --counters > "$out2" 2>&1 &
+  local r2=$!
+  for _ in $(seq 1 100); do
+    ns ss -ltnH "sport = :$p1" | grep -q . && ns ss -ltnH "sport = :$p2" | grep -q . && break; sleep 0.1
+  done
+  job a "$RUN" "$job" "timeout 120 ibv_rc_pingpong -d rxe0 -g 1 -c -m $MTU -s 4096 -n $ITERS -p $p1 $HOST_IP > /tmp/$job.1 2>&1 & A=\$!
+timeout 120 $tool2 -d rxe0 -g 1 $g2 -n $ITERS -p $p2 $HOST_IP > /tmp/$job.2 2>&1 & B=\$!
+wait \$A; echo \"exit1 \$?\"; wait \$B; echo \"exit2 \$?\"; cat /tmp/$job.1 /tmp/$job.2"
+  wait_job a "$RUN" "$job" 150 > "$guest_out"
+  wait $r1; local rc1=$?; wait $r2; local rc2=$?
+  capture_stop "$pcap" > /dev/null
+  "$VECTORS/check_pcap.sh" "$pcap" > "$OUT/$id.check.txt" 2>&1; local crc=$?
+  [ "$rc1" = 0 ] || why+=" rnic 1 exit $rc1;"
+  [ "$rc2" = 0 ] || why+=" rnic 2 exit $rc2;"
+  grep -q '^exit1 0' "$guest_out" || why+=" guest ibv_rc_pingpong failed;"
+  grep -q '^exit2 0' "$guest_out" || why+=" guest $tool2 failed;"
+  [ "$(grep -c "$ITERS iters in" "$guest_out")" = 2 ] || why+=" the guest's two programs did not both finish;"
+  grep -q "$ITERS iters in" "$out1" || why+=" rnic 1 did not finish;"
+  grep -q "$ITERS iters in" "$out2" || why+=" rnic 2 did not finish;"
+  grep -q 'invalid data' "$guest_out" && why+=" guest: invalid data;"
+  [ "$crc" = 0 ] || why+=" check_pcap.sh failed;"
+  # The two processes hand out QPNs of different members of the device.
+  local q1 q2
+  q1=$(sed -n 's/.*local address:.*QPN \(0x[0-9a-f]*\).*/\1/p' "$out1" | head -1)
+  q2=$(sed -n 's/.*local address:.*QPN \(0x[0-9a-f]*\).*/\1/p' "$out2" | head -1)
+  [ -n "$q1" ] && [ -n "$q2" ] && [ $((q1 >> 18)) != $((q2 >> 18)) ] || why+=" QPNs $q1 and $q2 are not of two members;"
+  if [ -z "$why" ]; then verdict=PASS; else verdict=FAIL; fi
+  echo "   rnic 1: $(grep -E 'local address|iters in' "$out1" | tr '\n' '|')"
+  echo "   rnic 2: $(grep -E 'local address|iters in' "$out2" | tr '\n' '|')"
+  echo "   guest:  $(grep -E 'iters in|exit' "$guest_out" | tr '\n' '|')"
+  echo "   => $verdict$why"
+  SUMMARY+=("$(printf '%-4s %-34s %s' "$verdict" "$id" "$why")")
+}
+if [ "${CASES:-all}" = all ] || [ "${CASES}" = shared ]; then
+shared_case shared-rc-rc rc
+shared_case shared-rc-ud ud
 fi
 
 echo

@@ -151,3 +151,44 @@ fn dont_care_mask(info: &OpcodeInfo, pad: usize, len: usize) -> Vec<u8> {
     m[len - ICRC_LEN - pad..].fill(0xff);
     m
 }
+
+/// `data` as a message between processes sharing a device, and as a datagram their
+/// steering program reads (with the message's table, if it is one, else a table made of
+/// its first bytes).
+pub fn check_share(data: &[u8]) {
+    use rnic_core::share::{member_of, parse_probe, program, run_program, Msg, MEMBERS};
+    let table: Vec<u8> = match Msg::decode(data) {
+        Some(msg) => {
+            let mut again = Vec::new();
+            msg.encode(&mut again);
+            assert_eq!(again, data, "a decoded message re-encodes to other bytes");
+            match msg {
+                Msg::Table(t) => t.to_vec(),
+                _ => Vec::new(),
+            }
+        }
+        None => {
+            let mut t: Vec<u8> = data.iter().take(8).map(|b| b % MEMBERS).collect();
+            t.dedup();
+            t
+        }
+    };
+    let mut seen = [false; 64];
+    let table: Vec<u8> = table.into_iter().filter(|&m| !std::mem::replace(&mut seen[usize::from(m)], true)).collect();
+    let got = run_program(&program(&table), data).expect("the program runs to a return");
+    let want = if data.first() == Some(&0xFF) {
+        u32::from(*data.get(1).unwrap_or(&0))
+    } else if data.len() < 8 {
+        0
+    } else {
+        let qpn = u32::from_be_bytes([0, data[5], data[6], data[7]]);
+        let index_of = |m: u8| table.iter().position(|&x| x == m).map_or(u32::MAX, |i| i as u32);
+        if qpn == 1 {
+            table.iter().min().map_or(u32::MAX, |&a| index_of(a))
+        } else {
+            index_of(member_of(qpn))
+        }
+    };
+    assert_eq!(got, want, "table {table:?}");
+    let _ = parse_probe(data);
+}

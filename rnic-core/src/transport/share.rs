@@ -692,4 +692,29 @@ mod tests {
         assert_eq!(parse_probe(&probe_datagram(2, 5, 1)), Some((2, 5, 1)));
         assert_eq!(parse_probe(&bth(0x11)), None);
     }
+
+    proptest::proptest! {
+        /// Any group (distinct members in any order), any QPN: the program returns the
+        /// index of the QPN's member, the agent's for QP1, the hash's for a member not in
+        /// the group.
+        #[test]
+        fn the_program_matches_the_design(
+            members in proptest::sample::subsequence((0..MEMBERS).collect::<Vec<_>>(), 0..=64),
+            order in proptest::collection::vec(proptest::prelude::any::<u32>(), 64),
+            qpn in 0u32..0x100_0000,
+        ) {
+            let mut table = members;
+            // Shuffle by the generated keys: the kernel's indices are any order.
+            let mut keyed: Vec<_> = table.iter().copied().zip(order).collect();
+            keyed.sort_by_key(|&(_, k)| k);
+            table = keyed.into_iter().map(|(m, _)| m).collect();
+            let index_of = |m: u8| table.iter().position(|&x| x == m).map_or(NO_INDEX, |i| i as u32);
+            let want = if qpn == GSI_QPN {
+                table.iter().min().map_or(NO_INDEX, |&a| index_of(a))
+            } else {
+                index_of(member_of(qpn))
+            };
+            proptest::prop_assert_eq!(run_program(&program(&table), &bth(qpn)), Some(want));
+        }
+    }
 }
