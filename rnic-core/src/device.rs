@@ -206,11 +206,12 @@ impl Device {
             Some(netdev) => {
                 // Processes share UDP devices only: each AF_PACKET socket on the interface
                 // sees every frame, and each would answer it.
-                raw_claim = Some(crate::transport::share::claim_raw(netdev, config.ip).map_err(|e| {
+                raw_claim = Some(crate::transport::share::claim_raw(netdev, config.vlan, config.ip).map_err(|e| {
                     let why = if e.kind() == std::io::ErrorKind::AddrInUse {
                         format!(
-                            "another process runs a raw-Ethernet device at {} on {netdev}; processes share UDP devices only",
-                            config.ip
+                            "a raw-Ethernet device at {} on {netdev}{} is already open (in this or another process); processes share UDP devices only",
+                            config.ip,
+                            config.vlan.map_or(String::new(), |v| format!(" VLAN {v}"))
                         )
                     } else {
                         format!("cannot claim {netdev}: {e}")

@@ -615,3 +615,28 @@ fn neighbour_solicitations_are_checked_before_they_are_answered() {
     }
     assert_eq!(counter(&a, "nd_adverts_sent") - n0, 1);
 }
+
+/// A raw-Ethernet device is one process's: a second open of the same interface, VLAN and
+/// address (here from the same process, as another process would) is refused, naming why.
+#[test]
+fn a_raw_device_is_not_shared() {
+    if !can_run("a_raw_device_is_not_shared") {
+        return;
+    }
+    let ns = Netns::new("raw6");
+    veth(&ns, "xa", "xb", 1500);
+    let open = || {
+        let config = DeviceConfig {
+            netdev: Some("xa".into()),
+            pin_memory: false,
+            ..DeviceConfig::new("rnic0", "10.95.0.1".parse().unwrap())
+        };
+        ns.run(|| Context::open_with(config))
+    };
+    let first = open().unwrap_or_else(|e| panic!("{}", e.report()));
+    let second = open().map(|_| ()).expect_err("a second open of the raw device");
+    let why = second.report();
+    assert!(why.contains("processes share UDP devices only") && why.contains("xa"), "{why}");
+    drop(first);
+    open().unwrap_or_else(|e| panic!("free again after the close: {}", e.report()));
+}

@@ -618,8 +618,9 @@ impl Drop for Share {
 /// Claims a raw-Ethernet device's interface and address for this process: processes
 /// share UDP devices only (a raw device's frames reach every `AF_PACKET` socket on the
 /// interface, and each would answer them).
-pub fn claim_raw(netdev: &str, ip: IpAddr) -> io::Result<UnixDatagram> {
-    UnixDatagram::bind_addr(&UnixAddr::from_abstract_name(format!("rnic:raw:{netdev}:{ip}"))?)
+pub fn claim_raw(netdev: &str, vlan: Option<u16>, ip: IpAddr) -> io::Result<UnixDatagram> {
+    let vlan = vlan.map_or(String::new(), |v| format!(".{v}"));
+    UnixDatagram::bind_addr(&UnixAddr::from_abstract_name(format!("rnic:raw:{netdev}{vlan}:{ip}"))?)
 }
 
 #[cfg(test)]
