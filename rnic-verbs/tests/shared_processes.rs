@@ -1,3 +1,4 @@
+#![allow(clippy::cast_possible_truncation)]
 //! One device, many processes: eight processes open the same device (`rnic0`,
 //! 127.0.0.1), connect RC QPs all to all and move data with WRITE, READ and SEND for a
 //! while, every byte checked; one is killed with SIGKILL halfway. The other seven must

@@ -86,7 +86,11 @@ const fn insn(code: u16, jt: u8, jf: u8, k: u32) -> BpfInsn {
 /// not in the table. A datagram too short to read fails the load, and the program then
 /// returns 0 (the kernel's rule): socket 0 drops it as malformed.
 pub fn program(table: &[u8]) -> Vec<BpfInsn> {
-    let agent = table.iter().enumerate().min_by_key(|&(_, m)| *m).map_or(NO_INDEX, |(i, _)| i as u32);
+    let agent = table
+        .iter()
+        .enumerate()
+        .min_by_key(|&(_, m)| *m)
+        .map_or(NO_INDEX, |(i, _)| u32::try_from(i).unwrap_or(NO_INDEX));
     let mut p = vec![
         insn(LD_B_ABS, 0, 0, 0),
         insn(JEQ_K, 0, 2, u32::from(PROBE_OPCODE)),
@@ -101,7 +105,7 @@ pub fn program(table: &[u8]) -> Vec<BpfInsn> {
     ];
     for (i, &m) in table.iter().enumerate() {
         p.push(insn(JEQ_K, 0, 1, u32::from(m)));
-        p.push(insn(RET_K, 0, 0, i as u32));
+        p.push(insn(RET_K, 0, 0, u32::try_from(i).unwrap_or(NO_INDEX)));
     }
     p.push(insn(RET_K, 0, 0, NO_INDEX));
     p
@@ -319,7 +323,7 @@ pub fn join(addr: SocketAddr) -> io::Result<Share> {
                 crate::sys::set_passcred(&inbox)?;
                 let seed = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64)
+                    .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
                     ^ (u64::from(std::process::id()) << 40);
                 return Ok(Share {
                     addr,
@@ -452,7 +456,7 @@ impl Share {
         let live: Vec<u8> = (0..MEMBERS).filter(|&m| self.alive(m)).collect();
         counters.share_probes.fetch_add(1, Ordering::Relaxed);
         for k in 0..live.len() {
-            let d = probe_datagram(k as u8, nonce, self.member);
+            let d = probe_datagram(u8::try_from(k).unwrap_or(u8::MAX), nonce, self.member);
             if sock.send_to(&d, self.addr).is_err() {
                 counters.send_err.fetch_add(1, Ordering::Relaxed);
             }
@@ -624,6 +628,7 @@ pub fn claim_raw(netdev: &str, vlan: Option<u16>, ip: IpAddr) -> io::Result<Unix
 }
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 
