@@ -62,13 +62,32 @@ pub struct CmConfig {
     pub timewait_ns: u64,
     /// Seeds the communication IDs and transaction IDs (tests replay exactly).
     pub seed: u64,
+    /// A process sharing its device with others: its member number, put in the top 6
+    /// bits of every communication ID it hands out, so that a peer's answer (which names
+    /// the ID) reaches this process (`share`).
+    pub member: Option<u8>,
 }
 
 impl CmConfig {
     /// rdma_cm's defaults for a device at `local_ip`.
     pub fn new(local_ip: IpAddr, ca_guid: u64) -> CmConfig {
-        CmConfig { local_ip, ca_guid, packet_lifetime_ns: 4096 << 16, timewait_ns: 1_000_000_000, seed: 0x5eed }
+        CmConfig {
+            local_ip,
+            ca_guid,
+            packet_lifetime_ns: 4096 << 16,
+            timewait_ns: 1_000_000_000,
+            seed: 0x5eed,
+            member: None,
+        }
     }
+}
+
+/// Where a sharing process's member number sits in its communication IDs.
+pub const COMM_ID_MEMBER_SHIFT: u32 = 26;
+
+/// The member that handed out communication ID `id` (see [`CmConfig::member`]).
+pub fn comm_id_member(id: u32) -> u8 {
+    u8::try_from(id >> COMM_ID_MEMBER_SHIFT).unwrap_or(u8::MAX)
 }
 
 /// 4.096 us x 2^t in ns (IBA's timeout encoding; t above 31 is clamped).
@@ -397,6 +416,11 @@ impl CmAgent {
         Ok(())
     }
 
+    /// Whether a listener is on `service_id`.
+    pub fn is_listening(&self, service_id: u64) -> bool {
+        self.listeners.contains(&service_id)
+    }
+
     /// Stops accepting REQs for `service_id` (connections already made stay).
     pub fn unlisten(&mut self, service_id: u64) {
         self.listeners.remove(&service_id);
@@ -412,7 +436,10 @@ impl CmAgent {
 
     fn new_comm_id(&mut self) -> u32 {
         loop {
-            let id = (self.next_rand() >> 32) as u32;
+            let mut id = (self.next_rand() >> 32) as u32;
+            if let Some(m) = self.cfg.member {
+                id = id & !(0x3F << COMM_ID_MEMBER_SHIFT) | u32::from(m & 0x3F) << COMM_ID_MEMBER_SHIFT;
+            }
             if id != 0 && !self.conns.contains_key(&id) {
                 return id;
             }

@@ -186,6 +186,7 @@ impl Device {
         // The QPNs this process hands out: all of them, or its member's part of a UDP
         // device other processes share (`transport::share`).
         let mut qpns = (crate::engine::FIRST_QPN, crate::engine::LAST_QPN);
+        let mut cm_member = None;
         let mut raw_claim = None;
         let (link, local, transport, rcvbuf, iface): (Box<dyn Transport>, _, _, _, _) = match &config.netdev {
             None => {
@@ -198,6 +199,7 @@ impl Device {
                 let sock = bind(&config)?;
                 let local = sock.local_addr().map_err(io_err)?;
                 qpns = crate::transport::share::qpn_range(share.member());
+                cm_member = Some(share.member());
                 let transport = transport_info(&config, &sock);
                 let rcvbuf = crate::sys::rx_backlog(&sock).map_or(16 << 20, |(_, b)| u64::from(b));
                 let udp = Udp::new(&config, sock, transport, capture, counters.clone(), Some(share)).map_err(io_err)?;
@@ -268,6 +270,7 @@ impl Device {
                 .as_ref()
                 .map_or(crate::engine::guid_for(local.ip()), |i| crate::engine::guid_for_mac(i.mac.0)),
             qpns,
+            cm_member,
             ..EngineConfig::new(local.ip())
         };
         let engine = Engine::new(engine_config, mtpt.clone(), counters.clone());

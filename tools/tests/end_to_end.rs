@@ -376,3 +376,58 @@ fn demo_runs_on_raw_ethernet_over_a_veth_pair() {
     assert!(text.contains("Mtu            : 1024[B]"), "{text}");
     assert!(text.contains("raw-frame baseline"), "{text}");
 }
+
+/// `rnic rping` with server and client on ONE device (127.0.19.7), in two processes, while
+/// a third process that opened the device first (another rping server, on another port)
+/// is the member QP1's MADs reach: it offers the REQ to the member that listens, and
+/// passes the REP and RTU to the member whose communication ID they name.
+#[test]
+fn rping_between_two_processes_of_one_device() {
+    struct Reap(Vec<std::process::Child>);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let spawn = |port: &str| {
+        rnic()
+            .args(["rping", "-s", "-a", "127.0.19.7", "-p", port, "-S", "100", "-v"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut kids = Reap(vec![spawn("7301")]);
+    std::thread::sleep(Duration::from_millis(300));
+    kids.0.push(spawn("7302"));
+    std::thread::sleep(Duration::from_millis(300));
+    let out = rnic()
+        .args([
+            "rping",
+            "-c",
+            "-a",
+            "127.0.19.7",
+            "-I",
+            "127.0.19.7",
+            "-p",
+            "7302",
+            "-C",
+            "10",
+            "-V",
+            "-v",
+            "-S",
+            "100",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "client: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(text.matches("ping data: rdma-ping-").count(), 10, "{text}");
+    let s = kids.0.remove(1).wait_with_output().unwrap();
+    let stext = String::from_utf8_lossy(&s.stdout);
+    assert!(s.status.success(), "server: {stext}\n{}", String::from_utf8_lossy(&s.stderr));
+    assert_eq!(stext.matches("server ping data: rdma-ping-").count(), 10, "{stext}");
+}

@@ -74,6 +74,9 @@ pub struct EngineConfig {
     /// The QPNs this engine hands out, first and last: all of them, or a sharing
     /// process's part of the device's (`transport::share`).
     pub qpns: (u32, u32),
+    /// A process sharing its device: its member number, which the CM puts in its
+    /// communication IDs ([`crate::cm::CmConfig::member`]).
+    pub cm_member: Option<u8>,
 }
 
 /// Payload bytes up to which a packet counts as small for the window
@@ -108,6 +111,7 @@ impl EngineConfig {
             max_inflight_per_dest: 16 << 20,
             port_mtu: crate::qp_state::PathMtu::Mtu4096,
             qpns: (super::qp_table::FIRST_QPN, super::qp_table::LAST_QPN),
+            cm_member: None,
         }
     }
 }

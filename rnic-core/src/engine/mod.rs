@@ -130,8 +130,11 @@ pub const READ_BURST: usize = 64;
 impl Engine {
     /// A new engine using `mtpt` for every key check.
     pub fn new(config: EngineConfig, mtpt: Arc<Mtpt>, counters: Arc<Counters>) -> Engine {
-        let cm =
-            crate::cm::CmConfig { seed: config.cm_seed, ..crate::cm::CmConfig::new(config.local_ip, config.ca_guid) };
+        let cm = crate::cm::CmConfig {
+            seed: config.cm_seed,
+            member: config.cm_member,
+            ..crate::cm::CmConfig::new(config.local_ip, config.ca_guid)
+        };
         Engine {
             qps: qp_table::QpTable::with_range(config.qpns.0, config.qpns.1),
             cx: Ctx::new(config, mtpt, counters),

@@ -152,6 +152,11 @@ pub enum Msg<'a> {
         ce: bool,
         /// The IPv4 ID its ICRC matched.
         ident: u16,
+        /// A CM REQ offered to every member: taken only by one that listens on its
+        /// service ID.
+        offer: bool,
+        /// A CM MAD the agent chose this member for (not to be routed again).
+        decided: bool,
         /// The RoCE packet, BTH first.
         data: &'a [u8],
     },
@@ -178,10 +183,10 @@ impl<'a> Msg<'a> {
         out.clear();
         out.extend_from_slice(MSG_MAGIC);
         match self {
-            Msg::Packet { src, ce, ident, data } => {
+            Msg::Packet { src, ce, ident, offer, decided, data } => {
                 let v6 = src.is_ipv6();
                 out.push(1);
-                out.push(u8::from(*ce) | u8::from(v6) << 1);
+                out.push(u8::from(*ce) | u8::from(v6) << 1 | u8::from(*offer) << 2 | u8::from(*decided) << 3);
                 out.extend_from_slice(&ident.to_be_bytes());
                 out.extend_from_slice(&src.port().to_be_bytes());
                 match src.ip() {
@@ -211,7 +216,7 @@ impl<'a> Msg<'a> {
         match kind {
             1 => {
                 let (&flags, rest) = rest.split_first()?;
-                if flags & !3 != 0 {
+                if flags & !15 != 0 {
                     return None;
                 }
                 let ident = u16::from_be_bytes(rest.get(0..2)?.try_into().ok()?);
@@ -223,7 +228,14 @@ impl<'a> Msg<'a> {
                     let o: [u8; 4] = rest.get(4..8)?.try_into().ok()?;
                     (o.into(), rest.get(8..)?)
                 };
-                Some(Msg::Packet { src: SocketAddr::new(ip, port), ce: flags & 1 != 0, ident, data })
+                Some(Msg::Packet {
+                    src: SocketAddr::new(ip, port),
+                    ce: flags & 1 != 0,
+                    ident,
+                    offer: flags & 4 != 0,
+                    decided: flags & 8 != 0,
+                    data,
+                })
             }
             2 if rest.len() == 10 => Some(Msg::ProbeReply {
                 nonce: u64::from_be_bytes(rest[..8].try_into().ok()?),
@@ -357,6 +369,30 @@ pub fn join(addr: SocketAddr) -> io::Result<Share> {
     ))
 }
 
+/// Where the agent sends a CM MAD ([`Share::gsi_route`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GsiRoute {
+    /// This member's CM.
+    Here,
+    /// Member `m`'s.
+    To(u8),
+    /// Every other member's, for the one that listens.
+    Offer,
+}
+
+/// Whether a packet is for QP1 (a MAD).
+pub fn is_gsi(pkt: &[u8]) -> bool {
+    dest_qp(pkt) == Some(GSI_QPN)
+}
+
+/// The service ID of a CM REQ in a QP1 packet.
+pub fn req_service_id(pkt: &[u8]) -> Option<u64> {
+    match rnic_wire::cm::CmMessage::from_mad(pkt.get(20..20 + rnic_wire::mad::MAD_LEN)?) {
+        Ok((_, Some(rnic_wire::cm::CmMessage::Req(r)))) => Some(r.service_id),
+        _ => None,
+    }
+}
+
 /// What [`Share::inbox`] took.
 #[derive(Debug)]
 pub enum Inbound {
@@ -370,6 +406,10 @@ pub enum Inbound {
         ce: bool,
         /// The IPv4 ID its ICRC matched.
         ident: u16,
+        /// A CM REQ offered to every member ([`Msg::Packet::offer`]).
+        offer: bool,
+        /// A CM MAD the agent chose this member for.
+        decided: bool,
     },
     /// Nothing more waits.
     Empty,
@@ -380,6 +420,11 @@ impl Share {
     pub fn inbox_fd(&self) -> io::Result<std::os::fd::OwnedFd> {
         use std::os::fd::AsFd;
         self.inbox.as_fd().try_clone_to_owned()
+    }
+
+    /// Whether this member takes QP1's MADs from the wire.
+    pub fn is_agent(&self) -> bool {
+        self.agent == self.member
     }
 
     /// This process's member number.
@@ -477,12 +522,65 @@ impl Share {
         true
     }
 
+    /// The agent's choice for a QP1 packet (a CM MAD): which member's CM takes it. A REQ
+    /// goes to the agent's own CM when it listens on the service ID (or no other member
+    /// exists), else it is offered to every other member (the one that listens takes it;
+    /// a REQ nobody listens on then goes unanswered, where one process would have
+    /// rejected it); any other CM message to the member whose communication ID it names
+    /// (`cm::comm_id_member`). What does not parse stays here, for the agent's CM to count.
+    pub fn gsi_route(&self, pkt: &[u8], listening: impl FnOnce(u64) -> bool) -> GsiRoute {
+        use rnic_wire::cm::CmMessage;
+        // BTH (12) + DETH (8), then the 256-byte MAD of a UD SEND_ONLY.
+        const MAD_AT: usize = 20;
+        if self.table.len() <= 1 || pkt.first() != Some(&0x64) {
+            return GsiRoute::Here;
+        }
+        let Some(mad) = pkt.get(MAD_AT..MAD_AT + rnic_wire::mad::MAD_LEN) else { return GsiRoute::Here };
+        let named = match CmMessage::from_mad(mad) {
+            Ok((_, Some(CmMessage::Req(r)))) => {
+                return if listening(r.service_id) { GsiRoute::Here } else { GsiRoute::Offer };
+            }
+            Ok((_, Some(CmMessage::Rep(r)))) => r.remote_comm_id,
+            Ok((_, Some(CmMessage::Rtu(r)))) => r.remote_comm_id,
+            Ok((_, Some(CmMessage::Rej(r)))) => r.remote_comm_id,
+            Ok((_, Some(CmMessage::Mra(r)))) => r.remote_comm_id,
+            Ok((_, Some(CmMessage::Dreq(r)))) => r.ids.remote_comm_id,
+            Ok((_, Some(CmMessage::Drep(r)))) => r.remote_comm_id,
+            _ => return GsiRoute::Here,
+        };
+        let m = crate::cm::comm_id_member(named);
+        if named == 0 || m == self.member || !self.table.contains(&m) {
+            GsiRoute::Here
+        } else {
+            GsiRoute::To(m)
+        }
+    }
+
+    /// Passes a CM MAD the agent received to member `to`, or offers a REQ to every other
+    /// member.
+    pub fn pass_gsi(&mut self, pkt: &[u8], src: SocketAddr, ident: u16, route: GsiRoute, counters: &Counters) {
+        let mut out = std::mem::take(&mut self.scratch);
+        let offer = route == GsiRoute::Offer;
+        Msg::Packet { src, ce: false, ident, offer, decided: true, data: pkt }.encode(&mut out);
+        let to: Vec<u8> = match route {
+            GsiRoute::To(m) => vec![m],
+            GsiRoute::Offer => self.table.iter().copied().filter(|&m| m != self.member).collect(),
+            GsiRoute::Here => Vec::new(),
+        };
+        for m in to {
+            if self.send_ctl(m, &out).is_ok() {
+                counters.share_forwarded.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.scratch = out;
+    }
+
     /// Forwards a packet this member does not own to its owner. A packet for a member
     /// that has gone is dropped (counted as for an unknown QP).
     pub fn forward(&mut self, pkt: &[u8], src: SocketAddr, ce: bool, ident: u16, counters: &Counters) {
         let owner = self.owner(pkt);
         let mut out = std::mem::take(&mut self.scratch);
-        Msg::Packet { src, ce, ident, data: pkt }.encode(&mut out);
+        Msg::Packet { src, ce, ident, offer: false, decided: false, data: pkt }.encode(&mut out);
         match self.send(owner, &out) {
             Ok(()) => {
                 counters.share_forwarded.fetch_add(1, Ordering::Relaxed);
@@ -515,8 +613,8 @@ impl Share {
                 continue;
             }
             let (hdr, pkt) = match Msg::decode(&buf[..len]) {
-                Some(Msg::Packet { src, ce, ident, data }) => {
-                    ((src, ce, ident), (data.as_ptr() as usize - buf.as_ptr() as usize, data.len()))
+                Some(Msg::Packet { src, ce, ident, offer, decided, data }) => {
+                    ((src, ce, ident, offer, decided), (data.as_ptr() as usize - buf.as_ptr() as usize, data.len()))
                 }
                 Some(Msg::ProbeReply { nonce, index, member }) => {
                     self.take_reply(nonce, index, member, sock, counters);
@@ -538,14 +636,15 @@ impl Share {
             };
             let (at, n) = pkt;
             buf.copy_within(at..at + n, 0);
-            if !self.owns(&buf[..n]) {
+            // QP1's MADs come from the agent, which chose this member (`gsi_route`).
+            if dest_qp(&buf[..n]) != Some(GSI_QPN) && !self.owns(&buf[..n]) {
                 // Never forwarded twice: the sender's view and ours disagree.
                 counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
                 self.want_probe = true;
                 continue;
             }
-            let (src, ce, ident) = hdr;
-            return Inbound::Packet { len: n, src, ce, ident };
+            let (src, ce, ident, offer, decided) = hdr;
+            return Inbound::Packet { len: n, src, ce, ident, offer, decided };
         }
     }
 
@@ -675,8 +774,15 @@ mod tests {
     fn messages_round_trip_and_garbage_is_refused() {
         let src: SocketAddr = "[fe80::1]:4791".parse().unwrap();
         let msgs = [
-            Msg::Packet { src, ce: true, ident: 7, data: &[1, 2, 3] },
-            Msg::Packet { src: "10.0.0.1:4791".parse().unwrap(), ce: false, ident: 0, data: &[] },
+            Msg::Packet { src, ce: true, ident: 7, offer: false, decided: true, data: &[1, 2, 3] },
+            Msg::Packet {
+                src: "10.0.0.1:4791".parse().unwrap(),
+                ce: false,
+                ident: 0,
+                offer: true,
+                decided: false,
+                data: &[],
+            },
             Msg::ProbeReply { nonce: 0xdead_beef, index: 3, member: 63 },
             Msg::Table(&[0, 4, 2]),
             Msg::Left,
@@ -694,7 +800,7 @@ mod tests {
         assert_eq!(Msg::decode(b"RNSH\x03\x40"), None, "member 64 does not exist");
         assert_eq!(Msg::decode(b"RNSH\x02\0\0\0\0\0\0\0\x01\x02"), None, "a reply cut short");
         assert_eq!(Msg::decode(b"RNSX\x04"), None, "not ours");
-        assert_eq!(Msg::decode(b"RNSH\x01\x04"), None, "unknown flag");
+        assert_eq!(Msg::decode(b"RNSH\x01\x10"), None, "unknown flag");
         assert_eq!(parse_probe(&probe_datagram(2, 5, 1)), Some((2, 5, 1)));
         assert_eq!(parse_probe(&bth(0x11)), None);
     }

@@ -381,8 +381,8 @@ pub(crate) struct Rx {
     /// congestion-experienced (where a switch would have marked it).
     congested: bool,
     /// Per buffer: a packet another process sharing the device received for this one,
-    /// its ICRC checked there for this IPv4 ID.
-    forwarded: Vec<Option<u16>>,
+    /// its ICRC checked there for this IPv4 ID, and how a CM MAD came (offered, decided).
+    forwarded: Vec<Option<(u16, bool, bool)>>,
     /// This process's part of a device shared with others (dropped after the socket:
     /// the last field).
     share: Option<super::share::Share>,
@@ -430,9 +430,9 @@ impl Rx {
                 let mut n = n;
                 while n < self.bufs.len() {
                     match s.inbox(&mut self.bufs[n], &self.sock, &self.counters) {
-                        super::share::Inbound::Packet { len, src, ce, ident } => {
+                        super::share::Inbound::Packet { len, src, ce, ident, offer, decided } => {
                             self.meta[n] = crate::sys::RecvMeta { len, src, ce, ..Default::default() };
-                            self.forwarded[n] = Some(ident);
+                            self.forwarded[n] = Some((ident, offer, decided));
                             n += 1;
                         }
                         super::share::Inbound::Empty => break,
@@ -490,9 +490,24 @@ impl Rx {
     /// receive buffer. Returns the number of packets in the datagram.
     fn deliver(&mut self, i: usize, engine: &mut Engine, now: u64) -> usize {
         let m = self.meta[i];
-        if let Some(ident) = self.forwarded[i] {
+        if let Some((ident, offer, decided)) = self.forwarded[i] {
             // Checked by the process that received it (`share`).
             let pkt = &self.bufs[i][..m.len];
+            if let Some(s) = &mut self.share {
+                if offer {
+                    // A REQ offered to every member: this one's only if it listens.
+                    if !super::share::req_service_id(pkt).is_some_and(|sid| engine.cm().is_listening(sid)) {
+                        return 1;
+                    }
+                } else if !decided && s.is_agent() && super::share::is_gsi(pkt) {
+                    // A MAD another member took from the wire: the agent chooses.
+                    let route = s.gsi_route(pkt, |sid| engine.cm().is_listening(sid));
+                    if route != super::share::GsiRoute::Here {
+                        s.pass_gsi(pkt, m.src, ident, route, &self.counters);
+                        return 1;
+                    }
+                }
+            }
             if let Some(c) = &self.capture {
                 c.record_rx_ipv4_id(m.src.ip(), self.local.ip(), (m.src.port(), self.local.port()), ident, pkt);
             }
@@ -549,6 +564,14 @@ impl Rx {
                     // Another process's QP: passed on to it.
                     s.forward(pkt, m.src, m.ce || self.congested, ident, &self.counters);
                     continue;
+                }
+                if super::share::is_gsi(pkt) {
+                    // A CM MAD at the agent: the member whose connection it is takes it.
+                    let route = s.gsi_route(pkt, |sid| engine.cm().is_listening(sid));
+                    if route != super::share::GsiRoute::Here {
+                        s.pass_gsi(pkt, m.src, ident, route, &self.counters);
+                        continue;
+                    }
                 }
             }
             if let Some(c) = &self.capture {
