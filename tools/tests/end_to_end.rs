@@ -287,6 +287,12 @@ fn rping_two_processes_connect_through_the_cm() {
     let stext = String::from_utf8_lossy(&s.stdout);
     assert!(s.status.success(), "server: {stext}\n{}", String::from_utf8_lossy(&s.stderr));
     assert_eq!(stext.matches("server ping data: rdma-ping-").count(), 10, "{stext}");
+    // A port nobody listens on: every member declines the offered REQ, and the agent's CM
+    // rejects it (REJ, invalid service ID), as one process would.
+    let out =
+        rnic().args(["rping", "-c", "-a", "127.0.19.7", "-I", "127.0.19.7", "-p", "7399", "-C", "1"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("nobody listens"), "{err}");
 }
 
 /// The main job on raw Ethernet: `rnic demo --netdev/--peer-netdev` over a veth pair in a
@@ -380,7 +386,8 @@ fn demo_runs_on_raw_ethernet_over_a_veth_pair() {
 /// `rnic rping` with server and client on ONE device (127.0.19.7), in two processes, while
 /// a third process that opened the device first (another rping server, on another port)
 /// is the member QP1's MADs reach: it offers the REQ to the member that listens, and
-/// passes the REP and RTU to the member whose communication ID they name.
+/// passes the REP and RTU to the member whose communication ID they name; a REQ for a port
+/// nobody listens on is rejected once every member has declined it.
 #[test]
 fn rping_between_two_processes_of_one_device() {
     struct Reap(Vec<std::process::Child>);

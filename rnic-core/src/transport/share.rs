@@ -173,6 +173,13 @@ pub enum Msg<'a> {
     Table(&'a [u8]),
     /// A member left cleanly: the group's numbering changed.
     Left,
+    /// Member `member` does not listen on the REQ offered as `key` ([`offer_key`]).
+    Decline {
+        /// The offer's.
+        key: u64,
+        /// Who declines.
+        member: u8,
+    },
 }
 
 const MSG_MAGIC: &[u8; 4] = b"RNSH";
@@ -206,6 +213,11 @@ impl<'a> Msg<'a> {
                 out.extend_from_slice(t);
             }
             Msg::Left => out.push(4),
+            Msg::Decline { key, member } => {
+                out.push(5);
+                out.extend_from_slice(&key.to_be_bytes());
+                out.push(*member);
+            }
         }
     }
 
@@ -244,6 +256,9 @@ impl<'a> Msg<'a> {
             }),
             3 if rest.len() <= usize::from(MEMBERS) && rest.iter().all(|&m| m < MEMBERS) => Some(Msg::Table(rest)),
             4 if rest.is_empty() => Some(Msg::Left),
+            5 if rest.len() == 9 => {
+                Some(Msg::Decline { key: u64::from_be_bytes(rest[..8].try_into().ok()?), member: rest[8] })
+            }
             _ => None,
         }
     }
@@ -315,6 +330,8 @@ pub struct Share {
     gap: Duration,
     /// Receives since the inbox was last read.
     rounds: u32,
+    /// REQs offered to the other members, waiting for their declines.
+    offers: Vec<Offer>,
     /// The last read of the inbox found something: read it at every receive until it
     /// is empty (its queue holds few datagrams: `net.unix.max_dgram_qlen`, 10 by default).
     busy: bool,
@@ -349,6 +366,7 @@ pub fn join(addr: SocketAddr) -> io::Result<Share> {
                     last_probe: None,
                     gap: PROBE_GAP,
                     rounds: 0,
+                    offers: Vec::new(),
                     busy: false,
                     ctl: {
                         let c = UnixDatagram::unbound()?;
@@ -392,6 +410,34 @@ pub fn req_service_id(pkt: &[u8]) -> Option<u64> {
         _ => None,
     }
 }
+
+/// Names an offered REQ the same way in every member: the requester's address and its
+/// communication ID (stable across builds: CRC-32 of the address).
+pub fn offer_key(src: SocketAddr, pkt: &[u8]) -> Option<u64> {
+    let mad = pkt.get(20..20 + rnic_wire::mad::MAD_LEN)?;
+    let Ok((_, Some(rnic_wire::cm::CmMessage::Req(r)))) = rnic_wire::cm::CmMessage::from_mad(mad) else { return None };
+    let ip = match src.ip() {
+        IpAddr::V4(a) => crc32fast::hash(&a.octets()),
+        IpAddr::V6(a) => crc32fast::hash(&a.octets()),
+    };
+    Some(u64::from(ip) << 32 | u64::from(r.local_comm_id))
+}
+
+/// A REQ the agent offered to the other members, waiting for their declines: when every
+/// one declined, the agent's own CM takes it (and rejects it: nobody listens).
+#[derive(Debug)]
+struct Offer {
+    key: u64,
+    waiting: Vec<u8>,
+    pkt: Vec<u8>,
+    src: SocketAddr,
+    ident: u16,
+    at: Instant,
+}
+
+/// Offers kept at most (the oldest goes), and how long one waits.
+const OFFERS: usize = 64;
+const OFFER_WAIT: Duration = Duration::from_secs(2);
 
 /// What [`Share::inbox`] took.
 #[derive(Debug)]
@@ -524,9 +570,9 @@ impl Share {
 
     /// The agent's choice for a QP1 packet (a CM MAD): which member's CM takes it. A REQ
     /// goes to the agent's own CM when it listens on the service ID (or no other member
-    /// exists), else it is offered to every other member (the one that listens takes it;
-    /// a REQ nobody listens on then goes unanswered, where one process would have
-    /// rejected it); any other CM message to the member whose communication ID it names
+    /// exists), else it is offered to every other member (the one that listens takes it,
+    /// the others decline; declined by all, it comes back to the agent's CM, which
+    /// rejects it); any other CM message to the member whose communication ID it names
     /// (`cm::comm_id_member`). What does not parse stays here, for the agent's CM to count.
     pub fn gsi_route(&self, pkt: &[u8], listening: impl FnOnce(u64) -> bool) -> GsiRoute {
         use rnic_wire::cm::CmMessage;
@@ -567,12 +613,42 @@ impl Share {
             GsiRoute::Offer => self.table.iter().copied().filter(|&m| m != self.member).collect(),
             GsiRoute::Here => Vec::new(),
         };
+        let mut waiting = Vec::new();
         for m in to {
             if self.send_ctl(m, &out).is_ok() {
                 counters.share_forwarded.fetch_add(1, Ordering::Relaxed);
+                waiting.push(m);
             }
         }
         self.scratch = out;
+        if let (true, Some(key)) = (offer, offer_key(src, pkt)) {
+            // A retried REQ replaces its earlier offer.
+            self.offers.retain(|o| o.key != key);
+            if self.offers.len() >= OFFERS {
+                self.offers.remove(0);
+            }
+            self.offers.push(Offer { key, waiting, pkt: pkt.to_vec(), src, ident, at: Instant::now() });
+        }
+    }
+
+    /// Tells the agent this member does not listen on an offered REQ's service.
+    pub fn decline(&mut self, pkt: &[u8], src: SocketAddr) {
+        let Some(key) = offer_key(src, pkt) else { return };
+        let mut out = std::mem::take(&mut self.scratch);
+        Msg::Decline { key, member: self.member }.encode(&mut out);
+        let _ = self.send_ctl(self.agent, &out);
+        self.scratch = out;
+    }
+
+    /// An offer every member declined, for this member's CM (which rejects it), into `buf`.
+    fn declined(&mut self, buf: &mut [u8]) -> Option<Inbound> {
+        let now = Instant::now();
+        self.offers.retain(|o| now.duration_since(o.at) < OFFER_WAIT);
+        let i = self.offers.iter().position(|o| o.waiting.is_empty())?;
+        let o = self.offers.remove(i);
+        let n = o.pkt.len().min(buf.len());
+        buf[..n].copy_from_slice(&o.pkt[..n]);
+        Some(Inbound::Packet { len: n, src: o.src, ce: false, ident: o.ident, offer: false, decided: true })
     }
 
     /// Forwards a packet this member does not own to its owner. A packet for a member
@@ -605,7 +681,7 @@ impl Share {
         loop {
             let (len, uid) = match crate::sys::recv_with_uid(&self.inbox, buf) {
                 Ok(r) => r,
-                Err(_) => return Inbound::Empty,
+                Err(_) => return self.declined(buf).unwrap_or(Inbound::Empty),
             };
             self.busy = true;
             if uid != Some(self.uid) {
@@ -627,6 +703,15 @@ impl Share {
                 Some(Msg::Left) => {
                     self.want_probe = true;
                     self.gap = PROBE_GAP;
+                    continue;
+                }
+                Some(Msg::Decline { key, member }) => {
+                    if let Some(o) = self.offers.iter_mut().find(|o| o.key == key) {
+                        o.waiting.retain(|&m| m != member);
+                    }
+                    if let Some(p) = self.declined(buf) {
+                        return p;
+                    }
                     continue;
                 }
                 None => {
@@ -786,6 +871,7 @@ mod tests {
             Msg::ProbeReply { nonce: 0xdead_beef, index: 3, member: 63 },
             Msg::Table(&[0, 4, 2]),
             Msg::Left,
+            Msg::Decline { key: 0x0123_4567_89ab_cdef, member: 9 },
         ];
         let mut b = Vec::new();
         for m in &msgs {

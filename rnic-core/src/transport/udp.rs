@@ -497,6 +497,7 @@ impl Rx {
                 if offer {
                     // A REQ offered to every member: this one's only if it listens.
                     if !super::share::req_service_id(pkt).is_some_and(|sid| engine.cm().is_listening(sid)) {
+                        s.decline(pkt, m.src);
                         return 1;
                     }
                 } else if !decided && s.is_agent() && super::share::is_gsi(pkt) {
