@@ -182,12 +182,12 @@ impl Device {
         };
         let counters = Arc::new(Counters::default());
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
-        // The wire: a UDP socket, or raw frames on a named interface.
         // The QPNs this process hands out: all of them, or its member's part of a UDP
         // device other processes share (`transport::share`).
         let mut qpns = (crate::engine::FIRST_QPN, crate::engine::LAST_QPN);
         let mut cm_member = None;
         let mut raw_claim = None;
+        // The wire: a UDP socket, or raw frames on a named interface.
         let (link, local, transport, rcvbuf, iface): (Box<dyn Transport>, _, _, _, _) = match &config.netdev {
             None => {
                 let share = crate::transport::share::join(SocketAddr::new(config.ip, config.port)).map_err(|e| {

@@ -582,6 +582,7 @@ pub fn set_passcred(sock: &impl AsRawFd) -> io::Result<()> {
 
 /// Receives one datagram from a Unix socket without blocking, with the user ID of the
 /// process that sent it (the kernel's `SCM_CREDENTIALS`; `None` if it was not reported).
+/// A datagram longer than `buf` is an error (`InvalidData`), not a shorter message.
 pub fn recv_with_uid(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<(usize, Option<u32>)> {
     // Room for one `struct ucred` control message (u64s: the header's alignment).
     let mut cbuf = [0u64; 8];
@@ -597,6 +598,9 @@ pub fn recv_with_uid(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<(usize, 
     let rc = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
     if rc < 0 {
         return Err(io::Error::last_os_error());
+    }
+    if msg.msg_flags & libc::MSG_TRUNC != 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "a Unix datagram longer than the buffer"));
     }
     let mut uid = None;
     // SAFETY: the CMSG_* macros walk the control buffer the kernel filled, within

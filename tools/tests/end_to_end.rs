@@ -238,6 +238,18 @@ fn demo_draws_its_ladder_with_the_completions_each_cpu_sees() {
     assert!(page.matches("class=\"note\"").count() >= 12, "the CPUs' completions are drawn");
 }
 
+/// Children killed and reaped when a test ends, passed or failed.
+struct Reap(Vec<std::process::Child>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// `rnic rping` as two processes: the connection made by the CM (REQ, REP, RTU on QP1),
 /// ten pings of RDMA READ and WRITE validated, the disconnect ending the server.
 #[test]
@@ -249,16 +261,7 @@ fn rping_two_processes_connect_through_the_cm() {
         .spawn()
         .unwrap();
     // A failing assertion must not leave the server running.
-    struct Reap(Option<std::process::Child>);
-    impl Drop for Reap {
-        fn drop(&mut self) {
-            if let Some(c) = &mut self.0 {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-    let mut server = Reap(Some(server));
+    let mut server = Reap(vec![server]);
     std::thread::sleep(Duration::from_millis(300));
     let out = rnic()
         .args([
@@ -283,7 +286,7 @@ fn rping_two_processes_connect_through_the_cm() {
     assert!(out.status.success(), "client: {text}\n{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(text.matches("ping data: rdma-ping-").count(), 10, "{text}");
     assert!(text.contains("ping data: rdma-ping-9: JKLMNOP"), "{text}");
-    let s = server.0.take().unwrap().wait_with_output().unwrap();
+    let s = server.0.remove(0).wait_with_output().unwrap();
     let stext = String::from_utf8_lossy(&s.stdout);
     assert!(s.status.success(), "server: {stext}\n{}", String::from_utf8_lossy(&s.stderr));
     assert_eq!(stext.matches("server ping data: rdma-ping-").count(), 10, "{stext}");
@@ -390,15 +393,6 @@ fn demo_runs_on_raw_ethernet_over_a_veth_pair() {
 /// nobody listens on is rejected once every member has declined it.
 #[test]
 fn rping_between_two_processes_of_one_device() {
-    struct Reap(Vec<std::process::Child>);
-    impl Drop for Reap {
-        fn drop(&mut self) {
-            for c in &mut self.0 {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
     let spawn = |port: &str| {
         rnic()
             .args(["rping", "-s", "-a", "127.0.19.7", "-p", port, "-S", "100", "-v"])

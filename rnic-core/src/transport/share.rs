@@ -405,17 +405,25 @@ pub fn is_gsi(pkt: &[u8]) -> bool {
 
 /// The service ID of a CM REQ in a QP1 packet.
 pub fn req_service_id(pkt: &[u8]) -> Option<u64> {
-    match rnic_wire::cm::CmMessage::from_mad(pkt.get(20..20 + rnic_wire::mad::MAD_LEN)?) {
-        Ok((_, Some(rnic_wire::cm::CmMessage::Req(r)))) => Some(r.service_id),
+    match cm_message(pkt)? {
+        rnic_wire::cm::CmMessage::Req(r) => Some(r.service_id),
         _ => None,
     }
+}
+
+/// The CM message a QP1 packet (a UD SEND_ONLY: BTH, DETH, then the 256-byte MAD) carries.
+fn cm_message(pkt: &[u8]) -> Option<rnic_wire::cm::CmMessage> {
+    const MAD_AT: usize = 20;
+    if pkt.first() != Some(&0x64) {
+        return None;
+    }
+    rnic_wire::cm::CmMessage::from_mad(pkt.get(MAD_AT..MAD_AT + rnic_wire::mad::MAD_LEN)?).ok()?.1
 }
 
 /// Names an offered REQ the same way in every member: the requester's address and its
 /// communication ID (stable across builds: CRC-32 of the address).
 pub fn offer_key(src: SocketAddr, pkt: &[u8]) -> Option<u64> {
-    let mad = pkt.get(20..20 + rnic_wire::mad::MAD_LEN)?;
-    let Ok((_, Some(rnic_wire::cm::CmMessage::Req(r)))) = rnic_wire::cm::CmMessage::from_mad(mad) else { return None };
+    let rnic_wire::cm::CmMessage::Req(r) = cm_message(pkt)? else { return None };
     let ip = match src.ip() {
         IpAddr::V4(a) => crc32fast::hash(&a.octets()),
         IpAddr::V6(a) => crc32fast::hash(&a.octets()),
@@ -439,6 +447,18 @@ struct Offer {
 const OFFERS: usize = 64;
 const OFFER_WAIT: Duration = Duration::from_secs(2);
 
+/// How a packet another member passed on came: checked there, and for a CM MAD, what
+/// the agent made of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Passed {
+    /// The IPv4 ID its ICRC matched (for the capture).
+    pub ident: u16,
+    /// A CM REQ offered to every member ([`Msg::Packet::offer`]).
+    pub offer: bool,
+    /// A CM MAD the agent chose this member for.
+    pub decided: bool,
+}
+
 /// What [`Share::inbox`] took.
 #[derive(Debug)]
 pub enum Inbound {
@@ -450,12 +470,8 @@ pub enum Inbound {
         src: SocketAddr,
         /// ECN CE.
         ce: bool,
-        /// The IPv4 ID its ICRC matched.
-        ident: u16,
-        /// A CM REQ offered to every member ([`Msg::Packet::offer`]).
-        offer: bool,
-        /// A CM MAD the agent chose this member for.
-        decided: bool,
+        /// How it came.
+        via: Passed,
     },
     /// Nothing more waits.
     Empty,
@@ -527,6 +543,10 @@ impl Share {
 
     /// Starts or restarts a probe when one is wanted and due.
     pub fn tick(&mut self, sock: &UdpSocket, counters: &Counters) {
+        // Called every round: no clock read unless a probe runs or is wanted.
+        if self.probe.is_none() && !self.want_probe {
+            return;
+        }
         let now = Instant::now();
         if let Some(p) = &self.probe {
             if now.duration_since(p.started) < PROBE_TIMEOUT {
@@ -576,23 +596,20 @@ impl Share {
     /// (`cm::comm_id_member`). What does not parse stays here, for the agent's CM to count.
     pub fn gsi_route(&self, pkt: &[u8], listening: impl FnOnce(u64) -> bool) -> GsiRoute {
         use rnic_wire::cm::CmMessage;
-        // BTH (12) + DETH (8), then the 256-byte MAD of a UD SEND_ONLY.
-        const MAD_AT: usize = 20;
-        if self.table.len() <= 1 || pkt.first() != Some(&0x64) {
+        if self.table.len() <= 1 {
             return GsiRoute::Here;
         }
-        let Some(mad) = pkt.get(MAD_AT..MAD_AT + rnic_wire::mad::MAD_LEN) else { return GsiRoute::Here };
-        let named = match CmMessage::from_mad(mad) {
-            Ok((_, Some(CmMessage::Req(r)))) => {
+        let named = match cm_message(pkt) {
+            Some(CmMessage::Req(r)) => {
                 return if listening(r.service_id) { GsiRoute::Here } else { GsiRoute::Offer };
             }
-            Ok((_, Some(CmMessage::Rep(r)))) => r.remote_comm_id,
-            Ok((_, Some(CmMessage::Rtu(r)))) => r.remote_comm_id,
-            Ok((_, Some(CmMessage::Rej(r)))) => r.remote_comm_id,
-            Ok((_, Some(CmMessage::Mra(r)))) => r.remote_comm_id,
-            Ok((_, Some(CmMessage::Dreq(r)))) => r.ids.remote_comm_id,
-            Ok((_, Some(CmMessage::Drep(r)))) => r.remote_comm_id,
-            _ => return GsiRoute::Here,
+            Some(CmMessage::Rep(r)) => r.remote_comm_id,
+            Some(CmMessage::Rtu(r)) => r.remote_comm_id,
+            Some(CmMessage::Rej(r)) => r.remote_comm_id,
+            Some(CmMessage::Mra(r)) => r.remote_comm_id,
+            Some(CmMessage::Dreq(r)) => r.ids.remote_comm_id,
+            Some(CmMessage::Drep(r)) => r.remote_comm_id,
+            None => return GsiRoute::Here,
         };
         let m = crate::cm::comm_id_member(named);
         if named == 0 || m == self.member || !self.table.contains(&m) {
@@ -602,9 +619,27 @@ impl Share {
         }
     }
 
+    /// At the agent: passes a CM MAD to the member whose connection it is (or offers a
+    /// REQ to all), as [`Share::gsi_route`] chooses; `false` when it is this member's.
+    pub fn take_gsi(
+        &mut self,
+        pkt: &[u8],
+        src: SocketAddr,
+        ident: u16,
+        listening: impl FnOnce(u64) -> bool,
+        counters: &Counters,
+    ) -> bool {
+        let route = self.gsi_route(pkt, listening);
+        if route == GsiRoute::Here {
+            return false;
+        }
+        self.pass_gsi(pkt, src, ident, route, counters);
+        true
+    }
+
     /// Passes a CM MAD the agent received to member `to`, or offers a REQ to every other
     /// member.
-    pub fn pass_gsi(&mut self, pkt: &[u8], src: SocketAddr, ident: u16, route: GsiRoute, counters: &Counters) {
+    fn pass_gsi(&mut self, pkt: &[u8], src: SocketAddr, ident: u16, route: GsiRoute, counters: &Counters) {
         let mut out = std::mem::take(&mut self.scratch);
         let offer = route == GsiRoute::Offer;
         Msg::Packet { src, ce: false, ident, offer, decided: true, data: pkt }.encode(&mut out);
@@ -648,7 +683,12 @@ impl Share {
         let o = self.offers.remove(i);
         let n = o.pkt.len().min(buf.len());
         buf[..n].copy_from_slice(&o.pkt[..n]);
-        Some(Inbound::Packet { len: n, src: o.src, ce: false, ident: o.ident, offer: false, decided: true })
+        Some(Inbound::Packet {
+            len: n,
+            src: o.src,
+            ce: false,
+            via: Passed { ident: o.ident, offer: false, decided: true },
+        })
     }
 
     /// Forwards a packet this member does not own to its owner. A packet for a member
@@ -681,6 +721,10 @@ impl Share {
         loop {
             let (len, uid) = match crate::sys::recv_with_uid(&self.inbox, buf) {
                 Ok(r) => r,
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                    counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 Err(_) => return self.declined(buf).unwrap_or(Inbound::Empty),
             };
             self.busy = true;
@@ -729,7 +773,7 @@ impl Share {
                 continue;
             }
             let (src, ce, ident, offer, decided) = hdr;
-            return Inbound::Packet { len: n, src, ce, ident, offer, decided };
+            return Inbound::Packet { len: n, src, ce, via: Passed { ident, offer, decided } };
         }
     }
 

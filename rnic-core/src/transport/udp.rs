@@ -382,7 +382,7 @@ pub(crate) struct Rx {
     congested: bool,
     /// Per buffer: a packet another process sharing the device received for this one,
     /// its ICRC checked there for this IPv4 ID, and how a CM MAD came (offered, decided).
-    forwarded: Vec<Option<(u16, bool, bool)>>,
+    forwarded: Vec<Option<super::share::Passed>>,
     /// This process's part of a device shared with others (dropped after the socket:
     /// the last field).
     share: Option<super::share::Share>,
@@ -430,9 +430,9 @@ impl Rx {
                 let mut n = n;
                 while n < self.bufs.len() {
                     match s.inbox(&mut self.bufs[n], &self.sock, &self.counters) {
-                        super::share::Inbound::Packet { len, src, ce, ident, offer, decided } => {
+                        super::share::Inbound::Packet { len, src, ce, via } => {
                             self.meta[n] = crate::sys::RecvMeta { len, src, ce, ..Default::default() };
-                            self.forwarded[n] = Some((ident, offer, decided));
+                            self.forwarded[n] = Some(via);
                             n += 1;
                         }
                         super::share::Inbound::Empty => break,
@@ -490,7 +490,7 @@ impl Rx {
     /// receive buffer. Returns the number of packets in the datagram.
     fn deliver(&mut self, i: usize, engine: &mut Engine, now: u64) -> usize {
         let m = self.meta[i];
-        if let Some((ident, offer, decided)) = self.forwarded[i] {
+        if let Some(super::share::Passed { ident, offer, decided }) = self.forwarded[i] {
             // Checked by the process that received it (`share`).
             let pkt = &self.bufs[i][..m.len];
             if let Some(s) = &mut self.share {
@@ -500,13 +500,13 @@ impl Rx {
                         s.decline(pkt, m.src);
                         return 1;
                     }
-                } else if !decided && s.is_agent() && super::share::is_gsi(pkt) {
-                    // A MAD another member took from the wire: the agent chooses.
-                    let route = s.gsi_route(pkt, |sid| engine.cm().is_listening(sid));
-                    if route != super::share::GsiRoute::Here {
-                        s.pass_gsi(pkt, m.src, ident, route, &self.counters);
-                        return 1;
-                    }
+                } else if !decided
+                    && s.is_agent()
+                    && super::share::is_gsi(pkt)
+                    && s.take_gsi(pkt, m.src, ident, |sid| engine.cm().is_listening(sid), &self.counters)
+                {
+                    // A MAD another member took from the wire: the agent passed it on.
+                    return 1;
                 }
             }
             if let Some(c) = &self.capture {
@@ -566,13 +566,11 @@ impl Rx {
                     s.forward(pkt, m.src, m.ce || self.congested, ident, &self.counters);
                     continue;
                 }
-                if super::share::is_gsi(pkt) {
-                    // A CM MAD at the agent: the member whose connection it is takes it.
-                    let route = s.gsi_route(pkt, |sid| engine.cm().is_listening(sid));
-                    if route != super::share::GsiRoute::Here {
-                        s.pass_gsi(pkt, m.src, ident, route, &self.counters);
-                        continue;
-                    }
+                // A CM MAD at the agent: the member whose connection it is takes it.
+                if super::share::is_gsi(pkt)
+                    && s.take_gsi(pkt, m.src, ident, |sid| engine.cm().is_listening(sid), &self.counters)
+                {
+                    continue;
                 }
             }
             if let Some(c) = &self.capture {
