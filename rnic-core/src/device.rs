@@ -840,19 +840,7 @@ impl Core {
             worked = true;
             crate::hop_trace::mark(crate::hop_trace::Step::RequestBuilt);
         }
-        for _ in 0..CMD_BATCH {
-            match self.cmds.try_recv() {
-                Ok(c) => {
-                    self.shutdown |= handle(&mut self.engine, t, c);
-                    worked = true;
-                }
-                Err(crossbeam_channel::TryRecvError::Empty) => break,
-                Err(crossbeam_channel::TryRecvError::Disconnected) => {
-                    self.shutdown = true;
-                    break;
-                }
-            }
-        }
+        worked |= self.take_cmds(CMD_BATCH, t);
         if worked && self.engine.has_pending_transmit() {
             self.transmit(t, false);
         }
@@ -861,6 +849,13 @@ impl Core {
         // from than one of 32, and the application calls again at once.
         let max = if inline { 1 } else { crate::transport::RX_BATCH };
         let n = self.link.recv(max);
+        if n > 0 && !self.cmds.is_empty() {
+            // A work request posted before these packets were read must be in the engine
+            // before they are handled: a receive posted while this round ran, then
+            // answered by the peer's SEND, would otherwise find no WQE (a UD datagram
+            // dropped, an RNR NAK on RC). Everything queued by now, beyond CMD_BATCH too.
+            worked |= self.take_cmds(self.cmds.len(), t);
+        }
         let mut since_ack = 0;
         for i in 0..n {
             since_ack += self.link.deliver(i, &mut self.engine, t);
@@ -906,6 +901,25 @@ impl Core {
         } else {
             Round::Idle
         }
+    }
+
+    /// Handles up to `max` queued commands; whether there were any.
+    fn take_cmds(&mut self, max: usize, t: Time) -> bool {
+        let mut took = false;
+        for _ in 0..max {
+            match self.cmds.try_recv() {
+                Ok(c) => {
+                    self.shutdown |= handle(&mut self.engine, t, c);
+                    took = true;
+                }
+                Err(crossbeam_channel::TryRecvError::Empty) => break,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    self.shutdown = true;
+                    break;
+                }
+            }
+        }
+        took
     }
 
     /// Sends the engine's output (keeping the coalesced ACKs for the next round when

@@ -33,6 +33,11 @@ fn end(name: &str, ip: &str) -> End {
     end_with(DeviceConfig { capture: None, ..DeviceConfig::new(name, ip.parse().unwrap()) })
 }
 
+/// A device's counters that are not zero, for a failure's message.
+fn nonzero(ctx: &Context) -> Vec<(String, u64)> {
+    ctx.counters().into_iter().filter(|c| c.1 != 0).collect()
+}
+
 fn bytes(seed: u8, n: usize) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(37).wrapping_add(seed)).collect()
 }
@@ -94,8 +99,10 @@ fn uc_send_and_write_over_udp() {
     let read = SendOp::RdmaRead { remote_addr: b.mr.remote().addr, rkey: b.mr.remote().rkey };
     let e = qa.post_send(&SendWr::new(9, read, vec![a.mr.sge(0, 8)])).unwrap_err();
     assert!(e.report().contains("RDMA_READ is not supported on a UC QP"), "{e}");
-    // UC has no acknowledgements: b sent nothing.
-    assert_eq!(b.ctx.counter("sent_pkts"), Some(0));
+    // UC has no acknowledgements: b sent nothing but congestion notifications (a CNP,
+    // when the 70,000-byte messages queued up at its socket long enough to be marked).
+    let sent = b.ctx.counter("sent_pkts").unwrap() - b.ctx.counter("np_cnp_sent").unwrap();
+    assert_eq!(sent, 0, "{:?}", nonzero(&b.ctx));
 }
 
 #[test]
@@ -120,6 +127,40 @@ fn ud_api_errors_are_precise() {
     assert!(e.report().contains("UD message of 4097 bytes exceeds the port MTU of 4096"), "{e}");
     let e = a.pd.create_ah_from_grh(&[0; 40]).unwrap_err();
     assert!(e.report().contains("neither an IPv4 header"), "{e}");
+}
+
+/// A receive posted before the peer sends is there when the datagram arrives, however the
+/// post meets the receiver's progress round: a post made while a round runs is queued for
+/// the progress thread, and a round that then read the datagram handled it first (a UD
+/// drop that failed the capture test below in CI; this test failed 3 runs in 5 before).
+#[test]
+fn a_receive_posted_before_the_peer_sends_is_always_there() {
+    // Three pairs at once: six progress threads and three posting threads on a few cores,
+    // so that posts often land while the receiver's round is between its two halves.
+    let pairs: Vec<_> = (0..3u8)
+        .map(|p| {
+            std::thread::spawn(move || {
+                let a = end("rnic0", &format!("127.0.52.{}", 31 + 2 * p));
+                let b = end("rnic1", &format!("127.0.52.{}", 32 + 2 * p));
+                let ud = |e: &End| e.pd.qp_builder(&e.cq, &e.cq).qp_type(QpType::Ud).qkey(QKEY).build().unwrap();
+                let (pa, pb) = (ud(&a), ud(&b));
+                let eb = pb.endpoint();
+                let (qa, qb) = (pa.activate().unwrap(), pb.activate().unwrap());
+                let ah = a.pd.create_ah(eb.gid).unwrap();
+                for i in 0..3000u32 {
+                    qb.post_recv(&RecvWr { wr_id: u64::from(i), sg_list: vec![b.mr.sge(0, 100)] }).unwrap();
+                    qa.post_send(&SendWr::send(1, vec![a.mr.sge(0, 8)]).to(ah.dest(eb.qpn, QKEY))).unwrap();
+                    assert_eq!(a.cq.wait(1, T).unwrap()[0].status, WcStatus::Success);
+                    let wc = b.cq.wait(1, T).unwrap_or_else(|e| panic!("datagram {i}: {e}; {:?}", nonzero(&b.ctx)));
+                    assert_eq!((wc[0].status, wc[0].wr_id), (WcStatus::Success, u64::from(i)));
+                }
+                assert_eq!(b.ctx.counter("ud_dropped_pkts"), Some(0));
+            })
+        })
+        .collect();
+    for p in pairs {
+        p.join().unwrap();
+    }
 }
 
 /// A UD QP on a device capturing its traffic pings two peers, which answer from the GRH;
@@ -149,7 +190,9 @@ fn ud_ping_two_peers_over_udp_with_a_checked_capture() {
                 let wr = SendWr::new(3, SendOp::SendWithImm { imm: u32::from(round) }, vec![a.mr.sge(0, 100)]);
                 qa.post_send(&wr.to(ah.dest(ep.qpn, QKEY))).unwrap();
                 assert_eq!(a.cq.wait(1, T).unwrap()[0].status, WcStatus::Success);
-                let wc = peer.cq.wait(1, T).unwrap()[0];
+                let wc = peer.cq.wait(1, T).unwrap_or_else(|e| {
+                    panic!("round {round}, {}: {e}; its counters {:?}", peer.ctx.ip(), nonzero(&peer.ctx))
+                })[0];
                 assert_eq!(
                     (wc.status, wc.byte_len, wc.src_qp, wc.imm_data),
                     (WcStatus::Success, 140, qa.qpn(), u32::from(round))
