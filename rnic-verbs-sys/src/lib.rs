@@ -19,6 +19,9 @@
 //!   `ibv_post_recv`, `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_query_port`, ...), calling
 //!   through `context->ops` and the `verbs_context` exactly as the header does.
 //!
+//! - [`rdmacm`]: the same for what programs read in `<rdma/rdma_cma.h>` (rdma_cm ids,
+//!   events, routes, `rdma_addrinfo`), for rnic's `librdmacm.so.1`.
+//!
 //! Linux only (x86_64 and aarch64 share these layouts; the offset test runs wherever the
 //! header is installed). Written from the header, not generated: no libclang at build time.
 // Raw FFI records holding unions and pthread objects have no useful `Debug`; the rest derive it.
@@ -33,7 +36,9 @@
 
 pub mod loader;
 pub mod ops;
+pub mod rdmacm;
 pub mod types;
 
 pub use loader::{LoadError, Verbs, LIBIBVERBS};
+pub use rdmacm::*;
 pub use types::*;

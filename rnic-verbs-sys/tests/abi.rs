@@ -400,9 +400,10 @@ fn constants() -> Vec<(&'static str, i128)> {
 
 /// The C probe: one line per struct (`S name size align`), field (`F name.field offset`)
 /// and constant (`C name value`).
-fn probe_source(layouts: &[Layout], consts: &[(&str, i128)]) -> String {
-    let mut c = String::from(
-        "#include <stddef.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\nint main(void) {\n",
+fn probe_source(header: &str, layouts: &[Layout], consts: &[(&str, i128)]) -> String {
+    let include = header.trim_start_matches("/usr/include/");
+    let mut c = format!(
+        "#include <stddef.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <{include}>\nint main(void) {{\n"
     );
     for l in layouts {
         let _ = writeln!(c, "printf(\"S {0}|%zu|%zu\\n\", sizeof({0}), _Alignof({0}));", l.c_name);
@@ -420,19 +421,102 @@ fn probe_source(layouts: &[Layout], consts: &[(&str, i128)]) -> String {
 
 #[test]
 fn layouts_match_the_installed_verbs_h() {
-    if !Path::new(HEADER).exists() {
-        let why = format!("{HEADER} is missing: install libibverbs-dev to compare the ABI with the header");
+    check_header(HEADER, "libibverbs-dev", &layouts(), &constants());
+}
+
+/// rnic's librdmacm.so.1 hands programs these structs: the same check against
+/// `<rdma/rdma_cma.h>` (librdmacm-dev).
+#[test]
+fn rdmacm_layouts_match_the_installed_rdma_cma_h() {
+    check_header("/usr/include/rdma/rdma_cma.h", "librdmacm-dev", &rdmacm_layouts(), &rdmacm_constants());
+}
+
+fn rdmacm_layouts() -> Vec<Layout> {
+    layouts! {
+        struct ibv_sa_path_rec {
+            dgid, sgid, dlid, slid, raw_traffic, flow_label, hop_limit, traffic_class, reversible, numb_path,
+            pkey, sl, mtu_selector, mtu, rate_selector, rate, packet_life_time_selector, packet_life_time,
+            preference
+        }
+        struct rdma_ib_addr { sgid, dgid, pkey }
+        struct rdma_addr {
+            src_addr => src.addr, src_sin => src.sin, src_sin6 => src.sin6, src_storage => src.storage,
+            dst_addr => dst.addr, dst_sin => dst.sin, dst_sin6 => dst.sin6, dst_storage => dst.storage,
+            addr.ibaddr
+        }
+        struct rdma_route { addr, path_rec, num_paths }
+        struct rdma_event_channel { fd }
+        struct rdma_cm_id {
+            verbs, channel, context, qp, route, ps, port_num, event, send_cq_channel, send_cq, recv_cq_channel,
+            recv_cq, srq, pd, qp_type
+        }
+        struct rdma_conn_param {
+            private_data, private_data_len, responder_resources, initiator_depth, flow_control, retry_count,
+            rnr_retry_count, srq, qp_num
+        }
+        struct rdma_ud_param { private_data, private_data_len, ah_attr, qp_num, qkey }
+        struct rdma_cm_event { id, listen_id, event, status, param.conn, param.ud }
+        struct rdma_addrinfo {
+            ai_flags, ai_family, ai_qp_type, ai_port_space, ai_src_len, ai_dst_len, ai_src_addr, ai_dst_addr,
+            ai_src_canonname, ai_dst_canonname, ai_route_len, ai_route, ai_connect_len, ai_connect, ai_next
+        }
+        struct rdma_cm_join_mc_attr_ex { comp_mask, join_flags, addr }
+    }
+}
+
+fn rdmacm_constants() -> Vec<(&'static str, i128)> {
+    consts!(
+        RDMA_CM_EVENT_ADDR_RESOLVED,
+        RDMA_CM_EVENT_ADDR_ERROR,
+        RDMA_CM_EVENT_ROUTE_RESOLVED,
+        RDMA_CM_EVENT_ROUTE_ERROR,
+        RDMA_CM_EVENT_CONNECT_REQUEST,
+        RDMA_CM_EVENT_CONNECT_RESPONSE,
+        RDMA_CM_EVENT_CONNECT_ERROR,
+        RDMA_CM_EVENT_UNREACHABLE,
+        RDMA_CM_EVENT_REJECTED,
+        RDMA_CM_EVENT_ESTABLISHED,
+        RDMA_CM_EVENT_DISCONNECTED,
+        RDMA_CM_EVENT_DEVICE_REMOVAL,
+        RDMA_CM_EVENT_MULTICAST_JOIN,
+        RDMA_CM_EVENT_MULTICAST_ERROR,
+        RDMA_CM_EVENT_ADDR_CHANGE,
+        RDMA_CM_EVENT_TIMEWAIT_EXIT,
+        RDMA_PS_IPOIB,
+        RDMA_PS_TCP,
+        RDMA_PS_UDP,
+        RDMA_PS_IB,
+        RDMA_UDP_QKEY,
+        RDMA_MAX_RESP_RES,
+        RDMA_MAX_INIT_DEPTH,
+        RAI_PASSIVE,
+        RAI_NUMERICHOST,
+        RAI_NOROUTE,
+        RAI_FAMILY,
+        RDMA_OPTION_ID,
+        RDMA_OPTION_IB,
+        RDMA_OPTION_ID_TOS,
+        RDMA_OPTION_ID_REUSEADDR,
+        RDMA_OPTION_ID_AFONLY,
+        RDMA_OPTION_ID_ACK_TIMEOUT,
+        RDMA_OPTION_IB_PATH,
+    )
+}
+
+/// Compiles and runs the probe for `header` (from the Debian package `package`) and
+/// compares every layout and constant.
+fn check_header(header: &str, package: &str, layouts: &[Layout], consts: &[(&str, i128)]) {
+    if !Path::new(header).exists() {
+        let why = format!("{header} is missing: install {package} to compare the ABI with the header");
         assert!(std::env::var_os("CI").is_none(), "CI is set and {why}");
-        println!("SKIPPED layouts_match_the_installed_verbs_h: {why}");
+        println!("SKIPPED the layouts of {header}: {why}");
         return;
     }
-    let layouts = layouts();
-    let consts = constants();
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("verbs-abi-probe");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("abi-probe-{package}"));
     std::fs::create_dir_all(&dir).expect("create probe dir");
     let src = dir.join("probe.c");
     let bin = dir.join("probe");
-    std::fs::write(&src, probe_source(&layouts, &consts)).expect("write probe.c");
+    std::fs::write(&src, probe_source(header, layouts, consts)).expect("write probe.c");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
         .args(["-std=gnu11", "-Wall", "-o"])
@@ -463,7 +547,7 @@ fn layouts_match_the_installed_verbs_h() {
 
     let mut bad = Vec::new();
     let mut checked = 0;
-    for l in &layouts {
+    for l in layouts {
         let s = &c[&l.c_name];
         if s[0] != l.size || s[1] != l.align {
             bad.push(format!("{}: C size/align {}/{}, Rust {}/{}", l.c_name, s[0], s[1], l.size, l.align));
@@ -476,7 +560,7 @@ fn layouts_match_the_installed_verbs_h() {
             checked += 1;
         }
     }
-    for (name, rust) in &consts {
+    for (name, rust) in consts {
         let key = if name.starts_with('(') { "VERBS_ABI_IS_EXTENDED" } else { name };
         // The C side prints through `long long`: compare modulo 2^64 (the truncation is the point).
         #[allow(clippy::cast_possible_truncation)]
@@ -485,8 +569,8 @@ fn layouts_match_the_installed_verbs_h() {
             bad.push(format!("{key}: C {cv}, Rust {rv}"));
         }
     }
-    assert!(bad.is_empty(), "ABI mismatches with {HEADER}:\n{}", bad.join("\n"));
-    println!("{} structs, {checked} fields, {} constants match {HEADER}", layouts.len(), consts.len());
+    assert!(bad.is_empty(), "ABI mismatches with {header}:\n{}", bad.join("\n"));
+    println!("{} structs, {checked} fields, {} constants match {header}", layouts.len(), consts.len());
 }
 
 /// A missing library is an error naming it, never a crash.
