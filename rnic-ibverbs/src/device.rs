@@ -38,7 +38,7 @@ unsafe impl Send for Dev {}
 
 static DEVICES: OnceLock<Result<Vec<&'static Dev>, String>> = OnceLock::new();
 
-fn devices() -> &'static Result<Vec<&'static Dev>, String> {
+pub(crate) fn devices() -> &'static Result<Vec<&'static Dev>, String> {
     DEVICES.get_or_init(|| {
         let list = rnic_verbs::emulated_devices().map_err(|e| e.to_string())?;
         Ok(list

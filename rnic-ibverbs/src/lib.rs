@@ -37,6 +37,7 @@
     clippy::not_unsafe_ptr_arg_deref
 )]
 
+pub mod cma;
 pub mod cq;
 pub mod device;
 pub mod misc;
