@@ -170,7 +170,7 @@ fn route(dev: c_int, ev: core::CmEvent) {
                 // The listener went away after the CM took the REQ: refuse it, as the
                 // kernel does for a REQ nobody listens for (IBA 12.6.7: REJ, invalid
                 // service ID).
-                reject_orphan(dev, conn);
+                reject_orphan(dev, conn, "nobody listens on its service ID any more");
                 return;
             };
             // SAFETY: a registered id is alive (destroy unregisters it under this lock).
@@ -203,8 +203,10 @@ fn route(dev: c_int, ev: core::CmEvent) {
     }
 }
 
-fn reject_orphan(dev: c_int, conn: u32) {
+/// Refuses a connection request no id can take (the peer sees REJECTED), saying why.
+fn reject_orphan(dev: c_int, conn: u32, why: &str) {
     if let Some(d) = dev_by_index(dev) {
+        diag(format!("rdma_cm: {}: refused a connection request: {why}", d.dev.info.name));
         if let Ok(core) = d.core() {
             let _ = core.cm_call(move |cm, now| cm.reject(now, conn, &[]));
         }
@@ -720,7 +722,7 @@ fn destroy(cid: &CmId) {
     if let Some(c) = unsafe { chan(cid.id.channel) } {
         for ev in c.take_for(p) {
             if let Kind::ConnectRequest { dev, conn, .. } = ev.kind {
-                reject_orphan(dev, conn);
+                reject_orphan(dev, conn, "the listening id was destroyed before the program took the request");
             }
         }
     }
@@ -895,14 +897,17 @@ pub unsafe extern "C" fn rnic_cm_rdma_listen(id: *mut rdma_cm_id, _backlog: c_in
             Some(d) => vec![d],
             None => cma()?.devs.iter().filter(|d| local.is_ipv6() || d.ip().is_ipv4()).collect(),
         };
+        // The routes lock is held while the CMs start listening, so that a request the
+        // CM hands out at once finds its listener (the router takes the same lock).
+        let mut r = routes().lock();
         let mut done = Vec::new();
         for d in on {
-            let r = d.core().and_then(|core| match core.cm_call(move |cm, _| cm.listen(sid)) {
+            let res = d.core().and_then(|core| match core.cm_call(move |cm, _| cm.listen(sid)) {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(_)) => Err(libc::EADDRINUSE),
                 Err(_) => Err(libc::ENODEV),
             });
-            if let Err(e) = r {
+            if let Err(e) = res {
                 for d in done {
                     if let Some(d) = dev_by_index(d) {
                         if let Ok(core) = d.core() {
@@ -914,7 +919,6 @@ pub unsafe extern "C" fn rnic_cm_rdma_listen(id: *mut rdma_cm_id, _backlog: c_in
             }
             done.push(d.dev.index);
         }
-        let mut r = routes().lock();
         for d in &done {
             r.listeners.insert((*d, sid), cid.ptr());
         }
@@ -1449,7 +1453,7 @@ fn convert(p: Pending) -> Option<*mut rdma_cm_event> {
 /// A CONNECT_REQUEST: a new id for the connection (`ucma_process_conn_req`).
 fn conn_request(listener: &CmId, dev: c_int, conn: u32, req: Box<ReqInfo>) -> Option<*mut rdma_cm_event> {
     let Some(d) = dev_by_index(dev) else {
-        reject_orphan(dev, conn);
+        reject_orphan(dev, conn, "its device is gone");
         return None;
     };
     let (lsync, local_port) = {
@@ -1460,7 +1464,7 @@ fn conn_request(listener: &CmId, dev: c_int, conn: u32, req: Box<ReqInfo>) -> Op
         match Channel::new() {
             Ok(c) => c.cast(),
             Err(_) => {
-                reject_orphan(dev, conn);
+                reject_orphan(dev, conn, "no event channel could be made for the synchronous listener's new id");
                 return None;
             }
         }
@@ -1480,7 +1484,7 @@ fn conn_request(listener: &CmId, dev: c_int, conn: u32, req: Box<ReqInfo>) -> Op
         st.sync = lsync;
         if attach_dev(cid, &mut st, d).is_err() {
             drop(st);
-            reject_orphan(dev, conn);
+            reject_orphan(dev, conn, "the new id could not be given the device's PD");
             return None;
         }
         if let Some(pd) = (!listener.id.pd.is_null()).then_some(listener.id.pd) {
