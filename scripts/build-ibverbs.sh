@@ -65,7 +65,7 @@ tramp="$out/.librdmacm.S"
 cc -shared -o "$out/.librdmacm.so.1.tmp" "$tramp" \
     -Wl,-soname,librdmacm.so.1 \
     -Wl,--version-script=rnic-ibverbs/librdmacm.map \
-    -L"$out" -l:libibverbs.so.1 -Wl,-z,now
+    -L"$out" -l:libibverbs.so.1 -Wl,-z,now -Wl,--no-undefined
 mv "$out/.librdmacm.so.1.tmp" "$out/librdmacm.so.1"
 ln -sf librdmacm.so.1 "$out/librdmacm.so"
 for v in mlx5 efa; do

@@ -11,59 +11,13 @@
 //! them each test prints why it is skipped, except under CI (`CI` set), where a missing
 //! piece is a failure.
 
+mod common;
+
+use common::{dyn_syms, finish, have, lib_dir, serial, unavailable};
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
-}
-
-/// The tests that run programs take turns: two processes per run already fill a 2-CPU
-/// machine, and the latency checks mean something only without a neighbour.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Skips (prints why) or, under CI, fails.
-fn unavailable(why: &str) -> bool {
-    if std::env::var_os("CI").is_some() {
-        panic!("{why} (CI must provide it: see .ci/run)");
-    }
-    eprintln!("skipped: {why}");
-    true
-}
-
-/// Builds the library once per test binary (debug profile); its folder.
-fn lib_dir() -> Option<&'static Path> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if Command::new("cc").arg("--version").output().is_err() {
-            return None;
-        }
-        let out = Command::new(root().join("scripts/build-ibverbs.sh"))
-            .arg("--debug")
-            .current_dir(root())
-            .output()
-            .expect("run scripts/build-ibverbs.sh");
-        assert!(
-            out.status.success(),
-            "scripts/build-ibverbs.sh --debug failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Some(root().join("target/rnic-ibverbs-debug"))
-    })
-    .as_deref()
-}
-
-fn have(program: &str) -> bool {
-    Path::new("/usr/bin").join(program).is_file()
-}
 
 /// Library folder and the programs, or None (skipped).
 fn setup(programs: &[&str]) -> Option<&'static Path> {
@@ -78,30 +32,6 @@ fn setup(programs: &[&str]) -> Option<&'static Path> {
             None
         }
     }
-}
-
-/// `(version, name)` of the dynamic symbols of `file`: imported (`undefined`) or exported.
-fn dyn_syms(file: &Path, undefined: bool) -> BTreeSet<(String, String)> {
-    let out = Command::new("objdump").arg("-T").arg(file).output().expect("objdump (binutils)");
-    assert!(out.status.success(), "objdump -T {}", file.display());
-    let mut set = BTreeSet::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 3 || !line.contains(" DF ") && !line.contains(" DO ") && !line.contains("*UND*") {
-            continue;
-        }
-        if line.contains("*UND*") != undefined {
-            continue;
-        }
-        let (ver, name) = (f[f.len() - 2], f[f.len() - 1]);
-        // Hidden compat versions print in parentheses when defined: not a default.
-        if !undefined && ver.starts_with('(') {
-            continue;
-        }
-        let ver = ver.trim_matches(|c| c == '(' || c == ')');
-        set.insert((ver.to_string(), name.to_string()));
-    }
-    set
 }
 
 #[test]
@@ -191,28 +121,6 @@ fn listening(port: u16) -> bool {
             })
             .unwrap_or(false)
     })
-}
-
-fn finish(mut child: Child, what: &str, deadline: Instant) -> Output {
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            let mut stdout = Vec::new();
-            let mut stderr = Vec::new();
-            child.stdout.take().map(|mut s| s.read_to_end(&mut stdout));
-            child.stderr.take().map(|mut s| s.read_to_end(&mut stderr));
-            return Output { status, stdout, stderr };
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("wait");
-            panic!(
-                "{what} did not finish in time\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Runs `program` as server (`-d rnic0`) and client (`-d rnic1 ... 127.0.0.1`) with
