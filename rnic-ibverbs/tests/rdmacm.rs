@@ -250,3 +250,33 @@ fn c_cm_contract() {
     assert_eq!(t.lines().filter(|l| l.starts_with("ok: ")).count(), 6, "every check ran:\n{t}");
     eprintln!("{t}");
 }
+
+/// `tests/py/join_at_once.py`, ten times: a passive and an active process forked at once
+/// (rdma-core's rdma_cm tests fork theirs), each starting the shared device while the other
+/// does, connect (without `Msg::Joined` about one run in ten failed here, and most of
+/// rdma-core's rdma_cm tests). Needs python3-pyverbs.
+#[test]
+fn processes_that_start_the_device_at_once_connect() {
+    let Some(dir) = setup(&[]) else { return };
+    if std::process::Command::new("/usr/bin/python3")
+        .args(["-c", "import pyverbs.cmid"])
+        .output()
+        .map_or(true, |o| !o.status.success())
+    {
+        unavailable("python3-pyverbs is not installed (apt-get install python3-pyverbs)");
+        return;
+    }
+    let _turn = serial();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/join_at_once.py");
+    for run in 0..10 {
+        // The devices spin (the default) so that both start within microseconds.
+        let child = command(dir, "/usr/bin/python3", 16)
+            .env_remove("RNIC_SPIN_US")
+            .arg(&script)
+            .arg(ip(16))
+            .spawn()
+            .expect("python3");
+        let out = finish(child, "join_at_once.py", Instant::now() + Duration::from_secs(60));
+        assert!(out.status.success(), "run {run}:\n{}", text(&out));
+    }
+}

@@ -1,6 +1,6 @@
-//! `rnic exec -- PROGRAM ARGS...`: runs an unmodified libibverbs program on rnic's emulated
-//! devices, by putting rnic's `libibverbs.so.1` (built by `scripts/build-ibverbs.sh` into
-//! `target/rnic-ibverbs/`) first on `LD_LIBRARY_PATH`. The program's `ibv_get_device_list`
+//! `rnic exec -- PROGRAM ARGS...`: runs an unmodified libibverbs or rdma_cm program on
+//! rnic's emulated devices, by putting rnic's `libibverbs.so.1` and `librdmacm.so.1` (built
+//! by `scripts/build-ibverbs.sh` into `target/rnic-ibverbs/`) first on `LD_LIBRARY_PATH`. The program's `ibv_get_device_list`
 //! then returns the devices of `RNIC_DEVICES` (default `rnic0` on 127.0.0.1, `rnic1` on
 //! 127.0.0.2): two processes on one host use `-d rnic0` and `-d rnic1`, with GID index 1
 //! (`-g 1`, perftest's `-x 1`), as with Linux rxe.
@@ -64,6 +64,13 @@ pub fn run(a: &Args) -> ExitCode {
         );
         return ExitCode::from(2);
     };
+    if !dir.join("librdmacm.so.1").is_file() {
+        eprintln!(
+            "rnic exec: {} has no librdmacm.so.1 (an older build): rdma_cm programs would load the system's, \
+             which needs the kernel's /dev/infiniband/rdma_cm; rebuild with scripts/build-ibverbs.sh",
+            dir.display()
+        );
+    }
     // A bad RNIC_DEVICES would only show inside the program as "no devices": say it here.
     let devices = match rnic_verbs::emulated_devices() {
         Ok(d) => d,

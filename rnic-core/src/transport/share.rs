@@ -173,6 +173,12 @@ pub enum Msg<'a> {
     Table(&'a [u8]),
     /// A member left cleanly: the group's numbering changed.
     Left,
+    /// Member `member` has just joined: the lower members (the agent among them) count
+    /// it at once, before any probe (a REQ for its listener is offered to it).
+    Joined {
+        /// Who joined.
+        member: u8,
+    },
     /// Member `member` does not listen on the REQ offered as `key` ([`offer_key`]).
     Decline {
         /// The offer's.
@@ -213,6 +219,10 @@ impl<'a> Msg<'a> {
                 out.extend_from_slice(t);
             }
             Msg::Left => out.push(4),
+            Msg::Joined { member } => {
+                out.push(6);
+                out.push(*member);
+            }
             Msg::Decline { key, member } => {
                 out.push(5);
                 out.extend_from_slice(&key.to_be_bytes());
@@ -259,6 +269,7 @@ impl<'a> Msg<'a> {
             5 if rest.len() == 9 => {
                 Some(Msg::Decline { key: u64::from_be_bytes(rest[..8].try_into().ok()?), member: rest[8] })
             }
+            6 if rest.len() == 1 && rest[0] < MEMBERS => Some(Msg::Joined { member: rest[0] }),
             _ => None,
         }
     }
@@ -344,6 +355,12 @@ pub struct Share {
 
 /// Claims a member of the device at `addr`: the lowest free one.
 pub fn join(addr: SocketAddr) -> io::Result<Share> {
+    // The members whose names are taken are alive (the kernel releases a dead process's
+    // name): the lowest of them is the agent from the start. A new member that took
+    // itself for the agent until its first probe answered handled QP1's MADs that the
+    // group's hash gave it meanwhile: a REQ for another process's listener was rejected
+    // (reason 8) while that listener took the same REQ from the real agent.
+    let mut below = Vec::new();
     for m in 0..MEMBERS {
         let name = name_of(addr, m)?;
         match UnixDatagram::bind_addr(&name) {
@@ -354,13 +371,13 @@ pub fn join(addr: SocketAddr) -> io::Result<Share> {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
                     ^ (u64::from(std::process::id()) << 40);
-                return Ok(Share {
+                let mut share = Share {
                     addr,
                     member: m,
                     inbox,
                     uid: crate::sys::euid(),
-                    table: vec![m],
-                    agent: m,
+                    agent: below.first().copied().unwrap_or(m),
+                    table: below.iter().copied().chain([m]).collect(),
                     probe: None,
                     want_probe: true,
                     last_probe: None,
@@ -375,9 +392,14 @@ pub fn join(addr: SocketAddr) -> io::Result<Share> {
                     },
                     scratch: Vec::with_capacity(2048),
                     nonce_seed: seed,
-                });
+                };
+                share.announce(&below);
+                return Ok(share);
             }
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                below.push(m);
+                continue;
+            }
             Err(e) => return Err(e),
         }
     }
@@ -666,6 +688,16 @@ impl Share {
         }
     }
 
+    /// Tells the members below this one that it joined ([`Msg::Joined`]).
+    fn announce(&mut self, below: &[u8]) {
+        let mut out = std::mem::take(&mut self.scratch);
+        Msg::Joined { member: self.member }.encode(&mut out);
+        for &m in below {
+            let _ = self.send_ctl(m, &out);
+        }
+        self.scratch = out;
+    }
+
     /// Tells the agent this member does not listen on an offered REQ's service.
     pub fn decline(&mut self, pkt: &[u8], src: SocketAddr) {
         let Some(key) = offer_key(src, pkt) else { return };
@@ -745,6 +777,17 @@ impl Share {
                     continue;
                 }
                 Some(Msg::Left) => {
+                    self.want_probe = true;
+                    self.gap = PROBE_GAP;
+                    continue;
+                }
+                Some(Msg::Joined { member }) => {
+                    if !self.table.contains(&member) {
+                        let mut t = self.table.clone();
+                        t.push(member);
+                        t.sort_unstable();
+                        self.learn(t);
+                    }
                     self.want_probe = true;
                     self.gap = PROBE_GAP;
                     continue;
@@ -916,6 +959,7 @@ mod tests {
             Msg::Table(&[0, 4, 2]),
             Msg::Left,
             Msg::Decline { key: 0x0123_4567_89ab_cdef, member: 9 },
+            Msg::Joined { member: 17 },
         ];
         let mut b = Vec::new();
         for m in &msgs {
@@ -928,6 +972,7 @@ mod tests {
             }
         }
         assert_eq!(Msg::decode(b"RNSH\x03\x40"), None, "member 64 does not exist");
+        assert_eq!(Msg::decode(b"RNSH\x06\x40"), None, "member 64 did not join");
         assert_eq!(Msg::decode(b"RNSH\x02\0\0\0\0\0\0\0\x01\x02"), None, "a reply cut short");
         assert_eq!(Msg::decode(b"RNSX\x04"), None, "not ours");
         assert_eq!(Msg::decode(b"RNSH\x01\x10"), None, "unknown flag");
