@@ -1428,14 +1428,6 @@ fn convert(p: Pending) -> Option<*mut rdma_cm_event> {
             st.phase = Phase::Disconnected;
             drop(st);
             modify_err(id.id.qp);
-            if std::env::var_os("RNIC_CM_DEBUG").is_some() {
-                diag(format!(
-                    "DEBUG REJECTED reason {reason} pid {} conn {:?} pd {}",
-                    std::process::id(),
-                    id.st.lock().conn,
-                    private_data.len()
-                ));
-            }
             // The kernel's REJECTED carries the IBA reject reason as its status.
             new_event(id, RDMA_CM_EVENT_REJECTED, c_int::from(reason), &private_data)
         }
