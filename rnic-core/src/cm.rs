@@ -25,13 +25,26 @@
 //!   "invalid comm ID"; a DREQ for an unknown ID is answered with a DREP (cm_issue_drep).
 //! - After a disconnect a connection waits in TimeWait before its ID is forgotten.
 //!
+//! Service ID resolution (IBA 12.11; rdma_cm's UDP port space resolves a remote UD QP with
+//! it): `sidr_request` sends a SIDR_REQ and resends it after each `SidrParams::wait_ns`
+//! up to Max CM Retries times (Linux's `ib_send_cm_sidr_req` with rdma_cm's 4.096 s and
+//! 15), ending in [`CmEvent::SidrReply`] or [`CmEvent::TimedOut`]. A SIDR_REQ for a
+//! listened service ID becomes [`CmEvent::SidrRequest`], answered with `sidr_reply`; one
+//! nobody listens for is answered at once with status "service ID not supported", keeping
+//! no state (`cm_sidr_req_handler`). A repeat of a SIDR_REQ still waiting for the
+//! application is dropped, as cm.c drops it; a repeat of one already answered gets the same
+//! SIDR_REP again (cm.c has forgotten it by then and hands the repeat to the listener as a
+//! new request; rnic keeps the answer `CmConfig::sidr_keep_ns`, so the peer gets the QP it
+//! was given, not a second one).
+//!
 //! What is not a CM MAD the GSI answers as Linux's MAD layer does (`generate_unmatched_resp`):
 //! a Get or Set for a class/version nobody serves gets a GetResp with status "unsupported
 //! method/attribute"; anything else is dropped. Both are counted in [`CmStats`].
 
 use crate::Time;
 use rnic_wire::cm::{
-    self, rej_reason, CmDreq, CmIds, CmMessage, CmMra, CmPath, CmRej, CmRep, CmReq, CmTransport, MsgRef,
+    self, rej_reason, CmDreq, CmIds, CmMessage, CmMra, CmPath, CmRej, CmRep, CmReq, CmSidrRep, CmSidrReq, CmTransport,
+    MsgRef, SidrStatus,
 };
 use rnic_wire::mad::{self, MadHeader, Packet as MadPacket, MAD_LEN};
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -60,6 +73,9 @@ pub struct CmConfig {
     pub packet_lifetime_ns: u64,
     /// How long a closed connection stays in TimeWait.
     pub timewait_ns: u64,
+    /// How long an answered SIDR_REQ is remembered, so that a repeat of it (the SIDR_REP
+    /// was lost) gets the same answer; an unanswered one is forgotten after as long.
+    pub sidr_keep_ns: u64,
     /// Seeds the communication IDs and transaction IDs (tests replay exactly).
     pub seed: u64,
     /// A process sharing its device with others: its member number, put in the top 6
@@ -76,6 +92,8 @@ impl CmConfig {
             ca_guid,
             packet_lifetime_ns: 4096 << 16,
             timewait_ns: 1_000_000_000,
+            // rdma_cm's SIDR_REQ and its 15 retries, 4.096 s apart.
+            sidr_keep_ns: 16 * SIDR_WAIT_NS,
             seed: 0x5eed,
             member: None,
         }
@@ -128,6 +146,50 @@ pub struct ConnectParams {
     /// The QP takes receives from an SRQ.
     pub srq: bool,
     /// Private data, at most 92 bytes (rdma_cm's header, then the application's).
+    pub private_data: Vec<u8>,
+}
+
+/// How long rdma_cm's SIDR_REQ waits for its SIDR_REP before it is sent again, ns
+/// (`cma_resolve_ib_udp`: `1 << (CMA_CM_RESPONSE_TIMEOUT - 8)` ms, 4.096 s).
+pub const SIDR_WAIT_NS: u64 = 4_096_000_000;
+
+/// rdma_cm's Max CM Retries (`CMA_MAX_CM_RETRIES`), for REQs and SIDR_REQs alike.
+pub const RDMA_CM_RETRIES: u8 = 15;
+
+/// What the active side of a service ID resolution asks for (IBA 12.11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidrParams {
+    /// The address to ask.
+    pub dst: IpAddr,
+    /// The service whose UD QP is wanted ([`cm::service_id`] of [`cm::port_space::UDP`]
+    /// for rdma_cm).
+    pub service_id: u64,
+    /// Private data, at most 216 bytes (rdma_cm: its header, then the application's).
+    pub private_data: Vec<u8>,
+    /// How long each SIDR_REQ waits for the SIDR_REP, ns.
+    pub wait_ns: u64,
+    /// How many times the SIDR_REQ is sent again before the request times out.
+    pub max_cm_retries: u8,
+}
+
+impl SidrParams {
+    /// A request with rdma_cm's wait (4.096 s) and retries (15): about 65 s before it
+    /// times out.
+    pub fn new(dst: IpAddr, service_id: u64, private_data: Vec<u8>) -> SidrParams {
+        SidrParams { dst, service_id, private_data, wait_ns: SIDR_WAIT_NS, max_cm_retries: RDMA_CM_RETRIES }
+    }
+}
+
+/// What the passive side answers a SIDR_REQ with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidrRepParams {
+    /// [`SidrStatus::Valid`] with a QPN and Q_Key; any other status refuses.
+    pub status: SidrStatus,
+    /// The UD QP that serves the service.
+    pub qpn: u32,
+    /// Its Q_Key ([`cm::RDMA_UDP_QKEY`] in rdma_cm's UDP port space).
+    pub qkey: u32,
+    /// Private data, at most 136 bytes.
     pub private_data: Vec<u8>,
 }
 
@@ -250,10 +312,37 @@ pub enum CmEvent {
     },
     /// The peer stopped answering: the named message was sent Max CM Retries + 1 times.
     TimedOut {
-        /// The connection.
+        /// The connection (or SIDR request).
         id: u32,
-        /// "REQ" or "REP".
+        /// "REQ", "REP" or "SIDR_REQ".
         waiting_for_answer_to: &'static str,
+    },
+    /// A SIDR_REQ for a service ID this agent listens on: answer with `sidr_reply`.
+    SidrRequest {
+        /// This side's handle of the request.
+        id: u32,
+        /// Who asks.
+        src: IpAddr,
+        /// The service asked for.
+        service_id: u64,
+        /// The requester's partition.
+        pkey: u16,
+        /// The SIDR_REQ's private data (216 bytes; rdma_cm's header first).
+        private_data: Vec<u8>,
+    },
+    /// The answer to `sidr_request`.
+    SidrReply {
+        /// The request.
+        id: u32,
+        /// Whether `qpn` and `qkey` are valid ([`SidrStatus::Valid`]), and if not why
+        /// (nobody listens: [`SidrStatus::ServiceIdNotSupported`]).
+        status: SidrStatus,
+        /// The peer's UD QP.
+        qpn: u32,
+        /// The Q_Key to send to it with.
+        qkey: u32,
+        /// The SIDR_REP's private data (136 bytes).
+        private_data: Vec<u8>,
     },
 }
 
@@ -280,9 +369,12 @@ pub enum CmState {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CmError {
-    /// No such connection.
-    #[error("no CM connection with ID {0:#x}")]
+    /// No such connection (or SIDR request).
+    #[error("no CM connection or SIDR request with ID {0:#x}")]
     NoSuchConnection(u32),
+    /// The SIDR request was answered already.
+    #[error("SIDR request {0:#x} was answered already")]
+    AlreadyAnswered(u32),
     /// The call does not fit the connection's state.
     #[error("CM connection {id:#x} is in state {state:?}; {call} needs {needs}")]
     WrongState {
@@ -335,10 +427,12 @@ pub struct CmStats {
     pub bad_mads: u64,
     /// MADs of another class: answered "unsupported" (Get/Set) or dropped.
     pub non_cm_mads: u64,
-    /// CM attributes rnic does not implement (SIDR, LAP, APR, ClassPortInfo), dropped.
+    /// CM attributes rnic does not implement (LAP, APR, ClassPortInfo), dropped.
     pub unsupported_attrs: u64,
-    /// Connections whose peer stopped answering.
+    /// Connections and SIDR requests whose peer stopped answering.
     pub timeouts: u64,
+    /// SIDR_REQs for a service ID nobody listens on, answered "service ID not supported".
+    pub sidr_unsupported: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -357,9 +451,28 @@ struct Conn {
     retries_left: u8,
     /// The wait for an answer to `last`.
     wait_ns: u64,
-    deadline: Option<Time>,
     /// Retries granted by the peer's REQ (the passive side's REP and DREQ use them).
     max_retries: u8,
+}
+
+/// A SIDR_REQ this agent sent, waiting for its SIDR_REP.
+#[derive(Debug, Clone)]
+struct SidrOut {
+    peer: IpAddr,
+    mad: [u8; MAD_LEN],
+    retries_left: u8,
+    wait_ns: u64,
+}
+
+/// A SIDR_REQ this agent received for a service it listens on.
+#[derive(Debug, Clone)]
+struct SidrIn {
+    peer: IpAddr,
+    request_id: u32,
+    tid: u64,
+    service_id: u64,
+    /// The SIDR_REP sent, for a repeat of the request.
+    answer: Option<[u8; MAD_LEN]>,
 }
 
 /// One device's Communication Manager. See the module documentation.
@@ -369,8 +482,14 @@ pub struct CmAgent {
     conns: HashMap<u32, Conn>,
     /// (peer, peer's comm ID) -> our comm ID: duplicate REQs.
     by_remote: HashMap<(IpAddr, u32), u32>,
+    sidr_out: HashMap<u32, SidrOut>,
+    sidr_in: HashMap<u32, SidrIn>,
+    /// (peer, peer's request ID) -> our ID: repeated SIDR_REQs.
+    sidr_by_remote: HashMap<(IpAddr, u32), u32>,
     listeners: HashSet<u64>,
+    /// Every wait (connections and SIDR requests share the ID space), and its deadline.
     timers: BTreeSet<(Time, u32)>,
+    deadlines: HashMap<u32, Time>,
     out: VecDeque<MadOut>,
     events: VecDeque<CmEvent>,
     stats: CmStats,
@@ -384,8 +503,12 @@ impl CmAgent {
             cfg,
             conns: HashMap::new(),
             by_remote: HashMap::new(),
+            sidr_out: HashMap::new(),
+            sidr_in: HashMap::new(),
+            sidr_by_remote: HashMap::new(),
             listeners: HashSet::new(),
             timers: BTreeSet::new(),
+            deadlines: HashMap::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
             stats: CmStats::default(),
@@ -408,7 +531,7 @@ impl CmAgent {
         self.conns.get(&id).map(|c| c.remote_qpn)
     }
 
-    /// Accepts REQs for `service_id` from now on.
+    /// Accepts REQs and SIDR_REQs for `service_id` from now on.
     pub fn listen(&mut self, service_id: u64) -> Result<(), CmError> {
         if !self.listeners.insert(service_id) {
             return Err(CmError::AlreadyListening(service_id));
@@ -440,7 +563,11 @@ impl CmAgent {
             if let Some(m) = self.cfg.member {
                 id = id & !(0x3F << COMM_ID_MEMBER_SHIFT) | u32::from(m & 0x3F) << COMM_ID_MEMBER_SHIFT;
             }
-            if id != 0 && !self.conns.contains_key(&id) {
+            if id != 0
+                && !self.conns.contains_key(&id)
+                && !self.sidr_out.contains_key(&id)
+                && !self.sidr_in.contains_key(&id)
+            {
                 return id;
             }
         }
@@ -509,7 +636,6 @@ impl CmAgent {
             last: Some(mad),
             retries_left: p.max_cm_retries & 0xf,
             wait_ns,
-            deadline: None,
             max_retries: p.max_cm_retries & 0xf,
         };
         self.conns.insert(id, conn);
@@ -617,6 +743,73 @@ impl CmAgent {
         Ok(())
     }
 
+    /// Asks `p.dst` which UD QP serves `p.service_id` (a SIDR_REQ, IBA 12.11); the
+    /// returned ID names the request in [`CmEvent::SidrReply`] or [`CmEvent::TimedOut`].
+    /// The SIDR_REQ is sent again after every `p.wait_ns` without an answer, at most
+    /// `p.max_cm_retries` times.
+    pub fn sidr_request(&mut self, now: Time, p: &SidrParams) -> Result<u32, CmError> {
+        let private_data = fixed::<{ cm::private_len::SIDR_REQ }>("SIDR_REQ", &p.private_data)?;
+        let id = self.new_comm_id();
+        let tid = self.next_rand() & 0xffff_ffff_ffff;
+        // RoCE has only the default partition (IBA C9-42; rnic drops others).
+        let req = CmSidrReq { request_id: id, pkey: 0xffff, service_id: p.service_id, private_data };
+        let mad = CmMessage::SidrReq(Box::new(req)).to_mad(tid);
+        self.sidr_out.insert(id, SidrOut { peer: p.dst, mad, retries_left: p.max_cm_retries, wait_ns: p.wait_ns });
+        self.send(p.dst, mad);
+        self.arm(id, now + p.wait_ns);
+        Ok(id)
+    }
+
+    /// Gives up a SIDR request still waiting for its SIDR_REP (no event follows; a late
+    /// SIDR_REP is counted as for an unknown ID), as Linux's `ib_destroy_cm_id` cancels
+    /// the SIDR_REQ's MAD.
+    pub fn cancel_sidr(&mut self, id: u32) -> Result<(), CmError> {
+        self.sidr_out.remove(&id).ok_or(CmError::NoSuchConnection(id))?;
+        self.disarm(id);
+        Ok(())
+    }
+
+    /// Answers a [`CmEvent::SidrRequest`] with a SIDR_REP (once; a repeat of the request
+    /// is answered with the same SIDR_REP for `CmConfig::sidr_keep_ns`).
+    pub fn sidr_reply(&mut self, now: Time, id: u32, p: &SidrRepParams) -> Result<(), CmError> {
+        let private_data = fixed::<{ cm::private_len::SIDR_REP }>("SIDR_REP", &p.private_data)?;
+        let s = self.sidr_in.get_mut(&id).ok_or(CmError::NoSuchConnection(id))?;
+        if s.answer.is_some() {
+            return Err(CmError::AlreadyAnswered(id));
+        }
+        let mad = sidr_rep(s.request_id, p.status, p.qpn & 0xff_ffff, p.qkey, s.service_id, private_data).to_mad(s.tid);
+        s.answer = Some(mad);
+        let peer = s.peer;
+        self.send(peer, mad);
+        let keep = self.cfg.sidr_keep_ns;
+        self.arm(id, now + keep);
+        Ok(())
+    }
+
+    /// A SIDR wait that ran out: the SIDR_REQ again, or the request timed out; a
+    /// received request forgotten.
+    fn sidr_timeout(&mut self, now: Time, id: u32) {
+        if let Some(o) = self.sidr_out.get_mut(&id) {
+            if o.retries_left > 0 {
+                o.retries_left -= 1;
+                let (peer, mad, wait) = (o.peer, o.mad, o.wait_ns);
+                self.stats.retransmits += 1;
+                self.send(peer, mad);
+                self.arm(id, now + wait);
+            } else {
+                // Linux: IB_CM_SIDR_REQ_ERROR, which rdma_cm reports as UNREACHABLE,
+                // -ETIMEDOUT.
+                self.sidr_out.remove(&id);
+                self.stats.timeouts += 1;
+                self.events.push_back(CmEvent::TimedOut { id, waiting_for_answer_to: "SIDR_REQ" });
+            }
+        } else if let Some(s) = self.sidr_in.remove(&id) {
+            if self.sidr_by_remote.get(&(s.peer, s.request_id)) == Some(&id) {
+                self.sidr_by_remote.remove(&(s.peer, s.request_id));
+            }
+        }
+    }
+
     fn conn_in(
         &mut self,
         id: u32,
@@ -638,14 +831,12 @@ impl CmAgent {
 
     fn arm(&mut self, id: u32, at: Time) {
         self.disarm(id);
-        if let Some(c) = self.conns.get_mut(&id) {
-            c.deadline = Some(at);
-            self.timers.insert((at, id));
-        }
+        self.deadlines.insert(id, at);
+        self.timers.insert((at, id));
     }
 
     fn disarm(&mut self, id: u32) {
-        if let Some(at) = self.conns.get_mut(&id).and_then(|c| c.deadline.take()) {
+        if let Some(at) = self.deadlines.remove(&id) {
             self.timers.remove(&(at, id));
         }
     }
@@ -688,8 +879,11 @@ impl CmAgent {
                 break;
             }
             self.timers.remove(&(at, id));
-            let Some(c) = self.conns.get_mut(&id) else { continue };
-            c.deadline = None;
+            self.deadlines.remove(&id);
+            let Some(c) = self.conns.get_mut(&id) else {
+                self.sidr_timeout(now, id);
+                continue;
+            };
             match c.state {
                 CmState::TimeWait => {
                     let key = (c.peer, c.remote_id);
@@ -762,6 +956,8 @@ impl CmAgent {
             CmMessage::Mra(r) => self.on_mra(now, *r),
             CmMessage::Dreq(r) => self.on_dreq(now, src, h.tid, *r),
             CmMessage::Drep(r) => self.on_drep(now, r.remote_comm_id, r.private_data.to_vec()),
+            CmMessage::SidrReq(r) => self.on_sidr_req(now, src, h.tid, *r),
+            CmMessage::SidrRep(r) => self.on_sidr_rep(src, *r),
         }
     }
 
@@ -839,7 +1035,6 @@ impl CmAgent {
                 last: None,
                 retries_left: r.max_cm_retries,
                 wait_ns,
-                deadline: None,
                 max_retries: r.max_cm_retries,
             },
         );
@@ -996,6 +1191,59 @@ impl CmAgent {
         }
     }
 
+    fn on_sidr_req(&mut self, now: Time, src: IpAddr, tid: u64, r: CmSidrReq) {
+        if let Some(&id) = self.sidr_by_remote.get(&(src, r.request_id)) {
+            // cm.c drops a repeat while the request waits for the application
+            // (cm_insert_remote_sidr finds it); an answered one gets its answer again.
+            self.stats.duplicates += 1;
+            if let Some(m) = self.sidr_in.get(&id).and_then(|s| s.answer) {
+                self.send(src, m);
+            }
+            return;
+        }
+        if !self.listeners.contains(&r.service_id) {
+            // cm_sidr_req_handler: nobody listens -> cm_reject_sidr_req(IB_SIDR_UNSUPPORTED),
+            // the request's service ID echoed, nothing kept.
+            self.stats.sidr_unsupported += 1;
+            let m = sidr_rep(r.request_id, SidrStatus::ServiceIdNotSupported, 0, 0, r.service_id, [0; 136]).to_mad(tid);
+            self.send(src, m);
+            return;
+        }
+        let id = self.new_comm_id();
+        self.sidr_in
+            .insert(id, SidrIn { peer: src, request_id: r.request_id, tid, service_id: r.service_id, answer: None });
+        self.sidr_by_remote.insert((src, r.request_id), id);
+        // Forgotten if never answered (the requester has long given up by then).
+        let keep = self.cfg.sidr_keep_ns;
+        self.arm(id, now + keep);
+        self.events.push_back(CmEvent::SidrRequest {
+            id,
+            src,
+            service_id: r.service_id,
+            pkey: r.pkey,
+            private_data: r.private_data.to_vec(),
+        });
+    }
+
+    fn on_sidr_rep(&mut self, src: IpAddr, r: CmSidrRep) {
+        let id = r.request_id;
+        // cm_sidr_rep_handler: only a request still waiting takes it (a late or repeated
+        // SIDR_REP finds none and is dropped).
+        if self.sidr_out.get(&id).is_none_or(|o| o.peer != src) {
+            self.stats.unknown_comm_id += 1;
+            return;
+        }
+        self.sidr_out.remove(&id);
+        self.disarm(id);
+        self.events.push_back(CmEvent::SidrReply {
+            id,
+            status: r.status,
+            qpn: r.qpn,
+            qkey: r.qkey,
+            private_data: r.private_data.to_vec(),
+        });
+    }
+
     fn on_drep(&mut self, now: Time, id: u32, private_data: Vec<u8>) {
         match self.conns.get(&id).map(|c| c.state) {
             Some(CmState::DreqSent) => {
@@ -1006,6 +1254,27 @@ impl CmAgent {
             None => self.stats.unknown_comm_id += 1,
         }
     }
+}
+
+fn sidr_rep(
+    request_id: u32,
+    status: SidrStatus,
+    qpn: u32,
+    qkey: u32,
+    service_id: u64,
+    private_data: [u8; cm::private_len::SIDR_REP],
+) -> CmMessage {
+    CmMessage::SidrRep(Box::new(CmSidrRep {
+        request_id,
+        status,
+        info_len: 0,
+        vendor_id: 0,
+        qpn,
+        service_id,
+        qkey,
+        info: [0; cm::SIDR_INFO_LEN],
+        private_data,
+    }))
 }
 
 fn rej(local: u32, remote: u32, which: MsgRef, reason: u16, private_data: [u8; cm::private_len::REJ]) -> CmMessage {

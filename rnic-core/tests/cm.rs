@@ -3,8 +3,13 @@
 //! recovered by the retry IBA 12.9 prescribes, duplicates are answered from state, and a
 //! peer that stops answering ends in a defined state with a counter.
 
-use rnic_core::cm::{timeout_ns, AcceptParams, CmAgent, CmConfig, CmEvent, CmState, ConnectParams, MadOut};
-use rnic_wire::cm::{attr, port_space, rej_reason, service_id, CmMessage, CmTransport, CmaHeader};
+use rnic_core::cm::{
+    timeout_ns, AcceptParams, CmAgent, CmConfig, CmError, CmEvent, CmState, ConnectParams, MadOut, SidrParams,
+    SidrRepParams, SIDR_WAIT_NS,
+};
+use rnic_wire::cm::{
+    attr, port_space, rej_reason, service_id, CmMessage, CmTransport, CmaHeader, SidrStatus, RDMA_UDP_QKEY,
+};
 use rnic_wire::mad::{self, MadHeader, Packet, MAD_LEN};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -387,7 +392,8 @@ fn hostile_mads_are_counted_and_answered_as_the_gsi_does() {
     let resp = b.poll_transmit().expect("a GetResp");
     let h = MadHeader::parse(&Packet::new_checked(&resp.mad[..]).unwrap()).unwrap();
     assert_eq!((resp.dst_qpn, h.method, h.status, h.tid, h.mgmt_class), (7, 0x81, 0x000c, 0x77, 0x04));
-    // A REP and an RTU for connections nobody has; a DREQ likewise; a SIDR_REQ.
+    // A REP and an RTU for connections nobody has; a DREQ likewise; a LAP (not
+    // implemented); a SIDR_REP for a request nobody made.
     let mut rep = [0u8; MAD_LEN];
     MadHeader::cm(attr::REP, 5).emit(&mut Packet::new_unchecked(&mut rep[..]));
     rep[24..28].copy_from_slice(&0xdead_beef_u32.to_be_bytes());
@@ -400,11 +406,15 @@ fn hostile_mads_are_counted_and_answered_as_the_gsi_does() {
     MadHeader::cm(attr::DREQ, 6).emit(&mut Packet::new_unchecked(&mut dreq[..]));
     b.handle_mad(0, ip(A), 1, &dreq);
     assert_eq!(name(&b.poll_transmit().expect("DREP").mad), "DREP");
-    let mut sidr = [0u8; MAD_LEN];
-    MadHeader::cm(attr::SIDR_REQ, 8).emit(&mut Packet::new_unchecked(&mut sidr[..]));
-    b.handle_mad(0, ip(A), 1, &sidr);
+    let mut lap = [0u8; MAD_LEN];
+    MadHeader::cm(attr::LAP, 8).emit(&mut Packet::new_unchecked(&mut lap[..]));
+    b.handle_mad(0, ip(A), 1, &lap);
+    let mut sidr_rep = [0u8; MAD_LEN];
+    MadHeader::cm(attr::SIDR_REP, 9).emit(&mut Packet::new_unchecked(&mut sidr_rep[..]));
+    sidr_rep[24..28].copy_from_slice(&0x0bad_cafe_u32.to_be_bytes());
+    b.handle_mad(0, ip(A), 1, &sidr_rep);
     let s = b.stats();
-    assert_eq!((s.bad_mads, s.non_cm_mads, s.unknown_comm_id, s.unsupported_attrs), (1, 2, 2, 1), "{s:?}");
+    assert_eq!((s.bad_mads, s.non_cm_mads, s.unknown_comm_id, s.unsupported_attrs), (1, 2, 3, 1), "{s:?}");
     assert!(b.poll_transmit().is_none() && b.poll_event().is_none());
     // Random bytes never panic.
     let mut x = 0x9e37_79b9_7f4a_7c15_u64;
@@ -421,4 +431,225 @@ fn hostile_mads_are_counted_and_answered_as_the_gsi_does() {
         m[17] = 0x10 + x.to_le_bytes()[1] % 8;
         l.agents[B].handle_mad(0, ip(A), 1, &m);
     }
+}
+
+// Service ID resolution (IBA 12.11), as rdma_cm's UDP port space uses it.
+
+const UD_PORT: u16 = 7174;
+
+fn udp_sid() -> u64 {
+    service_id(port_space::UDP, UD_PORT)
+}
+
+fn sidr_params(dst: IpAddr) -> SidrParams {
+    let mut pd = vec![0u8; 40];
+    CmaHeader { src_port: 0xa571, src: ip(A), dst }.emit(&mut pd).unwrap();
+    pd[36..40].copy_from_slice(b"who?");
+    SidrParams::new(dst, udp_sid(), pd)
+}
+
+fn valid(qpn: u32) -> SidrRepParams {
+    SidrRepParams { status: SidrStatus::Valid, qpn, qkey: RDMA_UDP_QKEY, private_data: b"ud here".to_vec() }
+}
+
+fn is_sidr_req(e: &CmEvent) -> bool {
+    matches!(e, CmEvent::SidrRequest { .. })
+}
+fn is_sidr_rep(e: &CmEvent) -> bool {
+    matches!(e, CmEvent::SidrReply { .. })
+}
+
+fn udp_listening() -> Link {
+    let mut l = Link::new();
+    l.agents[B].listen(udp_sid()).unwrap();
+    l
+}
+
+/// A asks B for the UD QP behind the service; B answers. Returns (A's ID, B's ID).
+fn resolve(l: &mut Link) -> (u32, u32) {
+    let a = l.agents[A].sidr_request(l.now, &sidr_params(ip(B))).unwrap();
+    let CmEvent::SidrRequest { id: b, src, service_id, pkey, private_data } =
+        l.until(B, 20 * SIDR_WAIT_NS, is_sidr_req)
+    else {
+        unreachable!()
+    };
+    assert_eq!((src, service_id, pkey, private_data.len()), (ip(A), udp_sid(), 0xffff, 216));
+    assert_eq!(CmaHeader::parse(&private_data).map(|h| (h.src_port, h.dst)), Some((0xa571, ip(B))));
+    assert_eq!(&private_data[36..40], b"who?");
+    l.agents[B].sidr_reply(l.now, b, &valid(0x33)).unwrap();
+    let e = l.until(A, 20 * SIDR_WAIT_NS, is_sidr_rep);
+    let CmEvent::SidrReply { id, status, qpn, qkey, private_data } = e else { unreachable!() };
+    assert_eq!((id, status, qpn, qkey), (a, SidrStatus::Valid, 0x33, RDMA_UDP_QKEY));
+    assert_eq!((private_data.len(), &private_data[..7]), (136, &b"ud here"[..]));
+    (a, b)
+}
+
+#[test]
+fn sidr_resolves_a_listened_service_to_its_ud_qp() {
+    let mut l = udp_listening();
+    resolve(&mut l);
+    assert_eq!(l.log.iter().map(|x| x.2).collect::<Vec<_>>(), ["SIDR_REQ", "SIDR_REP"]);
+    assert_eq!(l.now, 2 * LATENCY, "one round trip");
+    // Nothing is left waiting on the requester's side; the answer stays on B's, for repeats.
+    assert_eq!(l.agents[A].poll_timeout(), None);
+    assert_eq!(l.agents[B].poll_timeout(), Some(LATENCY + CmConfig::new(ip(B), 0).sidr_keep_ns));
+}
+
+#[test]
+fn the_sidr_rep_echoes_the_request_id_service_id_and_transaction_id() {
+    let mut l = udp_listening();
+    let a = l.agents[A].sidr_request(0, &sidr_params(ip(B))).unwrap();
+    let req = l.agents[A].poll_transmit().unwrap();
+    l.agents[B].handle_mad(0, ip(A), 1, &req.mad);
+    let Some(CmEvent::SidrRequest { id: b, .. }) = l.agents[B].poll_event() else { panic!("no request") };
+    l.agents[B].sidr_reply(0, b, &valid(0xab45_6789)).unwrap();
+    let rep = l.agents[B].poll_transmit().unwrap();
+    let (hq, Some(CmMessage::SidrReq(q))) = CmMessage::from_mad(&req.mad).unwrap() else { panic!() };
+    let (hp, Some(CmMessage::SidrRep(p))) = CmMessage::from_mad(&rep.mad).unwrap() else { panic!() };
+    assert_eq!((rep.dst, rep.dst_qpn), (ip(A), 1));
+    assert_eq!((hp.tid, p.request_id, p.service_id), (hq.tid, q.request_id, q.service_id));
+    assert_eq!((q.request_id, p.qpn, p.qkey), (a, 0x45_6789, RDMA_UDP_QKEY), "the QPN's 24 bits");
+}
+
+#[test]
+fn a_sidr_req_nobody_listens_for_gets_status_1_at_once_and_leaves_nothing() {
+    let mut l = Link::new();
+    let a = l.agents[A].sidr_request(0, &sidr_params(ip(B))).unwrap();
+    let e = l.until(A, SIDR_WAIT_NS, is_sidr_rep);
+    assert!(
+        matches!(e, CmEvent::SidrReply { id, status: SidrStatus::ServiceIdNotSupported, qpn: 0, qkey: 0, .. } if id == a),
+        "{e:?}"
+    );
+    assert_eq!(l.now, 2 * LATENCY);
+    assert!(l.events[B].is_empty(), "the application on B hears nothing");
+    assert_eq!((l.agents[B].stats().sidr_unsupported, l.agents[B].poll_timeout()), (1, None), "no state kept");
+}
+
+#[test]
+fn a_lost_sidr_req_is_sent_again_after_rdma_cms_wait() {
+    let mut l = udp_listening();
+    l.lose(A, "SIDR_REQ", 1);
+    resolve(&mut l);
+    assert_eq!(l.sent(A, "SIDR_REQ"), 2);
+    let second = l.log.iter().filter(|x| x.2 == "SIDR_REQ").nth(1).unwrap().0;
+    assert_eq!(second, SIDR_WAIT_NS, "4.096 s later, as cma_resolve_ib_udp asks");
+    assert_eq!(l.agents[A].stats().retransmits, 1);
+}
+
+#[test]
+fn a_lost_sidr_rep_is_sent_again_for_the_repeated_request_without_asking_the_application() {
+    let mut l = udp_listening();
+    l.lose(B, "SIDR_REP", 1);
+    let (_, b) = resolve(&mut l);
+    assert_eq!((l.sent(A, "SIDR_REQ"), l.sent(B, "SIDR_REP")), (2, 2));
+    assert!(l.events[B].iter().all(|e| !is_sidr_req(e)), "one request event only");
+    assert_eq!(l.agents[B].stats().duplicates, 1);
+    // Answering it again is refused: it was answered.
+    assert_eq!(l.agents[B].sidr_reply(l.now, b, &valid(0x33)), Err(CmError::AlreadyAnswered(b)));
+}
+
+#[test]
+fn a_repeated_sidr_req_while_the_application_decides_is_dropped() {
+    let mut l = udp_listening();
+    l.agents[A].sidr_request(0, &sidr_params(ip(B))).unwrap();
+    let req = l.agents[A].poll_transmit().unwrap();
+    l.agents[B].handle_mad(0, ip(A), 1, &req.mad);
+    l.agents[B].handle_mad(1, ip(A), 1, &req.mad);
+    assert!(l.agents[B].poll_transmit().is_none(), "cm.c drops it (cm_insert_remote_sidr)");
+    assert!(is_sidr_req(&l.agents[B].poll_event().unwrap()));
+    assert_eq!((l.agents[B].poll_event(), l.agents[B].stats().duplicates), (None, 1));
+    // The same request ID from another address is another request.
+    l.agents[B].handle_mad(2, ip(2), 1, &req.mad);
+    assert!(matches!(l.agents[B].poll_event(), Some(CmEvent::SidrRequest { src, .. }) if src == ip(2)));
+}
+
+#[test]
+fn a_sidr_peer_that_is_gone_times_out_after_every_retry_and_a_late_reply_is_counted() {
+    let mut l = udp_listening();
+    l.lose(B, "SIDR_REP", usize::MAX);
+    let a = l.agents[A].sidr_request(0, &sidr_params(ip(B))).unwrap();
+    let e = l.until(A, 17 * SIDR_WAIT_NS, |e| matches!(e, CmEvent::TimedOut { .. }));
+    assert_eq!(e, CmEvent::TimedOut { id: a, waiting_for_answer_to: "SIDR_REQ" });
+    assert_eq!(l.sent(A, "SIDR_REQ"), 16, "1 + rdma_cm's 15 retries");
+    assert_eq!(l.now, 16 * SIDR_WAIT_NS);
+    assert_eq!((l.agents[A].stats().timeouts, l.agents[A].poll_timeout()), (1, None));
+    // B's one answer, delivered now: nobody waits for it.
+    l.lose.clear();
+    let CmEvent::SidrRequest { id: b, .. } = l.events[B].remove(0) else { panic!() };
+    let _ = b;
+    let stray = CmMessage::SidrRep(Box::new(rnic_wire::cm::CmSidrRep {
+        request_id: a,
+        status: SidrStatus::Valid,
+        info_len: 0,
+        vendor_id: 0,
+        qpn: 0x33,
+        service_id: udp_sid(),
+        qkey: RDMA_UDP_QKEY,
+        info: [0; 72],
+        private_data: [0; 136],
+    }));
+    l.agents[A].handle_mad(l.now, ip(B), 1, &stray.to_mad(1));
+    assert_eq!((l.agents[A].stats().unknown_comm_id, l.agents[A].poll_event()), (1, None));
+}
+
+#[test]
+fn a_sidr_rep_from_another_address_does_not_answer_the_request() {
+    let mut l = udp_listening();
+    let a = l.agents[A].sidr_request(0, &sidr_params(ip(B))).unwrap();
+    let req = l.agents[A].poll_transmit().unwrap();
+    l.agents[B].handle_mad(0, ip(A), 1, &req.mad);
+    let Some(CmEvent::SidrRequest { id: b, .. }) = l.agents[B].poll_event() else { panic!() };
+    l.agents[B].sidr_reply(0, b, &valid(0x33)).unwrap();
+    let rep = l.agents[B].poll_transmit().unwrap();
+    l.agents[A].handle_mad(0, ip(2), 1, &rep.mad);
+    assert_eq!((l.agents[A].poll_event(), l.agents[A].stats().unknown_comm_id), (None, 1));
+    l.agents[A].handle_mad(0, ip(B), 1, &rep.mad);
+    assert!(matches!(l.agents[A].poll_event(), Some(CmEvent::SidrReply { id, .. }) if id == a));
+}
+
+#[test]
+fn an_answered_sidr_req_is_forgotten_after_sidr_keep_and_a_cancelled_one_is_quiet() {
+    let mut l = udp_listening();
+    let keep = CmConfig::new(ip(B), 0).sidr_keep_ns;
+    l.agents[A].sidr_request(0, &sidr_params(ip(B))).unwrap();
+    let req = l.agents[A].poll_transmit().unwrap();
+    l.agents[B].handle_mad(0, ip(A), 1, &req.mad);
+    let Some(CmEvent::SidrRequest { id: b, .. }) = l.agents[B].poll_event() else { panic!() };
+    l.agents[B].sidr_reply(0, b, &valid(0x33)).unwrap();
+    l.agents[B].handle_timeout(keep);
+    assert_eq!(l.agents[B].sidr_reply(keep, b, &valid(0x33)), Err(CmError::NoSuchConnection(b)));
+    l.agents[B].handle_mad(keep, ip(A), 1, &req.mad);
+    assert!(matches!(l.agents[B].poll_event(), Some(CmEvent::SidrRequest { id, .. }) if id != b), "a new request");
+    // Cancelled: no resend, no event, no timer; cancelling again is an error.
+    let mut l = udp_listening();
+    let a = l.agents[A].sidr_request(0, &sidr_params("10.0.0.9".parse().unwrap())).unwrap();
+    l.agents[A].cancel_sidr(a).unwrap();
+    l.run(20 * SIDR_WAIT_NS);
+    assert_eq!((l.sent(A, "SIDR_REQ"), l.events[A].len()), (1, 0));
+    assert_eq!(l.agents[A].cancel_sidr(a), Err(CmError::NoSuchConnection(a)));
+}
+
+#[test]
+fn sidr_calls_check_their_private_data_and_ids() {
+    let mut l = udp_listening();
+    let too_long = SidrParams { private_data: vec![0; 217], ..sidr_params(ip(B)) };
+    let err = l.agents[A].sidr_request(0, &too_long).unwrap_err().to_string();
+    assert!(err.contains("SIDR_REQ") && err.contains("217") && err.contains("216"), "{err}");
+    assert_eq!(l.agents[B].sidr_reply(0, 77, &valid(1)), Err(CmError::NoSuchConnection(77)));
+    l.agents[A].sidr_request(0, &sidr_params(ip(B))).unwrap();
+    let req = l.agents[A].poll_transmit().unwrap();
+    l.agents[B].handle_mad(0, ip(A), 1, &req.mad);
+    let Some(CmEvent::SidrRequest { id: b, .. }) = l.agents[B].poll_event() else { panic!() };
+    let long = SidrRepParams { private_data: vec![0; 137], ..valid(1) };
+    assert!(l.agents[B].sidr_reply(0, b, &long).unwrap_err().to_string().contains("136"));
+    // A refusal is a reply too.
+    let no = SidrRepParams { status: SidrStatus::Rejected, qpn: 0, qkey: 0, private_data: b"full".to_vec() };
+    l.agents[B].sidr_reply(0, b, &no).unwrap();
+    let rep = l.agents[B].poll_transmit().unwrap();
+    l.agents[A].handle_mad(0, ip(B), 1, &rep.mad);
+    let e = l.agents[A].poll_event().unwrap();
+    assert!(
+        matches!(&e, CmEvent::SidrReply { status: SidrStatus::Rejected, private_data, .. } if private_data.starts_with(b"full")),
+        "{e:?}"
+    );
 }
