@@ -432,3 +432,46 @@ fn rping_between_two_processes_of_one_device() {
     assert!(s.status.success(), "server: {stext}\n{}", String::from_utf8_lossy(&s.stderr));
     assert_eq!(stext.matches("server ping data: rdma-ping-").count(), 10, "{stext}");
 }
+
+/// `rnic udaddy` with server and client on ONE device (127.0.19.8), in two processes,
+/// while a third process that opened the device first (an rping server) is the member
+/// QP1's MADs reach: it offers the SIDR_REQ to the member that listens on the UDP port,
+/// and passes the SIDR_REP to the member whose request ID it names; the datagrams then go
+/// QP to QP. A SIDR_REQ for a port nobody listens on is answered "service ID not
+/// supported" once every member has declined it.
+#[test]
+fn udaddy_between_two_processes_of_one_device() {
+    let agent = rnic()
+        .args(["rping", "-s", "-a", "127.0.19.8", "-p", "7305"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut kids = Reap(vec![agent]);
+    std::thread::sleep(Duration::from_millis(300));
+    let server = rnic()
+        .args(["udaddy", "-b", "127.0.19.8", "--port", "7306", "-C", "4", "-S", "200"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    kids.0.push(server);
+    std::thread::sleep(Duration::from_millis(300));
+    let out = rnic()
+        .args(["udaddy", "-s", "127.0.19.8", "-b", "127.0.19.8", "--port", "7306", "-C", "4", "-S", "200"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "client: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("data transfers complete"), "{text}");
+    let s = kids.0.remove(1).wait_with_output().unwrap();
+    let stext = String::from_utf8_lossy(&s.stdout);
+    assert!(s.status.success(), "server: {stext}\n{}", String::from_utf8_lossy(&s.stderr));
+    assert!(stext.contains("sending replies") && stext.contains("return status 0"), "{stext}");
+    let t0 = std::time::Instant::now();
+    let out =
+        rnic().args(["udaddy", "-s", "127.0.19.8", "-b", "127.0.19.8", "--port", "7399", "-C", "1"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("nobody listens on 127.0.19.8 UDP port 7399"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "answered, not timed out: {:?}", t0.elapsed());
+}
