@@ -14,16 +14,33 @@
 //!   Linux's cm_id does: rping's REQ, REP, RTU, DREQ and DREP all carry the REQ's).
 //! - A REQ, REP or DREQ waits for its answer `2 x packet lifetime + 4.096 us x 2^t` (t: the
 //!   peer's CM response timeout from the REQ; rdma_cm sends 20, about 4.3 s) and is sent
-//!   again up to Max CM Retries times (rdma_cm: 15); then the connection times out.
-//! - Duplicates are answered from state: a repeated REQ after the REP by the REP again (in
-//!   REQ received, nothing: the application has not answered yet), a repeated REP after the
-//!   RTU by the RTU again, a repeated DREQ by the DREP again; a REQ for a connection in
-//!   TimeWait by REJ "stale connection" (cm_dup_req_handler, cm_dup_rep_handler).
+//!   again up to Max CM Retries times (rdma_cm: 15); then the connection times out. An MRA
+//!   for it makes that wait `2 x packet lifetime + 4.096 us x 2^service timeout` for the
+//!   message's remaining sends (`cm_mra_handler` and `ib_modify_mad`; later MRAs for the
+//!   same message change nothing).
+//! - Duplicates are answered from state: a repeated REQ after the REP by the REP again, a
+//!   repeated REP after the RTU by the RTU again, a repeated DREQ by the DREP again; a REQ
+//!   for a connection in TimeWait by REJ "stale connection" (cm_dup_req_handler,
+//!   cm_dup_rep_handler). A repeated REQ while the application still holds it (or a
+//!   repeated REP before the RTU) is answered with an MRA of service timeout 24 (68.7 s), as
+//!   rdma_cm does for every user-space consumer (it prepares the MRA on each REQ and REP,
+//!   and cm.c sends it only when the peer repeats itself): an application may take seconds
+//!   to accept without the peer timing out.
 //! - A REQ for a service nobody listens on is rejected with "invalid service ID"; a REQ
 //!   from a QP that already has a live connection with this agent with "stale
 //!   connection" (cm_insert_remote_qpn); a REP for an unknown communication ID with
 //!   "invalid comm ID"; a DREQ for an unknown ID is answered with a DREP (cm_issue_drep).
-//! - After a disconnect a connection waits in TimeWait before its ID is forgotten.
+//! - After a disconnect (or a reject, or a timeout) a connection waits in TimeWait before its
+//!   ID is forgotten, long enough that the peer's next retry of a message finds it: one wait
+//!   of the peer's (`2 x packet lifetime + 4.096 us x 2^t`, t this side's response timeout as
+//!   the peer knows it: the interval of its DREQ retries; the active peer's packet lifetime
+//!   read from its REQ as Linux reads it) plus a packet lifetime for that retry to arrive:
+//!   5.1 s between rnic devices, 7.5 s for rdma_cm on Linux rxe; a DREQ that comes in TimeWait is answered with the DREP again (as
+//!   Linux's cm_dreq_handler answers it in IB_CM_TIMEWAIT) and starts TimeWait over, so
+//!   every retry of a peer whose DREPs keep getting lost finds the connection. Linux's own
+//!   TimeWait is shorter (`cm_enter_timewait`: about the QP's ACK timeout, 0.5-2 s with
+//!   rdma_cm on rxe), so a DREQ retry it misses is answered as for an unknown connection
+//!   (`cm_issue_drep`), as rnic answers one after TimeWait.
 //!
 //! Service ID resolution (IBA 12.11; rdma_cm's UDP port space resolves a remote UD QP with
 //! it): `sidr_request` sends a SIDR_REQ and resends it after each `SidrParams::wait_ns`
@@ -69,10 +86,8 @@ pub struct CmConfig {
     /// The device's CA GUID (rxe: the EUI-64 of its MAC).
     pub ca_guid: u64,
     /// Packet lifetime, ns, counted twice into every MAD's wait (rdma_cm's RoCE default
-    /// 4.096 us x 2^16 = 268 ms).
+    /// 4.096 us x 2^16 = 268 ms), and once more into TimeWait.
     pub packet_lifetime_ns: u64,
-    /// How long a closed connection stays in TimeWait.
-    pub timewait_ns: u64,
     /// How long an answered SIDR_REQ is remembered, so that a repeat of it (the SIDR_REP
     /// was lost) gets the same answer; an unanswered one is forgotten after as long.
     pub sidr_keep_ns: u64,
@@ -91,7 +106,6 @@ impl CmConfig {
             local_ip,
             ca_guid,
             packet_lifetime_ns: 4096 << 16,
-            timewait_ns: 1_000_000_000,
             // rdma_cm's SIDR_REQ and its 15 retries, 4.096 s apart.
             sidr_keep_ns: 16 * SIDR_WAIT_NS,
             seed: 0x5eed,
@@ -107,6 +121,10 @@ pub const COMM_ID_MEMBER_SHIFT: u32 = 26;
 pub fn comm_id_member(id: u32) -> u8 {
     u8::try_from(id >> COMM_ID_MEMBER_SHIFT).unwrap_or(u8::MAX)
 }
+
+/// The service timeout of the MRAs this agent sends: 4.096 us x 2^24, about 68.7 s
+/// (Linux's `CM_MRA_SETTING`, formerly rdma_cm's `CMA_CM_MRA_SETTING`).
+pub const MRA_SERVICE_TIMEOUT: u8 = 24;
 
 /// 4.096 us x 2^t in ns (IBA's timeout encoding; t above 31 is clamped).
 pub fn timeout_ns(t: u8) -> u64 {
@@ -423,6 +441,8 @@ pub struct CmStats {
     pub unknown_comm_id: u64,
     /// CM messages that do not fit the connection's state, dropped.
     pub out_of_state: u64,
+    /// MRAs sent (a REQ or REP repeated while the application holds it).
+    pub mra_sent: u64,
     /// MADs that do not parse (short, wrong base or CM class version), dropped.
     pub bad_mads: u64,
     /// MADs of another class: answered "unsupported" (Get/Set) or dropped.
@@ -451,6 +471,11 @@ struct Conn {
     retries_left: u8,
     /// The wait for an answer to `last`.
     wait_ns: u64,
+    /// The wait an MRA for `last` asked for, for its remaining sends (`None`: no MRA).
+    mra_wait_ns: Option<u64>,
+    /// How long TimeWait lasts: how long the peer waits for this side's answers (the
+    /// interval of its retries) and a packet lifetime.
+    timewait_ns: u64,
     /// Retries granted by the peer's REQ (the passive side's REP and DREQ use them).
     max_retries: u8,
 }
@@ -636,6 +661,9 @@ impl CmAgent {
             last: Some(mad),
             retries_left: p.max_cm_retries & 0xf,
             wait_ns,
+            mra_wait_ns: None,
+            // The REQ tells the peer this side's response timeout is `response_timeout`.
+            timewait_ns: wait_ns + self.cfg.packet_lifetime_ns,
             max_retries: p.max_cm_retries & 0xf,
         };
         self.conns.insert(id, conn);
@@ -674,6 +702,7 @@ impl CmAgent {
         c.local_qpn = p.qpn;
         c.last = Some(mad);
         c.retries_left = c.max_retries;
+        c.mra_wait_ns = None;
         self.send(peer, mad);
         self.arm(id, now + wait);
         Ok(())
@@ -738,6 +767,7 @@ impl CmAgent {
         c.state = CmState::DreqSent;
         c.last = Some(mad);
         c.retries_left = c.max_retries;
+        c.mra_wait_ns = None;
         self.send(peer, mad);
         self.arm(id, now + wait);
         Ok(())
@@ -842,14 +872,31 @@ impl CmAgent {
     }
 
     fn enter_timewait(&mut self, now: Time, id: u32, answer: Option<[u8; MAD_LEN]>) {
-        let tw = self.cfg.timewait_ns;
-        if let Some(c) = self.conns.get_mut(&id) {
-            c.state = CmState::TimeWait;
-            if answer.is_some() {
-                c.last = answer;
-            }
+        let Some(c) = self.conns.get_mut(&id) else { return };
+        c.state = CmState::TimeWait;
+        if answer.is_some() {
+            c.last = answer;
         }
+        // The peer's next retry leaves one of its waits after the message this side
+        // answered (or did not) and takes up to a packet lifetime to come.
+        let tw = c.timewait_ns;
         self.arm(id, now + tw);
+    }
+
+    /// An MRA for connection `id`'s message `which`, from `c`'s state.
+    fn mra(&mut self, id: u32, which: MsgRef) {
+        let Some(c) = self.conns.get(&id) else { return };
+        let m = CmMessage::Mra(Box::new(CmMra {
+            local_comm_id: id,
+            remote_comm_id: c.remote_id,
+            message_mraed: which,
+            service_timeout: MRA_SERVICE_TIMEOUT,
+            private_data: [0; cm::private_len::MRA],
+        }))
+        .to_mad(c.tid);
+        let peer = c.peer;
+        self.stats.mra_sent += 1;
+        self.send(peer, m);
     }
 
     /// Whether MADs wait to be sent.
@@ -894,7 +941,7 @@ impl CmAgent {
                 }
                 CmState::ReqSent | CmState::RepSent | CmState::DreqSent if c.retries_left > 0 => {
                     c.retries_left -= 1;
-                    let (peer, wait, mad) = (c.peer, c.wait_ns, c.last);
+                    let (peer, wait, mad) = (c.peer, c.mra_wait_ns.unwrap_or(c.wait_ns), c.last);
                     self.stats.retransmits += 1;
                     if let Some(m) = mad {
                         self.send(peer, m);
@@ -953,7 +1000,7 @@ impl CmAgent {
             CmMessage::Rep(r) => self.on_rep(now, src, h.tid, *r),
             CmMessage::Rtu(r) => self.on_rtu(r.remote_comm_id, src, r.private_data.to_vec()),
             CmMessage::Rej(r) => self.on_rej(now, src, *r),
-            CmMessage::Mra(r) => self.on_mra(now, *r),
+            CmMessage::Mra(r) => self.on_mra(now, src, *r),
             CmMessage::Dreq(r) => self.on_dreq(now, src, h.tid, *r),
             CmMessage::Drep(r) => self.on_drep(now, r.remote_comm_id, r.private_data.to_vec()),
             CmMessage::SidrReq(r) => self.on_sidr_req(now, src, h.tid, *r),
@@ -989,13 +1036,17 @@ impl CmAgent {
             self.stats.duplicates += 1;
             let Some(c) = self.conns.get(&id) else { return };
             match c.state {
-                // The REP (or our REJ) again; in ReqRcvd the application has not answered.
-                CmState::RepSent | CmState::Established => {
-                    if let Some(m) = c.last.filter(|_| c.state == CmState::RepSent) {
+                // The REP again.
+                CmState::RepSent => {
+                    if let Some(m) = c.last {
                         let peer = c.peer;
                         self.send(peer, m);
                     }
                 }
+                // The application still holds the REQ: the peer is told to wait
+                // (cm_dup_req_handler in MRA_REQ_SENT, which rdma_cm enters for every REQ
+                // it hands to user space).
+                CmState::ReqRcvd => self.mra(id, MsgRef::Req),
                 CmState::TimeWait => {
                     let remote = c.remote_id;
                     self.reject_unknown(src, tid, remote, MsgRef::Req, rej_reason::STALE_CONN);
@@ -1021,8 +1072,14 @@ impl CmAgent {
             return;
         }
         let id = self.new_comm_id();
-        // The passive side waits as long as the active side said it may take to answer.
+        // The passive side waits as long as the active side said it may take to answer;
+        // the active side waits as long as it was told the passive side takes, over its own
+        // packet lifetime, which Linux takes to be one less than the REQ's local ACK timeout
+        // (cm_format_paths_from_req): rdma_cm on rxe sends 19, so 1.07 s, and repeats its
+        // MADs every 6.1 s.
         let wait_ns = 2 * self.cfg.packet_lifetime_ns + timeout_ns(r.local_cm_response_timeout);
+        let peer_lifetime = timeout_ns(r.primary.local_ack_timeout.saturating_sub(1)).max(self.cfg.packet_lifetime_ns);
+        let timewait_ns = 3 * peer_lifetime + timeout_ns(r.remote_cm_response_timeout);
         self.conns.insert(
             id,
             Conn {
@@ -1035,6 +1092,8 @@ impl CmAgent {
                 last: None,
                 retries_left: r.max_cm_retries,
                 wait_ns,
+                mra_wait_ns: None,
+                timewait_ns,
                 max_retries: r.max_cm_retries,
             },
         );
@@ -1089,16 +1148,24 @@ impl CmAgent {
                     }),
                 });
             }
-            // Our RTU (or REJ) was lost: the same answer again (cm_dup_rep_handler).
+            // Our RTU (or REJ) was lost: the same answer again (cm_dup_rep_handler). Only
+            // those: after a disconnect `last` is this side's DREQ, no answer to a REP.
             CmState::Established | CmState::TimeWait if c.remote_id == r.local_comm_id => {
                 self.stats.duplicates += 1;
-                if let Some(m) = c.last {
+                let answer = c
+                    .last
+                    .filter(|m| matches!(MadPacket::new_unchecked(&m[..]).attr_id(), cm::attr::RTU | cm::attr::REJ));
+                if let Some(m) = answer {
                     let peer = c.peer;
                     self.send(peer, m);
                 }
             }
-            // The application has not answered the first REP yet.
-            CmState::RepRcvd => self.stats.duplicates += 1,
+            // The application has not answered the first REP yet: the peer is told to wait
+            // (cm_dup_rep_handler in MRA_REP_SENT, rdma_cm's state for every REP).
+            CmState::RepRcvd if c.remote_id == r.local_comm_id => {
+                self.stats.duplicates += 1;
+                self.mra(id, MsgRef::Rep);
+            }
             _ => self.stats.out_of_state += 1,
         }
         let _ = now;
@@ -1143,20 +1210,27 @@ impl CmAgent {
         }
     }
 
-    fn on_mra(&mut self, now: Time, r: CmMra) {
-        let Some(c) = self.conns.get(&r.remote_comm_id) else {
+    fn on_mra(&mut self, now: Time, src: IpAddr, r: CmMra) {
+        let pl = self.cfg.packet_lifetime_ns;
+        let Some(c) = self.conns.get_mut(&r.remote_comm_id).filter(|c| c.peer == src) else {
             self.stats.unknown_comm_id += 1;
             return;
         };
-        // The peer needs longer (IBA 12.6.6): wait its service timeout before resending.
         let waiting =
             matches!((c.state, r.message_mraed), (CmState::ReqSent, MsgRef::Req) | (CmState::RepSent, MsgRef::Rep));
-        if waiting {
-            let at = now + 2 * self.cfg.packet_lifetime_ns + timeout_ns(r.service_timeout);
-            let id = r.remote_comm_id;
-            self.arm(id, at);
-        } else {
+        if !waiting {
             self.stats.out_of_state += 1;
+        } else if c.mra_wait_ns.is_some() {
+            // cm_mra_handler in MRA_REQ_RCVD / MRA_REP_RCVD: counted, nothing changes.
+            self.stats.duplicates += 1;
+        } else {
+            // The peer needs longer (IBA 12.6.6): its service timeout (and the round trip)
+            // before this message is sent again, for each of its remaining sends (Linux
+            // changes the pending MAD's timeout: cm_mra_handler, ib_modify_mad).
+            let wait = 2 * pl + timeout_ns(r.service_timeout);
+            c.mra_wait_ns = Some(wait);
+            let id = r.remote_comm_id;
+            self.arm(id, now + wait);
         }
     }
 
@@ -1181,11 +1255,13 @@ impl CmAgent {
                 self.enter_timewait(now, id, Some(m));
             }
             CmState::TimeWait => {
-                // Our DREP was lost: again.
+                // Our DREP was lost: again (cm_dreq_handler in IB_CM_TIMEWAIT), and the
+                // peer's next retry must find the connection too.
                 self.stats.duplicates += 1;
                 let m = drep(id, c.remote_id).to_mad(c.tid);
                 let peer = c.peer;
                 self.send(peer, m);
+                self.enter_timewait(now, id, None);
             }
             _ => self.stats.out_of_state += 1,
         }

@@ -292,3 +292,24 @@ fn sidr_messages_built_here_are_byte_exact_and_write_every_field() {
         assert_eq!(matches!(s, SidrStatus::Unknown(_)), v > 5);
     }
 }
+
+// MRA, as Linux's CM sends it (tools/tests/data/rping_mra_linux.pcap, 2026-11-27): `rnic rping
+// -c` with RNIC_FAULTS=dup=1 sent its REQ twice to `rping -s` on Linux rxe 6.1; the repeat
+// found Linux's connection in MRA_REQ_SENT (rdma_cm prepares an MRA for every REQ it hands to
+// user space) and was answered with this MRA before the REP.
+const MRA_LINUX: &str = "0107020300000000000059ad876a72690011000000000000e7f6c9fd02429a3300c0";
+
+#[test]
+fn linux_mra_for_a_repeated_req_parses_and_round_trips() {
+    let mads = mads_in("rping_mra_linux.pcap");
+    assert_eq!(mads[2], mad(MRA_LINUX).to_vec(), "the third MAD of the exchange");
+    let CmMessage::Req(req) = CmMessage::from_mad(&mads[0]).unwrap().1.unwrap() else { panic!("not a REQ") };
+    assert_eq!(mads[0], mads[1], "the REQ, twice");
+    let (h, msg) = round_trip(&mad(MRA_LINUX));
+    let CmMessage::Mra(m) = msg else { panic!("not an MRA") };
+    assert_eq!((h.attr_id, h.tid), (attr::MRA, 0x59ad_876a_7269), "the REQ's transaction ID");
+    assert_eq!((m.local_comm_id, m.remote_comm_id), (0xe7f6_c9fd, req.local_comm_id));
+    // "REQ" MRAed; service timeout 24 (4.096 us x 2^24, 68.7 s: Linux's CM_MRA_SETTING).
+    assert_eq!((m.message_mraed, m.service_timeout), (rnic_wire::cm::MsgRef::Req, 24));
+    assert_eq!(m.private_data, [0; 222]);
+}
