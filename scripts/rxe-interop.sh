@@ -172,6 +172,8 @@ wait \$P; echo \"exit \$?\"; $COUNTERS"
 # rping_case NAME ROLE SIZE: `rnic rping` against rdmacm-utils' rping in the guest, the
 # connection made by the CM (REQ/REP/RTU on QP1, DREQ/DREP at the end), 10 pings of
 # RDMA READ + WRITE with the data validated (-V) on whichever side is the client.
+# Env: RPING_HOLD=S (rnic's server holds the request S seconds), RPING_FAULTS=SPEC (rnic's
+# RNIC_FAULTS), MRA_FROM=IP (the capture must hold an MRA from IP).
 rping_case() {
   local name=$1 role=$2 size=$3 id pcap rnic_out guest_out rrc grc verdict why=""
   SEQ=$((SEQ + 1)); id=$(printf '%02d' $SEQ)-$name
@@ -180,7 +182,8 @@ rping_case() {
   echo "== $id: rnic rping $role, rping -S $size -C 10"
   capture_start "$pcap"
   if [ "$role" = server ]; then
-    ns timeout 120 "$RNIC" rping -s -a "$HOST_IP" -p $port -v -S "$size" > "$rnic_out" 2>&1 &
+    ns timeout 120 env ${RPING_FAULTS:+RNIC_FAULTS=$RPING_FAULTS} "$RNIC" rping -s -a "$HOST_IP" -p $port -v -S "$size" \
+      ${RPING_HOLD:+--hold $RPING_HOLD} > "$rnic_out" 2>&1 &
     local rpid=$!
     sleep 1
     job a "$RUN" "$job" "timeout 100 rping -c -a $HOST_IP -p $port -C 10 -v -V -S $size; echo \"exit \$?\""
@@ -191,7 +194,8 @@ rping_case() {
 sleep 3; : > /lab/q/a.$job.listening
 wait \$P; echo \"exit \$?\""
     for _ in $(seq 1 300); do [ -e "$RUN/q/a.$job.listening" ] && break; sleep 0.2; done
-    ns timeout 100 "$RNIC" rping -c -a "$GUEST_IP" -I "$HOST_IP" -p $port -C 10 -v -V -S "$size" > "$rnic_out" 2>&1; rrc=$?
+    ns timeout 100 env ${RPING_FAULTS:+RNIC_FAULTS=$RPING_FAULTS} "$RNIC" rping -c -a "$GUEST_IP" -I "$HOST_IP" -p $port \
+      -C 10 -v -V -S "$size" > "$rnic_out" 2>&1; rrc=$?
     wait_job a "$RUN" "$job" 120 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
   fi
   capture_stop "$pcap" > /dev/null
@@ -204,6 +208,11 @@ wait \$P; echo \"exit \$?\""
   [ "$pings" = 10 ] || why+=" rnic printed $pings pings;"
   [ "$gpings" = 10 ] || why+=" rping printed $gpings pings;"
   [ "$crc" = 0 ] || why+=" check_pcap.sh failed;"
+  if [ -n "${MRA_FROM:-}" ]; then
+    local mras; mras=$(tshark -r "$pcap" -Y "infiniband.mad.attributeid == 0x0011 && ip.src == $MRA_FROM" 2>/dev/null | wc -l)
+    [ "$mras" -ge 1 ] || why+=" no MRA from $MRA_FROM;"
+    echo "   cm:    $(tshark -r "$pcap" -Y 'infiniband.bth.destqp == 1' -T fields -e frame.time_relative -e ip.src -e _ws.col.Info 2>/dev/null | awk '{printf "%.3f %s %s %s | ", $1, $2, $4, $5}')"
+  fi
   if [ -n "${RAW_MAC:-}" ]; then
     # The raw transport checks the full ICRC: nothing solved; and the guest's kernel
     # learned rnic's MAC by ARP.
@@ -336,7 +345,8 @@ wait \$P; echo \"exit \$?\""
   SUMMARY+=("$(printf '%-4s %-34s %s' "$verdict" "$id" "$why")")
 }
 
-# CASES=pingpong, CASES=rping, CASES=udaddy or CASES=stock runs one family (default: all).
+# CASES=pingpong, CASES=rping, CASES=mra, CASES=udaddy or CASES=stock runs one family
+# (default: all).
 if [ "${CASES:-all}" = all ] || [ "${CASES}" = pingpong ]; then
 run_case rc-rnic-server-64 server 64
 run_case rc-rnic-server-4096 server 4096
@@ -350,6 +360,13 @@ rping_case rping-rnic-server-64 server 64
 rping_case rping-rnic-server-4096 server 4096
 rping_case rping-rnic-client-64 client 64
 rping_case rping-rnic-client-4096 client 4096
+fi
+# MRA: rnic's server holds the request 8 s (Linux's REQ comes again after 6.1 s and gets
+# rnic's MRA); rnic's client sends everything twice (its REQ's repeat finds Linux's
+# connection waiting for rping's accept and draws Linux's MRA).
+if [ "${CASES:-all}" = all ] || [ "${CASES}" = mra ]; then
+RPING_HOLD=8 MRA_FROM=$HOST_IP rping_case rping-rnic-server-holds-8s server 64
+RPING_FAULTS=dup=1 MRA_FROM=$GUEST_IP rping_case rping-rnic-client-sends-twice client 64
 fi
 if [ "${CASES:-all}" = all ] || [ "${CASES}" = udaddy ]; then
 udaddy_case udaddy-rnic-server server
