@@ -1,6 +1,7 @@
 #!/bin/bash
 # rnic against Linux soft-RoCE (rdma_rxe) running rdma-core's own ibv_rc_pingpong, and
-# `rnic rping` against rdmacm-utils' rping (connections made by the IB CM on QP1).
+# `rnic rping` against rdmacm-utils' rping (connections made by the IB CM on QP1), and
+# `rnic udaddy` against rdmacm-utils' udaddy (a UD QP resolved by SIDR on QP1).
 #
 # Boots ONE Debian guest with rxe (../shared/rxe-lab, qemu TCG inside the network namespace
 # "rxelab"), runs `rnic pingpong` on the namespace side at 10.77.0.1 against
@@ -171,6 +172,8 @@ wait \$P; echo \"exit \$?\"; $COUNTERS"
 # rping_case NAME ROLE SIZE: `rnic rping` against rdmacm-utils' rping in the guest, the
 # connection made by the CM (REQ/REP/RTU on QP1, DREQ/DREP at the end), 10 pings of
 # RDMA READ + WRITE with the data validated (-V) on whichever side is the client.
+# Env: RPING_HOLD=S (rnic's server holds the request S seconds), RPING_FAULTS=SPEC (rnic's
+# RNIC_FAULTS), MRA_FROM=IP (the capture must hold an MRA from IP).
 rping_case() {
   local name=$1 role=$2 size=$3 id pcap rnic_out guest_out rrc grc verdict why=""
   SEQ=$((SEQ + 1)); id=$(printf '%02d' $SEQ)-$name
@@ -179,7 +182,8 @@ rping_case() {
   echo "== $id: rnic rping $role, rping -S $size -C 10"
   capture_start "$pcap"
   if [ "$role" = server ]; then
-    ns timeout 120 "$RNIC" rping -s -a "$HOST_IP" -p $port -v -S "$size" > "$rnic_out" 2>&1 &
+    ns timeout 120 env ${RPING_FAULTS:+RNIC_FAULTS=$RPING_FAULTS} "$RNIC" rping -s -a "$HOST_IP" -p $port -v -S "$size" \
+      ${RPING_HOLD:+--hold $RPING_HOLD} > "$rnic_out" 2>&1 &
     local rpid=$!
     sleep 1
     job a "$RUN" "$job" "timeout 100 rping -c -a $HOST_IP -p $port -C 10 -v -V -S $size; echo \"exit \$?\""
@@ -190,7 +194,8 @@ rping_case() {
 sleep 3; : > /lab/q/a.$job.listening
 wait \$P; echo \"exit \$?\""
     for _ in $(seq 1 300); do [ -e "$RUN/q/a.$job.listening" ] && break; sleep 0.2; done
-    ns timeout 100 "$RNIC" rping -c -a "$GUEST_IP" -I "$HOST_IP" -p $port -C 10 -v -V -S "$size" > "$rnic_out" 2>&1; rrc=$?
+    ns timeout 100 env ${RPING_FAULTS:+RNIC_FAULTS=$RPING_FAULTS} "$RNIC" rping -c -a "$GUEST_IP" -I "$HOST_IP" -p $port \
+      -C 10 -v -V -S "$size" > "$rnic_out" 2>&1; rrc=$?
     wait_job a "$RUN" "$job" 120 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
   fi
   capture_stop "$pcap" > /dev/null
@@ -203,6 +208,11 @@ wait \$P; echo \"exit \$?\""
   [ "$pings" = 10 ] || why+=" rnic printed $pings pings;"
   [ "$gpings" = 10 ] || why+=" rping printed $gpings pings;"
   [ "$crc" = 0 ] || why+=" check_pcap.sh failed;"
+  if [ -n "${MRA_FROM:-}" ]; then
+    local mras; mras=$(tshark -r "$pcap" -Y "infiniband.mad.attributeid == 0x0011 && ip.src == $MRA_FROM" 2>/dev/null | wc -l)
+    [ "$mras" -ge 1 ] || why+=" no MRA from $MRA_FROM;"
+    echo "   cm:    $(tshark -r "$pcap" -Y 'infiniband.bth.destqp == 1' -T fields -e frame.time_relative -e ip.src -e _ws.col.Info 2>/dev/null | awk '{printf "%.3f %s %s %s | ", $1, $2, $4, $5}')"
+  fi
   if [ -n "${RAW_MAC:-}" ]; then
     # The raw transport checks the full ICRC: nothing solved; and the guest's kernel
     # learned rnic's MAC by ARP.
@@ -218,6 +228,67 @@ wait \$P; echo \"exit \$?\""
   echo "   rnic:  $(head -2 "$rnic_out" | cut -c1-90 | tr '\n' '|') ($pings pings)"
   echo "   guest: $(grep -E 'ping data|exit|error|fail' "$guest_out" | head -2 | cut -c1-90 | tr '\n' '|') ($gpings pings)"
   echo "   pcap:  $(grep -c 'RC_\|UD_' "$OUT/$id.decode.txt") RoCE packets, check_pcap rc=$crc, decode rc=$drc"
+  echo "   => $verdict$why"
+  SUMMARY+=("$(printf '%-4s %-34s %s' "$verdict" "$id" "$why")")
+}
+
+
+# udaddy_case NAME ROLE: `rnic udaddy` against rdmacm-utils' udaddy in the guest: the UD QP
+# resolved through the CM by SIDR (SIDR_REQ/SIDR_REP on QP1; rdma_cm's UDP port space, port
+# 7174, which udaddy cannot change; Q_Key 0x01234567), then 10 datagrams of 100 bytes each
+# way, SENDs with immediate data. ROLE nobody: rnic's client asks the guest, where nobody
+# listens (the guest's CM answers SIDR status 1 and rnic says "nobody listens"), then the
+# guest's client asks rnic, where only another UDP port is listened on (rnic's CM answers
+# status 1 and udaddy reports RDMA_CM_EVENT_UNREACHABLE, error 1).
+udaddy_case() {
+  local name=$1 role=$2 id pcap rnic_out guest_out rrc grc verdict why=""
+  SEQ=$((SEQ + 1)); id=$(printf '%02d' $SEQ)-$name
+  local job=$id-$STAMP
+  pcap=$OUT/$id.pcap; rnic_out=$OUT/$id.rnic.txt; guest_out=$OUT/$id.guest.txt
+  echo "== $id: rnic udaddy $role, udaddy"
+  capture_start "$pcap"
+  if [ "$role" = server ]; then
+    ns timeout 60 "$RNIC" udaddy -b "$HOST_IP" > "$rnic_out" 2>&1 &
+    local rpid=$!
+    sleep 1
+    job a "$RUN" "$job" "timeout 50 udaddy -s $HOST_IP; echo \"exit \$?\""
+    wait_job a "$RUN" "$job" 60 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
+    wait $rpid; rrc=$?
+  elif [ "$role" = client ]; then
+    job a "$RUN" "$job" "timeout 50 udaddy & P=\$!
+sleep 3; : > /lab/q/a.$job.listening
+wait \$P; echo \"exit \$?\""
+    for _ in $(seq 1 300); do [ -e "$RUN/q/a.$job.listening" ] && break; sleep 0.2; done
+    ns timeout 50 "$RNIC" udaddy -s "$GUEST_IP" -b "$HOST_IP" > "$rnic_out" 2>&1; rrc=$?
+    wait_job a "$RUN" "$job" 60 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
+  else
+    ns timeout 20 "$RNIC" udaddy -s "$GUEST_IP" -b "$HOST_IP" > "$rnic_out" 2>&1; rrc=$?
+    ns timeout 60 "$RNIC" udaddy -b "$HOST_IP" --port 7999 > "$rnic_out.listener" 2>&1 &
+    local lpid=$!
+    sleep 1
+    job a "$RUN" "$job" "timeout 50 udaddy -s $HOST_IP; echo \"exit \$?\""
+    wait_job a "$RUN" "$job" 60 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
+    kill "$lpid" 2> /dev/null; wait "$lpid" 2> /dev/null
+  fi
+  capture_stop "$pcap" > /dev/null
+  "$VECTORS/check_pcap.sh" "$pcap" > "$OUT/$id.check.txt" 2>&1; local crc=$?
+  "$RNIC" decode "$pcap" > "$OUT/$id.decode.txt" 2>&1; local drc=$?
+  if [ "$role" = nobody ]; then
+    [ "$rrc" = 1 ] || why+=" rnic exit $rrc (want 1);"
+    grep -q "nobody listens on $GUEST_IP UDP port 7174" "$rnic_out" || why+=" rnic did not say nobody listens;"
+    grep -q 'RDMA_CM_EVENT_UNREACHABLE, error: 1' "$guest_out" || why+=" udaddy did not report UNREACHABLE, error 1;"
+  else
+    [ "$rrc" = 0 ] || why+=" rnic exit $rrc;"
+    [ "${grc:-x}" = 0 ] || why+=" udaddy exit ${grc:-none};"
+    grep -q 'data transfers complete' "$rnic_out" || why+=" rnic did not finish;"
+    grep -q 'data transfers complete' "$guest_out" || why+=" udaddy did not finish;"
+  fi
+  [ "$crc" = 0 ] || why+=" check_pcap.sh failed;"
+  [ "$drc" = 0 ] || why+=" rnic decode found bad packets;"
+  if [ -z "$why" ]; then verdict=PASS; else verdict=FAIL; fi
+  echo "   rnic:  $(grep -vE '^udaddy: (starting|connecting)' "$rnic_out" | cut -c1-90 | tr '\n' '|')"
+  echo "   guest: $(grep -E 'udaddy:|complete|status|exit' "$guest_out" | cut -c1-90 | tr '\n' '|')"
+  echo "   pcap:  $(grep -c 'UD_' "$OUT/$id.decode.txt") RoCE packets, check_pcap rc=$crc, decode rc=$drc"
   echo "   => $verdict$why"
   SUMMARY+=("$(printf '%-4s %-34s %s' "$verdict" "$id" "$why")")
 }
@@ -274,7 +345,8 @@ wait \$P; echo \"exit \$?\""
   SUMMARY+=("$(printf '%-4s %-34s %s' "$verdict" "$id" "$why")")
 }
 
-# CASES=pingpong, CASES=rping or CASES=stock runs one family (default: all).
+# CASES=pingpong, CASES=rping, CASES=mra, CASES=udaddy or CASES=stock runs one family
+# (default: all).
 if [ "${CASES:-all}" = all ] || [ "${CASES}" = pingpong ]; then
 run_case rc-rnic-server-64 server 64
 run_case rc-rnic-server-4096 server 4096
@@ -288,6 +360,18 @@ rping_case rping-rnic-server-64 server 64
 rping_case rping-rnic-server-4096 server 4096
 rping_case rping-rnic-client-64 client 64
 rping_case rping-rnic-client-4096 client 4096
+fi
+# MRA: rnic's server holds the request 8 s (Linux's REQ comes again after 6.1 s and gets
+# rnic's MRA); rnic's client sends everything twice (its REQ's repeat finds Linux's
+# connection waiting for rping's accept and draws Linux's MRA).
+if [ "${CASES:-all}" = all ] || [ "${CASES}" = mra ]; then
+RPING_HOLD=8 MRA_FROM=$HOST_IP rping_case rping-rnic-server-holds-8s server 64
+RPING_FAULTS=dup=1 MRA_FROM=$GUEST_IP rping_case rping-rnic-client-sends-twice client 64
+fi
+if [ "${CASES:-all}" = all ] || [ "${CASES}" = udaddy ]; then
+udaddy_case udaddy-rnic-server server
+udaddy_case udaddy-rnic-client client
+udaddy_case udaddy-nobody-listens nobody
 fi
 # raw_setup MTU: rnic's raw-Ethernet device on the lab's link: a veth (rnraw0) whose other
 # end is on br0, at 10.77.0.50, an address the namespace does not own (rnic answers ARP).

@@ -14,16 +14,45 @@
 //!   Linux's cm_id does: rping's REQ, REP, RTU, DREQ and DREP all carry the REQ's).
 //! - A REQ, REP or DREQ waits for its answer `2 x packet lifetime + 4.096 us x 2^t` (t: the
 //!   peer's CM response timeout from the REQ; rdma_cm sends 20, about 4.3 s) and is sent
-//!   again up to Max CM Retries times (rdma_cm: 15); then the connection times out.
-//! - Duplicates are answered from state: a repeated REQ after the REP by the REP again (in
-//!   REQ received, nothing: the application has not answered yet), a repeated REP after the
-//!   RTU by the RTU again, a repeated DREQ by the DREP again; a REQ for a connection in
-//!   TimeWait by REJ "stale connection" (cm_dup_req_handler, cm_dup_rep_handler).
+//!   again up to Max CM Retries times (rdma_cm: 15); then the connection times out. An MRA
+//!   for it makes that wait `2 x packet lifetime + 4.096 us x 2^service timeout` for the
+//!   message's remaining sends (`cm_mra_handler` and `ib_modify_mad`; later MRAs for the
+//!   same message change nothing).
+//! - Duplicates are answered from state: a repeated REQ after the REP by the REP again, a
+//!   repeated REP after the RTU by the RTU again, a repeated DREQ by the DREP again; a REQ
+//!   for a connection in TimeWait by REJ "stale connection" (cm_dup_req_handler,
+//!   cm_dup_rep_handler). A repeated REQ while the application still holds it (or a
+//!   repeated REP before the RTU) is answered with an MRA of service timeout 24 (68.7 s), as
+//!   rdma_cm does for every user-space consumer (it prepares the MRA on each REQ and REP,
+//!   and cm.c sends it only when the peer repeats itself): an application may take seconds
+//!   to accept without the peer timing out.
 //! - A REQ for a service nobody listens on is rejected with "invalid service ID"; a REQ
 //!   from a QP that already has a live connection with this agent with "stale
 //!   connection" (cm_insert_remote_qpn); a REP for an unknown communication ID with
 //!   "invalid comm ID"; a DREQ for an unknown ID is answered with a DREP (cm_issue_drep).
-//! - After a disconnect a connection waits in TimeWait before its ID is forgotten.
+//! - After a disconnect (or a reject, or a timeout) a connection waits in TimeWait before its
+//!   ID is forgotten, long enough that the peer's next retry of a message finds it: one wait
+//!   of the peer's (`2 x packet lifetime + 4.096 us x 2^t`, t this side's response timeout as
+//!   the peer knows it: the interval of its DREQ retries; the active peer's packet lifetime
+//!   read from its REQ as Linux reads it) plus a packet lifetime for that retry to arrive:
+//!   5.1 s between rnic devices, 7.5 s for rdma_cm on Linux rxe; a DREQ that comes in TimeWait is answered with the DREP again (as
+//!   Linux's cm_dreq_handler answers it in IB_CM_TIMEWAIT) and starts TimeWait over, so
+//!   every retry of a peer whose DREPs keep getting lost finds the connection. Linux's own
+//!   TimeWait is shorter (`cm_enter_timewait`: about the QP's ACK timeout, 0.5-2 s with
+//!   rdma_cm on rxe), so a DREQ retry it misses is answered as for an unknown connection
+//!   (`cm_issue_drep`), as rnic answers one after TimeWait.
+//!
+//! Service ID resolution (IBA 12.11; rdma_cm's UDP port space resolves a remote UD QP with
+//! it): `sidr_request` sends a SIDR_REQ and resends it after each `SidrParams::wait_ns`
+//! up to Max CM Retries times (Linux's `ib_send_cm_sidr_req` with rdma_cm's 4.096 s and
+//! 15), ending in [`CmEvent::SidrReply`] or [`CmEvent::TimedOut`]. A SIDR_REQ for a
+//! listened service ID becomes [`CmEvent::SidrRequest`], answered with `sidr_reply`; one
+//! nobody listens for is answered at once with status "service ID not supported", keeping
+//! no state (`cm_sidr_req_handler`). A repeat of a SIDR_REQ still waiting for the
+//! application is dropped, as cm.c drops it; a repeat of one already answered gets the same
+//! SIDR_REP again (cm.c has forgotten it by then and hands the repeat to the listener as a
+//! new request; rnic keeps the answer `CmConfig::sidr_keep_ns`, so the peer gets the QP it
+//! was given, not a second one).
 //!
 //! What is not a CM MAD the GSI answers as Linux's MAD layer does (`generate_unmatched_resp`):
 //! a Get or Set for a class/version nobody serves gets a GetResp with status "unsupported
@@ -31,7 +60,8 @@
 
 use crate::Time;
 use rnic_wire::cm::{
-    self, rej_reason, CmDreq, CmIds, CmMessage, CmMra, CmPath, CmRej, CmRep, CmReq, CmTransport, MsgRef,
+    self, rej_reason, CmDreq, CmIds, CmMessage, CmMra, CmPath, CmRej, CmRep, CmReq, CmSidrRep, CmSidrReq, CmTransport,
+    MsgRef, SidrStatus,
 };
 use rnic_wire::mad::{self, MadHeader, Packet as MadPacket, MAD_LEN};
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -56,10 +86,11 @@ pub struct CmConfig {
     /// The device's CA GUID (rxe: the EUI-64 of its MAC).
     pub ca_guid: u64,
     /// Packet lifetime, ns, counted twice into every MAD's wait (rdma_cm's RoCE default
-    /// 4.096 us x 2^16 = 268 ms).
+    /// 4.096 us x 2^16 = 268 ms), and once more into TimeWait.
     pub packet_lifetime_ns: u64,
-    /// How long a closed connection stays in TimeWait.
-    pub timewait_ns: u64,
+    /// How long an answered SIDR_REQ is remembered, so that a repeat of it (the SIDR_REP
+    /// was lost) gets the same answer; an unanswered one is forgotten after as long.
+    pub sidr_keep_ns: u64,
     /// Seeds the communication IDs and transaction IDs (tests replay exactly).
     pub seed: u64,
     /// A process sharing its device with others: its member number, put in the top 6
@@ -75,7 +106,8 @@ impl CmConfig {
             local_ip,
             ca_guid,
             packet_lifetime_ns: 4096 << 16,
-            timewait_ns: 1_000_000_000,
+            // rdma_cm's SIDR_REQ and its 15 retries, 4.096 s apart.
+            sidr_keep_ns: 16 * SIDR_WAIT_NS,
             seed: 0x5eed,
             member: None,
         }
@@ -89,6 +121,10 @@ pub const COMM_ID_MEMBER_SHIFT: u32 = 26;
 pub fn comm_id_member(id: u32) -> u8 {
     u8::try_from(id >> COMM_ID_MEMBER_SHIFT).unwrap_or(u8::MAX)
 }
+
+/// The service timeout of the MRAs this agent sends: 4.096 us x 2^24, about 68.7 s
+/// (Linux's `CM_MRA_SETTING`, formerly rdma_cm's `CMA_CM_MRA_SETTING`).
+pub const MRA_SERVICE_TIMEOUT: u8 = 24;
 
 /// 4.096 us x 2^t in ns (IBA's timeout encoding; t above 31 is clamped).
 pub fn timeout_ns(t: u8) -> u64 {
@@ -128,6 +164,50 @@ pub struct ConnectParams {
     /// The QP takes receives from an SRQ.
     pub srq: bool,
     /// Private data, at most 92 bytes (rdma_cm's header, then the application's).
+    pub private_data: Vec<u8>,
+}
+
+/// How long rdma_cm's SIDR_REQ waits for its SIDR_REP before it is sent again, ns
+/// (`cma_resolve_ib_udp`: `1 << (CMA_CM_RESPONSE_TIMEOUT - 8)` ms, 4.096 s).
+pub const SIDR_WAIT_NS: u64 = 4_096_000_000;
+
+/// rdma_cm's Max CM Retries (`CMA_MAX_CM_RETRIES`), for REQs and SIDR_REQs alike.
+pub const RDMA_CM_RETRIES: u8 = 15;
+
+/// What the active side of a service ID resolution asks for (IBA 12.11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidrParams {
+    /// The address to ask.
+    pub dst: IpAddr,
+    /// The service whose UD QP is wanted ([`cm::service_id`] of [`cm::port_space::UDP`]
+    /// for rdma_cm).
+    pub service_id: u64,
+    /// Private data, at most 216 bytes (rdma_cm: its header, then the application's).
+    pub private_data: Vec<u8>,
+    /// How long each SIDR_REQ waits for the SIDR_REP, ns.
+    pub wait_ns: u64,
+    /// How many times the SIDR_REQ is sent again before the request times out.
+    pub max_cm_retries: u8,
+}
+
+impl SidrParams {
+    /// A request with rdma_cm's wait (4.096 s) and retries (15): about 65 s before it
+    /// times out.
+    pub fn new(dst: IpAddr, service_id: u64, private_data: Vec<u8>) -> SidrParams {
+        SidrParams { dst, service_id, private_data, wait_ns: SIDR_WAIT_NS, max_cm_retries: RDMA_CM_RETRIES }
+    }
+}
+
+/// What the passive side answers a SIDR_REQ with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidrRepParams {
+    /// [`SidrStatus::Valid`] with a QPN and Q_Key; any other status refuses.
+    pub status: SidrStatus,
+    /// The UD QP that serves the service.
+    pub qpn: u32,
+    /// Its Q_Key ([`cm::RDMA_UDP_QKEY`] in rdma_cm's UDP port space).
+    pub qkey: u32,
+    /// Private data, at most 136 bytes.
     pub private_data: Vec<u8>,
 }
 
@@ -250,10 +330,37 @@ pub enum CmEvent {
     },
     /// The peer stopped answering: the named message was sent Max CM Retries + 1 times.
     TimedOut {
-        /// The connection.
+        /// The connection (or SIDR request).
         id: u32,
-        /// "REQ" or "REP".
+        /// "REQ", "REP" or "SIDR_REQ".
         waiting_for_answer_to: &'static str,
+    },
+    /// A SIDR_REQ for a service ID this agent listens on: answer with `sidr_reply`.
+    SidrRequest {
+        /// This side's handle of the request.
+        id: u32,
+        /// Who asks.
+        src: IpAddr,
+        /// The service asked for.
+        service_id: u64,
+        /// The requester's partition.
+        pkey: u16,
+        /// The SIDR_REQ's private data (216 bytes; rdma_cm's header first).
+        private_data: Vec<u8>,
+    },
+    /// The answer to `sidr_request`.
+    SidrReply {
+        /// The request.
+        id: u32,
+        /// Whether `qpn` and `qkey` are valid ([`SidrStatus::Valid`]), and if not why
+        /// (nobody listens: [`SidrStatus::ServiceIdNotSupported`]).
+        status: SidrStatus,
+        /// The peer's UD QP.
+        qpn: u32,
+        /// The Q_Key to send to it with.
+        qkey: u32,
+        /// The SIDR_REP's private data (136 bytes).
+        private_data: Vec<u8>,
     },
 }
 
@@ -280,9 +387,12 @@ pub enum CmState {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CmError {
-    /// No such connection.
-    #[error("no CM connection with ID {0:#x}")]
+    /// No such connection (or SIDR request).
+    #[error("no CM connection or SIDR request with ID {0:#x}")]
     NoSuchConnection(u32),
+    /// The SIDR request was answered already.
+    #[error("SIDR request {0:#x} was answered already")]
+    AlreadyAnswered(u32),
     /// The call does not fit the connection's state.
     #[error("CM connection {id:#x} is in state {state:?}; {call} needs {needs}")]
     WrongState {
@@ -331,14 +441,18 @@ pub struct CmStats {
     pub unknown_comm_id: u64,
     /// CM messages that do not fit the connection's state, dropped.
     pub out_of_state: u64,
+    /// MRAs sent (a REQ or REP repeated while the application holds it).
+    pub mra_sent: u64,
     /// MADs that do not parse (short, wrong base or CM class version), dropped.
     pub bad_mads: u64,
     /// MADs of another class: answered "unsupported" (Get/Set) or dropped.
     pub non_cm_mads: u64,
-    /// CM attributes rnic does not implement (SIDR, LAP, APR, ClassPortInfo), dropped.
+    /// CM attributes rnic does not implement (LAP, APR, ClassPortInfo), dropped.
     pub unsupported_attrs: u64,
-    /// Connections whose peer stopped answering.
+    /// Connections and SIDR requests whose peer stopped answering.
     pub timeouts: u64,
+    /// SIDR_REQs for a service ID nobody listens on, answered "service ID not supported".
+    pub sidr_unsupported: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -357,9 +471,33 @@ struct Conn {
     retries_left: u8,
     /// The wait for an answer to `last`.
     wait_ns: u64,
-    deadline: Option<Time>,
+    /// The wait an MRA for `last` asked for, for its remaining sends (`None`: no MRA).
+    mra_wait_ns: Option<u64>,
+    /// How long TimeWait lasts: how long the peer waits for this side's answers (the
+    /// interval of its retries) and a packet lifetime.
+    timewait_ns: u64,
     /// Retries granted by the peer's REQ (the passive side's REP and DREQ use them).
     max_retries: u8,
+}
+
+/// A SIDR_REQ this agent sent, waiting for its SIDR_REP.
+#[derive(Debug, Clone)]
+struct SidrOut {
+    peer: IpAddr,
+    mad: [u8; MAD_LEN],
+    retries_left: u8,
+    wait_ns: u64,
+}
+
+/// A SIDR_REQ this agent received for a service it listens on.
+#[derive(Debug, Clone)]
+struct SidrIn {
+    peer: IpAddr,
+    request_id: u32,
+    tid: u64,
+    service_id: u64,
+    /// The SIDR_REP sent, for a repeat of the request.
+    answer: Option<[u8; MAD_LEN]>,
 }
 
 /// One device's Communication Manager. See the module documentation.
@@ -369,8 +507,14 @@ pub struct CmAgent {
     conns: HashMap<u32, Conn>,
     /// (peer, peer's comm ID) -> our comm ID: duplicate REQs.
     by_remote: HashMap<(IpAddr, u32), u32>,
+    sidr_out: HashMap<u32, SidrOut>,
+    sidr_in: HashMap<u32, SidrIn>,
+    /// (peer, peer's request ID) -> our ID: repeated SIDR_REQs.
+    sidr_by_remote: HashMap<(IpAddr, u32), u32>,
     listeners: HashSet<u64>,
+    /// Every wait (connections and SIDR requests share the ID space), and its deadline.
     timers: BTreeSet<(Time, u32)>,
+    deadlines: HashMap<u32, Time>,
     out: VecDeque<MadOut>,
     events: VecDeque<CmEvent>,
     stats: CmStats,
@@ -384,8 +528,12 @@ impl CmAgent {
             cfg,
             conns: HashMap::new(),
             by_remote: HashMap::new(),
+            sidr_out: HashMap::new(),
+            sidr_in: HashMap::new(),
+            sidr_by_remote: HashMap::new(),
             listeners: HashSet::new(),
             timers: BTreeSet::new(),
+            deadlines: HashMap::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
             stats: CmStats::default(),
@@ -408,7 +556,7 @@ impl CmAgent {
         self.conns.get(&id).map(|c| c.remote_qpn)
     }
 
-    /// Accepts REQs for `service_id` from now on.
+    /// Accepts REQs and SIDR_REQs for `service_id` from now on.
     pub fn listen(&mut self, service_id: u64) -> Result<(), CmError> {
         if !self.listeners.insert(service_id) {
             return Err(CmError::AlreadyListening(service_id));
@@ -440,7 +588,11 @@ impl CmAgent {
             if let Some(m) = self.cfg.member {
                 id = id & !(0x3F << COMM_ID_MEMBER_SHIFT) | u32::from(m & 0x3F) << COMM_ID_MEMBER_SHIFT;
             }
-            if id != 0 && !self.conns.contains_key(&id) {
+            if id != 0
+                && !self.conns.contains_key(&id)
+                && !self.sidr_out.contains_key(&id)
+                && !self.sidr_in.contains_key(&id)
+            {
                 return id;
             }
         }
@@ -509,7 +661,9 @@ impl CmAgent {
             last: Some(mad),
             retries_left: p.max_cm_retries & 0xf,
             wait_ns,
-            deadline: None,
+            mra_wait_ns: None,
+            // The REQ tells the peer this side's response timeout is `response_timeout`.
+            timewait_ns: wait_ns + self.cfg.packet_lifetime_ns,
             max_retries: p.max_cm_retries & 0xf,
         };
         self.conns.insert(id, conn);
@@ -548,6 +702,7 @@ impl CmAgent {
         c.local_qpn = p.qpn;
         c.last = Some(mad);
         c.retries_left = c.max_retries;
+        c.mra_wait_ns = None;
         self.send(peer, mad);
         self.arm(id, now + wait);
         Ok(())
@@ -612,9 +767,77 @@ impl CmAgent {
         c.state = CmState::DreqSent;
         c.last = Some(mad);
         c.retries_left = c.max_retries;
+        c.mra_wait_ns = None;
         self.send(peer, mad);
         self.arm(id, now + wait);
         Ok(())
+    }
+
+    /// Asks `p.dst` which UD QP serves `p.service_id` (a SIDR_REQ, IBA 12.11); the
+    /// returned ID names the request in [`CmEvent::SidrReply`] or [`CmEvent::TimedOut`].
+    /// The SIDR_REQ is sent again after every `p.wait_ns` without an answer, at most
+    /// `p.max_cm_retries` times.
+    pub fn sidr_request(&mut self, now: Time, p: &SidrParams) -> Result<u32, CmError> {
+        let private_data = fixed::<{ cm::private_len::SIDR_REQ }>("SIDR_REQ", &p.private_data)?;
+        let id = self.new_comm_id();
+        let tid = self.next_rand() & 0xffff_ffff_ffff;
+        // RoCE has only the default partition (IBA C9-42; rnic drops others).
+        let req = CmSidrReq { request_id: id, pkey: 0xffff, service_id: p.service_id, private_data };
+        let mad = CmMessage::SidrReq(Box::new(req)).to_mad(tid);
+        self.sidr_out.insert(id, SidrOut { peer: p.dst, mad, retries_left: p.max_cm_retries, wait_ns: p.wait_ns });
+        self.send(p.dst, mad);
+        self.arm(id, now + p.wait_ns);
+        Ok(id)
+    }
+
+    /// Gives up a SIDR request still waiting for its SIDR_REP (no event follows; a late
+    /// SIDR_REP is counted as for an unknown ID), as Linux's `ib_destroy_cm_id` cancels
+    /// the SIDR_REQ's MAD.
+    pub fn cancel_sidr(&mut self, id: u32) -> Result<(), CmError> {
+        self.sidr_out.remove(&id).ok_or(CmError::NoSuchConnection(id))?;
+        self.disarm(id);
+        Ok(())
+    }
+
+    /// Answers a [`CmEvent::SidrRequest`] with a SIDR_REP (once; a repeat of the request
+    /// is answered with the same SIDR_REP for `CmConfig::sidr_keep_ns`).
+    pub fn sidr_reply(&mut self, now: Time, id: u32, p: &SidrRepParams) -> Result<(), CmError> {
+        let private_data = fixed::<{ cm::private_len::SIDR_REP }>("SIDR_REP", &p.private_data)?;
+        let s = self.sidr_in.get_mut(&id).ok_or(CmError::NoSuchConnection(id))?;
+        if s.answer.is_some() {
+            return Err(CmError::AlreadyAnswered(id));
+        }
+        let mad = sidr_rep(s.request_id, p.status, p.qpn & 0xff_ffff, p.qkey, s.service_id, private_data).to_mad(s.tid);
+        s.answer = Some(mad);
+        let peer = s.peer;
+        self.send(peer, mad);
+        let keep = self.cfg.sidr_keep_ns;
+        self.arm(id, now + keep);
+        Ok(())
+    }
+
+    /// A SIDR wait that ran out: the SIDR_REQ again, or the request timed out; a
+    /// received request forgotten.
+    fn sidr_timeout(&mut self, now: Time, id: u32) {
+        if let Some(o) = self.sidr_out.get_mut(&id) {
+            if o.retries_left > 0 {
+                o.retries_left -= 1;
+                let (peer, mad, wait) = (o.peer, o.mad, o.wait_ns);
+                self.stats.retransmits += 1;
+                self.send(peer, mad);
+                self.arm(id, now + wait);
+            } else {
+                // Linux: IB_CM_SIDR_REQ_ERROR, which rdma_cm reports as UNREACHABLE,
+                // -ETIMEDOUT.
+                self.sidr_out.remove(&id);
+                self.stats.timeouts += 1;
+                self.events.push_back(CmEvent::TimedOut { id, waiting_for_answer_to: "SIDR_REQ" });
+            }
+        } else if let Some(s) = self.sidr_in.remove(&id) {
+            if self.sidr_by_remote.get(&(s.peer, s.request_id)) == Some(&id) {
+                self.sidr_by_remote.remove(&(s.peer, s.request_id));
+            }
+        }
     }
 
     fn conn_in(
@@ -638,27 +861,42 @@ impl CmAgent {
 
     fn arm(&mut self, id: u32, at: Time) {
         self.disarm(id);
-        if let Some(c) = self.conns.get_mut(&id) {
-            c.deadline = Some(at);
-            self.timers.insert((at, id));
-        }
+        self.deadlines.insert(id, at);
+        self.timers.insert((at, id));
     }
 
     fn disarm(&mut self, id: u32) {
-        if let Some(at) = self.conns.get_mut(&id).and_then(|c| c.deadline.take()) {
+        if let Some(at) = self.deadlines.remove(&id) {
             self.timers.remove(&(at, id));
         }
     }
 
     fn enter_timewait(&mut self, now: Time, id: u32, answer: Option<[u8; MAD_LEN]>) {
-        let tw = self.cfg.timewait_ns;
-        if let Some(c) = self.conns.get_mut(&id) {
-            c.state = CmState::TimeWait;
-            if answer.is_some() {
-                c.last = answer;
-            }
+        let Some(c) = self.conns.get_mut(&id) else { return };
+        c.state = CmState::TimeWait;
+        if answer.is_some() {
+            c.last = answer;
         }
+        // The peer's next retry leaves one of its waits after the message this side
+        // answered (or did not) and takes up to a packet lifetime to come.
+        let tw = c.timewait_ns;
         self.arm(id, now + tw);
+    }
+
+    /// An MRA for connection `id`'s message `which`, from `c`'s state.
+    fn mra(&mut self, id: u32, which: MsgRef) {
+        let Some(c) = self.conns.get(&id) else { return };
+        let m = CmMessage::Mra(Box::new(CmMra {
+            local_comm_id: id,
+            remote_comm_id: c.remote_id,
+            message_mraed: which,
+            service_timeout: MRA_SERVICE_TIMEOUT,
+            private_data: [0; cm::private_len::MRA],
+        }))
+        .to_mad(c.tid);
+        let peer = c.peer;
+        self.stats.mra_sent += 1;
+        self.send(peer, m);
     }
 
     /// Whether MADs wait to be sent.
@@ -688,8 +926,11 @@ impl CmAgent {
                 break;
             }
             self.timers.remove(&(at, id));
-            let Some(c) = self.conns.get_mut(&id) else { continue };
-            c.deadline = None;
+            self.deadlines.remove(&id);
+            let Some(c) = self.conns.get_mut(&id) else {
+                self.sidr_timeout(now, id);
+                continue;
+            };
             match c.state {
                 CmState::TimeWait => {
                     let key = (c.peer, c.remote_id);
@@ -700,7 +941,7 @@ impl CmAgent {
                 }
                 CmState::ReqSent | CmState::RepSent | CmState::DreqSent if c.retries_left > 0 => {
                     c.retries_left -= 1;
-                    let (peer, wait, mad) = (c.peer, c.wait_ns, c.last);
+                    let (peer, wait, mad) = (c.peer, c.mra_wait_ns.unwrap_or(c.wait_ns), c.last);
                     self.stats.retransmits += 1;
                     if let Some(m) = mad {
                         self.send(peer, m);
@@ -759,9 +1000,11 @@ impl CmAgent {
             CmMessage::Rep(r) => self.on_rep(now, src, h.tid, *r),
             CmMessage::Rtu(r) => self.on_rtu(r.remote_comm_id, src, r.private_data.to_vec()),
             CmMessage::Rej(r) => self.on_rej(now, src, *r),
-            CmMessage::Mra(r) => self.on_mra(now, *r),
+            CmMessage::Mra(r) => self.on_mra(now, src, *r),
             CmMessage::Dreq(r) => self.on_dreq(now, src, h.tid, *r),
             CmMessage::Drep(r) => self.on_drep(now, r.remote_comm_id, r.private_data.to_vec()),
+            CmMessage::SidrReq(r) => self.on_sidr_req(now, src, h.tid, *r),
+            CmMessage::SidrRep(r) => self.on_sidr_rep(src, *r),
         }
     }
 
@@ -793,13 +1036,17 @@ impl CmAgent {
             self.stats.duplicates += 1;
             let Some(c) = self.conns.get(&id) else { return };
             match c.state {
-                // The REP (or our REJ) again; in ReqRcvd the application has not answered.
-                CmState::RepSent | CmState::Established => {
-                    if let Some(m) = c.last.filter(|_| c.state == CmState::RepSent) {
+                // The REP again.
+                CmState::RepSent => {
+                    if let Some(m) = c.last {
                         let peer = c.peer;
                         self.send(peer, m);
                     }
                 }
+                // The application still holds the REQ: the peer is told to wait
+                // (cm_dup_req_handler in MRA_REQ_SENT, which rdma_cm enters for every REQ
+                // it hands to user space).
+                CmState::ReqRcvd => self.mra(id, MsgRef::Req),
                 CmState::TimeWait => {
                     let remote = c.remote_id;
                     self.reject_unknown(src, tid, remote, MsgRef::Req, rej_reason::STALE_CONN);
@@ -825,8 +1072,14 @@ impl CmAgent {
             return;
         }
         let id = self.new_comm_id();
-        // The passive side waits as long as the active side said it may take to answer.
+        // The passive side waits as long as the active side said it may take to answer;
+        // the active side waits as long as it was told the passive side takes, over its own
+        // packet lifetime, which Linux takes to be one less than the REQ's local ACK timeout
+        // (cm_format_paths_from_req): rdma_cm on rxe sends 19, so 1.07 s, and repeats its
+        // MADs every 6.1 s.
         let wait_ns = 2 * self.cfg.packet_lifetime_ns + timeout_ns(r.local_cm_response_timeout);
+        let peer_lifetime = timeout_ns(r.primary.local_ack_timeout.saturating_sub(1)).max(self.cfg.packet_lifetime_ns);
+        let timewait_ns = 3 * peer_lifetime + timeout_ns(r.remote_cm_response_timeout);
         self.conns.insert(
             id,
             Conn {
@@ -839,7 +1092,8 @@ impl CmAgent {
                 last: None,
                 retries_left: r.max_cm_retries,
                 wait_ns,
-                deadline: None,
+                mra_wait_ns: None,
+                timewait_ns,
                 max_retries: r.max_cm_retries,
             },
         );
@@ -894,16 +1148,24 @@ impl CmAgent {
                     }),
                 });
             }
-            // Our RTU (or REJ) was lost: the same answer again (cm_dup_rep_handler).
+            // Our RTU (or REJ) was lost: the same answer again (cm_dup_rep_handler). Only
+            // those: after a disconnect `last` is this side's DREQ, no answer to a REP.
             CmState::Established | CmState::TimeWait if c.remote_id == r.local_comm_id => {
                 self.stats.duplicates += 1;
-                if let Some(m) = c.last {
+                let answer = c
+                    .last
+                    .filter(|m| matches!(MadPacket::new_unchecked(&m[..]).attr_id(), cm::attr::RTU | cm::attr::REJ));
+                if let Some(m) = answer {
                     let peer = c.peer;
                     self.send(peer, m);
                 }
             }
-            // The application has not answered the first REP yet.
-            CmState::RepRcvd => self.stats.duplicates += 1,
+            // The application has not answered the first REP yet: the peer is told to wait
+            // (cm_dup_rep_handler in MRA_REP_SENT, rdma_cm's state for every REP).
+            CmState::RepRcvd if c.remote_id == r.local_comm_id => {
+                self.stats.duplicates += 1;
+                self.mra(id, MsgRef::Rep);
+            }
             _ => self.stats.out_of_state += 1,
         }
         let _ = now;
@@ -948,20 +1210,27 @@ impl CmAgent {
         }
     }
 
-    fn on_mra(&mut self, now: Time, r: CmMra) {
-        let Some(c) = self.conns.get(&r.remote_comm_id) else {
+    fn on_mra(&mut self, now: Time, src: IpAddr, r: CmMra) {
+        let pl = self.cfg.packet_lifetime_ns;
+        let Some(c) = self.conns.get_mut(&r.remote_comm_id).filter(|c| c.peer == src) else {
             self.stats.unknown_comm_id += 1;
             return;
         };
-        // The peer needs longer (IBA 12.6.6): wait its service timeout before resending.
         let waiting =
             matches!((c.state, r.message_mraed), (CmState::ReqSent, MsgRef::Req) | (CmState::RepSent, MsgRef::Rep));
-        if waiting {
-            let at = now + 2 * self.cfg.packet_lifetime_ns + timeout_ns(r.service_timeout);
-            let id = r.remote_comm_id;
-            self.arm(id, at);
-        } else {
+        if !waiting {
             self.stats.out_of_state += 1;
+        } else if c.mra_wait_ns.is_some() {
+            // cm_mra_handler in MRA_REQ_RCVD / MRA_REP_RCVD: counted, nothing changes.
+            self.stats.duplicates += 1;
+        } else {
+            // The peer needs longer (IBA 12.6.6): its service timeout (and the round trip)
+            // before this message is sent again, for each of its remaining sends (Linux
+            // changes the pending MAD's timeout: cm_mra_handler, ib_modify_mad).
+            let wait = 2 * pl + timeout_ns(r.service_timeout);
+            c.mra_wait_ns = Some(wait);
+            let id = r.remote_comm_id;
+            self.arm(id, now + wait);
         }
     }
 
@@ -986,14 +1255,69 @@ impl CmAgent {
                 self.enter_timewait(now, id, Some(m));
             }
             CmState::TimeWait => {
-                // Our DREP was lost: again.
+                // Our DREP was lost: again (cm_dreq_handler in IB_CM_TIMEWAIT), and the
+                // peer's next retry must find the connection too.
                 self.stats.duplicates += 1;
                 let m = drep(id, c.remote_id).to_mad(c.tid);
                 let peer = c.peer;
                 self.send(peer, m);
+                self.enter_timewait(now, id, None);
             }
             _ => self.stats.out_of_state += 1,
         }
+    }
+
+    fn on_sidr_req(&mut self, now: Time, src: IpAddr, tid: u64, r: CmSidrReq) {
+        if let Some(&id) = self.sidr_by_remote.get(&(src, r.request_id)) {
+            // cm.c drops a repeat while the request waits for the application
+            // (cm_insert_remote_sidr finds it); an answered one gets its answer again.
+            self.stats.duplicates += 1;
+            if let Some(m) = self.sidr_in.get(&id).and_then(|s| s.answer) {
+                self.send(src, m);
+            }
+            return;
+        }
+        if !self.listeners.contains(&r.service_id) {
+            // cm_sidr_req_handler: nobody listens -> cm_reject_sidr_req(IB_SIDR_UNSUPPORTED),
+            // the request's service ID echoed, nothing kept.
+            self.stats.sidr_unsupported += 1;
+            let m = sidr_rep(r.request_id, SidrStatus::ServiceIdNotSupported, 0, 0, r.service_id, [0; 136]).to_mad(tid);
+            self.send(src, m);
+            return;
+        }
+        let id = self.new_comm_id();
+        self.sidr_in
+            .insert(id, SidrIn { peer: src, request_id: r.request_id, tid, service_id: r.service_id, answer: None });
+        self.sidr_by_remote.insert((src, r.request_id), id);
+        // Forgotten if never answered (the requester has long given up by then).
+        let keep = self.cfg.sidr_keep_ns;
+        self.arm(id, now + keep);
+        self.events.push_back(CmEvent::SidrRequest {
+            id,
+            src,
+            service_id: r.service_id,
+            pkey: r.pkey,
+            private_data: r.private_data.to_vec(),
+        });
+    }
+
+    fn on_sidr_rep(&mut self, src: IpAddr, r: CmSidrRep) {
+        let id = r.request_id;
+        // cm_sidr_rep_handler: only a request still waiting takes it (a late or repeated
+        // SIDR_REP finds none and is dropped).
+        if self.sidr_out.get(&id).is_none_or(|o| o.peer != src) {
+            self.stats.unknown_comm_id += 1;
+            return;
+        }
+        self.sidr_out.remove(&id);
+        self.disarm(id);
+        self.events.push_back(CmEvent::SidrReply {
+            id,
+            status: r.status,
+            qpn: r.qpn,
+            qkey: r.qkey,
+            private_data: r.private_data.to_vec(),
+        });
     }
 
     fn on_drep(&mut self, now: Time, id: u32, private_data: Vec<u8>) {
@@ -1006,6 +1330,27 @@ impl CmAgent {
             None => self.stats.unknown_comm_id += 1,
         }
     }
+}
+
+fn sidr_rep(
+    request_id: u32,
+    status: SidrStatus,
+    qpn: u32,
+    qkey: u32,
+    service_id: u64,
+    private_data: [u8; cm::private_len::SIDR_REP],
+) -> CmMessage {
+    CmMessage::SidrRep(Box::new(CmSidrRep {
+        request_id,
+        status,
+        info_len: 0,
+        vendor_id: 0,
+        qpn,
+        service_id,
+        qkey,
+        info: [0; cm::SIDR_INFO_LEN],
+        private_data,
+    }))
 }
 
 fn rej(local: u32, remote: u32, which: MsgRef, reason: u16, private_data: [u8; cm::private_len::REJ]) -> CmMessage {

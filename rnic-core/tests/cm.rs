@@ -3,8 +3,13 @@
 //! recovered by the retry IBA 12.9 prescribes, duplicates are answered from state, and a
 //! peer that stops answering ends in a defined state with a counter.
 
-use rnic_core::cm::{timeout_ns, AcceptParams, CmAgent, CmConfig, CmEvent, CmState, ConnectParams, MadOut};
-use rnic_wire::cm::{attr, port_space, rej_reason, service_id, CmMessage, CmTransport, CmaHeader};
+use rnic_core::cm::{
+    timeout_ns, AcceptParams, CmAgent, CmConfig, CmError, CmEvent, CmState, ConnectParams, MadOut, SidrParams,
+    SidrRepParams, MRA_SERVICE_TIMEOUT, SIDR_WAIT_NS,
+};
+use rnic_wire::cm::{
+    attr, port_space, rej_reason, service_id, CmMessage, CmTransport, CmaHeader, SidrStatus, RDMA_UDP_QKEY,
+};
 use rnic_wire::mad::{self, MadHeader, Packet, MAD_LEN};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -165,9 +170,18 @@ fn accept_params() -> AcceptParams {
     }
 }
 
+fn packet_lifetime() -> u64 {
+    CmConfig::new(ip(A), 0).packet_lifetime_ns
+}
+
 /// The wait of a REQ/REP: 2 x packet lifetime + 4.096 us x 2^20.
 fn wait() -> u64 {
-    2 * CmConfig::new(ip(A), 0).packet_lifetime_ns + timeout_ns(20)
+    2 * packet_lifetime() + timeout_ns(20)
+}
+
+/// TimeWait: the peer's wait (its retry interval) and a packet lifetime.
+fn timewait() -> u64 {
+    wait() + packet_lifetime()
 }
 
 fn is_req(e: &CmEvent) -> bool {
@@ -222,7 +236,7 @@ fn connect_and_disconnect_with_private_data_both_ways() {
     assert!(matches!(l.until(B, wait(), is_disc), CmEvent::Disconnected { id, .. } if id == b));
     assert_eq!((l.agents[A].state(a), l.agents[B].state(b)), (Some(CmState::TimeWait), Some(CmState::TimeWait)));
     // TimeWait ends: the IDs are forgotten.
-    l.run(2_000_000_000);
+    l.run(timewait());
     assert_eq!((l.agents[A].state(a), l.agents[B].state(b)), (None, None));
     assert_eq!(l.log.iter().map(|x| x.2).collect::<Vec<_>>(), ["REQ", "REP", "RTU", "DREQ", "DREP"]);
     assert_eq!(l.agents[A].stats().retransmits + l.agents[B].stats().retransmits, 0);
@@ -273,17 +287,59 @@ fn a_lost_dreq_is_sent_again() {
 }
 
 #[test]
-fn a_lost_drep_is_answered_again_even_after_timewait() {
+fn a_lost_drep_is_answered_again_from_timewait() {
     let mut l = listening();
-    let (a, _) = establish(&mut l);
+    let (a, b) = establish(&mut l);
     l.lose(B, "DREP", 1);
     l.agents[A].disconnect(l.now, a, b"").unwrap();
     l.until(A, 3 * wait(), is_disc);
     assert_eq!((l.sent(A, "DREQ"), l.sent(B, "DREP")), (2, 2));
-    // The DREQ came again after B's TimeWait (1 s < the 4.8 s wait): answered all the same
-    // (Linux's cm_issue_drep), as an unknown ID.
+    // The DREQ came again one wait (4.8 s) later: B was still in TimeWait and answered
+    // from the connection, not as for an unknown one.
     let s = l.agents[B].stats();
-    assert_eq!((s.duplicates, s.unknown_comm_id), (0, 1));
+    assert_eq!((s.duplicates, s.unknown_comm_id), (1, 0));
+    assert_eq!(l.agents[B].state(b), Some(CmState::TimeWait));
+}
+
+#[test]
+fn timewait_lasts_the_peers_wait_and_a_packet_lifetime() {
+    let mut l = listening();
+    let (a, b) = establish(&mut l);
+    l.agents[A].disconnect(l.now, a, b"").unwrap();
+    l.until(B, wait(), is_disc);
+    let entered = l.now;
+    l.until(A, wait(), is_disc);
+    l.run(entered + timewait() - 1 - l.now);
+    assert_eq!(l.agents[B].state(b), Some(CmState::TimeWait));
+    l.run(1);
+    assert_eq!(l.agents[B].state(b), None, "forgotten {} ns after it closed", timewait());
+    assert!(timewait() > 5_000_000_000, "longer than rdma_cm's DREQ retry interval (4.83 s)");
+}
+
+#[test]
+fn every_dreq_retry_finds_timewait_until_the_peer_gives_up() {
+    let mut l = listening();
+    let (a, b) = establish(&mut l);
+    // Every DREP B sends is lost: A sends its DREQ 1 + 15 times, 4.83 s apart (77 s in
+    // all), and each finds B's connection, because a DREQ in TimeWait starts it over.
+    l.lose(B, "DREP", usize::MAX);
+    l.agents[A].disconnect(l.now, a, b"").unwrap();
+    l.until(A, 20 * wait(), is_disc);
+    assert_eq!(l.sent(A, "DREQ"), 16);
+    let s = l.agents[B].stats();
+    assert_eq!((s.duplicates, s.unknown_comm_id, l.sent(B, "DREP")), (15, 0, 16));
+    let last = l.log.iter().rev().find(|x| x.2 == "DREQ").unwrap().0 + LATENCY;
+    l.run(last + timewait() - l.now);
+    assert_eq!(l.agents[B].state(b), None);
+    // A DREQ after TimeWait is still answered (Linux's cm_issue_drep), as for an unknown
+    // connection.
+    l.lose.clear();
+    let mut dreq = [0u8; MAD_LEN];
+    MadHeader::cm(attr::DREQ, 6).emit(&mut Packet::new_unchecked(&mut dreq[..]));
+    dreq[28..32].copy_from_slice(&b.to_be_bytes());
+    l.agents[B].handle_mad(l.now, ip(A), 1, &dreq);
+    assert_eq!(name(&l.agents[B].poll_transmit().unwrap().mad), "DREP");
+    assert_eq!(l.agents[B].stats().unknown_comm_id, 1);
 }
 
 #[test]
@@ -315,7 +371,7 @@ fn a_peer_that_is_gone_times_out_after_every_retry() {
     assert_eq!(l.sent(A, "REQ"), 16);
     assert_eq!(l.now, 16 * wait());
     assert_eq!((l.agents[A].state(a), l.agents[A].stats().timeouts), (Some(CmState::TimeWait), 1));
-    l.run(2_000_000_000);
+    l.run(timewait());
     assert_eq!(l.agents[A].state(a), None, "forgotten after TimeWait: no half-open state");
 }
 
@@ -327,6 +383,8 @@ fn an_active_side_that_vanishes_after_the_rep_times_the_passive_side_out() {
     let CmEvent::ConnectRequest { id: b, .. } = l.until(B, wait(), is_req) else { unreachable!() };
     l.lose(A, "RTU", usize::MAX);
     l.lose(A, "REQ", usize::MAX);
+    // Gone: not even its CM answers (else the MRA for the repeated REP would ask B to wait).
+    l.lose(A, "MRA", usize::MAX);
     l.agents[B].accept(l.now, b, &accept_params()).unwrap();
     // A never calls ready_to_use: no RTU ever comes.
     let e = l.until(B, 20 * wait(), |e| matches!(e, CmEvent::TimedOut { .. }));
@@ -387,7 +445,8 @@ fn hostile_mads_are_counted_and_answered_as_the_gsi_does() {
     let resp = b.poll_transmit().expect("a GetResp");
     let h = MadHeader::parse(&Packet::new_checked(&resp.mad[..]).unwrap()).unwrap();
     assert_eq!((resp.dst_qpn, h.method, h.status, h.tid, h.mgmt_class), (7, 0x81, 0x000c, 0x77, 0x04));
-    // A REP and an RTU for connections nobody has; a DREQ likewise; a SIDR_REQ.
+    // A REP and an RTU for connections nobody has; a DREQ likewise; a LAP (not
+    // implemented); a SIDR_REP for a request nobody made.
     let mut rep = [0u8; MAD_LEN];
     MadHeader::cm(attr::REP, 5).emit(&mut Packet::new_unchecked(&mut rep[..]));
     rep[24..28].copy_from_slice(&0xdead_beef_u32.to_be_bytes());
@@ -400,11 +459,15 @@ fn hostile_mads_are_counted_and_answered_as_the_gsi_does() {
     MadHeader::cm(attr::DREQ, 6).emit(&mut Packet::new_unchecked(&mut dreq[..]));
     b.handle_mad(0, ip(A), 1, &dreq);
     assert_eq!(name(&b.poll_transmit().expect("DREP").mad), "DREP");
-    let mut sidr = [0u8; MAD_LEN];
-    MadHeader::cm(attr::SIDR_REQ, 8).emit(&mut Packet::new_unchecked(&mut sidr[..]));
-    b.handle_mad(0, ip(A), 1, &sidr);
+    let mut lap = [0u8; MAD_LEN];
+    MadHeader::cm(attr::LAP, 8).emit(&mut Packet::new_unchecked(&mut lap[..]));
+    b.handle_mad(0, ip(A), 1, &lap);
+    let mut sidr_rep = [0u8; MAD_LEN];
+    MadHeader::cm(attr::SIDR_REP, 9).emit(&mut Packet::new_unchecked(&mut sidr_rep[..]));
+    sidr_rep[24..28].copy_from_slice(&0x0bad_cafe_u32.to_be_bytes());
+    b.handle_mad(0, ip(A), 1, &sidr_rep);
     let s = b.stats();
-    assert_eq!((s.bad_mads, s.non_cm_mads, s.unknown_comm_id, s.unsupported_attrs), (1, 2, 2, 1), "{s:?}");
+    assert_eq!((s.bad_mads, s.non_cm_mads, s.unknown_comm_id, s.unsupported_attrs), (1, 2, 3, 1), "{s:?}");
     assert!(b.poll_transmit().is_none() && b.poll_event().is_none());
     // Random bytes never panic.
     let mut x = 0x9e37_79b9_7f4a_7c15_u64;
@@ -421,4 +484,412 @@ fn hostile_mads_are_counted_and_answered_as_the_gsi_does() {
         m[17] = 0x10 + x.to_le_bytes()[1] % 8;
         l.agents[B].handle_mad(0, ip(A), 1, &m);
     }
+}
+
+// Service ID resolution (IBA 12.11), as rdma_cm's UDP port space uses it.
+
+const UD_PORT: u16 = 7174;
+
+fn udp_sid() -> u64 {
+    service_id(port_space::UDP, UD_PORT)
+}
+
+fn sidr_params(dst: IpAddr) -> SidrParams {
+    let mut pd = vec![0u8; 40];
+    CmaHeader { src_port: 0xa571, src: ip(A), dst }.emit(&mut pd).unwrap();
+    pd[36..40].copy_from_slice(b"who?");
+    SidrParams::new(dst, udp_sid(), pd)
+}
+
+fn valid(qpn: u32) -> SidrRepParams {
+    SidrRepParams { status: SidrStatus::Valid, qpn, qkey: RDMA_UDP_QKEY, private_data: b"ud here".to_vec() }
+}
+
+fn is_sidr_req(e: &CmEvent) -> bool {
+    matches!(e, CmEvent::SidrRequest { .. })
+}
+fn is_sidr_rep(e: &CmEvent) -> bool {
+    matches!(e, CmEvent::SidrReply { .. })
+}
+
+fn udp_listening() -> Link {
+    let mut l = Link::new();
+    l.agents[B].listen(udp_sid()).unwrap();
+    l
+}
+
+/// A asks B for the UD QP behind the service; B answers. Returns (A's ID, B's ID).
+fn resolve(l: &mut Link) -> (u32, u32) {
+    let a = l.agents[A].sidr_request(l.now, &sidr_params(ip(B))).unwrap();
+    let CmEvent::SidrRequest { id: b, src, service_id, pkey, private_data } =
+        l.until(B, 20 * SIDR_WAIT_NS, is_sidr_req)
+    else {
+        unreachable!()
+    };
+    assert_eq!((src, service_id, pkey, private_data.len()), (ip(A), udp_sid(), 0xffff, 216));
+    assert_eq!(CmaHeader::parse(&private_data).map(|h| (h.src_port, h.dst)), Some((0xa571, ip(B))));
+    assert_eq!(&private_data[36..40], b"who?");
+    l.agents[B].sidr_reply(l.now, b, &valid(0x33)).unwrap();
+    let e = l.until(A, 20 * SIDR_WAIT_NS, is_sidr_rep);
+    let CmEvent::SidrReply { id, status, qpn, qkey, private_data } = e else { unreachable!() };
+    assert_eq!((id, status, qpn, qkey), (a, SidrStatus::Valid, 0x33, RDMA_UDP_QKEY));
+    assert_eq!((private_data.len(), &private_data[..7]), (136, &b"ud here"[..]));
+    (a, b)
+}
+
+#[test]
+fn sidr_resolves_a_listened_service_to_its_ud_qp() {
+    let mut l = udp_listening();
+    resolve(&mut l);
+    assert_eq!(l.log.iter().map(|x| x.2).collect::<Vec<_>>(), ["SIDR_REQ", "SIDR_REP"]);
+    assert_eq!(l.now, 2 * LATENCY, "one round trip");
+    // Nothing is left waiting on the requester's side; the answer stays on B's, for repeats.
+    assert_eq!(l.agents[A].poll_timeout(), None);
+    assert_eq!(l.agents[B].poll_timeout(), Some(LATENCY + CmConfig::new(ip(B), 0).sidr_keep_ns));
+}
+
+#[test]
+fn the_sidr_rep_echoes_the_request_id_service_id_and_transaction_id() {
+    let mut l = udp_listening();
+    let a = l.agents[A].sidr_request(0, &sidr_params(ip(B))).unwrap();
+    let req = l.agents[A].poll_transmit().unwrap();
+    l.agents[B].handle_mad(0, ip(A), 1, &req.mad);
+    let Some(CmEvent::SidrRequest { id: b, .. }) = l.agents[B].poll_event() else { panic!("no request") };
+    l.agents[B].sidr_reply(0, b, &valid(0xab45_6789)).unwrap();
+    let rep = l.agents[B].poll_transmit().unwrap();
+    let (hq, Some(CmMessage::SidrReq(q))) = CmMessage::from_mad(&req.mad).unwrap() else { panic!() };
+    let (hp, Some(CmMessage::SidrRep(p))) = CmMessage::from_mad(&rep.mad).unwrap() else { panic!() };
+    assert_eq!((rep.dst, rep.dst_qpn), (ip(A), 1));
+    assert_eq!((hp.tid, p.request_id, p.service_id), (hq.tid, q.request_id, q.service_id));
+    assert_eq!((q.request_id, p.qpn, p.qkey), (a, 0x45_6789, RDMA_UDP_QKEY), "the QPN's 24 bits");
+}
+
+#[test]
+fn a_sidr_req_nobody_listens_for_gets_status_1_at_once_and_leaves_nothing() {
+    let mut l = Link::new();
+    let a = l.agents[A].sidr_request(0, &sidr_params(ip(B))).unwrap();
+    let e = l.until(A, SIDR_WAIT_NS, is_sidr_rep);
+    assert!(
+        matches!(e, CmEvent::SidrReply { id, status: SidrStatus::ServiceIdNotSupported, qpn: 0, qkey: 0, .. } if id == a),
+        "{e:?}"
+    );
+    assert_eq!(l.now, 2 * LATENCY);
+    assert!(l.events[B].is_empty(), "the application on B hears nothing");
+    assert_eq!((l.agents[B].stats().sidr_unsupported, l.agents[B].poll_timeout()), (1, None), "no state kept");
+}
+
+#[test]
+fn a_lost_sidr_req_is_sent_again_after_rdma_cms_wait() {
+    let mut l = udp_listening();
+    l.lose(A, "SIDR_REQ", 1);
+    resolve(&mut l);
+    assert_eq!(l.sent(A, "SIDR_REQ"), 2);
+    let second = l.log.iter().filter(|x| x.2 == "SIDR_REQ").nth(1).unwrap().0;
+    assert_eq!(second, SIDR_WAIT_NS, "4.096 s later, as cma_resolve_ib_udp asks");
+    assert_eq!(l.agents[A].stats().retransmits, 1);
+}
+
+#[test]
+fn a_lost_sidr_rep_is_sent_again_for_the_repeated_request_without_asking_the_application() {
+    let mut l = udp_listening();
+    l.lose(B, "SIDR_REP", 1);
+    let (_, b) = resolve(&mut l);
+    assert_eq!((l.sent(A, "SIDR_REQ"), l.sent(B, "SIDR_REP")), (2, 2));
+    assert!(l.events[B].iter().all(|e| !is_sidr_req(e)), "one request event only");
+    assert_eq!(l.agents[B].stats().duplicates, 1);
+    // Answering it again is refused: it was answered.
+    assert_eq!(l.agents[B].sidr_reply(l.now, b, &valid(0x33)), Err(CmError::AlreadyAnswered(b)));
+}
+
+#[test]
+fn a_repeated_sidr_req_while_the_application_decides_is_dropped() {
+    let mut l = udp_listening();
+    l.agents[A].sidr_request(0, &sidr_params(ip(B))).unwrap();
+    let req = l.agents[A].poll_transmit().unwrap();
+    l.agents[B].handle_mad(0, ip(A), 1, &req.mad);
+    l.agents[B].handle_mad(1, ip(A), 1, &req.mad);
+    assert!(l.agents[B].poll_transmit().is_none(), "cm.c drops it (cm_insert_remote_sidr)");
+    assert!(is_sidr_req(&l.agents[B].poll_event().unwrap()));
+    assert_eq!((l.agents[B].poll_event(), l.agents[B].stats().duplicates), (None, 1));
+    // The same request ID from another address is another request.
+    l.agents[B].handle_mad(2, ip(2), 1, &req.mad);
+    assert!(matches!(l.agents[B].poll_event(), Some(CmEvent::SidrRequest { src, .. }) if src == ip(2)));
+}
+
+#[test]
+fn a_sidr_peer_that_is_gone_times_out_after_every_retry_and_a_late_reply_is_counted() {
+    let mut l = udp_listening();
+    l.lose(B, "SIDR_REP", usize::MAX);
+    let a = l.agents[A].sidr_request(0, &sidr_params(ip(B))).unwrap();
+    let e = l.until(A, 17 * SIDR_WAIT_NS, |e| matches!(e, CmEvent::TimedOut { .. }));
+    assert_eq!(e, CmEvent::TimedOut { id: a, waiting_for_answer_to: "SIDR_REQ" });
+    assert_eq!(l.sent(A, "SIDR_REQ"), 16, "1 + rdma_cm's 15 retries");
+    assert_eq!(l.now, 16 * SIDR_WAIT_NS);
+    assert_eq!((l.agents[A].stats().timeouts, l.agents[A].poll_timeout()), (1, None));
+    // B's one answer, delivered now: nobody waits for it.
+    l.lose.clear();
+    let CmEvent::SidrRequest { id: b, .. } = l.events[B].remove(0) else { panic!() };
+    let _ = b;
+    let stray = CmMessage::SidrRep(Box::new(rnic_wire::cm::CmSidrRep {
+        request_id: a,
+        status: SidrStatus::Valid,
+        info_len: 0,
+        vendor_id: 0,
+        qpn: 0x33,
+        service_id: udp_sid(),
+        qkey: RDMA_UDP_QKEY,
+        info: [0; 72],
+        private_data: [0; 136],
+    }));
+    l.agents[A].handle_mad(l.now, ip(B), 1, &stray.to_mad(1));
+    assert_eq!((l.agents[A].stats().unknown_comm_id, l.agents[A].poll_event()), (1, None));
+}
+
+#[test]
+fn a_sidr_rep_from_another_address_does_not_answer_the_request() {
+    let mut l = udp_listening();
+    let a = l.agents[A].sidr_request(0, &sidr_params(ip(B))).unwrap();
+    let req = l.agents[A].poll_transmit().unwrap();
+    l.agents[B].handle_mad(0, ip(A), 1, &req.mad);
+    let Some(CmEvent::SidrRequest { id: b, .. }) = l.agents[B].poll_event() else { panic!() };
+    l.agents[B].sidr_reply(0, b, &valid(0x33)).unwrap();
+    let rep = l.agents[B].poll_transmit().unwrap();
+    l.agents[A].handle_mad(0, ip(2), 1, &rep.mad);
+    assert_eq!((l.agents[A].poll_event(), l.agents[A].stats().unknown_comm_id), (None, 1));
+    l.agents[A].handle_mad(0, ip(B), 1, &rep.mad);
+    assert!(matches!(l.agents[A].poll_event(), Some(CmEvent::SidrReply { id, .. }) if id == a));
+}
+
+#[test]
+fn an_answered_sidr_req_is_forgotten_after_sidr_keep_and_a_cancelled_one_is_quiet() {
+    let mut l = udp_listening();
+    let keep = CmConfig::new(ip(B), 0).sidr_keep_ns;
+    l.agents[A].sidr_request(0, &sidr_params(ip(B))).unwrap();
+    let req = l.agents[A].poll_transmit().unwrap();
+    l.agents[B].handle_mad(0, ip(A), 1, &req.mad);
+    let Some(CmEvent::SidrRequest { id: b, .. }) = l.agents[B].poll_event() else { panic!() };
+    l.agents[B].sidr_reply(0, b, &valid(0x33)).unwrap();
+    l.agents[B].handle_timeout(keep);
+    assert_eq!(l.agents[B].sidr_reply(keep, b, &valid(0x33)), Err(CmError::NoSuchConnection(b)));
+    l.agents[B].handle_mad(keep, ip(A), 1, &req.mad);
+    assert!(matches!(l.agents[B].poll_event(), Some(CmEvent::SidrRequest { id, .. }) if id != b), "a new request");
+    // Cancelled: no resend, no event, no timer; cancelling again is an error.
+    let mut l = udp_listening();
+    let a = l.agents[A].sidr_request(0, &sidr_params("10.0.0.9".parse().unwrap())).unwrap();
+    l.agents[A].cancel_sidr(a).unwrap();
+    l.run(20 * SIDR_WAIT_NS);
+    assert_eq!((l.sent(A, "SIDR_REQ"), l.events[A].len()), (1, 0));
+    assert_eq!(l.agents[A].cancel_sidr(a), Err(CmError::NoSuchConnection(a)));
+}
+
+#[test]
+fn sidr_calls_check_their_private_data_and_ids() {
+    let mut l = udp_listening();
+    let too_long = SidrParams { private_data: vec![0; 217], ..sidr_params(ip(B)) };
+    let err = l.agents[A].sidr_request(0, &too_long).unwrap_err().to_string();
+    assert!(err.contains("SIDR_REQ") && err.contains("217") && err.contains("216"), "{err}");
+    assert_eq!(l.agents[B].sidr_reply(0, 77, &valid(1)), Err(CmError::NoSuchConnection(77)));
+    l.agents[A].sidr_request(0, &sidr_params(ip(B))).unwrap();
+    let req = l.agents[A].poll_transmit().unwrap();
+    l.agents[B].handle_mad(0, ip(A), 1, &req.mad);
+    let Some(CmEvent::SidrRequest { id: b, .. }) = l.agents[B].poll_event() else { panic!() };
+    let long = SidrRepParams { private_data: vec![0; 137], ..valid(1) };
+    assert!(l.agents[B].sidr_reply(0, b, &long).unwrap_err().to_string().contains("136"));
+    // A refusal is a reply too.
+    let no = SidrRepParams { status: SidrStatus::Rejected, qpn: 0, qkey: 0, private_data: b"full".to_vec() };
+    l.agents[B].sidr_reply(0, b, &no).unwrap();
+    let rep = l.agents[B].poll_transmit().unwrap();
+    l.agents[A].handle_mad(0, ip(B), 1, &rep.mad);
+    let e = l.agents[A].poll_event().unwrap();
+    assert!(
+        matches!(&e, CmEvent::SidrReply { status: SidrStatus::Rejected, private_data, .. } if private_data.starts_with(b"full")),
+        "{e:?}"
+    );
+}
+
+// MRA: an application that holds a request for a while.
+
+/// The wait an MRA with rnic's service timeout asks for: 2 x packet lifetime + 68.7 s.
+fn mra_wait() -> u64 {
+    2 * packet_lifetime() + timeout_ns(MRA_SERVICE_TIMEOUT)
+}
+
+/// A connects to B; B's application holds the request `hold` ns before accepting.
+/// Returns the log's names and whether A timed out.
+fn accept_after(l: &mut Link, hold: u64) -> bool {
+    let a = l.agents[A].connect(0, &params(ip(B))).unwrap();
+    let CmEvent::ConnectRequest { id: b, .. } = l.until(B, wait(), is_req) else { unreachable!() };
+    l.run(hold);
+    if l.events[A].iter().any(|e| matches!(e, CmEvent::TimedOut { .. })) {
+        return true;
+    }
+    l.agents[B].accept(l.now, b, &accept_params()).unwrap();
+    l.until(A, wait(), is_rep);
+    l.agents[A].ready_to_use(l.now, a, b"").unwrap();
+    l.until(B, wait(), is_est);
+    false
+}
+
+#[test]
+fn a_repeated_req_while_the_application_holds_it_gets_an_mra() {
+    let mut l = listening();
+    // Ten seconds: A's REQ comes again at 4.83 s; B answers with an MRA, A waits 68.7 s
+    // more and sends nothing until B's REP.
+    assert!(!accept_after(&mut l, 10_000_000_000));
+    let names: Vec<_> = l.log.iter().map(|x| (x.1, x.2)).collect();
+    assert_eq!(names, [(A, "REQ"), (A, "REQ"), (B, "MRA"), (B, "REP"), (A, "RTU")]);
+    assert_eq!((l.agents[B].stats().mra_sent, l.agents[B].stats().duplicates), (1, 1));
+    // The MRA: both IDs, "REQ" MRAed, service timeout 24, the connection's transaction ID.
+    let mut l = listening();
+    let a = l.agents[A].connect(0, &params(ip(B))).unwrap();
+    let req = l.agents[A].poll_transmit().unwrap();
+    l.agents[B].handle_mad(0, ip(A), 1, &req.mad);
+    let Some(CmEvent::ConnectRequest { id: b, .. }) = l.agents[B].poll_event() else { panic!() };
+    l.agents[B].handle_mad(1, ip(A), 1, &req.mad);
+    let mra = l.agents[B].poll_transmit().unwrap();
+    let (h, Some(CmMessage::Mra(m))) = CmMessage::from_mad(&mra.mad).unwrap() else { panic!("not an MRA") };
+    let (hq, _) = CmMessage::from_mad(&req.mad).unwrap();
+    assert_eq!((m.local_comm_id, m.remote_comm_id, h.tid), (b, a, hq.tid));
+    assert_eq!((m.message_mraed, m.service_timeout), (rnic_wire::cm::MsgRef::Req, MRA_SERVICE_TIMEOUT));
+}
+
+#[test]
+fn an_mra_keeps_a_peer_with_rdma_cms_retries_from_timing_out() {
+    // rdma_cm's REQ (response timeout 20, 15 retries) gives up after 16 waits: 77 s.
+    // Held 80 s, the request survives because of the MRA ...
+    let mut l = listening();
+    assert!(!accept_after(&mut l, 80_000_000_000));
+    // ... A sent its REQ three times: at 0, after one wait, then after the MRA's wait.
+    let reqs: Vec<_> = l.log.iter().filter(|x| x.2 == "REQ").map(|x| x.0).collect();
+    assert_eq!(reqs, [0, wait(), wait() + 2 * LATENCY + mra_wait()]);
+    assert_eq!(l.agents[B].stats().mra_sent, 2, "each repeat answered");
+    assert_eq!(l.agents[A].stats().duplicates, 1, "the second MRA changes nothing");
+    // ... and without it (every MRA lost) A times out before the application answers.
+    let mut l = listening();
+    l.lose(B, "MRA", usize::MAX);
+    assert!(accept_after(&mut l, 80_000_000_000));
+    assert_eq!(l.sent(A, "REQ"), 16);
+}
+
+#[test]
+fn a_repeated_rep_before_the_rtu_gets_an_mra_and_the_passive_side_waits() {
+    let mut l = listening();
+    let a = l.agents[A].connect(0, &params(ip(B))).unwrap();
+    let CmEvent::ConnectRequest { id: b, .. } = l.until(B, wait(), is_req) else { unreachable!() };
+    l.agents[B].accept(l.now, b, &accept_params()).unwrap();
+    l.until(A, wait(), is_rep);
+    // A's application takes 80 s to bring its QP up (B's REP has 15 retries: 77 s).
+    l.run(80_000_000_000);
+    assert!(l.events[B].iter().all(|e| !matches!(e, CmEvent::TimedOut { .. })), "{:?}", l.events[B]);
+    assert_eq!((l.sent(B, "REP"), l.sent(A, "MRA")), (3, 2));
+    l.agents[A].ready_to_use(l.now, a, b"").unwrap();
+    l.until(B, wait(), is_est);
+}
+
+#[test]
+fn an_mra_counts_only_from_the_peer_and_for_the_message_awaited() {
+    let mut l = listening();
+    let a = l.agents[A].connect(0, &params(ip(B))).unwrap();
+    let _ = l.agents[A].poll_transmit();
+    let mra = |which| {
+        CmMessage::Mra(Box::new(rnic_wire::cm::CmMra {
+            local_comm_id: 0x77,
+            remote_comm_id: a,
+            message_mraed: which,
+            service_timeout: 24,
+            private_data: [0; 222],
+        }))
+        .to_mad(1)
+    };
+    l.agents[A].handle_mad(5, ip(2), 1, &mra(rnic_wire::cm::MsgRef::Req));
+    l.agents[A].handle_mad(5, ip(B), 1, &mra(rnic_wire::cm::MsgRef::Rep));
+    let s = l.agents[A].stats();
+    assert_eq!((s.unknown_comm_id, s.out_of_state), (1, 1));
+    assert_eq!(l.agents[A].poll_timeout(), Some(wait()), "the REQ's wait is unchanged");
+    l.agents[A].handle_mad(5, ip(B), 1, &mra(rnic_wire::cm::MsgRef::Req));
+    assert_eq!(l.agents[A].poll_timeout(), Some(5 + mra_wait()));
+    l.agents[A].handle_mad(6, ip(B), 1, &mra(rnic_wire::cm::MsgRef::Req));
+    assert_eq!(l.agents[A].poll_timeout(), Some(5 + mra_wait()), "a second MRA changes nothing");
+}
+
+// Against Linux's own MADs (captures in tools/tests/data).
+
+/// The MADs of a capture (UD SEND_ONLY to QP1), in order, with their senders.
+fn captured(pcap: &str) -> Vec<(IpAddr, [u8; MAD_LEN])> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/tests/data").join(pcap);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at + 16 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        let frame = &bytes[at + 16..at + 16 + len];
+        at += 16 + len;
+        let Ok(p) = rnic_wire::frame::parse_ethernet(frame) else { continue };
+        if p.roce.bth.dest_qp.value() == 1 {
+            out.push((p.ip.src(), p.payload.try_into().unwrap()));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_mra_for_a_repeated_req_is_the_one_linux_sends() {
+    // rping_mra_linux.pcap: rnic's REQ came twice to Linux rxe, which answered the repeat
+    // with an MRA. The same REQ twice to rnic's CM draws the same MRA, byte for byte but
+    // for the (random) local communication ID.
+    let mads = captured("rping_mra_linux.pcap");
+    let (client, req) = mads[0];
+    let linux_mra = mads[2].1;
+    assert_eq!(name(&linux_mra), "MRA");
+    let mut b = CmAgent::new(CmConfig::new("10.77.0.11".parse().unwrap(), 0x5054_00ff_fe77_000b));
+    b.listen(service_id(port_space::TCP, 7402)).unwrap();
+    b.handle_mad(0, client, 1, &req);
+    let Some(CmEvent::ConnectRequest { id, .. }) = b.poll_event() else { panic!("no request") };
+    assert!(b.poll_transmit().is_none());
+    b.handle_mad(1, client, 1, &req);
+    let mra = b.poll_transmit().expect("an MRA");
+    assert_eq!((mra.dst, mra.dst_qpn), (client, 1));
+    let mut want = linux_mra;
+    want[24..28].copy_from_slice(&id.to_be_bytes());
+    assert_eq!(mra.mad[..], want[..]);
+}
+
+#[test]
+fn timewait_after_a_linux_rdma_cm_req_outlasts_linuxs_dreq_retries() {
+    // rping_mra_rnic.pcap: Linux rxe's rping client asked rnic (held 8 s by `rnic rping -s
+    // --hold 8`): its REQ came again 6.375 s after the first (2 x 1.07 s packet lifetime, from
+    // its local ACK timeout 19, + 4.096 s), was answered with rnic's MRA, and the REP at 8 s
+    // was taken. A DREQ of Linux's repeats on the same interval, so B's TimeWait after that
+    // REQ must outlast it: 3 x 1.07 s + 4.29 s = 7.5 s.
+    let mads = captured("rping_mra_rnic.pcap");
+    let names: Vec<_> = mads.iter().map(|m| name(&m.1)).collect();
+    assert_eq!(names, ["REQ", "REQ", "MRA", "REP", "RTU", "DREQ", "DREP"]);
+    let (linux, req) = mads[0];
+    let Ok((h, Some(CmMessage::Req(r)))) = CmMessage::from_mad(&req) else { panic!() };
+    assert_eq!((r.primary.local_ack_timeout, r.remote_cm_response_timeout), (19, 20));
+    let mut b = CmAgent::new(CmConfig::new("10.77.0.1".parse().unwrap(), 1));
+    b.listen(r.service_id).unwrap();
+    b.handle_mad(0, linux, 1, &req);
+    let Some(CmEvent::ConnectRequest { id, .. }) = b.poll_event() else { panic!() };
+    b.accept(0, id, &accept_params()).unwrap();
+    let dreq = CmMessage::Dreq(Box::new(rnic_wire::cm::CmDreq {
+        ids: rnic_wire::cm::CmIds { local_comm_id: r.local_comm_id, remote_comm_id: id, private_data: [0; 220] },
+        remote_qpn: 0x22,
+    }))
+    .to_mad(h.tid);
+    b.handle_mad(1_000, linux, 1, &dreq);
+    assert!(matches!(b.poll_event(), Some(CmEvent::Disconnected { .. })));
+    let tw = 3 * timeout_ns(18) + timeout_ns(20);
+    assert!(tw > 7_500_000_000 && tw > 6_375_000_000 + packet_lifetime());
+    assert_eq!(b.poll_timeout(), Some(1_000 + tw));
+    // Linux's DREQ again at 6.375 s (its DREP lost): answered from TimeWait, which starts
+    // over.
+    b.handle_timeout(6_375_000_000);
+    assert_eq!(b.state(id), Some(CmState::TimeWait));
+    b.handle_mad(6_375_000_000, linux, 1, &dreq);
+    assert_eq!((b.stats().duplicates, b.stats().unknown_comm_id), (1, 0));
+    b.handle_timeout(6_375_000_000 + tw - 1);
+    assert_eq!(b.state(id), Some(CmState::TimeWait));
+    b.handle_timeout(6_375_000_000 + tw);
+    assert_eq!(b.state(id), None);
 }

@@ -350,7 +350,8 @@ fn a_peer_that_is_gone_times_out_with_no_half_open_qp() {
     assert_eq!(e, CmEvent::TimedOut { id, waiting_for_answer_to: "REQ" });
     assert_eq!(net.mads_sent(A), 16);
     assert_eq!(net.state(A), QpState::Init, "the QP never went further than the REQ");
-    let deadline = net.fab.now() + 2_000_000_000;
+    // TimeWait: the peer's wait (4.83 s) and a packet lifetime (268 ms).
+    let deadline = net.fab.now() + WAIT + 268_435_456;
     net.fab.run_until(deadline);
     assert_eq!(net.fab.engine(A).cm().state(id), None);
 }

@@ -69,7 +69,9 @@ mod types;
 
 pub use ah::AddressHandle;
 pub use channel::CompChannel;
-pub use cm::{CmEvent, ConnectRequest, Connection, REQ_PRIVATE_DATA};
+pub use cm::{
+    CmEvent, ConnectRequest, Connection, UdRemote, UdRequest, RDMA_UDP_QKEY, REQ_PRIVATE_DATA, SIDR_PRIVATE_DATA,
+};
 pub use context::Context;
 pub use cq::CompletionQueue;
 pub use error::{report, Error, Result};

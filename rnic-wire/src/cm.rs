@@ -2,7 +2,8 @@
 //! header ([`crate::mad`]), and the rdma_cm addressing carried in a REQ's private data.
 //!
 //! Offsets are the IBA tables' (REQ Table 106, MRA 107, REJ 108, REP 110, RTU 111,
-//! DREQ 112, DREP 113), counted from the start of the MAD data; bit positions within a
+//! DREQ 112, DREP 113, SIDR_REQ 119, SIDR_REP 120), counted from the start of the MAD
+//! data; bit positions within a
 //! byte count from its most significant bit, as IBA draws them. Reserved bits are written
 //! as 0 and ignored on parse. Fields that only InfiniBand link layers use (LIDs, SL,
 //! packet rate) are kept as received, so a REQ round-trips byte for byte.
@@ -54,6 +55,62 @@ pub mod private_len {
     pub const DREQ: usize = 220;
     /// DREP.
     pub const DREP: usize = 224;
+    /// SIDR_REQ.
+    pub const SIDR_REQ: usize = 216;
+    /// SIDR_REP.
+    pub const SIDR_REP: usize = 136;
+}
+
+/// Bytes of a SIDR_REP's additional information (IBA Table 120: the ClassPortInfo a
+/// redirect names).
+pub const SIDR_INFO_LEN: usize = 72;
+
+/// What a SIDR_REP says about the request (IBA Table 120's Status; Linux's
+/// `enum ib_cm_sidr_status`). A value IBA does not define is kept, not refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SidrStatus {
+    /// 0: the QPN and Q_Key are valid.
+    Valid,
+    /// 1: nobody serves the service ID (what Linux's CM answers when nobody listens).
+    ServiceIdNotSupported,
+    /// 2: the service provider rejected the request.
+    Rejected,
+    /// 3: no QP available.
+    NoQp,
+    /// 4: redirect: the additional information is a ClassPortInfo to ask instead.
+    Redirect,
+    /// 5: the requested class version is not supported.
+    ClassVersionNotSupported,
+    /// Any other value.
+    Unknown(u8),
+}
+
+impl From<u8> for SidrStatus {
+    fn from(v: u8) -> SidrStatus {
+        match v {
+            0 => SidrStatus::Valid,
+            1 => SidrStatus::ServiceIdNotSupported,
+            2 => SidrStatus::Rejected,
+            3 => SidrStatus::NoQp,
+            4 => SidrStatus::Redirect,
+            5 => SidrStatus::ClassVersionNotSupported,
+            v => SidrStatus::Unknown(v),
+        }
+    }
+}
+
+impl From<SidrStatus> for u8 {
+    fn from(s: SidrStatus) -> u8 {
+        match s {
+            SidrStatus::Valid => 0,
+            SidrStatus::ServiceIdNotSupported => 1,
+            SidrStatus::Rejected => 2,
+            SidrStatus::NoQp => 3,
+            SidrStatus::Redirect => 4,
+            SidrStatus::ClassVersionNotSupported => 5,
+            SidrStatus::Unknown(v) => v,
+        }
+    }
 }
 
 /// REJ reasons (IBA 12.6.7.2, Table 109; Linux's `enum ib_cm_rej_reason`) rnic sends or
@@ -561,6 +618,108 @@ pub struct CmDreq {
     pub remote_qpn: u32,
 }
 
+/// A service ID resolution request (IBA 12.11, Table 119): the sender asks which UD QP
+/// (and Q_Key) serves `service_id` at the receiver. rdma_cm's UDP port space resolves a
+/// destination with it.
+///
+/// ```text
+///  0..4     Request ID (the sender's; the SIDR_REP echoes it)
+///  4..6     P_Key
+///  6..8     reserved
+///  8..16    Service ID
+/// 16..232   private data (216; rdma_cm's 36-byte header first)
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CmSidrReq {
+    /// The requester's ID for this request.
+    pub request_id: u32,
+    /// The partition the requester's UD QP is in.
+    pub pkey: u16,
+    /// The service asked for (rdma_cm: port space 0x0111 << 16 | port).
+    pub service_id: u64,
+    /// Private data (rdma_cm: its header first, [`CmaHeader`]).
+    pub private_data: [u8; private_len::SIDR_REQ],
+}
+
+impl CmSidrReq {
+    fn parse(b: &[u8]) -> CmSidrReq {
+        CmSidrReq { request_id: u32_at(b, 0), pkey: u16_at(b, 4), service_id: u64_at(b, 8), private_data: arr(b, 16) }
+    }
+
+    fn emit(&self, b: &mut [u8]) {
+        put32(b, 0, self.request_id);
+        put16(b, 4, self.pkey);
+        put64(b, 8, self.service_id);
+        b[16..16 + private_len::SIDR_REQ].copy_from_slice(&self.private_data);
+    }
+}
+
+/// A service ID resolution reply (IBA 12.11, Table 120).
+///
+/// ```text
+///  0..4     Request ID (the SIDR_REQ's)
+///  4        Status
+///  5        Additional information length
+///  6..8     Vendor ID, high 16 bits (IBA 1.4's ECE; 0 otherwise)
+///  8..11    QPN (24)
+/// 11        Vendor ID, low 8 bits
+/// 12..20    Service ID
+/// 20..24    Q_Key
+/// 24..96    additional information (72: ClassPortInfo on redirect)
+/// 96..232   private data (136)
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CmSidrRep {
+    /// The SIDR_REQ's request ID.
+    pub request_id: u32,
+    /// Whether `qpn` and `qkey` are valid, and if not why.
+    pub status: SidrStatus,
+    /// Bytes of `info` that mean something.
+    pub info_len: u8,
+    /// The vendor ID (24 bits) of IBA 1.4's enhanced connection establishment; 0 here.
+    pub vendor_id: u32,
+    /// The UD QP that serves the service (24 bits).
+    pub qpn: u32,
+    /// The service ID (Linux echoes the request's).
+    pub service_id: u64,
+    /// The Q_Key the requester must send with (rdma_cm's UDP port space: 0x01234567).
+    pub qkey: u32,
+    /// Additional information (a ClassPortInfo when `status` is a redirect).
+    pub info: [u8; SIDR_INFO_LEN],
+    /// Private data.
+    pub private_data: [u8; private_len::SIDR_REP],
+}
+
+impl CmSidrRep {
+    fn parse(b: &[u8]) -> CmSidrRep {
+        CmSidrRep {
+            request_id: u32_at(b, 0),
+            status: SidrStatus::from(b[4]),
+            info_len: b[5],
+            vendor_id: u32::from(u16_at(b, 6)) << 8 | u32::from(b[11]),
+            qpn: u24_at(b, 8),
+            service_id: u64_at(b, 12),
+            qkey: u32_at(b, 20),
+            info: arr(b, 24),
+            private_data: arr(b, 96),
+        }
+    }
+
+    fn emit(&self, b: &mut [u8]) {
+        put32(b, 0, self.request_id);
+        b[4] = u8::from(self.status);
+        b[5] = self.info_len;
+        let [_, vh, vm, vl] = self.vendor_id.to_be_bytes();
+        b[6..8].copy_from_slice(&[vh, vm]);
+        put24(b, 8, self.qpn);
+        b[11] = vl;
+        put64(b, 12, self.service_id);
+        put32(b, 20, self.qkey);
+        b[24..96].copy_from_slice(&self.info);
+        b[96..96 + private_len::SIDR_REP].copy_from_slice(&self.private_data);
+    }
+}
+
 /// A CM message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CmMessage {
@@ -578,6 +737,10 @@ pub enum CmMessage {
     Dreq(Box<CmDreq>),
     /// DREP.
     Drep(Box<CmIds<{ private_len::DREP }>>),
+    /// SIDR_REQ.
+    SidrReq(Box<CmSidrReq>),
+    /// SIDR_REP.
+    SidrRep(Box<CmSidrRep>),
 }
 
 impl CmMessage {
@@ -591,6 +754,8 @@ impl CmMessage {
             CmMessage::Rtu(_) => attr::RTU,
             CmMessage::Dreq(_) => attr::DREQ,
             CmMessage::Drep(_) => attr::DREP,
+            CmMessage::SidrReq(_) => attr::SIDR_REQ,
+            CmMessage::SidrRep(_) => attr::SIDR_REP,
         }
     }
 
@@ -599,7 +764,8 @@ impl CmMessage {
         attr_name(self.attr_id())
     }
 
-    /// The sender's communication ID.
+    /// The sender's communication ID (a SIDR_REQ's request ID; 0 in a SIDR_REP, which
+    /// names only the requester's).
     pub fn local_comm_id(&self) -> u32 {
         match self {
             CmMessage::Req(m) => m.local_comm_id,
@@ -609,10 +775,13 @@ impl CmMessage {
             CmMessage::Rtu(m) => m.local_comm_id,
             CmMessage::Dreq(m) => m.ids.local_comm_id,
             CmMessage::Drep(m) => m.local_comm_id,
+            CmMessage::SidrReq(m) => m.request_id,
+            CmMessage::SidrRep(_) => 0,
         }
     }
 
-    /// The receiver's communication ID (0 in a REQ, which has none yet).
+    /// The receiver's communication ID (0 in a REQ and a SIDR_REQ, which have none yet; a
+    /// SIDR_REP's request ID).
     pub fn remote_comm_id(&self) -> u32 {
         match self {
             CmMessage::Req(_) => 0,
@@ -622,12 +791,14 @@ impl CmMessage {
             CmMessage::Rtu(m) => m.remote_comm_id,
             CmMessage::Dreq(m) => m.ids.remote_comm_id,
             CmMessage::Drep(m) => m.remote_comm_id,
+            CmMessage::SidrReq(_) => 0,
+            CmMessage::SidrRep(m) => m.request_id,
         }
     }
 
     /// Parses the CM data (the 232 bytes after the MAD header) of attribute `attr_id`.
-    /// `Ok(None)`: a CM attribute rnic does not implement (SIDR, LAP, APR,
-    /// ClassPortInfo), to be counted and dropped or answered by the caller.
+    /// `Ok(None)`: a CM attribute rnic does not implement (LAP, APR, ClassPortInfo), to be
+    /// counted and dropped or answered by the caller.
     pub fn parse_data(attr_id: u16, data: &[u8]) -> crate::Result<Option<CmMessage>> {
         crate::error::need("CM message", data, DATA_LEN)?;
         Ok(Some(match attr_id {
@@ -640,6 +811,8 @@ impl CmMessage {
                 CmMessage::Dreq(Box::new(CmDreq { ids: CmIds::parse(data, 12), remote_qpn: u24_at(data, 8) }))
             }
             attr::DREP => CmMessage::Drep(Box::new(CmIds::parse(data, 8))),
+            attr::SIDR_REQ => CmMessage::SidrReq(Box::new(CmSidrReq::parse(data))),
+            attr::SIDR_REP => CmMessage::SidrRep(Box::new(CmSidrRep::parse(data))),
             _ => return Ok(None),
         }))
     }
@@ -661,6 +834,8 @@ impl CmMessage {
                 put24(data, 8, m.remote_qpn);
             }
             CmMessage::Drep(m) => m.emit(data, 8),
+            CmMessage::SidrReq(m) => m.emit(data),
+            CmMessage::SidrRep(m) => m.emit(data),
         }
         Ok(())
     }
@@ -716,7 +891,7 @@ pub fn attr_name(attr_id: u16) -> &'static str {
 pub mod port_space {
     /// TCP-like (RC), what rping and perftest's `-R` use.
     pub const TCP: u16 = 0x0106;
-    /// UDP-like (UD).
+    /// UDP-like (UD): a destination is resolved by SIDR, not connected.
     pub const UDP: u16 = 0x0111;
     /// IB (any QP type).
     pub const IB: u16 = 0x013f;
@@ -728,7 +903,12 @@ pub fn service_id(space: u16, port: u16) -> u64 {
     (u64::from(space) << 16) + u64::from(port)
 }
 
-/// Length of rdma_cm's header at the start of a REQ's private data (`struct cma_hdr`).
+/// The Q_Key of rdma_cm's UDP port space (`RDMA_UDP_QKEY`): what a SIDR_REP for it carries
+/// and what its UD QPs use.
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+
+/// Length of rdma_cm's header at the start of a REQ's (and SIDR_REQ's) private data
+/// (`struct cma_hdr`).
 pub const CMA_HDR_LEN: usize = 36;
 
 /// rdma_cm's addressing header (`struct cma_hdr`): version 0, the IP version in the high

@@ -4,7 +4,9 @@
 //! (rping_rdmacm.pcap, frames 1, 2, 3, 40, 41: UD SEND_ONLY to QP1, Q_Key 0x80010000).
 //! Each MAD parses to the fields Wireshark shows and is emitted back byte for byte.
 
-use rnic_wire::cm::{attr, port_space, service_id, CmMessage, CmTransport, CmaHeader};
+use rnic_wire::cm::{
+    attr, port_space, service_id, CmMessage, CmSidrRep, CmSidrReq, CmTransport, CmaHeader, SidrStatus, RDMA_UDP_QKEY,
+};
 use rnic_wire::mad::{MadHeader, Packet, MAD_LEN};
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -104,7 +106,7 @@ fn foreign_classes_versions_and_short_mads_are_errors_and_unknown_attributes_are
     assert!(CmMessage::from_mad(&m).unwrap_err().to_string().contains("class version"));
     assert!(CmMessage::from_mad(&mad(RTU)[..255]).is_err());
     let mut m = mad(RTU);
-    m[17] = 0x17; // SIDR_REQ
+    m[17] = 0x19; // LAP
     assert_eq!(CmMessage::from_mad(&m).unwrap().1, None);
 }
 
@@ -119,7 +121,8 @@ mod properties {
         fn any_cm_mad_parses_without_panic_and_re_emits_stably(
             body in proptest::collection::vec(any::<u8>(), MAD_LEN),
             attr_id in prop_oneof![Just(attr::REQ), Just(attr::MRA), Just(attr::REJ), Just(attr::REP),
-                Just(attr::RTU), Just(attr::DREQ), Just(attr::DREP), any::<u16>()],
+                Just(attr::RTU), Just(attr::DREQ), Just(attr::DREP), Just(attr::SIDR_REQ),
+                Just(attr::SIDR_REP), any::<u16>()],
             len in 0usize..=MAD_LEN + 8,
         ) {
             let mut m = body.clone();
@@ -153,4 +156,160 @@ fn rxe_rej_for_no_listener_parses_and_round_trips() {
         (0, 0x970d_7842, rnic_wire::cm::rej_reason::INVALID_SERVICE_ID)
     );
     assert_eq!((r.message_rejected, r.rejected_info_length), (rnic_wire::cm::MsgRef::Req, 0));
+}
+
+// SIDR as Linux's rdma_cm speaks it for its UDP port space: `udaddy -s 10.77.0.11` in
+// guest b (10.77.0.12) against `udaddy` in guest a (10.77.0.11), Linux rxe 6.1 and
+// rdma-core 44, captured on the lab bridge (tools/tests/data/udaddy_rdmacm.pcap: SIDR_REQ,
+// SIDR_REP, then two 100-byte SEND_ONLY with immediate each way with Q_Key 0x01234567), and
+// the same client with no server (udaddy_nolistener.pcap: the SIDR_REP says status 1,
+// "service ID not supported", and udaddy reports RDMA_CM_EVENT_UNREACHABLE, error 1).
+
+const SIDR_REQ: &str = "010702030000000000000002ea7eb570001700000000000070b57eeaffff00000000000001111c060040a5710000000000000000000000000a4d000c0000000000000000000000000a4d000b";
+const SIDR_REP: &str =
+    "010702030000000000000002ea7eb570001800000000000070b57eea00000000000011000000000001111c0601234567";
+const SIDR_REQ_NOBODY: &str = "010702030000000000000002ea7eb571001700000000000071b57eeaffff00000000000001111c06004085f10000000000000000000000000a4d000c0000000000000000000000000a4d000b";
+const SIDR_REP_NOBODY: &str =
+    "010702030000000000000002ea7eb571001800000000000071b57eea01000000000000000000000001111c06";
+
+/// The MADs (UD SEND_ONLY to QP1) of a capture, in order, each with its ICRC checked.
+fn mads_in(pcap: &str) -> Vec<Vec<u8>> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/tests/data").join(pcap);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(&bytes[..4], &[0xd4, 0xc3, 0xb2, 0xa1], "a little-endian pcap");
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at + 16 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        let frame = &bytes[at + 16..at + 16 + len];
+        at += 16 + len;
+        let Ok(p) = rnic_wire::frame::parse_ethernet(frame) else { continue };
+        p.check_icrc().unwrap();
+        if p.roce.bth.dest_qp.value() == 1 {
+            out.push(p.payload.to_vec());
+        }
+    }
+    out
+}
+
+#[test]
+fn the_sidr_goldens_are_the_captured_mads() {
+    assert_eq!(mads_in("udaddy_rdmacm.pcap"), [mad(SIDR_REQ).to_vec(), mad(SIDR_REP).to_vec()]);
+    assert_eq!(mads_in("udaddy_nolistener.pcap"), [mad(SIDR_REQ_NOBODY).to_vec(), mad(SIDR_REP_NOBODY).to_vec()]);
+}
+
+#[test]
+fn rxe_sidr_req_parses_and_round_trips() {
+    let (h, msg) = round_trip(&mad(SIDR_REQ));
+    assert_eq!((h.attr_id, h.tid, h.method), (attr::SIDR_REQ, 0x2_ea7e_b570, 0x03));
+    let CmMessage::SidrReq(r) = msg else { panic!("not a SIDR_REQ") };
+    // Linux's request ID is the cm_id's local ID; the transaction ID's low 32 bits are the
+    // same ID in the other byte order (cm_form_tid).
+    assert_eq!((r.request_id, r.pkey), (0x70b5_7eea, 0xffff));
+    assert_eq!(r.service_id, service_id(port_space::UDP, 7174), "udaddy's port in the UDP port space");
+    let cma = CmaHeader::parse(&r.private_data).expect("rdma_cm's header leads the private data");
+    assert_eq!(
+        cma,
+        CmaHeader {
+            src_port: 0xa571,
+            src: IpAddr::V4(Ipv4Addr::new(10, 77, 0, 12)),
+            dst: IpAddr::V4(Ipv4Addr::new(10, 77, 0, 11))
+        }
+    );
+    assert!(r.private_data[36..].iter().all(|&b| b == 0), "udaddy sends no private data of its own");
+}
+
+#[test]
+fn rxe_sidr_rep_parses_and_round_trips() {
+    let (h, msg) = round_trip(&mad(SIDR_REP));
+    assert_eq!((h.attr_id, h.tid), (attr::SIDR_REP, 0x2_ea7e_b570), "the SIDR_REQ's transaction ID");
+    let CmMessage::SidrRep(r) = msg else { panic!("not a SIDR_REP") };
+    assert_eq!((r.request_id, r.status, r.info_len, r.vendor_id), (0x70b5_7eea, SidrStatus::Valid, 0, 0));
+    assert_eq!((r.qpn, r.qkey), (0x11, RDMA_UDP_QKEY), "the server's UD QP and rdma_cm's UDP Q_Key");
+    assert_eq!(r.service_id, service_id(port_space::UDP, 7174), "the request's service ID, echoed");
+    assert_eq!((r.info, r.private_data), ([0; 72], [0; 136]));
+    assert_eq!(msg_ids(&mad(SIDR_REP)), (0, 0x70b5_7eea), "a reply names only the requester's ID");
+}
+
+fn msg_ids(m: &[u8; MAD_LEN]) -> (u32, u32) {
+    let msg = CmMessage::from_mad(m).unwrap().1.unwrap();
+    (msg.local_comm_id(), msg.remote_comm_id())
+}
+
+#[test]
+fn rxe_answers_a_sidr_req_nobody_listens_for_with_status_1() {
+    let CmMessage::SidrReq(req) = round_trip(&mad(SIDR_REQ_NOBODY)).1 else { panic!("not a SIDR_REQ") };
+    let (h, msg) = round_trip(&mad(SIDR_REP_NOBODY));
+    let CmMessage::SidrRep(r) = msg else { panic!("not a SIDR_REP") };
+    assert_eq!(h.tid, 0x2_ea7e_b571);
+    assert_eq!((r.request_id, r.status), (req.request_id, SidrStatus::ServiceIdNotSupported));
+    // Linux's cm_reject_sidr_req: no QPN, no Q_Key, the service ID echoed.
+    assert_eq!((r.qpn, r.qkey, r.service_id), (0, 0, req.service_id));
+}
+
+#[test]
+fn sidr_messages_built_here_are_byte_exact_and_write_every_field() {
+    // Every field a distinct value, every reserved byte checked against a buffer that
+    // started as 0xa5: emit_data zeroes what a message does not use.
+    let req = CmSidrReq {
+        request_id: 0x0102_0304,
+        pkey: 0x8005,
+        service_id: 0x1112_1314_1516_1718,
+        private_data: std::array::from_fn(|i| u8::try_from(i).unwrap()),
+    };
+    let mut data = [0xa5u8; 232];
+    CmMessage::SidrReq(Box::new(req.clone())).emit_data(&mut data).unwrap();
+    assert_eq!(&data[..16], &[1, 2, 3, 4, 0x80, 0x05, 0, 0, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18]);
+    assert_eq!(data[16], 0);
+    assert_eq!(data[231], 215);
+    assert_eq!(CmMessage::parse_data(attr::SIDR_REQ, &data).unwrap(), Some(CmMessage::SidrReq(Box::new(req))));
+    let rep = CmSidrRep {
+        request_id: 0x0102_0304,
+        status: SidrStatus::Unknown(9),
+        info_len: 72,
+        vendor_id: 0x00ab_cdef,
+        qpn: 0x00fe_dcba,
+        service_id: 0x2122_2324_2526_2728,
+        qkey: 0x3132_3334,
+        info: [0x44; 72],
+        private_data: [0x55; 136],
+    };
+    let mut data = [0xa5u8; 232];
+    CmMessage::SidrRep(Box::new(rep.clone())).emit_data(&mut data).unwrap();
+    assert_eq!(
+        &data[..24],
+        &[
+            1, 2, 3, 4, 9, 72, 0xab, 0xcd, 0xfe, 0xdc, 0xba, 0xef, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28,
+            0x31, 0x32, 0x33, 0x34
+        ]
+    );
+    assert_eq!((data[24], data[95], data[96], data[231]), (0x44, 0x44, 0x55, 0x55));
+    assert_eq!(CmMessage::parse_data(attr::SIDR_REP, &data).unwrap(), Some(CmMessage::SidrRep(Box::new(rep))));
+    // Every status byte survives: the six IBA names and the rest as Unknown.
+    for v in 0..=u8::MAX {
+        let s = SidrStatus::from(v);
+        assert_eq!(u8::from(s), v);
+        assert_eq!(matches!(s, SidrStatus::Unknown(_)), v > 5);
+    }
+}
+
+// MRA, as Linux's CM sends it (tools/tests/data/rping_mra_linux.pcap, 2026-11-27): `rnic rping
+// -c` with RNIC_FAULTS=dup=1 sent its REQ twice to `rping -s` on Linux rxe 6.1; the repeat
+// found Linux's connection in MRA_REQ_SENT (rdma_cm prepares an MRA for every REQ it hands to
+// user space) and was answered with this MRA before the REP.
+const MRA_LINUX: &str = "0107020300000000000059ad876a72690011000000000000e7f6c9fd02429a3300c0";
+
+#[test]
+fn linux_mra_for_a_repeated_req_parses_and_round_trips() {
+    let mads = mads_in("rping_mra_linux.pcap");
+    assert_eq!(mads[2], mad(MRA_LINUX).to_vec(), "the third MAD of the exchange");
+    let CmMessage::Req(req) = CmMessage::from_mad(&mads[0]).unwrap().1.unwrap() else { panic!("not a REQ") };
+    assert_eq!(mads[0], mads[1], "the REQ, twice");
+    let (h, msg) = round_trip(&mad(MRA_LINUX));
+    let CmMessage::Mra(m) = msg else { panic!("not an MRA") };
+    assert_eq!((h.attr_id, h.tid), (attr::MRA, 0x59ad_876a_7269), "the REQ's transaction ID");
+    assert_eq!((m.local_comm_id, m.remote_comm_id), (0xe7f6_c9fd, req.local_comm_id));
+    // "REQ" MRAed; service timeout 24 (4.096 us x 2^24, 68.7 s: Linux's CM_MRA_SETTING).
+    assert_eq!((m.message_mraed, m.service_timeout), (rnic_wire::cm::MsgRef::Req, 24));
+    assert_eq!(m.private_data, [0; 222]);
 }

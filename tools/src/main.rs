@@ -13,6 +13,7 @@ mod ladder;
 mod perf;
 mod pingpong;
 mod rping;
+mod udaddy;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -37,6 +38,8 @@ enum Command {
     Pingpong(pingpong::Args),
     /// rdma_cm's rping: connect through the CM and ping with RDMA READ and WRITE.
     Rping(rping::Args),
+    /// rdma_cm's udaddy: resolve a UD QP through the CM (SIDR) and exchange datagrams.
+    Udaddy(udaddy::Args),
     /// perftest-style benchmarks (write_bw, send_lat, ...) with a same-run UDP baseline.
     Perf(perf::Args),
     /// Show the emulated devices as ibv_devinfo does: attributes, port, GIDs, limits, counters.
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Command::Ladder(args) => ladder::run(args),
         Command::Pingpong(args) => pingpong::run(args),
         Command::Rping(args) => rping::run(args),
+        Command::Udaddy(args) => udaddy::run(args),
         Command::Perf(args) => perf::run(args),
         Command::Devinfo(args) => devinfo::run(args),
         Command::Exec(args) => exec::run(args),

@@ -55,6 +55,10 @@ pub struct Args {
     /// The client's own device address (default: 127.0.0.2 when the server is 127.0.0.1).
     #[arg(short = 'I')]
     pub source: Option<IpAddr>,
+    /// Server: hold each connect request this many seconds before accepting it (the CM
+    /// answers the client's repeated REQ with an MRA meanwhile, so it keeps waiting).
+    #[arg(long, default_value_t = 0.0)]
+    pub hold: f64,
     /// Path MTU the client asks for in its REQ (rdma_cm takes it from the route: 1024 on a
     /// 1500-byte Ethernet; a Linux rxe peer does not clamp a larger one to its link).
     #[arg(long, default_value_t = 1024)]
@@ -300,6 +304,12 @@ fn serve_one(a: &Args, ctx: &Context, req: &rnic_verbs::ConnectRequest) -> Resul
     let (pd, cq) =
         (ctx.alloc_pd().map_err(|e| rnic_verbs::report(&e))?, ctx.create_cq(16).map_err(|e| rnic_verbs::report(&e))?);
     let b = Bufs::new(ctx, &pd, a.size)?;
+    if a.hold > 0.0 {
+        if a.debug {
+            eprintln!("rping: holding the request {} s", a.hold);
+        }
+        std::thread::sleep(Duration::try_from_secs_f64(a.hold).map_err(|e| format!("--hold {}: {e}", a.hold))?);
+    }
     let access = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
     let qp = pd
         .qp_builder(&cq, &cq)

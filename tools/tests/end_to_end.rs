@@ -432,3 +432,77 @@ fn rping_between_two_processes_of_one_device() {
     assert!(s.status.success(), "server: {stext}\n{}", String::from_utf8_lossy(&s.stderr));
     assert_eq!(stext.matches("server ping data: rdma-ping-").count(), 10, "{stext}");
 }
+
+/// `rnic udaddy` with server and client on ONE device (127.0.19.8), in two processes,
+/// while a third process that opened the device first (an rping server) is the member
+/// QP1's MADs reach: it offers the SIDR_REQ to the member that listens on the UDP port,
+/// and passes the SIDR_REP to the member whose request ID it names; the datagrams then go
+/// QP to QP. A SIDR_REQ for a port nobody listens on is answered "service ID not
+/// supported" once every member has declined it.
+#[test]
+fn udaddy_between_two_processes_of_one_device() {
+    let agent = rnic()
+        .args(["rping", "-s", "-a", "127.0.19.8", "-p", "7305"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut kids = Reap(vec![agent]);
+    std::thread::sleep(Duration::from_millis(300));
+    let server = rnic()
+        .args(["udaddy", "-b", "127.0.19.8", "--port", "7306", "-C", "4", "-S", "200"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    kids.0.push(server);
+    std::thread::sleep(Duration::from_millis(300));
+    let out = rnic()
+        .args(["udaddy", "-s", "127.0.19.8", "-b", "127.0.19.8", "--port", "7306", "-C", "4", "-S", "200"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "client: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("data transfers complete"), "{text}");
+    let s = kids.0.remove(1).wait_with_output().unwrap();
+    let stext = String::from_utf8_lossy(&s.stdout);
+    assert!(s.status.success(), "server: {stext}\n{}", String::from_utf8_lossy(&s.stderr));
+    assert!(stext.contains("sending replies") && stext.contains("return status 0"), "{stext}");
+    let t0 = std::time::Instant::now();
+    let out =
+        rnic().args(["udaddy", "-s", "127.0.19.8", "-b", "127.0.19.8", "--port", "7399", "-C", "1"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("nobody listens on 127.0.19.8 UDP port 7399"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "answered, not timed out: {:?}", t0.elapsed());
+}
+
+/// A server that holds the connect request (`rnic rping -s --hold 6`): the client's REQ
+/// comes again after its wait (4.83 s), the server's CM answers the repeat with an MRA, and
+/// the client waits for the REP instead of sending its REQ again; the capture starts REQ,
+/// REQ, MRA, REP, RTU.
+#[test]
+fn rping_waits_for_a_server_that_holds_the_request() {
+    let server = rnic()
+        .args(["rping", "-s", "-a", "127.0.19.9", "-p", "7307", "-S", "64", "--hold", "6"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut kids = Reap(vec![server]);
+    std::thread::sleep(Duration::from_millis(300));
+    let pcap = tmp("hold.pcap");
+    let t0 = std::time::Instant::now();
+    let out = rnic()
+        .env("RNIC_PCAP", &pcap)
+        .args(["rping", "-c", "-a", "127.0.19.9", "-I", "127.0.19.10", "-p", "7307", "-C", "2", "-V", "-S", "64"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "client: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(t0.elapsed() >= Duration::from_secs(6), "connected only once the server accepted");
+    let s = kids.0.remove(0).wait_with_output().unwrap();
+    assert!(s.status.success(), "server: {}", String::from_utf8_lossy(&s.stderr));
+    let ladder = rnic().arg("ladder").arg(&pcap).output().unwrap();
+    let text = String::from_utf8_lossy(&ladder.stdout);
+    let cm: Vec<_> = text.split("MAD CM ").skip(1).filter_map(|rest| rest.split_whitespace().next()).take(5).collect();
+    assert_eq!(cm, ["REQ", "REQ", "MRA", "REP", "RTU"], "{text}");
+}

@@ -152,7 +152,7 @@ pub enum Msg<'a> {
         ce: bool,
         /// The IPv4 ID its ICRC matched.
         ident: u16,
-        /// A CM REQ offered to every member: taken only by one that listens on its
+        /// A CM REQ or SIDR_REQ offered to every member: taken only by one that listens on its
         /// service ID.
         offer: bool,
         /// A CM MAD the agent chose this member for (not to be routed again).
@@ -425,10 +425,12 @@ pub fn is_gsi(pkt: &[u8]) -> bool {
     dest_qp(pkt) == Some(GSI_QPN)
 }
 
-/// The service ID of a CM REQ in a QP1 packet.
+/// The service ID of a CM REQ or SIDR_REQ in a QP1 packet: the requests a member takes
+/// only when it listens on it.
 pub fn req_service_id(pkt: &[u8]) -> Option<u64> {
     match cm_message(pkt)? {
         rnic_wire::cm::CmMessage::Req(r) => Some(r.service_id),
+        rnic_wire::cm::CmMessage::SidrReq(r) => Some(r.service_id),
         _ => None,
     }
 }
@@ -442,18 +444,23 @@ fn cm_message(pkt: &[u8]) -> Option<rnic_wire::cm::CmMessage> {
     rnic_wire::cm::CmMessage::from_mad(pkt.get(MAD_AT..MAD_AT + rnic_wire::mad::MAD_LEN)?).ok()?.1
 }
 
-/// Names an offered REQ the same way in every member: the requester's address and its
-/// communication ID (stable across builds: CRC-32 of the address).
+/// Names an offered REQ or SIDR_REQ the same way in every member: the requester's address
+/// and its communication (or request) ID, which one ID space of the requester's CM hands
+/// out (stable across builds: CRC-32 of the address).
 pub fn offer_key(src: SocketAddr, pkt: &[u8]) -> Option<u64> {
-    let rnic_wire::cm::CmMessage::Req(r) = cm_message(pkt)? else { return None };
+    let id = match cm_message(pkt)? {
+        rnic_wire::cm::CmMessage::Req(r) => r.local_comm_id,
+        rnic_wire::cm::CmMessage::SidrReq(r) => r.request_id,
+        _ => return None,
+    };
     let ip = match src.ip() {
         IpAddr::V4(a) => crc32fast::hash(&a.octets()),
         IpAddr::V6(a) => crc32fast::hash(&a.octets()),
     };
-    Some(u64::from(ip) << 32 | u64::from(r.local_comm_id))
+    Some(u64::from(ip) << 32 | u64::from(id))
 }
 
-/// A REQ the agent offered to the other members, waiting for their declines: when every
+/// A REQ (or SIDR_REQ) the agent offered to the other members, waiting for their declines: when every
 /// one declined, the agent's own CM takes it (and rejects it: nobody listens).
 #[derive(Debug)]
 struct Offer {
@@ -475,7 +482,7 @@ const OFFER_WAIT: Duration = Duration::from_secs(2);
 pub struct Passed {
     /// The IPv4 ID its ICRC matched (for the capture).
     pub ident: u16,
-    /// A CM REQ offered to every member ([`Msg::Packet::offer`]).
+    /// A CM REQ or SIDR_REQ offered to every member ([`Msg::Packet::offer`]).
     pub offer: bool,
     /// A CM MAD the agent chose this member for.
     pub decided: bool,
@@ -611,11 +618,12 @@ impl Share {
     }
 
     /// The agent's choice for a QP1 packet (a CM MAD): which member's CM takes it. A REQ
-    /// goes to the agent's own CM when it listens on the service ID (or no other member
-    /// exists), else it is offered to every other member (the one that listens takes it,
-    /// the others decline; declined by all, it comes back to the agent's CM, which
-    /// rejects it); any other CM message to the member whose communication ID it names
-    /// (`cm::comm_id_member`). What does not parse stays here, for the agent's CM to count.
+    /// or SIDR_REQ goes to the agent's own CM when it listens on the service ID (or no
+    /// other member exists), else it is offered to every other member (the one that
+    /// listens takes it, the others decline; declined by all, it comes back to the agent's
+    /// CM, which rejects it: REJ, or SIDR_REP "service ID not supported"); any other CM
+    /// message to the member whose communication ID it names (a SIDR_REP: its request ID;
+    /// `cm::comm_id_member`). What does not parse stays here, for the agent's CM to count.
     pub fn gsi_route(&self, pkt: &[u8], listening: impl FnOnce(u64) -> bool) -> GsiRoute {
         use rnic_wire::cm::CmMessage;
         if self.table.len() <= 1 {
@@ -625,6 +633,10 @@ impl Share {
             Some(CmMessage::Req(r)) => {
                 return if listening(r.service_id) { GsiRoute::Here } else { GsiRoute::Offer };
             }
+            Some(CmMessage::SidrReq(r)) => {
+                return if listening(r.service_id) { GsiRoute::Here } else { GsiRoute::Offer };
+            }
+            Some(CmMessage::SidrRep(r)) => r.request_id,
             Some(CmMessage::Rep(r)) => r.remote_comm_id,
             Some(CmMessage::Rtu(r)) => r.remote_comm_id,
             Some(CmMessage::Rej(r)) => r.remote_comm_id,
@@ -978,6 +990,52 @@ mod tests {
         assert_eq!(Msg::decode(b"RNSH\x01\x10"), None, "unknown flag");
         assert_eq!(parse_probe(&probe_datagram(2, 5, 1)), Some((2, 5, 1)));
         assert_eq!(parse_probe(&bth(0x11)), None);
+    }
+
+    /// A UD SEND_ONLY to QP1 (BTH, DETH) carrying `msg`.
+    fn gsi_packet(msg: rnic_wire::cm::CmMessage) -> Vec<u8> {
+        let mut p = vec![0x64u8, 0, 0xff, 0xff, 0, 0, 0, 1, 0x80, 0, 0, 0];
+        p.extend_from_slice(&[0x80, 1, 0, 0, 0, 0, 0, 1]);
+        p.extend_from_slice(&msg.to_mad(7));
+        p
+    }
+
+    #[test]
+    fn the_agent_offers_sidr_reqs_and_routes_sidr_reps_by_their_request_id() {
+        use rnic_wire::cm::{CmMessage, CmSidrRep, CmSidrReq, SidrStatus};
+        let mut s = join("127.0.93.1:4791".parse().unwrap()).unwrap();
+        s.table = vec![s.member, 3, 5];
+        let sid = rnic_wire::cm::service_id(rnic_wire::cm::port_space::UDP, 7174);
+        let member3 = 3 << crate::cm::COMM_ID_MEMBER_SHIFT | 0x1234;
+        let req = gsi_packet(CmMessage::SidrReq(Box::new(CmSidrReq {
+            request_id: member3,
+            pkey: 0xffff,
+            service_id: sid,
+            private_data: [0; 216],
+        })));
+        assert_eq!(req_service_id(&req), Some(sid));
+        assert_eq!(s.gsi_route(&req, |x| x == sid), GsiRoute::Here, "the agent listens");
+        assert_eq!(s.gsi_route(&req, |_| false), GsiRoute::Offer, "another member may");
+        let src: SocketAddr = "10.0.0.1:4791".parse().unwrap();
+        assert_eq!(offer_key(src, &req).map(|k| k & 0xffff_ffff), Some(u64::from(member3)));
+        let rep = |request_id| {
+            gsi_packet(CmMessage::SidrRep(Box::new(CmSidrRep {
+                request_id,
+                status: SidrStatus::Valid,
+                info_len: 0,
+                vendor_id: 0,
+                qpn: 0x11,
+                service_id: sid,
+                qkey: rnic_wire::cm::RDMA_UDP_QKEY,
+                info: [0; 72],
+                private_data: [0; 136],
+            })))
+        };
+        assert_eq!(req_service_id(&rep(member3)), None, "a reply is never offered");
+        assert_eq!(s.gsi_route(&rep(member3), |_| true), GsiRoute::To(3), "member 3's request");
+        let member9 = 9 << crate::cm::COMM_ID_MEMBER_SHIFT | 1;
+        assert_eq!(s.gsi_route(&rep(member9), |_| true), GsiRoute::Here, "no member 9: the agent counts it");
+        assert_eq!(s.gsi_route(&rep(0), |_| true), GsiRoute::Here);
     }
 
     proptest::proptest! {
