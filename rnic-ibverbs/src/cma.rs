@@ -22,10 +22,10 @@ use crate::device::{ctx_of, devices, Dev};
 use crate::{diag, guard, set_errno, EventFd};
 use libc::{c_char, c_int, c_void, size_t, sockaddr, socklen_t};
 use parking_lot::{Condvar, Mutex};
-use rnic_core::cm::{self as core, AcceptParams, ConnectParams, RepInfo, ReqInfo};
+use rnic_core::cm::{self as core, AcceptParams, ConnectParams, RepInfo, ReqInfo, SidrParams, SidrRepParams};
 use rnic_core::device::Device;
 use rnic_verbs_sys::*;
-use rnic_wire::cm::{CmTransport, CmaHeader, CMA_HDR_LEN};
+use rnic_wire::cm::{CmTransport, CmaHeader, SidrStatus, CMA_HDR_LEN};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::ptr::null_mut;
@@ -43,6 +43,9 @@ const MAX_RD_ATOMIC: u8 = 16;
 const REQ_PRIVATE: usize = 92 - CMA_HDR_LEN;
 const REP_PRIVATE: usize = 196;
 const REJ_PRIVATE: usize = 148;
+/// SIDR_REQ (less rdma_cm's header) and SIDR_REP (IBA 12.11).
+const SIDR_REQ_PRIVATE: usize = 216 - CMA_HDR_LEN;
+const SIDR_REP_PRIVATE: usize = 136;
 /// The largest private data an event carries.
 const EVENT_PRIVATE: usize = 256;
 
@@ -170,12 +173,22 @@ fn route(dev: c_int, ev: core::CmEvent) {
                 // The listener went away after the CM took the REQ: refuse it, as the
                 // kernel does for a REQ nobody listens for (IBA 12.6.7: REJ, invalid
                 // service ID).
-                reject_orphan(dev, conn, "nobody listens on its service ID any more");
+                reject_orphan(dev, conn, false, "nobody listens on its service ID any more");
                 return;
             };
             // SAFETY: a registered id is alive (destroy unregisters it under this lock).
             let l = unsafe { &*(listener as *const CmId) };
-            l.push(Kind::ConnectRequest { dev, conn, req });
+            l.push(Kind::ConnectRequest { dev, conn, req: Request::Rc(req) });
+        }
+        core::CmEvent::SidrRequest { id: conn, src, service_id, private_data, .. } => {
+            let Some(&listener) = r.listeners.get(&(dev, service_id)) else {
+                drop(r);
+                reject_orphan(dev, conn, true, "nobody listens on its service ID any more");
+                return;
+            };
+            // SAFETY: as above.
+            let l = unsafe { &*(listener as *const CmId) };
+            l.push(Kind::ConnectRequest { dev, conn, req: Request::Ud { src, private_data } });
         }
         other => {
             let conn = match &other {
@@ -183,8 +196,9 @@ fn route(dev: c_int, ev: core::CmEvent) {
                 | core::CmEvent::Established { id, .. }
                 | core::CmEvent::Rejected { id, .. }
                 | core::CmEvent::Disconnected { id, .. }
-                | core::CmEvent::TimedOut { id, .. } => *id,
-                core::CmEvent::ConnectRequest { .. } => return,
+                | core::CmEvent::TimedOut { id, .. }
+                | core::CmEvent::SidrReply { id, .. } => *id,
+                core::CmEvent::ConnectRequest { .. } | core::CmEvent::SidrRequest { .. } => return,
             };
             // An id destroyed meanwhile: nobody to tell.
             let Some(&id) = r.conns.get(&(dev, conn)) else { return };
@@ -196,19 +210,34 @@ fn route(dev: c_int, ev: core::CmEvent) {
                 core::CmEvent::Rejected { reason, private_data, .. } => Kind::Rejected { reason, private_data },
                 core::CmEvent::Disconnected { private_data, .. } => Kind::Disconnected { private_data },
                 core::CmEvent::TimedOut { .. } => Kind::Unreachable,
-                core::CmEvent::ConnectRequest { .. } => return,
+                core::CmEvent::SidrReply { status, qpn, qkey, private_data, .. } => {
+                    Kind::SidrReply { status, qpn, qkey, private_data }
+                }
+                core::CmEvent::ConnectRequest { .. } | core::CmEvent::SidrRequest { .. } => return,
             };
             id.push(kind);
         }
     }
 }
 
-/// Refuses a connection request no id can take (the peer sees REJECTED), saying why.
-fn reject_orphan(dev: c_int, conn: u32, why: &str) {
+/// A SIDR_REP that refuses (no QP, no Q_Key).
+fn sidr_refusal(status: SidrStatus, private_data: &[u8]) -> SidrRepParams {
+    SidrRepParams { status, qpn: 0, qkey: 0, private_data: private_data.to_vec() }
+}
+
+/// Refuses a connection request no id can take (the peer sees REJECTED; for a SIDR
+/// request, UNREACHABLE with status 1, what Linux's CM answers for a service nobody
+/// serves), saying why.
+fn reject_orphan(dev: c_int, conn: u32, ud: bool, why: &str) {
     if let Some(d) = dev_by_index(dev) {
         diag(format!("rdma_cm: {}: refused a connection request: {why}", d.dev.info.name));
         if let Ok(core) = d.core() {
-            let _ = core.cm_call(move |cm, now| cm.reject(now, conn, &[]));
+            let _ = if ud {
+                let p = sidr_refusal(SidrStatus::ServiceIdNotSupported, &[]);
+                core.cm_call(move |cm, now| cm.sidr_reply(now, conn, &p))
+            } else {
+                core.cm_call(move |cm, now| cm.reject(now, conn, &[]))
+            };
         }
     }
 }
@@ -222,12 +251,25 @@ enum Kind {
     AddrResolved,
     AddrError(c_int),
     RouteResolved,
-    ConnectRequest { dev: c_int, conn: u32, req: Box<ReqInfo> },
+    ConnectRequest { dev: c_int, conn: u32, req: Request },
     ConnectReply(Box<RepInfo>),
     Established,
     Rejected { reason: u16, private_data: Vec<u8> },
     Disconnected { private_data: Vec<u8> },
     Unreachable,
+    SidrReply { status: SidrStatus, qpn: u32, qkey: u32, private_data: Vec<u8> },
+}
+
+/// A request for a listener: a REQ (connected ids) or a SIDR_REQ (UD ids).
+enum Request {
+    Rc(Box<ReqInfo>),
+    Ud { src: IpAddr, private_data: Vec<u8> },
+}
+
+impl Request {
+    fn ud(&self) -> bool {
+        matches!(self, Request::Ud { .. })
+    }
 }
 
 struct Pending {
@@ -700,7 +742,13 @@ fn destroy(cid: &CmId) {
     // request, DREQ an established one.
     if let (Some(conn), Some(d)) = (conn, dev.and_then(dev_by_index)) {
         if let Ok(core) = d.core() {
+            let ud = cid.id.qp_type == IBV_QPT_UD;
             let _ = match phase {
+                Phase::Requested if ud => {
+                    let p = sidr_refusal(SidrStatus::Rejected, &[]);
+                    core.cm_call(move |cm, now| cm.sidr_reply(now, conn, &p))
+                }
+                Phase::Connecting if ud => core.cm_call(move |cm, _| cm.cancel_sidr(conn)),
                 Phase::Requested => core.cm_call(move |cm, now| cm.reject(now, conn, &[])),
                 Phase::Accepted | Phase::Connected => core.cm_call(move |cm, now| cm.disconnect(now, conn, &[])),
                 _ => Ok(Ok(())),
@@ -721,8 +769,13 @@ fn destroy(cid: &CmId) {
     // SAFETY: the id's channel is live.
     if let Some(c) = unsafe { chan(cid.id.channel) } {
         for ev in c.take_for(p) {
-            if let Kind::ConnectRequest { dev, conn, .. } = ev.kind {
-                reject_orphan(dev, conn, "the listening id was destroyed before the program took the request");
+            if let Kind::ConnectRequest { dev, conn, req } = ev.kind {
+                reject_orphan(
+                    dev,
+                    conn,
+                    req.ud(),
+                    "the listening id was destroyed before the program took the request",
+                );
             }
         }
     }
@@ -850,6 +903,19 @@ pub unsafe extern "C" fn rnic_cm_rdma_resolve_route(id: *mut rdma_cm_id, _timeou
     })
 }
 
+/// The address vector to reach `peer` (RoCEv2: a GRH to its GID, from GID index 1).
+fn ah_to(peer: IpAddr, tos: u8) -> ibv_ah_attr {
+    // SAFETY: all-zero is a valid address vector.
+    let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
+    a.is_global = 1;
+    a.port_num = 1;
+    a.grh.dgid = gid_of(canonical(peer));
+    a.grh.sgid_index = 1;
+    a.grh.hop_limit = 64;
+    a.grh.traffic_class = tos;
+    a
+}
+
 /// The path record the kernel builds for a RoCE route (`cma_resolve_iboe_route`).
 fn path_record(cid: &CmId, st: &IdState, d: &'static CmaDev) -> ibv_sa_path_rec {
     // SAFETY: all-zero is a valid path record.
@@ -886,8 +952,8 @@ pub unsafe extern "C" fn rnic_cm_rdma_listen(id: *mut rdma_cm_id, _backlog: c_in
         if st.phase != Phase::Bound {
             return Err(libc::EINVAL);
         }
-        if cid.id.ps == RDMA_PS_UDP || cid.id.ps == RDMA_PS_IPOIB {
-            diag("rdma_listen: UD ids (RDMA_PS_UDP, SIDR) are not supported yet");
+        if cid.id.ps == RDMA_PS_IPOIB {
+            diag("rdma_listen: the IPoIB port space has no meaning on RoCE");
             return Err(libc::EOPNOTSUPP);
         }
         let local = st.local.ok_or(libc::EINVAL)?;
@@ -936,9 +1002,12 @@ pub unsafe extern "C" fn rnic_cm_rdma_connect(id: *mut rdma_cm_id, param: *mut r
         // SAFETY: the caller's parameters (or NULL).
         let param = unsafe { param.as_ref() };
         let qp = cid.id.qp;
-        if cid.id.ps == RDMA_PS_UDP || cid.id.ps == RDMA_PS_IPOIB {
-            diag("rdma_connect: UD ids (RDMA_PS_UDP, SIDR) are not supported yet");
+        if cid.id.ps == RDMA_PS_IPOIB {
+            diag("rdma_connect: the IPoIB port space has no meaning on RoCE");
             return Err(libc::EOPNOTSUPP);
+        }
+        if cid.id.qp_type == IBV_QPT_UD {
+            return sidr_connect(cid, param);
         }
         if qp.is_null() && param.is_none() {
             return Err(libc::EINVAL);
@@ -1016,6 +1085,43 @@ pub unsafe extern "C" fn rnic_cm_rdma_connect(id: *mut rdma_cm_id, param: *mut r
     })
 }
 
+/// `rdma_connect` on a UD id: a SIDR_REQ (IBA 12.11) with rdma_cm's header, answered by
+/// ESTABLISHED (the remote QPN and Q_Key in `param.ud`) or UNREACHABLE.
+fn sidr_connect(cid: &CmId, param: Option<&rdma_conn_param>) -> Result<(), c_int> {
+    let mut st = cid.st.lock();
+    if st.phase != Phase::RouteResolved {
+        return Err(libc::EINVAL);
+    }
+    let d = st.dev.and_then(dev_by_index).ok_or(libc::EINVAL)?;
+    let (local, peer) = (st.local.ok_or(libc::EINVAL)?, st.peer.ok_or(libc::EINVAL)?);
+    let user = param.map_or(&[][..], |p| private(p.private_data, p.private_data_len));
+    if user.len() > SIDR_REQ_PRIVATE {
+        return Err(libc::EINVAL);
+    }
+    let mut pd = vec![0u8; CMA_HDR_LEN];
+    CmaHeader { src_port: local.port(), src: canonical(local.ip()), dst: canonical(peer.ip()) }
+        .emit(&mut pd)
+        .ok_or(libc::EAFNOSUPPORT)?;
+    pd.extend_from_slice(user);
+    let p = SidrParams::new(canonical(peer.ip()), service_id(cid.id.ps, peer.port()), pd);
+    let core = d.core()?;
+    let mut r = routes().lock();
+    let conn = match core.cm_call(move |cm, now| cm.sidr_request(now, &p)) {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            diag(format!("rdma_connect: {e}"));
+            return Err(libc::EINVAL);
+        }
+        Err(_) => return Err(libc::ENODEV),
+    };
+    r.conns.insert((d.dev.index, conn), cid.ptr());
+    drop(r);
+    st.conn = Some(conn);
+    st.phase = Phase::Connecting;
+    drop(st);
+    complete(cid)
+}
+
 /// The private data of a connection parameter.
 fn private<'a>(p: *const c_void, len: u8) -> &'a [u8] {
     if p.is_null() || len == 0 {
@@ -1042,6 +1148,39 @@ pub unsafe extern "C" fn rnic_cm_rdma_accept(id: *mut rdma_cm_id, param: *mut rd
         }
         let d = st.dev.and_then(dev_by_index).ok_or(libc::EINVAL)?;
         let conn = st.conn.ok_or(libc::EINVAL)?;
+        if cid.id.qp_type == IBV_QPT_UD {
+            // The SIDR_REP names the UD QP and rdma_cm's Q_Key; no event follows, and a
+            // synchronous id's request event is done with (librdmacm's rdma_accept).
+            let user = param.map_or(&[][..], |p| private(p.private_data, p.private_data_len));
+            if user.len() > SIDR_REP_PRIVATE {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: the program's QP (ours) when it made one on the id.
+            let qpn = unsafe { qp.as_ref() }.map_or_else(|| param.map_or(0, |p| p.qp_num), |q| q.qp_num);
+            let p = SidrRepParams { status: SidrStatus::Valid, qpn, qkey: RDMA_UDP_QKEY, private_data: user.to_vec() };
+            match d.core()?.cm_call(move |cm, now| cm.sidr_reply(now, conn, &p)) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    diag(format!("rdma_accept: {e}"));
+                    return Err(libc::EINVAL);
+                }
+                Err(_) => return Err(libc::ENODEV),
+            }
+            st.phase = Phase::Connected;
+            let sync = st.sync;
+            drop(st);
+            if sync {
+                let p = cid.ptr() as *mut CmId;
+                // SAFETY: our id's kept request event.
+                unsafe {
+                    if !(*p).id.event.is_null() {
+                        rnic_cm_rdma_ack_cm_event((*p).id.event);
+                        (*p).id.event = null_mut();
+                    }
+                }
+            }
+            return Ok(());
+        }
         // rdma_accept: the depths the program gives, else the request's capped at the
         // device's.
         match param.map(|p| p.initiator_depth) {
@@ -1280,7 +1419,18 @@ pub unsafe extern "C" fn rnic_cm_rdma_reject(id: *mut rdma_cm_id, private_data: 
         let conn = st.conn.ok_or(libc::EINVAL)?;
         let d = st.dev.and_then(dev_by_index).ok_or(libc::EINVAL)?;
         let pd = user.to_vec();
-        match d.core()?.cm_call(move |cm, now| cm.reject(now, conn, &pd)) {
+        let ud = cid.id.qp_type == IBV_QPT_UD;
+        if ud && user.len() > SIDR_REP_PRIVATE {
+            return Err(libc::EINVAL);
+        }
+        // A UD id's request is refused with a SIDR_REP of status 2 (IB_SIDR_REJECT).
+        match d.core()?.cm_call(move |cm, now| {
+            if ud {
+                cm.sidr_reply(now, conn, &sidr_refusal(SidrStatus::Rejected, &pd))
+            } else {
+                cm.reject(now, conn, &pd)
+            }
+        }) {
             Ok(Ok(())) => {
                 st.phase = Phase::Disconnected;
                 Ok(())
@@ -1322,7 +1472,8 @@ pub unsafe extern "C" fn rnic_cm_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     // SAFETY: an id we made.
     let Some(cid) = (unsafe { id_of(id) }) else { return einval() };
     call(|| {
-        if cid.id.verbs.is_null() {
+        // A UD id has no connection to close (the kernel's rdma_disconnect: EINVAL).
+        if cid.id.verbs.is_null() || cid.id.qp_type == IBV_QPT_UD {
             return Err(libc::EINVAL);
         }
         // ucma_shutdown: the QP goes to ERR first (its work requests flush).
@@ -1440,6 +1591,32 @@ fn convert(p: Pending) -> Option<*mut rdma_cm_event> {
             drop(st);
             new_event(id, RDMA_CM_EVENT_DISCONNECTED, 0, &private_data)
         }
+        Kind::SidrReply { status, qpn, qkey, private_data } => {
+            let mut st = id.st.lock();
+            let peer = st.peer.map(|a| canonical(a.ip()));
+            let tos = st.tos;
+            // cma_sidr_rep_handler: a refusal is UNREACHABLE with the SIDR status; a
+            // valid answer is ESTABLISHED with the address, QPN and Q_Key to send to.
+            let ev = if status == SidrStatus::Valid {
+                st.phase = Phase::Connected;
+                let mut e = new_event(id, RDMA_CM_EVENT_ESTABLISHED, 0, &private_data);
+                if let Some(peer) = peer {
+                    // SAFETY: writing the ud member of the event's union.
+                    unsafe {
+                        let u = &mut e.ev.param.ud;
+                        u.ah_attr = ah_to(peer, tos);
+                        u.qp_num = qpn;
+                        u.qkey = qkey;
+                    }
+                }
+                e
+            } else {
+                st.phase = Phase::Disconnected;
+                new_event(id, RDMA_CM_EVENT_UNREACHABLE, c_int::from(u8::from(status)), &private_data)
+            };
+            drop(st);
+            ev
+        }
         Kind::Unreachable => {
             id.st.lock().phase = Phase::Disconnected;
             modify_err(id.id.qp);
@@ -1451,9 +1628,10 @@ fn convert(p: Pending) -> Option<*mut rdma_cm_event> {
 }
 
 /// A CONNECT_REQUEST: a new id for the connection (`ucma_process_conn_req`).
-fn conn_request(listener: &CmId, dev: c_int, conn: u32, req: Box<ReqInfo>) -> Option<*mut rdma_cm_event> {
+fn conn_request(listener: &CmId, dev: c_int, conn: u32, req: Request) -> Option<*mut rdma_cm_event> {
+    let ud = req.ud();
     let Some(d) = dev_by_index(dev) else {
-        reject_orphan(dev, conn, "its device is gone");
+        reject_orphan(dev, conn, ud, "its device is gone");
         return None;
     };
     let (lsync, local_port) = {
@@ -1464,7 +1642,7 @@ fn conn_request(listener: &CmId, dev: c_int, conn: u32, req: Box<ReqInfo>) -> Op
         match Channel::new() {
             Ok(c) => c.cast(),
             Err(_) => {
-                reject_orphan(dev, conn, "no event channel could be made for the synchronous listener's new id");
+                reject_orphan(dev, conn, ud, "no event channel could be made for the synchronous listener's new id");
                 return None;
             }
         }
@@ -1474,8 +1652,12 @@ fn conn_request(listener: &CmId, dev: c_int, conn: u32, req: Box<ReqInfo>) -> Op
     let child = new_id(channel, listener.id.context, listener.id.ps, listener.id.qp_type);
     // SAFETY: just made.
     let cid = unsafe { &*child };
-    let hdr = CmaHeader::parse(&req.private_data);
-    let user = if hdr.is_some() { &req.private_data[CMA_HDR_LEN..] } else { &req.private_data[..] };
+    let (src, data) = match &req {
+        Request::Rc(r) => (r.src, &r.private_data),
+        Request::Ud { src, private_data } => (*src, private_data),
+    };
+    let hdr = CmaHeader::parse(data);
+    let user = if hdr.is_some() { &data[CMA_HDR_LEN..] } else { &data[..] };
     let mut ev = new_event(cid, RDMA_CM_EVENT_CONNECT_REQUEST, 0, user);
     ev.ev.listen_id = listener.ptr() as *mut rdma_cm_id;
     ev.counted = listener.ptr();
@@ -1484,7 +1666,7 @@ fn conn_request(listener: &CmId, dev: c_int, conn: u32, req: Box<ReqInfo>) -> Op
         st.sync = lsync;
         if attach_dev(cid, &mut st, d).is_err() {
             drop(st);
-            reject_orphan(dev, conn, "the new id could not be given the device's PD");
+            reject_orphan(dev, conn, ud, "the new id could not be given the device's PD");
             return None;
         }
         if let Some(pd) = (!listener.id.pd.is_null()).then_some(listener.id.pd) {
@@ -1492,7 +1674,7 @@ fn conn_request(listener: &CmId, dev: c_int, conn: u32, req: Box<ReqInfo>) -> Op
             unsafe { (*child).id.pd = pd };
         }
         set_local(cid, &mut st, SocketAddr::new(d.ip(), local_port));
-        set_peer(cid, &mut st, SocketAddr::new(req.src, hdr.map_or(0, |h| h.src_port)));
+        set_peer(cid, &mut st, SocketAddr::new(src, hdr.map_or(0, |h| h.src_port)));
         let path = path_record(cid, &st, d);
         let rec = st.path.insert(Box::new(path));
         // SAFETY: our new id; the record lives as long as it.
@@ -1500,23 +1682,38 @@ fn conn_request(listener: &CmId, dev: c_int, conn: u32, req: Box<ReqInfo>) -> Op
             (*child).id.route.path_rec = std::ptr::from_mut::<ibv_sa_path_rec>(rec);
             (*child).id.route.num_paths = 1;
         }
-        // The event's depths are the peer's, seen from here (cma_format_req_event).
-        st.initiator_depth = req.responder_resources;
-        st.responder_resources = req.initiator_depth;
         st.conn = Some(conn);
         st.phase = Phase::Requested;
-        // SAFETY: writing the conn member of the event's union.
-        unsafe {
-            let c = &mut ev.ev.param.conn;
-            c.responder_resources = req.initiator_depth;
-            c.initiator_depth = req.responder_resources;
-            c.flow_control = 1;
-            c.retry_count = req.retry_count;
-            c.rnr_retry_count = req.rnr_retry_count;
-            c.srq = 0;
-            c.qp_num = req.remote_qpn;
+        match req {
+            Request::Rc(req) => {
+                // The event's depths are the peer's, seen from here (cma_format_req_event).
+                st.initiator_depth = req.responder_resources;
+                st.responder_resources = req.initiator_depth;
+                // SAFETY: writing the conn member of the event's union.
+                unsafe {
+                    let c = &mut ev.ev.param.conn;
+                    c.responder_resources = req.initiator_depth;
+                    c.initiator_depth = req.responder_resources;
+                    c.flow_control = 1;
+                    c.retry_count = req.retry_count;
+                    c.rnr_retry_count = req.rnr_retry_count;
+                    c.srq = 0;
+                    c.qp_num = req.remote_qpn;
+                }
+                st.req = Some(req);
+            }
+            Request::Ud { .. } => {
+                // cma_format_ud_event: the requester's address; its QP comes with its first
+                // datagram (the SIDR_REQ names none). The private data is in ud's place.
+                // SAFETY: writing the ud member of the event's union (its first two fields
+                // are conn's: the private data already set).
+                unsafe {
+                    let u = &mut ev.ev.param.ud;
+                    u.ah_attr = ah_to(src, st.tos);
+                    u.qkey = RDMA_UDP_QKEY;
+                }
+            }
         }
-        st.req = Some(req);
         st.qp_init = listener.st.lock().qp_init;
     }
     routes().lock().conns.insert((dev, conn), cid.ptr());

@@ -187,24 +187,45 @@ fn ucmatose_cmtime_and_the_synchronous_examples() {
     assert!(c.contains("rdma_client: end 0") && s.contains("rdma_server: end 0"), "{c}\n{s}");
 }
 
+/// UD through the CM (SIDR): udaddy, 2 ids and 5 datagrams each way, both sides on rnic0;
+/// and a SIDR request nobody listens for: UNREACHABLE with the SIDR status 1 (what Linux's
+/// udaddy prints against Linux's CM), at once.
+#[test]
+fn udaddy_resolves_ud_qps_through_sidr() {
+    let Some(dir) = setup(&["udaddy"]) else { return };
+    let _turn = serial();
+    let a = ip(18);
+    let (c, s) =
+        pair(dir, 18, &["udaddy", "-b", &a, "-c", "2", "-C", "5"], &["udaddy", "-s", &a, "-c", "2", "-C", "5"]);
+    assert!(c.contains("data transfers complete") && s.contains("data transfers complete"), "{c}\n{s}");
+    assert!(c.contains("return status 0") && s.contains("return status 0"), "{c}\n{s}");
+    let t0 = Instant::now();
+    let cli = command(dir, "udaddy", 20).args(["-s", &ip(20), "-C", "1"]).spawn().expect("udaddy");
+    let c = finish(cli, "udaddy to nobody", Instant::now() + Duration::from_secs(20));
+    assert!(text(&c).contains("RDMA_CM_EVENT_UNREACHABLE, error: 1"), "{}", text(&c));
+    assert!(t0.elapsed() < Duration::from_secs(5), "the refusal took {:?}", t0.elapsed());
+}
+
 /// perftest's rdma_cm mode (`-R`): the connection, the exchange of addresses over the
-/// connected QP and the measured test.
+/// connected QP and the measured test; UD (`-c UD`) through SIDR.
 #[test]
 fn perftest_connects_through_rdma_cm() {
     let Some(dir) = setup(&["ib_send_bw", "ib_write_bw", "ib_read_lat"]) else { return };
     let _turn = serial();
     let a = ip(9);
-    for (i, program) in ["ib_send_bw", "ib_write_bw", "ib_read_lat"].into_iter().enumerate() {
+    let runs = [("ib_send_bw", "RC"), ("ib_write_bw", "RC"), ("ib_read_lat", "RC"), ("ib_send_bw", "UD")];
+    for (i, (program, conn)) in runs.into_iter().enumerate() {
         let port = (18_515 + i).to_string();
-        let args = ["-R", "-d", "rnic0", "-n", "200", "-p", &port];
+        let args = ["-R", "-d", "rnic0", "-n", "200", "-p", &port, "-c", conn];
         let mut server = vec![program];
         server.extend_from_slice(&args);
         let mut client = server.clone();
         client.push(&a);
         let (c, _) = pair(dir, 9, &server, &client);
         assert!(c.contains("Data ex. method : rdma_cm"), "{program}: rdma_cm was used:\n{c}");
-        let row = c.lines().find(|l| l.trim_start().starts_with(['1', '2', '6'])).unwrap_or("");
-        assert!(row.split_whitespace().count() >= 4, "{program}: a result row:\n{c}");
+        let row = c.lines().skip_while(|l| !l.contains("#bytes")).nth(1).unwrap_or("");
+        let cols: Vec<f64> = row.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        assert!(cols.len() >= 4 && cols[1] >= 200.0, "{program} -c {conn}: a result row:\n{c}");
     }
 }
 

@@ -251,3 +251,50 @@ fn ucx_finds_the_devices_and_moves_data() {
         eprintln!("{tls}: {}", stdout.lines().find(|l| l.starts_with("Final:")).unwrap_or(""));
     }
 }
+
+/// rdma-core's own rdma_cm tests (`tests/test_rdmacm.py` of the installed python3-pyverbs
+/// suite) under `rnic exec`, on rnic's librdmacm.so.1: the synchronous and asynchronous
+/// connections, READ and WRITE traffic, a rejection with its private data, an external QP
+/// (`rdma_init_qp_attr`, `rdma_establish`) and UD through SIDR pass; the multicast tests
+/// skip as on a device without multicast. Each test forks its passive and active sides,
+/// which start the shared device at the same moment.
+#[test]
+fn rdma_cores_rdmacm_tests_pass() {
+    let suite = Path::new("/usr/share/doc/rdma-core/tests");
+    if !suite.join("run_tests.py").is_file() || !Path::new("/usr/bin/python3").is_file() {
+        return unavailable("rdma-core's test suite is not installed (apt-get install python3-pyverbs)");
+    }
+    let Some(lib) = real_lib() else { return };
+    // The suite ships some files gzipped (Debian): a copy with them unpacked.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rdma-core-tests");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for e in std::fs::read_dir(suite).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let bytes = std::fs::read(e.path()).unwrap();
+        if let Some(plain) = name.strip_suffix(".gz") {
+            let out = Command::new("gzip").arg("-dc").arg(e.path()).output().unwrap();
+            assert!(out.status.success(), "gunzip {name}");
+            std::fs::write(dir.join(plain), out.stdout).unwrap();
+        } else {
+            std::fs::write(dir.join(&name), bytes).unwrap();
+        }
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_rnic"))
+        .arg("exec")
+        .arg("--lib")
+        .arg(&lib)
+        .args(["--", "timeout", "300", "/usr/bin/python3", "run_tests.py", "--dev", "rnic0", "-v", "test_rdmacm"])
+        .current_dir(&dir)
+        .env("RNIC_DEVICES", "rnic0=127.0.0.1,rnic1=127.0.0.2")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    let all = format!("{stdout}{stderr}");
+    if all.contains("running without /sys/class/infiniband") {
+        return unavailable(&format!("no mount namespace for the device files: {stderr}"));
+    }
+    let ok = all.lines().filter(|l| l.contains("(tests.test_rdmacm.") && l.trim_end().ends_with("... ok")).count();
+    assert!(out.status.success() && ok >= 7, "{ok} rdma_cm tests passed (7 expected):\n{all}");
+    eprintln!("{ok} of rdma-core's rdma_cm tests pass on rnic");
+}
