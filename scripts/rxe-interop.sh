@@ -17,6 +17,8 @@
 # `ip neigh` holds rnic's MAC; then the guest rebooted at eth MTU 9000 for path MTU 4096.
 # Shared (CASES=shared): two rnic processes on one device (10.77.0.1) at the same time, each
 # against its own ibv_rc_pingpong / ibv_ud_pingpong in the guest.
+# Stock rdma_cm (CASES=stockcm): rdmacm-utils' rping and udaddy, unmodified, on rnic's
+# librdmacm.so.1 through `rnic exec`, against the same programs on rxe0, in both roles.
 # Stock (CASES=stock): rdma-core's own ibv_rc_pingpong and perftest's ib_write_bw, unmodified,
 # on the namespace side through rnic's libibverbs.so.1, against the same programs on rxe0.
 #
@@ -43,8 +45,16 @@ if [ -z "${RNIC:-}" ]; then
   (cd "$ROOT" && cargo build --release -q -p rnic-tools) || { echo "rxe-interop: build failed" >&2; exit 2; }
   RNIC=$ROOT/target/release/rnic
 fi
-# rnic's libibverbs.so.1, for the stock programs (CASES=stock).
+# rnic's libibverbs.so.1 and librdmacm.so.1, for the stock programs (CASES=stock, stockcm).
 IBVERBS=$ROOT/target/rnic-ibverbs
+# What runs rnic's side of the rping and udaddy cases: rnic's own tools, or (stockcm)
+# rdmacm-utils' programs on rnic's librdmacm.so.1 through `rnic exec`.
+CMPROG=$RNIC
+if [ "${CASES:-all}" = all ] || [ "${CASES}" = stockcm ]; then
+  "$ROOT/scripts/build-ibverbs.sh" > /dev/null || { echo "rxe-interop: scripts/build-ibverbs.sh failed" >&2; exit 2; }
+  command -v rping > /dev/null && command -v udaddy > /dev/null \
+    || { echo "rxe-interop: CASES=stockcm needs rdmacm-utils on the host (apt-get install rdmacm-utils)" >&2; exit 2; }
+fi
 if [ "${CASES:-all}" = all ] || [ "${CASES}" = stock ]; then
   "$ROOT/scripts/build-ibverbs.sh" > /dev/null || { echo "rxe-interop: scripts/build-ibverbs.sh failed" >&2; exit 2; }
   command -v ibv_rc_pingpong > /dev/null && command -v ib_write_bw > /dev/null \
@@ -182,7 +192,7 @@ rping_case() {
   echo "== $id: rnic rping $role, rping -S $size -C 10"
   capture_start "$pcap"
   if [ "$role" = server ]; then
-    ns timeout 120 env ${RPING_FAULTS:+RNIC_FAULTS=$RPING_FAULTS} "$RNIC" rping -s -a "$HOST_IP" -p $port -v -S "$size" \
+    ns timeout 120 env ${RPING_FAULTS:+RNIC_FAULTS=$RPING_FAULTS} $CMPROG rping -s -a "$HOST_IP" -p $port -v -S "$size" \
       ${RPING_HOLD:+--hold $RPING_HOLD} > "$rnic_out" 2>&1 &
     local rpid=$!
     sleep 1
@@ -194,7 +204,7 @@ rping_case() {
 sleep 3; : > /lab/q/a.$job.listening
 wait \$P; echo \"exit \$?\""
     for _ in $(seq 1 300); do [ -e "$RUN/q/a.$job.listening" ] && break; sleep 0.2; done
-    ns timeout 100 env ${RPING_FAULTS:+RNIC_FAULTS=$RPING_FAULTS} "$RNIC" rping -c -a "$GUEST_IP" -I "$HOST_IP" -p $port \
+    ns timeout 100 env ${RPING_FAULTS:+RNIC_FAULTS=$RPING_FAULTS} $CMPROG rping -c -a "$GUEST_IP" -I "$HOST_IP" -p $port \
       -C 10 -v -V -S "$size" > "$rnic_out" 2>&1; rrc=$?
     wait_job a "$RUN" "$job" 120 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
   fi
@@ -248,7 +258,7 @@ udaddy_case() {
   echo "== $id: rnic udaddy $role, udaddy"
   capture_start "$pcap"
   if [ "$role" = server ]; then
-    ns timeout 60 "$RNIC" udaddy -b "$HOST_IP" > "$rnic_out" 2>&1 &
+    ns timeout 60 $CMPROG udaddy -b "$HOST_IP" > "$rnic_out" 2>&1 &
     local rpid=$!
     sleep 1
     job a "$RUN" "$job" "timeout 50 udaddy -s $HOST_IP; echo \"exit \$?\""
@@ -259,7 +269,7 @@ udaddy_case() {
 sleep 3; : > /lab/q/a.$job.listening
 wait \$P; echo \"exit \$?\""
     for _ in $(seq 1 300); do [ -e "$RUN/q/a.$job.listening" ] && break; sleep 0.2; done
-    ns timeout 50 "$RNIC" udaddy -s "$GUEST_IP" -b "$HOST_IP" > "$rnic_out" 2>&1; rrc=$?
+    ns timeout 50 $CMPROG udaddy -s "$GUEST_IP" -b "$HOST_IP" > "$rnic_out" 2>&1; rrc=$?
     wait_job a "$RUN" "$job" 60 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
   else
     ns timeout 20 "$RNIC" udaddy -s "$GUEST_IP" -b "$HOST_IP" > "$rnic_out" 2>&1; rrc=$?
@@ -345,7 +355,7 @@ wait \$P; echo \"exit \$?\""
   SUMMARY+=("$(printf '%-4s %-34s %s' "$verdict" "$id" "$why")")
 }
 
-# CASES=pingpong, CASES=rping, CASES=mra, CASES=udaddy or CASES=stock runs one family
+# CASES=pingpong, CASES=rping, CASES=mra, CASES=udaddy, CASES=stock or CASES=stockcm runs one family
 # (default: all).
 if [ "${CASES:-all}" = all ] || [ "${CASES}" = pingpong ]; then
 run_case rc-rnic-server-64 server 64
@@ -424,6 +434,16 @@ if [ "${CASES:-all}" = all ] || [ "${CASES}" = raw ]; then
   fi
   unset RNIC_DEV RAW_MAC
   ns ip link del rnraw0 2> /dev/null
+fi
+if [ "${CASES:-all}" = all ] || [ "${CASES}" = stockcm ]; then
+# rdmacm-utils' own rping and udaddy, unmodified, on rnic's librdmacm.so.1 (rnic exec)
+# against the same programs on rxe0, in both roles.
+CMPROG="env RNIC_DEVICES=rnic0=$HOST_IP $RNIC exec --lib $IBVERBS --no-device-files --"
+rping_case stockcm-rping-rnic-server-64 server 64
+rping_case stockcm-rping-rnic-client-4096 client 4096
+udaddy_case stockcm-udaddy-rnic-server server
+udaddy_case stockcm-udaddy-rnic-client client
+CMPROG=$RNIC
 fi
 if [ "${CASES:-all}" = all ] || [ "${CASES}" = stock ]; then
 # After the raw family (its veth leaves br0, the guest may have been rebooted) make sure

@@ -916,6 +916,48 @@ fn ah_to(peer: IpAddr, tos: u8) -> ibv_ah_attr {
     a
 }
 
+/// The path MTU the kernel gives a RoCE route from `ip` (`iboe_get_mtu` of the MTU of the
+/// interface holding the address, less the RoCEv2 headers): 1024 on a 1500-byte Ethernet,
+/// 4096 on loopback or jumbo frames. None if no interface holds it.
+fn route_mtu(ip: IpAddr) -> Option<u8> {
+    let name = interface_of(ip)?;
+    let mtu: usize = std::fs::read_to_string(format!("/sys/class/net/{name}/mtu")).ok()?.trim().parse().ok()?;
+    // GRH 40 + UDP 8 + BTH 12 + XRCETH 4 + AtomicETH 28 + ICRC 4 (the kernel's overhead).
+    let room = mtu.saturating_sub(96);
+    Some(match room {
+        r if r >= 4096 => 5,
+        r if r >= 2048 => 4,
+        r if r >= 1024 => 3,
+        r if r >= 512 => 2,
+        _ => 1,
+    })
+}
+
+/// The name of the interface that holds `ip` (getifaddrs).
+fn interface_of(ip: IpAddr) -> Option<String> {
+    let mut ifa: *mut libc::ifaddrs = null_mut();
+    // SAFETY: getifaddrs fills a list we free below.
+    if unsafe { libc::getifaddrs(&mut ifa) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut p = ifa;
+    while !p.is_null() {
+        // SAFETY: a node of the list getifaddrs made; its address may be NULL.
+        let (addr, name, next) = unsafe { ((*p).ifa_addr, (*p).ifa_name, (*p).ifa_next) };
+        // SAFETY: a sockaddr of the list (or NULL).
+        if unsafe { read_sockaddr(addr) }.is_some_and(|a| canonical(a.ip()) == canonical(ip)) && !name.is_null() {
+            // SAFETY: the interface's NUL-terminated name.
+            found = Some(unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned());
+            break;
+        }
+        p = next;
+    }
+    // SAFETY: the list getifaddrs returned.
+    unsafe { libc::freeifaddrs(ifa) };
+    found
+}
+
 /// The path record the kernel builds for a RoCE route (`cma_resolve_iboe_route`).
 fn path_record(cid: &CmId, st: &IdState, d: &'static CmaDev) -> ibv_sa_path_rec {
     // SAFETY: all-zero is a valid path record.
@@ -931,7 +973,8 @@ fn path_record(cid: &CmId, st: &IdState, d: &'static CmaDev) -> ibv_sa_path_rec 
     p.reversible = 1;
     p.numb_path = 1;
     p.mtu_selector = 2;
-    p.mtu = d.core().map_or(5, |c| u8::try_from(c.port_mtu().to_ibv()).unwrap_or(5));
+    let port = d.core().map_or(5, |c| u8::try_from(c.port_mtu().to_ibv()).unwrap_or(5));
+    p.mtu = route_mtu(d.ip()).map_or(port, |m| m.min(port));
     p.rate_selector = 2;
     p.rate = 7; // IB_RATE_10_GBPS, what rxe reports
     p.packet_life_time_selector = 2;

@@ -222,6 +222,19 @@ int main(int argc, char **argv)
 	rdma_freeaddrinfo(res);
 	OK("rdma_getaddrinfo and rdma_create_ep");
 
+	/* 7. An id destroyed with an event waiting: the destroy returns (the kernel drops the
+	 * events not yet taken) and nothing is left on the channel for it. */
+	struct rdma_event_channel *ch3 = rdma_create_event_channel();
+	struct rdma_cm_id *gone;
+	CHECK(rdma_create_id(ch3, &gone, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+	CHECK(rdma_resolve_addr(gone, NULL, (struct sockaddr *)&dst, 2000) == 0, "resolve");
+	struct pollfd p3 = { .fd = ch3->fd, .events = POLLIN };
+	CHECK(poll(&p3, 1, 5000) == 1, "the event waits");
+	CHECK(rdma_destroy_id(gone) == 0, "rdma_destroy_id with its event not taken");
+	CHECK(poll(&p3, 1, 0) == 0, "the destroyed id's event is gone from the channel");
+	rdma_destroy_event_channel(ch3);
+	OK("an id destroyed with an event waiting");
+
 	rdma_destroy_event_channel(ch);
 	return 0;
 }
