@@ -15,7 +15,26 @@ fn lib_dir() -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("exec-cli-lib");
     std::fs::create_dir_all(&d).unwrap();
     std::fs::write(d.join("libibverbs.so.1"), b"").unwrap();
+    std::fs::write(d.join("librdmacm.so.1"), b"").unwrap();
     d
+}
+
+/// A folder with only libibverbs.so.1 (an older build): `rnic exec` says rdma_cm programs
+/// would load the system's librdmacm, and runs the program all the same.
+#[test]
+fn a_library_folder_without_librdmacm_is_named() {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("exec-cli-lib-old");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("libibverbs.so.1"), b"").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rnic"))
+        .args(["exec", "--no-device-files", "--lib"])
+        .arg(&d)
+        .args(["--", "sh", "-c", "echo ran"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success() && stdout.contains("ran"), "{stdout}{stderr}");
+    assert!(stderr.contains("has no librdmacm.so.1"), "{stderr}");
 }
 
 fn rnic_exec(extra: &[&str], script: &str) -> Output {
@@ -149,16 +168,24 @@ fn unavailable(why: &str) {
     eprintln!("skipped: {why}");
 }
 
-/// rnic's libibverbs.so.1, built as `scripts/build-ibverbs.sh --debug` builds it.
+/// rnic's libibverbs.so.1 and librdmacm.so.1, built as `scripts/build-ibverbs.sh --debug`
+/// builds them, once per test binary (tests run in parallel).
 fn real_lib() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    if Command::new("cc").arg("--version").output().is_err() {
+    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        if Command::new("cc").arg("--version").output().is_err() {
+            return None;
+        }
+        let out =
+            Command::new(root.join("scripts/build-ibverbs.sh")).arg("--debug").current_dir(root).output().unwrap();
+        assert!(out.status.success(), "build-ibverbs.sh: {}", String::from_utf8_lossy(&out.stderr));
+        Some(root.join("target/rnic-ibverbs-debug"))
+    });
+    if built.is_none() {
         unavailable("no C compiler (cc) to link libibverbs.so.1");
-        return None;
     }
-    let out = Command::new(root.join("scripts/build-ibverbs.sh")).arg("--debug").current_dir(root).output().unwrap();
-    assert!(out.status.success(), "build-ibverbs.sh: {}", String::from_utf8_lossy(&out.stderr));
-    Some(root.join("target/rnic-ibverbs-debug"))
+    built.clone()
 }
 
 /// UCX on rnic: `ucx_info -d` offers `rc_verbs` and `ud_verbs` on rnic0 and rnic1 (it
