@@ -348,6 +348,13 @@ pub enum CmEvent {
         /// The SIDR_REQ's private data (216 bytes; rdma_cm's header first).
         private_data: Vec<u8>,
     },
+    /// The connection's TimeWait ended (after a disconnect, a rejection or a timeout): its
+    /// ID is forgotten, and its QP may be reused without meeting the old connection's
+    /// packets (IBA 12.9.6; Linux's IB_CM_TIMEWAIT_EXIT).
+    TimewaitExit {
+        /// The connection.
+        id: u32,
+    },
     /// The answer to `sidr_request`.
     SidrReply {
         /// The request.
@@ -938,6 +945,9 @@ impl CmAgent {
                     if self.by_remote.get(&key) == Some(&id) {
                         self.by_remote.remove(&key);
                     }
+                    // Linux's cm_timewait_handler: IB_CM_TIMEWAIT_EXIT, which rdma_cm
+                    // passes on as RDMA_CM_EVENT_TIMEWAIT_EXIT (the QP may be reused).
+                    self.events.push_back(CmEvent::TimewaitExit { id });
                 }
                 CmState::ReqSent | CmState::RepSent | CmState::DreqSent if c.retries_left > 0 => {
                     c.retries_left -= 1;

@@ -235,9 +235,14 @@ fn connect_and_disconnect_with_private_data_both_ways() {
     assert_eq!((id, &private_data[..3]), (a, &b"bye"[..]));
     assert!(matches!(l.until(B, wait(), is_disc), CmEvent::Disconnected { id, .. } if id == b));
     assert_eq!((l.agents[A].state(a), l.agents[B].state(b)), (Some(CmState::TimeWait), Some(CmState::TimeWait)));
-    // TimeWait ends: the IDs are forgotten.
+    // TimeWait ends: the IDs are forgotten, and each side hears of it (IB_CM_TIMEWAIT_EXIT,
+    // rdma_cm's RDMA_CM_EVENT_TIMEWAIT_EXIT), once.
     l.run(timewait());
     assert_eq!((l.agents[A].state(a), l.agents[B].state(b)), (None, None));
+    for (side, id) in [(A, a), (B, b)] {
+        let exits = l.events[side].iter().filter(|e| matches!(e, CmEvent::TimewaitExit { .. })).collect::<Vec<_>>();
+        assert_eq!(exits, [&CmEvent::TimewaitExit { id }], "side {side}");
+    }
     assert_eq!(l.log.iter().map(|x| x.2).collect::<Vec<_>>(), ["REQ", "REP", "RTU", "DREQ", "DREP"]);
     assert_eq!(l.agents[A].stats().retransmits + l.agents[B].stats().retransmits, 0);
 }

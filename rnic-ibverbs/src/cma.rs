@@ -197,7 +197,8 @@ fn route(dev: c_int, ev: core::CmEvent) {
                 | core::CmEvent::Rejected { id, .. }
                 | core::CmEvent::Disconnected { id, .. }
                 | core::CmEvent::TimedOut { id, .. }
-                | core::CmEvent::SidrReply { id, .. } => *id,
+                | core::CmEvent::SidrReply { id, .. }
+                | core::CmEvent::TimewaitExit { id } => *id,
                 core::CmEvent::ConnectRequest { .. } | core::CmEvent::SidrRequest { .. } => return,
             };
             // An id destroyed meanwhile: nobody to tell.
@@ -213,6 +214,7 @@ fn route(dev: c_int, ev: core::CmEvent) {
                 core::CmEvent::SidrReply { status, qpn, qkey, private_data, .. } => {
                     Kind::SidrReply { status, qpn, qkey, private_data }
                 }
+                core::CmEvent::TimewaitExit { .. } => Kind::TimewaitExit,
                 core::CmEvent::ConnectRequest { .. } | core::CmEvent::SidrRequest { .. } => return,
             };
             id.push(kind);
@@ -258,6 +260,7 @@ enum Kind {
     Disconnected { private_data: Vec<u8> },
     Unreachable,
     SidrReply { status: SidrStatus, qpn: u32, qkey: u32, private_data: Vec<u8> },
+    TimewaitExit,
 }
 
 /// A request for a listener: a REQ (connected ids) or a SIDR_REQ (UD ids).
@@ -385,6 +388,9 @@ struct IdState {
     /// `rdma_create_ep`'s QP attributes for a passive id's requests.
     qp_init: Option<ibv_qp_init_attr>,
     connect_error: bool,
+    /// A disconnect happened (either side): the end of TimeWait is then the program's
+    /// business (the kernel's RDMA_CM_DISCONNECT state).
+    disconnected: bool,
     path: Option<Box<ibv_sa_path_rec>>,
 }
 
@@ -465,6 +471,7 @@ fn new_id(channel: *mut rdma_event_channel, context: *mut c_void, ps: c_int, qp_
         sync: false,
         qp_init: None,
         connect_error: false,
+        disconnected: false,
         path: None,
     };
     Box::into_raw(Box::new(CmId { id, st: Mutex::new(st), acked: Condvar::new() }))
@@ -1532,6 +1539,7 @@ pub unsafe extern "C" fn rnic_cm_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
             _ => return Err(libc::EINVAL),
         }
         st.phase = Phase::Disconnected;
+        st.disconnected = true;
         drop(st);
         complete(cid)
     })
@@ -1631,6 +1639,7 @@ fn convert(p: Pending) -> Option<*mut rdma_cm_event> {
                 return None;
             }
             st.phase = Phase::Disconnected;
+            st.disconnected = true;
             drop(st);
             new_event(id, RDMA_CM_EVENT_DISCONNECTED, 0, &private_data)
         }
@@ -1659,6 +1668,14 @@ fn convert(p: Pending) -> Option<*mut rdma_cm_event> {
             };
             drop(st);
             ev
+        }
+        // cma_ib_handler passes IB_CM_TIMEWAIT_EXIT on only for an id in its DISCONNECT
+        // state: after a rejection or a timeout nobody hears of it.
+        Kind::TimewaitExit => {
+            if !id.st.lock().disconnected {
+                return None;
+            }
+            new_event(id, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0, &[])
         }
         Kind::Unreachable => {
             id.st.lock().phase = Phase::Disconnected;

@@ -502,6 +502,9 @@ fn convert(e: core::CmEvent) -> Option<CmEvent> {
             let private_data = if hdr.is_some() { private_data[CMA_HDR_LEN..].to_vec() } else { private_data };
             CmEvent::UdRequest(UdRequest { id, src, src_port: hdr.map_or(0, |h| h.src_port), port, private_data })
         }
-        core::CmEvent::ConnectReply { .. } | core::CmEvent::SidrReply { .. } => return None,
+        // A reply is the connecting call's business; the end of TimeWait is librdmacm's.
+        core::CmEvent::ConnectReply { .. } | core::CmEvent::SidrReply { .. } | core::CmEvent::TimewaitExit { .. } => {
+            return None
+        }
     })
 }

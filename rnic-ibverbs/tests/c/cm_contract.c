@@ -197,7 +197,7 @@ int main(int argc, char **argv)
 	CHECK(ev->id == m, "the moved event names the id");
 	rdma_ack_cm_event(ev);
 	CHECK(rdma_destroy_id(m) == 0, "destroy");
-	CHECK(rdma_destroy_id(srv) == 0 && rdma_destroy_id(cli) == 0 && rdma_destroy_id(listen) == 0, "destroy ids");
+	CHECK(rdma_destroy_id(listen) == 0, "destroy the listener");
 	rdma_destroy_event_channel(ch2);
 	OK("rdma_migrate_id moves the id's waiting events");
 
@@ -234,6 +234,19 @@ int main(int argc, char **argv)
 	CHECK(poll(&p3, 1, 0) == 0, "the destroyed id's event is gone from the channel");
 	rdma_destroy_event_channel(ch3);
 	OK("an id destroyed with an event waiting");
+
+	/* 8. The disconnected ids of step 4 hear when their TimeWait ends (about 5 s after the
+	 * disconnect between rnic devices): TIMEWAIT_EXIT, once each. */
+	int exits_cli = 0, exits_srv = 0;
+	for (int i = 0; i < 2; i++) {
+		ev = expect(ch, RDMA_CM_EVENT_TIMEWAIT_EXIT, "timewait exit");
+		exits_cli += ev->id == cli;
+		exits_srv += ev->id == srv;
+		rdma_ack_cm_event(ev);
+	}
+	CHECK(exits_cli == 1 && exits_srv == 1, "one TIMEWAIT_EXIT per side");
+	CHECK(rdma_destroy_id(srv) == 0 && rdma_destroy_id(cli) == 0, "destroy ids");
+	OK("TIMEWAIT_EXIT for both sides of a closed connection");
 
 	rdma_destroy_event_channel(ch);
 	return 0;
