@@ -140,7 +140,7 @@ fn librdmacm_exports_what_programs_import() {
 }
 
 /// rping, client validating every ping (`-V`): both sides on one device (two processes
-/// sharing rnic0), then server on rnic1 and client on rnic0 (`-I`).
+/// sharing rnic0), then server on rnic1 and client on rnic0 (`-I`), then over IPv6 (::1).
 #[test]
 fn rping_validates_on_one_device_and_on_two() {
     let Some(dir) = setup(&["rping"]) else { return };
@@ -156,6 +156,22 @@ fn rping_validates_on_one_device_and_on_two() {
         let pings = c.lines().filter(|l| l.starts_with("ping data: rdma-ping-")).count();
         assert_eq!(pings, 20, "20 validated pings:\n{c}");
     }
+    // IPv6: a device on ::1 (rdma_cm's header and GIDs carry the IPv6 addresses).
+    let srv = command(dir, "rping", 1)
+        .env("RNIC_DEVICES", "rnic0=::1")
+        .args(["-s", "-a", "::1", "-p", "7175", "-C", "5"])
+        .spawn()
+        .expect("rping");
+    wait_listening(&srv, "rping over IPv6");
+    let cli = command(dir, "rping", 1)
+        .env("RNIC_DEVICES", "rnic0=::1")
+        .args(["-c", "-a", "::1", "-p", "7175", "-C", "5", "-V", "-v"])
+        .spawn()
+        .expect("rping");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (c, s) = (finish(cli, "rping -c ::1", deadline), finish(srv, "rping -s ::1", deadline));
+    assert!(c.status.success() && s.status.success(), "rping over IPv6:\n{}\n{}", text(&c), text(&s));
+    assert_eq!(text(&c).lines().filter(|l| l.starts_with("ping data: rdma-ping-")).count(), 5, "{}", text(&c));
 }
 
 /// ucmatose (4 connections, 10 messages each way), cmtime (50 connections set up and torn
