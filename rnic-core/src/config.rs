@@ -14,6 +14,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 const DEFAULT_SPIN_US: u64 = 50;
+/// Memory regions a device holds unless configured otherwise (`DeviceConfig::max_mr`).
+pub(crate) const DEFAULT_MAX_MR: u32 = 1 << 16;
 /// Socket buffer size asked for when the process may exceed the sysctl limits.
 pub(crate) const SOCKET_BUFFER: usize = 64 << 20;
 
@@ -129,7 +131,7 @@ impl DeviceConfig {
             port: ROCEV2_UDP_PORT,
             pin_memory: true,
             capture: env.pcap,
-            max_mr: 1 << 16,
+            max_mr: DEFAULT_MAX_MR,
             spin: env.spin.unwrap_or(Duration::from_micros(DEFAULT_SPIN_US)),
             gso: true,
             gro: true,

@@ -397,6 +397,11 @@ impl Device {
         self.inner.port_mtu
     }
 
+    /// What the device offers: its limits and attributes.
+    pub fn caps(&self) -> crate::caps::DeviceCaps {
+        crate::caps::DeviceCaps::of(self.config())
+    }
+
     /// The device's name.
     pub fn name(&self) -> &str {
         &self.inner.config.name

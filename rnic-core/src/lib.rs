@@ -38,6 +38,7 @@ pub mod mr;
 pub mod post;
 pub mod qp_state;
 
+pub mod caps;
 pub mod capture;
 pub mod cc;
 pub mod cm;

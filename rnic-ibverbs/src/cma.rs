@@ -38,7 +38,7 @@ const PACKET_LIFETIME: u8 = 16;
 const CM_RESPONSE_TIMEOUT: u8 = 20;
 const CM_MAX_RETRIES: u8 = 15;
 /// The READ/atomic depth rnic's QPs allow (`max_qp_rd_atom`).
-const MAX_RD_ATOMIC: u8 = 16;
+const MAX_RD_ATOMIC: u8 = rnic_core::caps::DeviceCaps::MAX_RD_ATOMIC;
 /// Private data room (IBA 12.6): REQ (less rdma_cm's header), REP, REJ, DREQ.
 const REQ_PRIVATE: usize = 92 - CMA_HDR_LEN;
 const REP_PRIVATE: usize = 196;

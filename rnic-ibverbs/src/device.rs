@@ -10,6 +10,7 @@
 use crate::{copy_cstr, diag, guard, set_errno, EventFd};
 use libc::{c_char, c_int, c_void, size_t, ssize_t};
 use parking_lot::Mutex;
+use rnic_core::caps::DeviceCaps;
 use rnic_core::device::{Device, DeviceConfig, DeviceError};
 use rnic_core::engine::AsyncEvent;
 use rnic_verbs::{DeviceInfo, Gid};
@@ -60,11 +61,12 @@ pub(crate) fn devices() -> &'static Result<Vec<&'static Dev>, String> {
     })
 }
 
-/// Hard limits, the same as `rnic_verbs::Context::query_device` reports.
-pub(crate) const MAX_QP_WR: u32 = 16384;
-pub(crate) const MAX_SGE: u32 = 32;
-pub(crate) const MAX_CQE: u32 = 1 << 20;
-pub(crate) const MAX_INLINE: u32 = 1024;
+/// Hard limits: rnic-core's `DeviceCaps`, which `rnic_verbs::Context::query_device`
+/// reports too.
+pub(crate) const MAX_QP_WR: u32 = DeviceCaps::MAX_QP_WR;
+pub(crate) const MAX_SGE: u32 = DeviceCaps::MAX_SGE;
+pub(crate) const MAX_CQE: u32 = DeviceCaps::MAX_CQE;
+pub(crate) const MAX_INLINE: u32 = DeviceCaps::MAX_INLINE;
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
@@ -390,36 +392,39 @@ fn close_objects(sh: &CtxShared) {
 }
 
 fn device_attr(dev: &Dev) -> ibv_device_attr {
+    // The caps of a device as this library opens it (the default configuration's MTPT).
+    let c = DeviceCaps::default();
+    let int = |v: u32| c_int::try_from(v).unwrap_or(c_int::MAX);
     let mut a = ibv_device_attr::default();
-    copy_cstr(&mut a.fw_ver, &format!("rnic {}", env!("CARGO_PKG_VERSION")));
+    copy_cstr(&mut a.fw_ver, c.fw_ver);
     a.node_guid = dev.info.node_guid().to_be();
     a.sys_image_guid = a.node_guid;
-    a.max_mr_size = 1 << 40;
-    a.page_size_cap = 0xffff_f000;
-    // rxe's vendor id (0xFFFFFF: none); part 0. Programs that tune for a vendor (perftest
-    // for mlx5) take the generic path.
-    a.vendor_id = 0x00ff_ffff;
-    a.max_qp = 65536;
-    a.max_qp_wr = MAX_QP_WR as c_int;
+    a.max_mr_size = c.max_mr_size;
+    a.page_size_cap = c.page_size_cap;
+    a.vendor_id = c.vendor_id;
+    a.vendor_part_id = c.vendor_part_id;
+    a.hw_ver = c.hw_ver;
+    a.max_qp = int(c.max_qp);
+    a.max_qp_wr = int(c.max_qp_wr);
     // BAD_PKEY_CNTR | BAD_QKEY_CNTR | SYS_IMAGE_GUID | RC_RNR_NAK_GEN | N_NOTIFY_CQ
     a.device_cap_flags = (1 << 1) | (1 << 2) | (1 << 11) | (1 << 12) | (1 << 14);
-    a.max_sge = MAX_SGE as c_int;
-    a.max_sge_rd = MAX_SGE as c_int;
-    a.max_cq = 65536;
-    a.max_cqe = MAX_CQE as c_int;
-    a.max_mr = 65536;
-    a.max_pd = 65536;
-    a.max_qp_rd_atom = 16;
-    a.max_res_rd_atom = 65536 * 16;
-    a.max_qp_init_rd_atom = 16;
+    a.max_sge = int(c.max_sge);
+    a.max_sge_rd = int(c.max_sge_rd);
+    a.max_cq = int(c.max_cq);
+    a.max_cqe = int(c.max_cqe);
+    a.max_mr = int(c.max_mr);
+    a.max_pd = int(c.max_pd);
+    a.max_qp_rd_atom = int(c.max_qp_rd_atom);
+    a.max_res_rd_atom = int(c.max_res_rd_atom);
+    a.max_qp_init_rd_atom = int(c.max_qp_init_rd_atom);
     a.atomic_cap = IBV_ATOMIC_HCA;
-    a.max_ah = 65536;
-    a.max_srq = 65536;
-    a.max_srq_wr = MAX_QP_WR as c_int;
-    a.max_srq_sge = MAX_SGE as c_int;
-    a.max_pkeys = 1;
-    a.local_ca_ack_delay = 15;
-    a.phys_port_cnt = 1;
+    a.max_ah = int(c.max_ah);
+    a.max_srq = int(c.max_srq);
+    a.max_srq_wr = int(c.max_srq_wr);
+    a.max_srq_sge = int(c.max_srq_sge);
+    a.max_pkeys = c.max_pkeys;
+    a.local_ca_ack_delay = c.local_ca_ack_delay;
+    a.phys_port_cnt = c.phys_port_cnt;
     a
 }
 

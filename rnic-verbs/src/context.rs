@@ -3,7 +3,7 @@
 
 #[cfg(feature = "hw")]
 use crate::types::DeviceInfo;
-use crate::types::{DeviceAttr, DeviceKind, Gid, PortAttr, MAX_CQE, MAX_INLINE, MAX_QP_WR, MAX_SGE};
+use crate::types::{DeviceAttr, DeviceKind, Gid, PortAttr};
 use crate::{
     AsyncEvent, CompChannel, CompletionQueue, DeviceConfig, DeviceError, Error, PathMtu, ProtectionDomain, Result,
 };
@@ -249,28 +249,30 @@ impl Context {
                 // The EUI-64 of the device's MAC, as rxe derives its node GUID (and the CM
                 // its CA GUID).
                 let node_guid = rnic_core::engine::guid_for_mac(e.dev.mac().0);
+                let c = e.dev.caps();
                 DeviceAttr {
-                    fw_ver: env!("CARGO_PKG_VERSION").to_string(),
+                    fw_ver: c.fw_ver.to_string(),
                     node_guid,
-                    vendor_id: 0,
-                    vendor_part_id: 0,
-                    hw_ver: 0,
-                    max_qp: 65536,
-                    max_qp_wr: MAX_QP_WR,
-                    max_sge: MAX_SGE,
-                    max_cq: 1 << 16,
-                    max_cqe: MAX_CQE,
-                    max_mr: e.dev.config().max_mr,
-                    max_mr_size: 1 << 40,
-                    max_pd: 1 << 16,
-                    max_qp_rd_atom: 16,
-                    max_qp_init_rd_atom: 16,
+                    vendor_id: c.vendor_id,
+                    vendor_part_id: c.vendor_part_id,
+                    hw_ver: c.hw_ver,
+                    max_qp: c.max_qp,
+                    max_qp_wr: c.max_qp_wr,
+                    max_sge: c.max_sge,
+                    max_cq: c.max_cq,
+                    max_cqe: c.max_cqe,
+                    max_mr: c.max_mr,
+                    max_mr_size: c.max_mr_size,
+                    page_size_cap: c.page_size_cap,
+                    max_pd: c.max_pd,
+                    max_qp_rd_atom: c.max_qp_rd_atom,
+                    max_qp_init_rd_atom: c.max_qp_init_rd_atom,
                     atomic_cap: "ATOMIC_HCA",
-                    max_srq: 1 << 16,
-                    max_srq_wr: MAX_QP_WR,
-                    max_srq_sge: MAX_SGE,
-                    max_inline_data: MAX_INLINE,
-                    phys_port_cnt: 1,
+                    max_srq: c.max_srq,
+                    max_srq_wr: c.max_srq_wr,
+                    max_srq_sge: c.max_srq_sge,
+                    max_inline_data: c.max_inline_data,
+                    phys_port_cnt: c.phys_port_cnt,
                 }
             }
             #[cfg(feature = "hw")]

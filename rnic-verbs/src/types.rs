@@ -294,6 +294,8 @@ pub struct DeviceAttr {
     pub max_mr: u32,
     /// Largest memory region.
     pub max_mr_size: u64,
+    /// Page sizes a region may use (a bit per size).
+    pub page_size_cap: u64,
     /// Most PDs.
     pub max_pd: u32,
     /// Most outstanding RDMA READ / atomic per QP as responder.
@@ -333,7 +335,7 @@ pub struct PortAttr {
 }
 
 /// Hard limits of every emulated device.
-pub(crate) const MAX_QP_WR: u32 = 16384;
-pub(crate) const MAX_SGE: u32 = 32;
-pub(crate) const MAX_CQE: u32 = 1 << 20;
-pub(crate) const MAX_INLINE: u32 = 1024;
+pub(crate) const MAX_QP_WR: u32 = rnic_core::caps::DeviceCaps::MAX_QP_WR;
+pub(crate) const MAX_SGE: u32 = rnic_core::caps::DeviceCaps::MAX_SGE;
+pub(crate) const MAX_CQE: u32 = rnic_core::caps::DeviceCaps::MAX_CQE;
+pub(crate) const MAX_INLINE: u32 = rnic_core::caps::DeviceCaps::MAX_INLINE;

@@ -161,7 +161,7 @@ pub fn render(ctx: &Context, verbose: bool) -> Result<String, rnic_verbs::Error>
     dev(&mut s, "phys_port_cnt", "\t\t\t", &d.phys_port_cnt);
     if verbose {
         dev(&mut s, "max_mr_size", "\t\t\t", &format_args!("{:#x}", d.max_mr_size));
-        dev(&mut s, "page_size_cap", "\t\t\t", &"0x1000");
+        dev(&mut s, "page_size_cap", "\t\t\t", &format_args!("{:#x}", d.page_size_cap));
         dev(&mut s, "max_qp", "\t\t\t\t", &d.max_qp);
         dev(&mut s, "max_qp_wr", "\t\t\t", &d.max_qp_wr);
         dev(&mut s, "max_sge", "\t\t\t", &d.max_sge);
@@ -266,7 +266,7 @@ mod tests {
             \tfw_ver:\t\t\t\t0.1.0\n\
             \tnode_guid:\t\t\t0052:7fff:fe00:3e01\n\
             \tsys_image_guid:\t\t\t0052:7fff:fe00:3e01\n\
-            \tvendor_id:\t\t\t0x0000\n\
+            \tvendor_id:\t\t\t0xffffff\n\
             \tvendor_part_id:\t\t\t0\n\
             \thw_ver:\t\t\t\t0x0\n\
             \tphys_port_cnt:\t\t\t1\n\

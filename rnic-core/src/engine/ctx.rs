@@ -98,11 +98,11 @@ impl EngineConfig {
     pub fn new(local_ip: IpAddr) -> EngineConfig {
         EngineConfig {
             local_ip,
-            max_qp: 65536,
+            max_qp: crate::caps::DeviceCaps::MAX_QP,
             max_unacked_pkts: 128,
             max_unacked_small_pkts: 512,
             max_pkts_per_ack: 128,
-            max_rd_atomic: 16,
+            max_rd_atomic: crate::caps::DeviceCaps::MAX_RD_ATOMIC,
             zero_copy: false,
             ca_guid: guid_for(local_ip),
             cm_seed: 0x5eed,

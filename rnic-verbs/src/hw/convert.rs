@@ -519,6 +519,7 @@ pub fn device_attr(a: &sys::ibv_device_attr) -> DeviceAttr {
         max_cqe: nonneg(a.max_cqe),
         max_mr: nonneg(a.max_mr),
         max_mr_size: a.max_mr_size,
+        page_size_cap: a.page_size_cap,
         max_pd: nonneg(a.max_pd),
         max_qp_rd_atom: nonneg(a.max_qp_rd_atom),
         max_qp_init_rd_atom: nonneg(a.max_qp_init_rd_atom),
