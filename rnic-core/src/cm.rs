@@ -460,6 +460,9 @@ pub struct CmStats {
     pub timeouts: u64,
     /// SIDR_REQs for a service ID nobody listens on, answered "service ID not supported".
     pub sidr_unsupported: u64,
+    /// Connections closed because the process at their other end, on this same shared
+    /// device, exited ([`CmAgent::member_gone`]).
+    pub peer_process_gone: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -924,6 +927,39 @@ impl CmAgent {
     /// When `handle_timeout` wants to run next.
     pub fn poll_timeout(&self) -> Option<Time> {
         self.timers.first().map(|&(at, _)| at)
+    }
+
+    /// Member `m` of this shared device exited (its process is gone: nobody will speak for
+    /// its connections, where Linux's kernel would close them with a DREQ). Each
+    /// connection of this agent whose other end was that process (the device's own
+    /// address, a remote communication ID carrying `m`) ends as if the peer had closed it:
+    /// an established one (or one closing) with [`CmEvent::Disconnected`], a REP waiting
+    /// for its RTU with [`CmEvent::TimedOut`], a request not answered yet with
+    /// [`CmEvent::Rejected`] (reason 4, timeout: the active side's CM gave up); each then
+    /// waits out TimeWait. Returns how many.
+    pub fn member_gone(&mut self, now: Time, m: u8) -> usize {
+        let local = self.cfg.local_ip;
+        let ids: Vec<u32> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.peer == local && c.remote_id != 0 && comm_id_member(c.remote_id) == m && c.state != CmState::TimeWait
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for &id in &ids {
+            let Some(c) = self.conns.get(&id) else { continue };
+            let ev = match c.state {
+                CmState::ReqRcvd => CmEvent::Rejected { id, reason: rej_reason::TIMEOUT, private_data: Vec::new() },
+                CmState::RepSent => CmEvent::TimedOut { id, waiting_for_answer_to: "REP" },
+                CmState::ReqSent => CmEvent::TimedOut { id, waiting_for_answer_to: "REQ" },
+                _ => CmEvent::Disconnected { id, private_data: Vec::new() },
+            };
+            self.stats.peer_process_gone += 1;
+            self.events.push_back(ev);
+            self.enter_timewait(now, id, None);
+        }
+        ids.len()
     }
 
     /// Runs every wait that has run out: resends, times out, or forgets a TimeWait.

@@ -878,6 +878,9 @@ impl Core {
         if timed && self.engine.poll_timeout().is_some_and(|d| d <= t) {
             self.engine.handle_timeout(t);
         }
+        if timed && self.link.next_due().is_some_and(|d| d <= t) {
+            self.link.maintain(t, &mut self.engine);
+        }
         if worked || timed {
             self.transmit(t, inline && received && !timed);
             if received {

@@ -126,4 +126,8 @@ impl Transport for Faulty {
     fn src_port(&self, p: &TxPacket) -> u16 {
         self.inner.src_port(p)
     }
+
+    fn maintain(&mut self, now: Time, engine: &mut Engine) {
+        self.inner.maintain(now, engine);
+    }
 }

@@ -58,4 +58,7 @@ pub(crate) trait Transport: Send {
     fn local_ip(&self, dst: std::net::IpAddr) -> std::net::IpAddr;
     /// The UDP source port packet `p` leaves with.
     fn src_port(&self, p: &TxPacket) -> u16;
+    /// Housekeeping when [`Transport::next_due`] came: a shared device tells the CM
+    /// which processes of the device have gone ([`crate::cm::CmAgent::member_gone`]).
+    fn maintain(&mut self, _now: Time, _engine: &mut Engine) {}
 }

@@ -351,7 +351,13 @@ pub struct Share {
     ctl: UnixDatagram,
     scratch: Vec<u8>,
     nonce_seed: u64,
+    /// When the other members' names are next checked ([`Share::departed`]), on the
+    /// device's clock.
+    next_check: crate::Time,
 }
+
+/// How often a member checks that the members it knows still hold their names.
+const LIVENESS_EVERY_NS: crate::Time = 1_000_000_000;
 
 /// Claims a member of the device at `addr`: the lowest free one.
 pub fn join(addr: SocketAddr) -> io::Result<Share> {
@@ -392,6 +398,7 @@ pub fn join(addr: SocketAddr) -> io::Result<Share> {
                     },
                     scratch: Vec::with_capacity(2048),
                     nonce_seed: seed,
+                    next_check: 0,
                 };
                 share.announce(&below);
                 return Ok(share);
@@ -548,6 +555,29 @@ impl Share {
         }
         let Ok(s) = UnixDatagram::unbound() else { return false };
         name_of(self.addr, m).and_then(|n| s.connect_addr(&n)).is_ok()
+    }
+
+    /// When [`Share::departed`] is next due: while other members are known.
+    pub fn check_due(&self) -> Option<crate::Time> {
+        (self.table.len() > 1).then_some(self.next_check)
+    }
+
+    /// The members that have gone since the last look (their names are free: the kernel
+    /// released them with the process, or the device was closed), once a second. They
+    /// leave the table, and the group is probed again.
+    pub fn departed(&mut self, now: crate::Time) -> Vec<u8> {
+        if self.table.len() <= 1 || now < self.next_check {
+            return Vec::new();
+        }
+        self.next_check = now + LIVENESS_EVERY_NS;
+        let gone: Vec<u8> = self.table.iter().copied().filter(|&m| !self.alive(m)).collect();
+        if !gone.is_empty() {
+            let table = self.table.iter().copied().filter(|m| !gone.contains(m)).collect();
+            self.learn(table);
+            self.want_probe = true;
+            self.gap = PROBE_GAP;
+        }
+        gone
     }
 
     /// Sends a forwarded packet (never waits: a full inbox drops it, as a full receive

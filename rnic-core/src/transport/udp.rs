@@ -66,7 +66,14 @@ impl Transport for Udp {
     }
     fn release(&mut self, _now: Time, _counters: &Counters) {}
     fn next_due(&self) -> Option<Time> {
-        None
+        self.rx.share.as_ref().and_then(super::share::Share::check_due)
+    }
+    fn maintain(&mut self, now: Time, engine: &mut Engine) {
+        if let Some(s) = &mut self.rx.share {
+            for m in s.departed(now) {
+                engine.cm().member_gone(now, m);
+            }
+        }
     }
     fn recv(&mut self, max: usize) -> usize {
         self.rx.recv(max)
