@@ -354,6 +354,8 @@ pub struct Share {
     /// When the other members' names are next checked ([`Share::departed`]), on the
     /// device's clock.
     next_check: crate::Time,
+    /// Members of the table already reported gone.
+    mourned: Vec<u8>,
 }
 
 /// How often a member checks that the members it knows still hold their names.
@@ -399,6 +401,7 @@ pub fn join(addr: SocketAddr) -> io::Result<Share> {
                     scratch: Vec::with_capacity(2048),
                     nonce_seed: seed,
                     next_check: 0,
+                    mourned: Vec::new(),
                 };
                 share.announce(&below);
                 return Ok(share);
@@ -563,20 +566,20 @@ impl Share {
     }
 
     /// The members that have gone since the last look (their names are free: the kernel
-    /// released them with the process, or the device was closed), once a second. They
-    /// leave the table, and the group is probed again.
+    /// released them with the process, or the device was closed), once a second, each
+    /// reported once (until a new process takes the name). The table and the steering
+    /// program are left to the probes, as before: every survivor probing at the same
+    /// moment made them guess, and a wrong program broke QPs between live processes.
     pub fn departed(&mut self, now: crate::Time) -> Vec<u8> {
         if self.table.len() <= 1 || now < self.next_check {
             return Vec::new();
         }
         self.next_check = now + LIVENESS_EVERY_NS;
-        let gone: Vec<u8> = self.table.iter().copied().filter(|&m| !self.alive(m)).collect();
-        if !gone.is_empty() {
-            let table = self.table.iter().copied().filter(|m| !gone.contains(m)).collect();
-            self.learn(table);
-            self.want_probe = true;
-            self.gap = PROBE_GAP;
-        }
+        let dead: Vec<u8> = self.table.iter().copied().filter(|&m| !self.alive(m)).collect();
+        // A name taken again is a new process: its death will be news.
+        self.mourned.retain(|m| dead.contains(m));
+        let gone: Vec<u8> = dead.into_iter().filter(|m| !self.mourned.contains(m)).collect();
+        self.mourned.extend(&gone);
         gone
     }
 
