@@ -659,15 +659,17 @@ impl Share {
     /// `cm::comm_id_member`). What does not parse stays here, for the agent's CM to count.
     pub fn gsi_route(&self, pkt: &[u8], listening: impl FnOnce(u64) -> bool) -> GsiRoute {
         use rnic_wire::cm::CmMessage;
-        if self.table.len() <= 1 {
-            return GsiRoute::Here;
-        }
+        // Who is there is asked of the names, not the learnt table: a process that has
+        // just joined may be listening already while this member has not read its
+        // `Joined` yet (its inbox is read every few receives). CM MADs are few; a name
+        // check is one `connect`.
+        let others = || (0..MEMBERS).any(|m| m != self.member && self.alive(m));
         let named = match cm_message(pkt) {
             Some(CmMessage::Req(r)) => {
-                return if listening(r.service_id) { GsiRoute::Here } else { GsiRoute::Offer };
+                return if listening(r.service_id) || !others() { GsiRoute::Here } else { GsiRoute::Offer };
             }
             Some(CmMessage::SidrReq(r)) => {
-                return if listening(r.service_id) { GsiRoute::Here } else { GsiRoute::Offer };
+                return if listening(r.service_id) || !others() { GsiRoute::Here } else { GsiRoute::Offer };
             }
             Some(CmMessage::SidrRep(r)) => r.request_id,
             Some(CmMessage::Rep(r)) => r.remote_comm_id,
@@ -679,7 +681,7 @@ impl Share {
             None => return GsiRoute::Here,
         };
         let m = crate::cm::comm_id_member(named);
-        if named == 0 || m == self.member || !self.table.contains(&m) {
+        if named == 0 || m == self.member || !self.alive(m) {
             GsiRoute::Here
         } else {
             GsiRoute::To(m)
@@ -712,15 +714,18 @@ impl Share {
         Msg::Packet { src, ce: false, ident, offer, decided: true, data: pkt }.encode(&mut out);
         let to: Vec<u8> = match route {
             GsiRoute::To(m) => vec![m],
-            GsiRoute::Offer => self.table.iter().copied().filter(|&m| m != self.member).collect(),
+            GsiRoute::Offer => (0..MEMBERS).filter(|&m| m != self.member && self.alive(m)).collect(),
             GsiRoute::Here => Vec::new(),
         };
+        // Every live member is waited for, even one the offer could not reach now (its
+        // inbox full): the agent refuses a REQ only when all have declined; one nobody
+        // answered is forgotten, and the peer's next REQ is offered again.
         let mut waiting = Vec::new();
         for m in to {
             if self.send_ctl(m, &out).is_ok() {
                 counters.share_forwarded.fetch_add(1, Ordering::Relaxed);
-                waiting.push(m);
             }
+            waiting.push(m);
         }
         self.scratch = out;
         if let (true, Some(key)) = (offer, offer_key(src, pkt)) {
@@ -1036,10 +1041,13 @@ mod tests {
     #[test]
     fn the_agent_offers_sidr_reqs_and_routes_sidr_reps_by_their_request_id() {
         use rnic_wire::cm::{CmMessage, CmSidrRep, CmSidrReq, SidrStatus};
-        let mut s = join("127.0.93.1:4791".parse().unwrap()).unwrap();
-        s.table = vec![s.member, 3, 5];
+        let addr = "127.0.93.1:4791".parse().unwrap();
+        let s = join(addr).unwrap();
+        // Two more processes of the device (members hold names; the agent asks the names).
+        let others = [join(addr).unwrap(), join(addr).unwrap()];
+        let m1 = others[0].member();
         let sid = rnic_wire::cm::service_id(rnic_wire::cm::port_space::UDP, 7174);
-        let member3 = 3 << crate::cm::COMM_ID_MEMBER_SHIFT | 0x1234;
+        let member3 = u32::from(m1) << crate::cm::COMM_ID_MEMBER_SHIFT | 0x1234;
         let req = gsi_packet(CmMessage::SidrReq(Box::new(CmSidrReq {
             request_id: member3,
             pkey: 0xffff,
@@ -1065,10 +1073,13 @@ mod tests {
             })))
         };
         assert_eq!(req_service_id(&rep(member3)), None, "a reply is never offered");
-        assert_eq!(s.gsi_route(&rep(member3), |_| true), GsiRoute::To(3), "member 3's request");
+        assert_eq!(s.gsi_route(&rep(member3), |_| true), GsiRoute::To(m1), "member 1's request");
         let member9 = 9 << crate::cm::COMM_ID_MEMBER_SHIFT | 1;
         assert_eq!(s.gsi_route(&rep(member9), |_| true), GsiRoute::Here, "no member 9: the agent counts it");
         assert_eq!(s.gsi_route(&rep(0), |_| true), GsiRoute::Here);
+        // Alone on the device: a REQ nobody here listens on is the agent's own to refuse.
+        drop(others);
+        assert_eq!(s.gsi_route(&req, |_| false), GsiRoute::Here, "no other member");
     }
 
     proptest::proptest! {
