@@ -810,6 +810,23 @@ fn destroy(cid: &CmId) {
     }
 }
 
+/// Runs `f` on device `d`'s CM for librdmacm call `op`: the CM's refusal is `EINVAL`
+/// (its reason on stderr), a device that stopped `ENODEV`.
+fn cm_run<T: Send + 'static>(
+    d: &'static CmaDev,
+    op: &str,
+    f: impl FnOnce(&mut core::CmAgent, rnic_core::Time) -> Result<T, core::CmError> + Send + 'static,
+) -> Result<T, c_int> {
+    match d.core()?.cm_call(f) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => {
+            diag(format!("{op}: {e}"));
+            Err(libc::EINVAL)
+        }
+        Err(_) => Err(libc::ENODEV),
+    }
+}
+
 fn service_id(ps: c_int, port: u16) -> u64 {
     rnic_wire::cm::service_id(u16::try_from(ps).unwrap_or(0), port)
 }
@@ -1112,19 +1129,11 @@ pub unsafe extern "C" fn rnic_cm_rdma_connect(id: *mut rdma_cm_id, param: *mut r
             srq,
             private_data: pd,
         };
-        let core = d.core()?;
         let p2 = params.clone();
         // Register before the REQ leaves, under the routes lock, so that the answer
         // finds the id however fast it comes.
         let mut r = routes().lock();
-        let conn = match core.cm_call(move |cm, now| cm.connect(now, &p2)) {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
-                diag(format!("rdma_connect: {e}"));
-                return Err(libc::EINVAL);
-            }
-            Err(_) => return Err(libc::ENODEV),
-        };
+        let conn = cm_run(d, "rdma_connect", move |cm, now| cm.connect(now, &p2))?;
         r.conns.insert((d.dev.index, conn), cid.ptr());
         drop(r);
         st.conn = Some(conn);
@@ -1154,16 +1163,8 @@ fn sidr_connect(cid: &CmId, param: Option<&rdma_conn_param>) -> Result<(), c_int
         .ok_or(libc::EAFNOSUPPORT)?;
     pd.extend_from_slice(user);
     let p = SidrParams::new(canonical(peer.ip()), service_id(cid.id.ps, peer.port()), pd);
-    let core = d.core()?;
     let mut r = routes().lock();
-    let conn = match core.cm_call(move |cm, now| cm.sidr_request(now, &p)) {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => {
-            diag(format!("rdma_connect: {e}"));
-            return Err(libc::EINVAL);
-        }
-        Err(_) => return Err(libc::ENODEV),
-    };
+    let conn = cm_run(d, "rdma_connect", move |cm, now| cm.sidr_request(now, &p))?;
     r.conns.insert((d.dev.index, conn), cid.ptr());
     drop(r);
     st.conn = Some(conn);
@@ -1208,14 +1209,7 @@ pub unsafe extern "C" fn rnic_cm_rdma_accept(id: *mut rdma_cm_id, param: *mut rd
             // SAFETY: the program's QP (ours) when it made one on the id.
             let qpn = unsafe { qp.as_ref() }.map_or_else(|| param.map_or(0, |p| p.qp_num), |q| q.qp_num);
             let p = SidrRepParams { status: SidrStatus::Valid, qpn, qkey: RDMA_UDP_QKEY, private_data: user.to_vec() };
-            match d.core()?.cm_call(move |cm, now| cm.sidr_reply(now, conn, &p)) {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    diag(format!("rdma_accept: {e}"));
-                    return Err(libc::EINVAL);
-                }
-                Err(_) => return Err(libc::ENODEV),
-            }
+            cm_run(d, "rdma_accept", move |cm, now| cm.sidr_reply(now, conn, &p))?;
             st.phase = Phase::Connected;
             let sync = st.sync;
             drop(st);
@@ -1269,15 +1263,9 @@ pub unsafe extern "C" fn rnic_cm_rdma_accept(id: *mut rdma_cm_id, param: *mut rd
             srq,
             private_data: user.to_vec(),
         };
-        let core = d.core()?;
-        match core.cm_call(move |cm, now| cm.accept(now, conn, &accept)) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                diag(format!("rdma_accept: {e}"));
-                modify_err(qp);
-                return Err(libc::EINVAL);
-            }
-            Err(_) => return Err(libc::ENODEV),
+        if let Err(e) = cm_run(d, "rdma_accept", move |cm, now| cm.accept(now, conn, &accept)) {
+            modify_err(qp);
+            return Err(e);
         }
         st.phase = Phase::Accepted;
         drop(st);
@@ -1440,17 +1428,9 @@ fn send_rtu(cid: &CmId) -> Result<(), c_int> {
     }
     let conn = st.conn.ok_or(libc::EINVAL)?;
     let d = st.dev.and_then(dev_by_index).ok_or(libc::EINVAL)?;
-    match d.core()?.cm_call(move |cm, now| cm.ready_to_use(now, conn, &[])) {
-        Ok(Ok(())) => {
-            st.phase = Phase::Connected;
-            Ok(())
-        }
-        Ok(Err(e)) => {
-            diag(format!("rdma_establish: {e}"));
-            Err(libc::EINVAL)
-        }
-        Err(_) => Err(libc::ENODEV),
-    }
+    cm_run(d, "rdma_establish", move |cm, now| cm.ready_to_use(now, conn, &[]))?;
+    st.phase = Phase::Connected;
+    Ok(())
 }
 
 #[no_mangle]
@@ -1474,23 +1454,15 @@ pub unsafe extern "C" fn rnic_cm_rdma_reject(id: *mut rdma_cm_id, private_data: 
             return Err(libc::EINVAL);
         }
         // A UD id's request is refused with a SIDR_REP of status 2 (IB_SIDR_REJECT).
-        match d.core()?.cm_call(move |cm, now| {
+        cm_run(d, "rdma_reject", move |cm, now| {
             if ud {
                 cm.sidr_reply(now, conn, &sidr_refusal(SidrStatus::Rejected, &pd))
             } else {
                 cm.reject(now, conn, &pd)
             }
-        }) {
-            Ok(Ok(())) => {
-                st.phase = Phase::Disconnected;
-                Ok(())
-            }
-            Ok(Err(e)) => {
-                diag(format!("rdma_reject: {e}"));
-                Err(libc::EINVAL)
-            }
-            Err(_) => Err(libc::ENODEV),
-        }
+        })?;
+        st.phase = Phase::Disconnected;
+        Ok(())
     })
 }
 
@@ -1786,44 +1758,39 @@ fn conn_request(listener: &CmId, dev: c_int, conn: u32, req: Request) -> Option<
 /// CONNECT_RESPONSE, and `rdma_establish` sends the RTU.
 fn conn_reply(id: &CmId, rep: Box<RepInfo>) -> Box<Event> {
     let data = rep.private_data.clone();
-    let (ctype, status) = {
-        let mut st = id.st.lock();
-        st.rep = Some(rep);
-        let r = st.rep.as_ref().map(|r| (r.initiator_depth, r.responder_resources));
-        let qp = id.id.qp;
-        if qp.is_null() {
-            (RDMA_CM_EVENT_CONNECT_RESPONSE, 0)
-        } else {
-            let _ = r;
-            match bring_up(id, &st, qp) {
-                Ok(()) => {
-                    drop(st);
-                    match send_rtu(id) {
-                        Ok(()) => (RDMA_CM_EVENT_ESTABLISHED, 0),
-                        Err(e) => (RDMA_CM_EVENT_CONNECT_ERROR, -e),
-                    }
-                }
-                Err(e) => {
-                    st.connect_error = true;
-                    drop(st);
-                    modify_err(qp);
-                    (RDMA_CM_EVENT_CONNECT_ERROR, -e)
-                }
-            }
+    let param = rdma_conn_param {
+        private_data: std::ptr::null(),
+        private_data_len: 0,
+        responder_resources: rep.responder_resources,
+        initiator_depth: rep.initiator_depth,
+        flow_control: 1,
+        retry_count: 0,
+        rnr_retry_count: rep.rnr_retry_count,
+        srq: 0,
+        qp_num: rep.remote_qpn,
+    };
+    let mut st = id.st.lock();
+    st.rep = Some(rep);
+    let qp = id.id.qp;
+    let (ctype, status) = if qp.is_null() {
+        (RDMA_CM_EVENT_CONNECT_RESPONSE, 0)
+    } else if let Err(e) = bring_up(id, &st, qp) {
+        st.connect_error = true;
+        drop(st);
+        modify_err(qp);
+        (RDMA_CM_EVENT_CONNECT_ERROR, -e)
+    } else {
+        drop(st);
+        match send_rtu(id) {
+            Ok(()) => (RDMA_CM_EVENT_ESTABLISHED, 0),
+            Err(e) => (RDMA_CM_EVENT_CONNECT_ERROR, -e),
         }
     };
     let mut ev = new_event(id, ctype, status, &data);
-    if let Some(rep) = &id.st.lock().rep {
-        // SAFETY: writing the conn member of the event's union.
-        unsafe {
-            let c = &mut ev.ev.param.conn;
-            c.responder_resources = rep.responder_resources;
-            c.initiator_depth = rep.initiator_depth;
-            c.flow_control = 1;
-            c.rnr_retry_count = rep.rnr_retry_count;
-            c.qp_num = rep.remote_qpn;
-        }
-    }
+    // The REP's parameters, with the private data new_event placed.
+    // SAFETY: reading the conn member new_event wrote.
+    let (pd, len) = unsafe { (ev.ev.param.conn.private_data, ev.ev.param.conn.private_data_len) };
+    ev.ev.param.conn = rdma_conn_param { private_data: pd, private_data_len: len, ..param };
     ev
 }
 

@@ -15,11 +15,14 @@
 
 mod common;
 
-use common::{dyn_syms, finish, have, lib_dir, serial, unavailable};
+use common::{compile_c, dyn_syms, finish, have, lib_dir, serial, unavailable};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+const RDMA_CMA_H: &str = "/usr/include/rdma/rdma_cma.h";
+const RDMACM_LIBS: &[&str] = &["-lrdmacm", "-libverbs"];
 
 /// The library folder, if the programs are installed (else skipped).
 fn setup(programs: &[&str]) -> Option<&'static Path> {
@@ -265,7 +268,7 @@ fn a_port_nobody_listens_on_is_rejected_at_once() {
 /// kernel sends a dead process's DREQ. Without it the survivor waited forever.
 #[test]
 fn a_killed_peer_on_the_same_device_is_disconnected() {
-    let Some((dir, exe)) = compile_c("cm_peer_killed") else { return };
+    let Some((dir, exe)) = compile_c("cm_peer_killed", RDMA_CMA_H, "librdmacm-dev", RDMACM_LIBS) else { return };
     let _turn = serial();
     let child = command(dir, exe.to_str().expect("utf-8 path"), 22).arg(ip(22)).spawn().expect("run");
     let out = finish(child, "cm_peer_killed.c", Instant::now() + Duration::from_secs(60));
@@ -275,35 +278,13 @@ fn a_killed_peer_on_the_same_device_is_disconnected() {
     eprintln!("{t}");
 }
 
-/// `tests/c/NAME.c` compiled against rdma-core's headers, linked with `-lrdmacm
-/// -libverbs` (resolved to rnic's libraries at run time): the library folder and the
-/// program, or None (skipped).
-fn compile_c(name: &str) -> Option<(&'static Path, PathBuf)> {
-    if !Path::new("/usr/include/rdma/rdma_cma.h").is_file() {
-        unavailable("/usr/include/rdma/rdma_cma.h is missing (apt-get install librdmacm-dev)");
-        return None;
-    }
-    let dir = setup(&[])?;
-    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rnic-ibverbs-{name}"));
-    let out = Command::new("cc")
-        .args(["-Wall", "-Werror", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c")))
-        .arg(format!("-L{}", dir.display()))
-        .args(["-lrdmacm", "-libverbs"])
-        .output()
-        .expect("cc");
-    assert!(out.status.success(), "compiling {name}.c:\n{}", String::from_utf8_lossy(&out.stderr));
-    Some((dir, exe))
-}
-
 /// `tests/c/cm_contract.c`: non-blocking channels, EADDRINUSE, rejection with private
 /// data, an external QP through rdma_init_qp_attr and rdma_establish, DISCONNECTED on both
 /// sides, rdma_migrate_id, rdma_getaddrinfo and rdma_create_ep, an id destroyed with an
 /// event waiting, TIMEWAIT_EXIT for both sides of a closed connection.
 #[test]
 fn c_cm_contract() {
-    let Some((dir, exe)) = compile_c("cm_contract") else { return };
+    let Some((dir, exe)) = compile_c("cm_contract", RDMA_CMA_H, "librdmacm-dev", RDMACM_LIBS) else { return };
     let _turn = serial();
     let child = command(dir, exe.to_str().expect("utf-8 path"), 14).arg(ip(14)).spawn().expect("run");
     let out = finish(child, "cm_contract.c", Instant::now() + Duration::from_secs(60));

@@ -13,11 +13,13 @@
 
 mod common;
 
-use common::{dyn_syms, finish, have, lib_dir, serial, unavailable};
+use common::{compile_c, dyn_syms, finish, have, lib_dir, serial, unavailable};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+const VERBS_H: &str = "/usr/include/infiniband/verbs.h";
 
 /// Library folder and the programs, or None (skipped).
 fn setup(programs: &[&str]) -> Option<&'static Path> {
@@ -285,30 +287,9 @@ fn perftest() {
 /// with rnic's library: the verbs contract as C sees it (errno values, inline sends,
 /// immediate data byte order, completion channel fd semantics, atomics through both post
 /// APIs, protection errors and their async event, flushing).
-/// `tests/c/NAME.c` compiled against rdma-core's own `<infiniband/verbs.h>` and linked with
-/// rnic's library in `dir`: the program, or None (skipped: no header or no library).
-fn compile_c(name: &str) -> Option<(&'static Path, PathBuf)> {
-    if !Path::new("/usr/include/infiniband/verbs.h").is_file() {
-        unavailable("/usr/include/infiniband/verbs.h is missing (apt-get install libibverbs-dev)");
-        return None;
-    }
-    let dir = setup(&[])?;
-    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rnic-ibverbs-{name}"));
-    let out = Command::new("cc")
-        .args(["-Wall", "-Werror", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c")))
-        .arg(format!("-L{}", dir.display()))
-        .arg("-libverbs")
-        .output()
-        .expect("cc");
-    assert!(out.status.success(), "compiling {name}.c:\n{}", String::from_utf8_lossy(&out.stderr));
-    Some((dir, exe))
-}
-
 #[test]
 fn c_contract() {
-    let Some((dir, exe)) = compile_c("contract") else { return };
+    let Some((dir, exe)) = compile_c("contract", VERBS_H, "libibverbs-dev", &["-libverbs"]) else { return };
     let _turn = serial();
     let out = command(dir, exe.to_str().expect("utf-8 path"), 30).output().expect("run contract");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -325,7 +306,7 @@ fn c_contract() {
 /// is closed, and the device started again.
 #[test]
 fn c_contexts_share_a_device() {
-    let Some((dir, exe)) = compile_c("contexts") else { return };
+    let Some((dir, exe)) = compile_c("contexts", VERBS_H, "libibverbs-dev", &["-libverbs"]) else { return };
     let _turn = serial();
     let child = command(dir, exe.to_str().expect("utf-8 path"), 34).spawn().expect("run contexts");
     let out = finish(child, "contexts.c", Instant::now() + Duration::from_secs(120));

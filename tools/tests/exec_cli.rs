@@ -188,6 +188,23 @@ fn real_lib() -> Option<PathBuf> {
     built.clone()
 }
 
+/// A UCX program under `rnic exec` with rnic's libraries in `lib`, the devices of
+/// `devices`, the transports of `tls`, quiet progress threads, its output piped.
+fn ucx_exec(lib: &Path, devices: &str, tls: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rnic"));
+    c.arg("exec")
+        .arg("--lib")
+        .arg(lib)
+        .arg("--")
+        .args(args)
+        .env("RNIC_DEVICES", devices)
+        .env("RNIC_SPIN_US", "0")
+        .env("UCX_TLS", tls)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    c
+}
+
 /// UCX on rnic: `ucx_info -d` offers `rc_verbs` and `ud_verbs` on rnic0 and rnic1 (it
 /// looks for the device files first), and `ucx_perftest` moves tagged messages between two
 /// processes (rnic0 and rnic1) over UD alone and over RC with UD for its wire-up. UCX's UD
@@ -202,20 +219,7 @@ fn ucx_finds_the_devices_and_moves_data() {
         }
     }
     let Some(lib) = real_lib() else { return };
-    let run = |devices: &str, args: &[&str], tls: &str| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_rnic"));
-        c.arg("exec")
-            .arg("--lib")
-            .arg(&lib)
-            .arg("--")
-            .args(args)
-            .env("RNIC_DEVICES", devices)
-            .env("RNIC_SPIN_US", "0")
-            .env("UCX_TLS", tls)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        c
-    };
+    let run = |devices: &str, args: &[&str], tls: &str| ucx_exec(&lib, devices, tls, args);
     let out = run("rnic0=127.0.0.1,rnic1=127.0.0.2", &["ucx_info", "-d"], "all").output().unwrap();
     let (info, stderr) = text(&out);
     if stderr.contains("running without /sys/class/infiniband") {
@@ -401,20 +405,7 @@ fn ucx_connects_through_rdma_cm() {
         return unavailable("/usr/bin/io_demo is not installed (apt-get install ucx-utils)");
     }
     let Some(lib) = real_lib() else { return };
-    let run = |args: &[&str]| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_rnic"));
-        c.arg("exec")
-            .arg("--lib")
-            .arg(&lib)
-            .arg("--")
-            .args(args)
-            .env("RNIC_DEVICES", "rnic0=127.0.0.1")
-            .env("RNIC_SPIN_US", "0")
-            .env("UCX_TLS", "rc_verbs,self")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        c
-    };
+    let run = |args: &[&str]| ucx_exec(&lib, "rnic0=127.0.0.1", "rc_verbs,self", args);
     let probe = run(&["ucx_info", "-d"]).output().unwrap();
     let (info, stderr) = text(&probe);
     if stderr.contains("running without /sys/class/infiniband") {

@@ -101,3 +101,29 @@ pub fn finish(mut child: Child, what: &str, deadline: Instant) -> Output {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `tests/c/NAME.c` compiled against rdma-core's headers and linked with `libs` (`-libverbs`,
+/// `-lrdmacm`), which resolve to rnic's libraries at run time: the library folder and the
+/// program, or None (skipped, or under CI failed: `header` from Debian's `package` is
+/// missing, or no C compiler).
+pub fn compile_c(name: &str, header: &str, package: &str, libs: &[&str]) -> Option<(&'static Path, PathBuf)> {
+    if !Path::new(header).is_file() {
+        unavailable(&format!("{header} is missing (apt-get install {package})"));
+        return None;
+    }
+    let Some(dir) = lib_dir() else {
+        unavailable("no C compiler (cc) to link the libraries");
+        return None;
+    };
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rnic-ibverbs-{name}"));
+    let out = Command::new("cc")
+        .args(["-Wall", "-Werror", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c")))
+        .arg(format!("-L{}", dir.display()))
+        .args(libs)
+        .output()
+        .expect("cc");
+    assert!(out.status.success(), "compiling {name}.c:\n{}", String::from_utf8_lossy(&out.stderr));
+    Some((dir, exe))
+}
