@@ -8,6 +8,7 @@
 //! `valgrind --tool=callgrind` are repeatable for a given binary; wall-clock figures are
 //! criterion's, so compare them within one run.
 
+use rnic_core::engine::qp::QpInit;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use rnic_core::counters::Counters;
 use rnic_core::cq::Cq;
@@ -44,7 +45,7 @@ fn side(ip: &str, zero_copy: bool) -> Side {
     let keys = mtpt.register(PdId(1), mem.clone(), 0, MEM, mem.addr(), AccessFlags::all()).expect("registered");
     let (scq, rcq) = (Arc::new(Cq::new(1, 1 << 16)), Arc::new(Cq::new(2, 1 << 16)));
     let cap = QpCap { max_send_wr: 1024, max_recv_wr: 1024, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
-    let qp = engine.create_qp(QpType::Rc, PdId(1), cap, false, scq.clone(), rcq.clone()).expect("a QP");
+    let qp = engine.create_qp(QpInit::new(QpType::Rc, PdId(1), scq.clone(), rcq.clone()).cap(cap)).expect("a QP");
     Side { ip, engine, mtpt, mem, keys, scq, rcq, qp }
 }
 

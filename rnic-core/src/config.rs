@@ -3,6 +3,7 @@
 //! ([`TransportInfo`]): shared by the driver ([`crate::device`], which re-exports them)
 //! and its transports, so that neither imports the other's module.
 
+use crate::engine::EngineError;
 use crate::faults::{FaultHandle, Faults};
 use crate::mem::MemError;
 use crate::mr::MrError;
@@ -194,7 +195,8 @@ impl EnvSettings {
     }
 }
 
-/// Why opening a device or registering memory failed.
+/// Why a driver call failed: opening the device, registering memory, or a QP verb the
+/// engine refused (the one error type of [`Device`](crate::device::Device)'s calls).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DeviceError {
@@ -261,6 +263,9 @@ pub enum DeviceError {
     /// The progress thread has stopped.
     #[error("device {0}: the progress thread has stopped")]
     Stopped(String),
+    /// The engine refused a QP verb (create, modify, query, destroy).
+    #[error(transparent)]
+    Engine(#[from] EngineError),
 }
 
 /// How the UDP transport moves packets, decided when the device opens.

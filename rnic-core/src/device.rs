@@ -30,13 +30,12 @@ pub(crate) use crate::config::SOCKET_BUFFER;
 pub use crate::config::{CongestionControl, DeviceConfig, DeviceError, EnvSettings, TransportInfo, CC_LINE_RATE};
 use crate::counters::Counters;
 use crate::cq::Cq;
-use crate::engine::qp::{self, PostError, QpAttr, QpCap, QpShared, RecvWqe, SendWqe};
+use crate::engine::qp::{self, PostError, QpAttr, QpInit, QpShared, RecvWqe, SendWqe};
 use crate::engine::{AsyncEvent, Engine, EngineConfig, EngineError, TxPacket};
 use crate::faults::{FaultHandle, Faults};
 use crate::mem::MemBlock;
 use crate::mr::{AccessFlags, MrKeys, Mtpt, PdId};
 use crate::qp_state::PathMtu;
-use crate::qp_state::QpType;
 use crate::srq::Srq;
 use crate::transport::faulty::Faulty;
 use crate::transport::packet::Packet;
@@ -55,13 +54,7 @@ use std::time::{Duration, Instant};
 
 enum Cmd {
     CreateQp {
-        qp_type: QpType,
-        pd: PdId,
-        cap: QpCap,
-        sq_sig_all: bool,
-        send_cq: Arc<Cq>,
-        recv_cq: Arc<Cq>,
-        srq: Option<Arc<Srq>>,
+        init: QpInit,
         reply: Sender<Result<Arc<QpShared>, EngineError>>,
     },
     ModifyQp {
@@ -529,32 +522,9 @@ impl Device {
         rx.recv().map_err(|_| DeviceError::Stopped(self.name().into()))
     }
 
-    /// Creates a QP in the RESET state.
-    pub fn create_qp(
-        &self,
-        qp_type: QpType,
-        pd: PdId,
-        cap: QpCap,
-        sq_sig_all: bool,
-        send_cq: Arc<Cq>,
-        recv_cq: Arc<Cq>,
-    ) -> Result<Result<Arc<QpShared>, EngineError>, DeviceError> {
-        self.create_qp_with_srq(qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, None)
-    }
-
-    /// Creates a QP in the RESET state that takes its receive WQEs from `srq`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn create_qp_with_srq(
-        &self,
-        qp_type: QpType,
-        pd: PdId,
-        cap: QpCap,
-        sq_sig_all: bool,
-        send_cq: Arc<Cq>,
-        recv_cq: Arc<Cq>,
-        srq: Option<Arc<Srq>>,
-    ) -> Result<Result<Arc<QpShared>, EngineError>, DeviceError> {
-        self.call(|reply| Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq, reply })
+    /// Creates a QP in the RESET state (its type, PD, limits, CQs and SRQ: [`QpInit`]).
+    pub fn create_qp(&self, init: QpInit) -> Result<Arc<QpShared>, DeviceError> {
+        Ok(self.call(|reply| Cmd::CreateQp { init, reply })??)
     }
 
     /// Creates a shared receive queue of `max_wr` WQEs of up to `max_sge` SGEs in `pd`.
@@ -607,18 +577,18 @@ impl Device {
     }
 
     /// Modifies a QP (checked against IBA's table by the engine).
-    pub fn modify_qp(&self, qpn: Qpn, attr: QpAttr) -> Result<Result<(), EngineError>, DeviceError> {
-        self.call(|reply| Cmd::ModifyQp { qpn, attr, reply })
+    pub fn modify_qp(&self, qpn: Qpn, attr: QpAttr) -> Result<(), DeviceError> {
+        Ok(self.call(|reply| Cmd::ModifyQp { qpn, attr, reply })??)
     }
 
     /// Reads a QP's attributes.
-    pub fn query_qp(&self, qpn: Qpn) -> Result<Result<QpAttr, EngineError>, DeviceError> {
-        self.call(|reply| Cmd::QueryQp { qpn, reply })
+    pub fn query_qp(&self, qpn: Qpn) -> Result<QpAttr, DeviceError> {
+        Ok(self.call(|reply| Cmd::QueryQp { qpn, reply })??)
     }
 
     /// Destroys a QP.
-    pub fn destroy_qp(&self, qpn: Qpn) -> Result<Result<(), EngineError>, DeviceError> {
-        self.call(|reply| Cmd::DestroyQp { qpn, reply })
+    pub fn destroy_qp(&self, qpn: Qpn) -> Result<(), DeviceError> {
+        Ok(self.call(|reply| Cmd::DestroyQp { qpn, reply })??)
     }
 
     /// Validates a send WR on the calling thread and hands it to the engine.
@@ -1055,8 +1025,8 @@ fn progress_loop(
 
 fn handle(engine: &mut Engine, now: u64, cmd: Cmd) -> bool {
     match cmd {
-        Cmd::CreateQp { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq, reply } => {
-            let _ = reply.send(engine.create_qp_with_srq(qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq));
+        Cmd::CreateQp { init, reply } => {
+            let _ = reply.send(engine.create_qp(init));
         }
         Cmd::ModifyQp { qpn, attr, reply } => {
             let _ = reply.send(engine.modify_qp(now, qpn, &attr));

@@ -4,6 +4,7 @@
 //! a refused post takes no queue slot and puts nothing on the wire.
 
 mod common;
+use rnic_core::engine::qp::QpInit;
 use common::*;
 use rnic_core::cq::Cq;
 use rnic_core::engine::qp::{validate_recv, validate_send, PostError, QpAttr, QpCap, QpShared};
@@ -18,7 +19,7 @@ use std::sync::Arc;
 /// A second RC QP on node A, in RESET (its CQs are its own).
 fn fresh_qp(p: &mut Pair) -> Arc<QpShared> {
     let (scq, rcq) = (Arc::new(Cq::new(10, 64)), Arc::new(Cq::new(11, 64)));
-    p.fab.engine(A).create_qp(QpType::Rc, p.nodes[A].pd, QpCap::default(), false, scq, rcq).unwrap()
+    p.fab.engine(A).create_qp(QpInit::new(QpType::Rc, p.nodes[A].pd, scq, rcq)).unwrap()
 }
 
 fn modify(p: &mut Pair, qp: &QpShared, attr: &QpAttr) -> Result<(), EngineError> {

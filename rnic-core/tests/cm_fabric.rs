@@ -4,10 +4,11 @@
 //! is recovered by the agent's retry, and a peer that vanishes ends in a timeout with no
 //! half-open QP. The MADs on the wire have the shape of Linux rxe's.
 
+use rnic_core::engine::qp::QpInit;
 use rnic_core::cm::{self, AcceptParams, CmEvent, CmState, ConnectParams};
 use rnic_core::counters::Counters;
 use rnic_core::cq::Cq;
-use rnic_core::engine::qp::{validate_recv, validate_send, QpAttr, QpCap, QpShared};
+use rnic_core::engine::qp::{validate_recv, validate_send, QpAttr, QpShared};
 use rnic_core::engine::{Engine, EngineConfig};
 use rnic_core::fabric::Fabric;
 use rnic_core::faults::Fault;
@@ -73,7 +74,7 @@ impl Net {
 
     fn create_qp(&mut self, i: usize, t: QpType) -> u32 {
         let (s, r) = (self.n[i].scq.clone(), self.n[i].rcq.clone());
-        let qp = self.fab.engine(i).create_qp(t, PdId(1), QpCap::default(), false, s, r).unwrap();
+        let qp = self.fab.engine(i).create_qp(QpInit::new(t, PdId(1), s, r)).unwrap();
         let qpn = qp.qpn.value();
         self.n[i].qp = Some(qp);
         qpn

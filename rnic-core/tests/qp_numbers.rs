@@ -3,8 +3,8 @@
 //! find no QP instead of landing on a new one.
 
 mod common;
+use rnic_core::engine::qp::QpInit;
 use common::*;
-use rnic_core::engine::qp::QpCap;
 use rnic_core::qp_state::QpType;
 use rnic_core::wr::{RecvWr, SendOp};
 use std::collections::HashSet;
@@ -19,7 +19,7 @@ fn an_old_connections_late_packets_do_not_reach_a_new_qp() {
     p.fab.engine(B).destroy_qp(old).unwrap();
     let (scq, rcq) = (p.nodes[B].scq.clone(), p.nodes[B].rcq.clone());
     let pd = p.nodes[B].pd;
-    let new = p.fab.engine(B).create_qp(QpType::Rc, pd, QpCap::default(), false, scq, rcq).unwrap();
+    let new = p.fab.engine(B).create_qp(QpInit::new(QpType::Rc, pd, scq, rcq)).unwrap();
     assert_ne!(new.qpn, old, "the destroyed QP's number came straight back");
     // The worst case: the new QP connects to the same peer QP and expects the same PSN.
     for at in connect_attrs(&p.nodes[A], 3, 0x200, 0x100) {
@@ -44,7 +44,7 @@ fn numbers_are_not_reused_until_the_space_is_walked_and_lookups_stay_exact() {
     // Grow past several table doublings with holes: create 3, destroy the middle one.
     for round in 0..400 {
         for _ in 0..3 {
-            let q = e.create_qp(QpType::Rc, pd, QpCap::default(), false, scq.clone(), rcq.clone()).unwrap();
+            let q = e.create_qp(QpInit::new(QpType::Rc, pd, scq.clone(), rcq.clone())).unwrap();
             assert!(seen.insert(q.qpn.value()), "QPN {:#x} handed out twice (round {round})", q.qpn.value());
             live.push(q.qpn);
         }

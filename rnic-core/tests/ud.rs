@@ -4,6 +4,7 @@
 #![allow(clippy::cast_possible_truncation)]
 mod common;
 
+use rnic_core::engine::qp::QpInit;
 use common::*;
 use rnic_core::engine::qp::{self, PostError, QpCap, PORT_MTU};
 use rnic_core::engine::ud::GRH_LEN;
@@ -331,7 +332,7 @@ fn two_ud_qps_share_an_srq_and_its_limit_event_fires() {
         let qp = u
             .fab
             .engine(1)
-            .create_qp_with_srq(QpType::Ud, pd, QpCap::default(), false, scq.clone(), rcq.clone(), Some(srq.clone()))
+            .create_qp(QpInit::new(QpType::Ud, pd, scq.clone(), rcq.clone()).srq(Some(srq.clone())))
             .unwrap();
         for at in ud_attrs(QKEY, 0) {
             u.fab.engine(1).modify_qp(0, qp.qpn, &at).unwrap();

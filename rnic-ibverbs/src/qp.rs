@@ -8,8 +8,8 @@ use crate::mr::{ah_of, pd_of};
 use crate::{diag, guard, set_errno, Users};
 use libc::{c_int, c_void, size_t};
 use parking_lot::Mutex;
-use rnic_core::device::Device;
-use rnic_core::engine::qp::{validate_send_inline, QpAttr, QpCap, QpShared};
+use rnic_core::device::{Device, DeviceError};
+use rnic_core::engine::qp::{validate_send_inline, QpAttr, QpCap, QpInit, QpShared};
 use rnic_core::mr::AccessFlags;
 use rnic_core::post::PostError;
 use rnic_core::qp_state::{QpAttrMask, QpState, QpType};
@@ -361,25 +361,14 @@ fn create(context: *mut ibv_context, attr: &mut ibv_qp_init_attr_ex) -> Result<*
         diag(format!("ibv_create_qp: {why}"));
         libc::EINVAL
     })?;
-    let shared = match pd.core.create_qp_with_srq(
-        qp_type,
-        pd.id,
-        cap,
-        attr.sq_sig_all != 0,
-        scq.cq.clone(),
-        rcq.cq.clone(),
-        srq.map(|s| s.srq.clone()),
-    ) {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            diag(format!("ibv_create_qp: {e}"));
-            return Err(libc::EINVAL);
-        }
-        Err(e) => {
-            diag(format!("ibv_create_qp: {e}"));
-            return Err(libc::EIO);
-        }
-    };
+    let init = QpInit::new(qp_type, pd.id, scq.cq.clone(), rcq.cq.clone())
+        .cap(cap)
+        .sq_sig_all(attr.sq_sig_all != 0)
+        .srq(srq.map(|s| s.srq.clone()));
+    let shared = pd.core.create_qp(init).map_err(|e| {
+        diag(format!("ibv_create_qp: {e}"));
+        driver_errno(&e)
+    })?;
     // Report what the QP got, as the kernel writes back the actual capabilities.
     attr.cap.max_inline_data = cap.max_inline_data;
     let qpn = shared.qpn.value();
@@ -556,7 +545,7 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
         c.pkey_index = a.pkey_index;
         c.port = a.port_num;
         match q.core.modify_qp(q.shared.qpn, c) {
-            Ok(Ok(())) => {
+            Ok(()) => {
                 if mask & IBV_QP_QKEY != 0 {
                     *q.qkey.lock() = a.qkey;
                 }
@@ -566,13 +555,9 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
                 }
                 0
             }
-            Ok(Err(e)) => {
-                diag(format!("{what}: {e}"));
-                libc::EINVAL
-            }
             Err(e) => {
                 diag(format!("{what}: {e}"));
-                libc::EIO
+                driver_errno(&e)
             }
         }
     })
@@ -589,12 +574,11 @@ pub unsafe extern "C" fn ibv_query_qp(
         // SAFETY: a QP we handed out.
         let (Some(q), false) = (unsafe { qp_of(qp) }, attr.is_null()) else { return libc::EINVAL };
         let c = match q.core.query_qp(q.shared.qpn) {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
+            Ok(c) => c,
+            Err(e) => {
                 diag(format!("ibv_query_qp(QP {}): {e}", q.shared.qpn));
-                return libc::EINVAL;
+                return driver_errno(&e);
             }
-            Err(_) => return libc::EIO,
         };
         let mut a = ibv_qp_attr::default();
         a.qp_state = c.state.to_ibv();
@@ -666,12 +650,11 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         }
     }
     match q.core.destroy_qp(q.shared.qpn) {
-        Ok(Ok(())) => 0,
-        Ok(Err(e)) => {
+        Ok(()) => 0,
+        Err(e) => {
             diag(format!("ibv_destroy_qp(QP {}): {e}", q.shared.qpn));
-            libc::EINVAL
+            driver_errno(&e)
         }
-        Err(_) => libc::EIO,
     }
 }
 
@@ -950,4 +933,14 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         p.users.release();
     }
     0
+}
+
+/// The errno a QP verb returns for a driver error: EINVAL when the engine refused the
+/// call (a bad attribute, transition or QP number, as the kernel's `EINVAL`), EIO when the
+/// device itself failed (its progress thread stopped).
+fn driver_errno(e: &DeviceError) -> c_int {
+    match e {
+        DeviceError::Engine(_) => libc::EINVAL,
+        _ => libc::EIO,
+    }
 }

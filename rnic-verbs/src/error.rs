@@ -209,3 +209,14 @@ pub fn report(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// Result with this crate's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// A driver call's error: the engine's refusal wrapped by `verb`, anything else (the
+    /// device stopped) as [`Error::DeviceStopped`].
+    pub(crate) fn from_device(e: DeviceError, verb: impl FnOnce(EngineError) -> Error) -> Error {
+        match e {
+            DeviceError::Engine(x) => verb(x),
+            other => Error::DeviceStopped(other),
+        }
+    }
+}

@@ -8,7 +8,7 @@ use crate::types::{random_psn, Endpoint, Gid, MAX_INLINE, MAX_QP_WR, MAX_SGE};
 use crate::{
     AccessFlags, Context, EngineError, Error, PathMtu, QpAttr, QpCap, QpState, QpType, RecvWrRef, Result, SendWrRef,
 };
-use rnic_core::engine::qp::QpShared;
+use rnic_core::engine::qp::{QpInit, QpShared};
 use std::sync::Arc;
 
 /// Builds a queue pair (`ibv_create_qp` plus the attributes `connect` will use).
@@ -181,19 +181,11 @@ impl QpBuilder {
                     #[cfg(feature = "hw")]
                     SrqBackend::Hw(_) => unreachable!("checked: same device"),
                 });
-                let shared = e
-                    .dev
-                    .create_qp_with_srq(
-                        self.qp_type,
-                        id,
-                        c,
-                        self.sq_sig_all,
-                        emu_cq(&self.send_cq),
-                        emu_cq(&self.recv_cq),
-                        srq,
-                    )
-                    .map_err(Error::DeviceStopped)?
-                    .map_err(Error::CreateQp)?;
+                let init = QpInit::new(self.qp_type, id, emu_cq(&self.send_cq), emu_cq(&self.recv_cq))
+                    .cap(c)
+                    .sq_sig_all(self.sq_sig_all)
+                    .srq(srq);
+                let shared = e.dev.create_qp(init).map_err(|e| Error::from_device(e, Error::CreateQp))?;
                 QpBackend::Emu(shared)
             }
             #[cfg(feature = "hw")]
@@ -430,10 +422,10 @@ impl QueuePair {
         match &self.inner.b {
             QpBackend::Emu(s) => {
                 let (e, _) = self.inner.pd.emu_pd();
-                match e.dev.modify_qp(s.qpn, *attr) {
-                    Ok(r) => r.map_err(wrap),
-                    Err(e) => Err(wrap(EngineError::BadAttr(e.to_string()))),
-                }
+                e.dev.modify_qp(s.qpn, *attr).map_err(|e| match e {
+                    rnic_core::device::DeviceError::Engine(x) => wrap(x),
+                    other => wrap(EngineError::BadAttr(other.to_string())),
+                })
             }
             #[cfg(feature = "hw")]
             QpBackend::Hw(q) => {
@@ -470,10 +462,7 @@ impl QueuePair {
         match &self.inner.b {
             QpBackend::Emu(s) => {
                 let (e, _) = self.inner.pd.emu_pd();
-                match e.dev.query_qp(s.qpn) {
-                    Ok(r) => r.map_err(|source| Error::QueryQp { qpn, source }),
-                    Err(e) => Err(Error::DeviceStopped(e)),
-                }
+                e.dev.query_qp(s.qpn).map_err(|e| Error::from_device(e, |source| Error::QueryQp { qpn, source }))
             }
             #[cfg(feature = "hw")]
             QpBackend::Hw(q) => q.query().map_err(hw!(self, "query QP")),

@@ -6,9 +6,10 @@
 //! Golden files live in tools/tests/golden; `UPDATE_GOLDEN=1 cargo test -p rnic-tools
 //! --test ladder_cli` rewrites them (read the diff before committing it).
 
+use rnic_core::engine::qp::QpInit;
 use rnic_core::counters::Counters;
 use rnic_core::cq::Cq;
-use rnic_core::engine::qp::{validate_recv, validate_send, QpAttr, QpCap, QpShared};
+use rnic_core::engine::qp::{validate_recv, validate_send, QpAttr, QpShared};
 use rnic_core::engine::{Engine, EngineConfig};
 use rnic_core::fabric::Fabric;
 use rnic_core::faults::{Fault, Verdict};
@@ -63,7 +64,7 @@ fn pair(qp_type: QpType) -> (Fabric, [Node; 2]) {
         let iova = 0x10_0000;
         let keys = mtpt.register(PdId(1), mem.clone(), 0, MEM, iova, AccessFlags::all()).unwrap();
         let (scq, rcq) = (Arc::new(Cq::new(1, 256)), Arc::new(Cq::new(2, 256)));
-        let qp = e.create_qp(qp_type, PdId(1), QpCap::default(), false, scq, rcq).unwrap();
+        let qp = e.create_qp(QpInit::new(qp_type, PdId(1), scq, rcq)).unwrap();
         fab.add(e);
         nodes.push(Node { ip, mtpt, keys, iova, qp });
     }

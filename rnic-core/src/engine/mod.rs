@@ -49,12 +49,11 @@ pub use out::{TxPacket, TxPayload};
 pub use qp_table::{FIRST_QPN, LAST_QPN};
 
 use crate::counters::Counters;
-use crate::cq::Cq;
 use crate::mr::Mtpt;
 use crate::qp_state::{self, PathMtu, QpAttrMask, QpAttrValues, QpState, QpType};
 use crate::wr::{WcOpcode, WcStatus};
 use ctx::{flush_wc, CqSide, Ctx};
-use qp::{Qp, QpAttr, QpCap, QpShared, RecvWqe, SendWqe};
+use qp::{Qp, QpAttr, QpInit, QpShared, RecvWqe, SendWqe};
 use rnic_wire::roce::{RocePacket, RoceRepr};
 use rnic_wire::{Psn, Qpn};
 use std::cmp::Reverse;
@@ -172,32 +171,10 @@ impl Engine {
         &self.cx.mtpt
     }
 
-    /// Creates a QP in the RESET state.
-    pub fn create_qp(
-        &mut self,
-        qp_type: QpType,
-        pd: crate::mr::PdId,
-        cap: QpCap,
-        sq_sig_all: bool,
-        send_cq: Arc<Cq>,
-        recv_cq: Arc<Cq>,
-    ) -> Result<Arc<QpShared>, EngineError> {
-        self.create_qp_with_srq(qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, None)
-    }
-
-    /// Creates a QP in the RESET state whose responder takes its receive WQEs from
-    /// `srq` (which must belong to the same protection domain).
-    #[allow(clippy::too_many_arguments)]
-    pub fn create_qp_with_srq(
-        &mut self,
-        qp_type: QpType,
-        pd: crate::mr::PdId,
-        cap: QpCap,
-        sq_sig_all: bool,
-        send_cq: Arc<Cq>,
-        recv_cq: Arc<Cq>,
-        srq: Option<Arc<crate::srq::Srq>>,
-    ) -> Result<Arc<QpShared>, EngineError> {
+    /// Creates a QP in the RESET state. Its responder takes receive WQEs from
+    /// `init.srq` when there is one (which must belong to the same protection domain).
+    pub fn create_qp(&mut self, init: QpInit) -> Result<Arc<QpShared>, EngineError> {
+        let QpInit { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq } = init;
         if let Some(s) = &srq {
             if s.pd() != pd {
                 return Err(EngineError::BadAttr(format!(

@@ -6,6 +6,7 @@ use crate::cq::Cq;
 use crate::mr::{AccessFlags, Mtpt, PdId};
 use crate::post::{check_transport, check_ud_len, reserve, WqeData};
 use crate::qp_state::{QpState, QpType};
+use crate::srq::Srq;
 use crate::wr::{RecvWrRef, SendOp, SendWrRef, UdDest};
 use rnic_wire::Qpn;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -39,6 +40,65 @@ impl Default for QpCap {
     }
 }
 
+/// What a new QP is made of (`ibv_qp_init_attr`): its transport, protection domain,
+/// queue limits, completion queues and, optionally, the SRQ its responder takes receive
+/// WQEs from. [`Engine::create_qp`](super::Engine::create_qp) and the driver's
+/// `Device::create_qp` take it whole.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use rnic_core::{cq::Cq, engine::qp::{QpCap, QpInit}, mr::PdId, qp_state::QpType};
+/// let cq = Arc::new(Cq::new(1, 64));
+/// let init = QpInit::new(QpType::Rc, PdId(1), cq.clone(), cq).cap(QpCap { max_send_wr: 16, ..QpCap::default() });
+/// assert!(!init.sq_sig_all && init.srq.is_none());
+/// ```
+#[derive(Debug, Clone)]
+pub struct QpInit {
+    /// Transport service.
+    pub qp_type: QpType,
+    /// Protection domain (an SRQ, if any, must be in the same one).
+    pub pd: PdId,
+    /// Queue sizes and limits.
+    pub cap: QpCap,
+    /// Generate a completion for every send WR (`sq_sig_all`).
+    pub sq_sig_all: bool,
+    /// Where send completions go.
+    pub send_cq: Arc<Cq>,
+    /// Where receive completions go.
+    pub recv_cq: Arc<Cq>,
+    /// The shared receive queue the responder takes receive WQEs from.
+    pub srq: Option<Arc<Srq>>,
+}
+
+impl QpInit {
+    /// A QP of `qp_type` in `pd` with the default [`QpCap`], completions only for
+    /// signaled sends, and its own receive queue.
+    pub fn new(qp_type: QpType, pd: PdId, send_cq: Arc<Cq>, recv_cq: Arc<Cq>) -> QpInit {
+        QpInit { qp_type, pd, cap: QpCap::default(), sq_sig_all: false, send_cq, recv_cq, srq: None }
+    }
+
+    /// With these queue limits.
+    #[must_use]
+    pub fn cap(mut self, cap: QpCap) -> QpInit {
+        self.cap = cap;
+        self
+    }
+
+    /// With a completion for every send WR, or only for signaled ones.
+    #[must_use]
+    pub fn sq_sig_all(mut self, all: bool) -> QpInit {
+        self.sq_sig_all = all;
+        self
+    }
+
+    /// Taking receive WQEs from `srq`.
+    #[must_use]
+    pub fn srq(mut self, srq: Option<Arc<Srq>>) -> QpInit {
+        self.srq = srq;
+        self
+    }
+}
+
 /// The part of a QP both the application's handle and the engine see.
 #[derive(Debug)]
 pub struct QpShared {
@@ -53,7 +113,7 @@ pub struct QpShared {
     /// Generate a completion for every send WR.
     pub sq_sig_all: bool,
     /// The shared receive queue the responder takes receive WQEs from, if any.
-    pub srq: Option<Arc<crate::srq::Srq>>,
+    pub srq: Option<Arc<Srq>>,
     state: AtomicU32,
     /// Send WRs posted and not yet completed.
     pub sq_outstanding: AtomicU32,
@@ -68,7 +128,7 @@ impl QpShared {
         pd: PdId,
         cap: QpCap,
         sq_sig_all: bool,
-        srq: Option<Arc<crate::srq::Srq>>,
+        srq: Option<Arc<Srq>>,
     ) -> QpShared {
         QpShared {
             qpn,

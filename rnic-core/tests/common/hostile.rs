@@ -7,6 +7,7 @@
 //! `engine` cargo-fuzz target (coverage-guided).
 #![allow(dead_code, clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
 
+use rnic_core::engine::qp::QpInit;
 use rnic_core::counters::Counters;
 use rnic_core::cq::Cq;
 use rnic_core::engine::qp::{validate_recv, validate_send, QpAttr, QpCap};
@@ -75,7 +76,7 @@ pub fn run_as(data: &[u8], qp_type: QpType) {
     let keys = mtpt.register(PdId(1), mem.clone(), PAGE, PAGE, region, AccessFlags::all()).unwrap();
     let cq = Arc::new(Cq::new(1, 64));
     let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 64 };
-    let qp = e.create_qp(qp_type, PdId(1), cap, false, cq.clone(), cq.clone()).unwrap();
+    let qp = e.create_qp(QpInit::new(qp_type, PdId(1), cq.clone(), cq.clone()).cap(cap)).unwrap();
     let qpn = qp.qpn;
     let mtu_code = 1; // 256 bytes: many packets per message from few input bytes
                       // The victim's bring-up for its QP type: each step takes what its column of the

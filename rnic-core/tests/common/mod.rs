@@ -5,6 +5,7 @@
 pub mod hostile;
 pub mod net;
 
+use rnic_core::engine::qp::QpInit;
 use rnic_core::counters::Counters;
 use rnic_core::cq::Cq;
 use rnic_core::engine::qp::{self, QpAttr, QpCap, QpShared};
@@ -50,7 +51,7 @@ fn node(fab: &mut Fabric, ip: &str, cap: QpCap) -> Node {
     let keys = mtpt.register(pd, mem.clone(), 0, MEM, iova, AccessFlags::all()).unwrap();
     let scq = Arc::new(Cq::new(1, 4096));
     let rcq = Arc::new(Cq::new(2, 4096));
-    let qp = e.create_qp(QpType::Rc, pd, cap, false, scq.clone(), rcq.clone()).unwrap();
+    let qp = e.create_qp(QpInit::new(QpType::Rc, pd, scq.clone(), rcq.clone()).cap(cap)).unwrap();
     fab.add(e);
     Node { ip, mtpt, pd, mem, keys, iova, scq, rcq, qp }
 }
@@ -208,7 +209,7 @@ pub fn typed_node(fab: &mut Fabric, ip: &str, cap: QpCap, qp_type: QpType) -> No
     let keys = mtpt.register(pd, mem.clone(), 0, MEM, iova, AccessFlags::all()).unwrap();
     let scq = Arc::new(Cq::new(1, 4096));
     let rcq = Arc::new(Cq::new(2, 4096));
-    let qp = e.create_qp(qp_type, pd, cap, false, scq.clone(), rcq.clone()).unwrap();
+    let qp = e.create_qp(QpInit::new(qp_type, pd, scq.clone(), rcq.clone()).cap(cap)).unwrap();
     fab.add(e);
     Node { ip, mtpt, pd, mem, keys, iova, scq, rcq, qp }
 }
@@ -269,7 +270,7 @@ impl Pair {
             let node = &self.nodes[n];
             let (pd, scq, rcq) = (node.pd, node.scq.clone(), node.rcq.clone());
             let qp =
-                self.fab.engine(n).create_qp_with_srq(QpType::Rc, pd, QpCap::default(), false, scq, rcq, srq).unwrap();
+                self.fab.engine(n).create_qp(QpInit::new(QpType::Rc, pd, scq, rcq).srq(srq)).unwrap();
             qps.push(qp);
         }
         let (qa, qb) = (qps[0].clone(), qps[1].clone());

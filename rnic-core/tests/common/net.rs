@@ -4,6 +4,7 @@
 //! both, so every reliability story is checked in simulation and on real sockets.
 #![allow(dead_code, clippy::cast_possible_truncation)]
 
+use rnic_core::engine::qp::QpInit;
 use rnic_core::counters::Counters;
 use rnic_core::cq::Cq;
 use rnic_core::device::{Device, DeviceConfig};
@@ -195,7 +196,7 @@ impl FabricNet {
             let mem = Arc::new(MemBlock::new(MEM).unwrap());
             let keys = mtpt.register(PdId(1), mem.clone(), 0, MEM, mem.addr(), AccessFlags::all()).unwrap();
             let (scq, rcq) = (Arc::new(Cq::new(1, 4096)), Arc::new(Cq::new(2, 4096)));
-            let qp = e.create_qp(QpType::Rc, PdId(1), CAP, false, scq.clone(), rcq.clone()).unwrap();
+            let qp = e.create_qp(QpInit::new(QpType::Rc, PdId(1), scq.clone(), rcq.clone()).cap(CAP)).unwrap();
             fab.add(e);
             ends.push(End { ip, mtpt, mem, keys, scq, rcq, qp, counters, taken: [Vec::new(), Vec::new()] });
         }
@@ -290,7 +291,7 @@ impl UdpNet {
             let pd = dev.alloc_pd();
             let keys = dev.reg_mr(pd, mem.clone(), 0, MEM, mem.addr(), AccessFlags::all()).unwrap();
             let (scq, rcq) = (dev.create_cq(4096), dev.create_cq(4096));
-            let qp = dev.create_qp(QpType::Rc, pd, CAP, false, scq.clone(), rcq.clone()).unwrap().unwrap();
+            let qp = dev.create_qp(QpInit::new(QpType::Rc, pd, scq.clone(), rcq.clone()).cap(CAP)).unwrap();
             let counters = dev.counters().clone();
             ends.push(End {
                 ip,
@@ -309,7 +310,7 @@ impl UdpNet {
         for me in 0..2 {
             let other = 1 - me;
             for a in attrs(&s, me, ends[other].ip, ends[other].qp.qpn.value()) {
-                devs[me].modify_qp(ends[me].qp.qpn, a).unwrap().unwrap();
+                devs[me].modify_qp(ends[me].qp.qpn, a).unwrap();
             }
         }
         UdpNet { devs, faults, ends }
