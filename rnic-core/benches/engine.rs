@@ -8,10 +8,10 @@
 //! `valgrind --tool=callgrind` are repeatable for a given binary; wall-clock figures are
 //! criterion's, so compare them within one run.
 
-use rnic_core::engine::qp::QpInit;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use rnic_core::counters::Counters;
 use rnic_core::cq::Cq;
+use rnic_core::engine::qp::QpInit;
 use rnic_core::engine::qp::{validate_recv, validate_send, QpAttr, QpCap, QpShared};
 use rnic_core::engine::{Engine, EngineConfig, TxPacket};
 use rnic_core::mem::MemBlock;

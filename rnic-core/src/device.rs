@@ -118,7 +118,7 @@ struct Inner {
     cm_events: Receiver<crate::cm::CmEvent>,
     /// Readable while CM events wait (a program may `poll` it, as an rdma_cm event
     /// channel's fd).
-    cm_fd: Arc<crate::sys::EventFd>,
+    cm_fd: Arc<rnic_io::EventFd>,
     next_pd: AtomicU32,
     next_cq: AtomicU32,
     next_srq: AtomicU32,
@@ -131,7 +131,7 @@ struct Inner {
     /// core's nanoseconds; 0: never. Read by the progress thread without the lock.
     inline_at: Arc<AtomicU64>,
     /// Wakes the progress thread from its `ppoll` (which also watches the socket).
-    waker: Arc<crate::sys::EventFd>,
+    waker: Arc<rnic_io::EventFd>,
     /// The engine and the transport; the progress thread locks it for each round.
     core: Arc<parking_lot::Mutex<Core>>,
     threads: parking_lot::Mutex<Vec<JoinHandle<()>>>,
@@ -194,7 +194,7 @@ impl Device {
                 qpns = crate::transport::share::qpn_range(share.member());
                 cm_member = Some(share.member());
                 let transport = transport_info(&config, &sock);
-                let rcvbuf = crate::sys::rx_backlog(&sock).map_or(16 << 20, |(_, b)| u64::from(b));
+                let rcvbuf = rnic_io::rx_backlog(&sock).map_or(16 << 20, |(_, b)| u64::from(b));
                 let udp = Udp::new(&config, sock, transport, capture, counters.clone(), Some(share)).map_err(io_err)?;
                 (Box::new(udp), local, transport, rcvbuf, None)
             }
@@ -229,9 +229,8 @@ impl Device {
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let (ev_tx, ev_rx) = crossbeam_channel::unbounded();
         let (cm_tx, cm_rx) = crossbeam_channel::unbounded();
-        let cm_fd = Arc::new(
-            crate::sys::EventFd::new().map_err(|source| DeviceError::Io { name: config.name.clone(), source })?,
-        );
+        let cm_fd =
+            Arc::new(rnic_io::EventFd::new().map_err(|source| DeviceError::Io { name: config.name.clone(), source })?);
         let sleeping = Arc::new(AtomicBool::new(false));
         let posted = Arc::new(AtomicBool::new(false));
         // The one port is up as soon as the socket is bound (IBV_EVENT_PORT_ACTIVE).
@@ -267,7 +266,7 @@ impl Device {
             ..EngineConfig::new(local.ip())
         };
         let engine = Engine::new(engine_config, mtpt.clone(), counters.clone());
-        let waker = Arc::new(crate::sys::EventFd::new().map_err(io_err)?);
+        let waker = Arc::new(rnic_io::EventFd::new().map_err(io_err)?);
         let wake_fds = link.wake_fds().map_err(io_err)?;
         let core = {
             let next_timer = [engine.poll_timeout(), link.next_due()].into_iter().flatten().min();
@@ -760,7 +759,7 @@ struct Core {
     link: Box<dyn Transport>,
     events: Sender<AsyncEvent>,
     cm_events: Sender<crate::cm::CmEvent>,
-    cm_fd: Arc<crate::sys::EventFd>,
+    cm_fd: Arc<rnic_io::EventFd>,
     batch: Vec<TxPacket>,
     start: Instant,
     /// The next wake-up (engine timers, packets the fault chain delays), as of the last
@@ -956,7 +955,7 @@ fn progress_loop(
     core: Arc<parking_lot::Mutex<Core>>,
     cmds: Receiver<Cmd>,
     fds: Vec<std::os::fd::OwnedFd>,
-    waker: Arc<crate::sys::EventFd>,
+    waker: Arc<rnic_io::EventFd>,
     flags: Flags,
     inline: Inline,
     spin: Duration,
@@ -1016,7 +1015,7 @@ fn progress_loop(
         sleeping.store(true, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
         if cmds.is_empty() && !posted.load(Ordering::SeqCst) {
-            let _ = crate::sys::wait_readable(&wake, wait);
+            let _ = rnic_io::wait_readable(&wake, wait);
         }
         sleeping.store(false, Ordering::SeqCst);
         waker.clear();

@@ -5,7 +5,7 @@
 //! header checksum are masked). An unconnected socket with `IP_PMTUDISC_DO` sends ID 0,
 //! but one UDP GSO send is cut by the kernel into segments with IDs 0, 1, 2, ... (see
 //! `shared/notes/icrc-over-udp-sockets.md`). So the sender fills segment *i*'s ICRC with
-//! ID *i* ([`run_end`] says which packets go together), and the receiver, which gets no IP
+//! ID *i* ([`rnic_io::run_end`] says which packets go together), and the receiver, which gets no IP
 //! header from a UDP socket, accepts a packet whose ICRC matches ID 0, or the packet's
 //! index inside its GRO batch, or any ID below [`ID_WINDOW`] ([`IdVerifier`]).
 //!
@@ -23,7 +23,7 @@ use std::net::IpAddr;
 
 /// IDs below this are tried: the most segments our sender puts in one GSO send.
 pub const ID_WINDOW: u16 = 64;
-const _: () = assert!(ID_WINDOW as usize == crate::sys::MAX_GSO_SEGMENTS);
+const _: () = assert!(ID_WINDOW as usize == rnic_io::MAX_GSO_SEGMENTS);
 
 /// Which IPv4 ID made a received packet's ICRC match.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,35 +127,6 @@ impl IdVerifier {
     }
 }
 
-/// Splits `lens` (packet lengths, in send order) into runs that one GSO send can carry:
-/// consecutive packets to the same destination (`same_dst(i, j)`) with the same length,
-/// optionally ending with one shorter packet, at most [`crate::sys::MAX_GSO_SEGMENTS`]
-/// and [`crate::sys::MAX_UDP_PAYLOAD`] bytes. Returns the end index of the run that
-/// starts at `start`.
-pub fn run_end(lens: &[usize], start: usize, same_dst: impl Fn(usize, usize) -> bool) -> usize {
-    let Some(&size) = lens.get(start) else { return start };
-    if size == 0 {
-        return start + 1;
-    }
-    let max = crate::sys::MAX_GSO_SEGMENTS.min(crate::sys::MAX_UDP_PAYLOAD / size).max(1);
-    let mut end = start + 1;
-    while end < lens.len() && end - start < max && same_dst(start, end) {
-        let l = lens[end];
-        if l == size {
-            end += 1;
-        } else {
-            // A shorter last segment ends the run, unless it starts a run of its own
-            // (a WRITE's first packet carries a RETH and is longer than the middles).
-            let starts_run = lens.get(end + 1) == Some(&l) && same_dst(end, end + 1);
-            if l < size && l > 0 && !starts_run {
-                end += 1;
-            }
-            break;
-        }
-    }
-    end
-}
-
 #[cfg(test)]
 #[allow(clippy::cast_possible_truncation)]
 mod tests {
@@ -217,25 +188,5 @@ mod tests {
         assert_eq!(v.verify(&c6, &p, 0), Some(IdMatch::Zero));
         p[20] ^= 1;
         assert_eq!(v.verify(&c6, &p, 1), None);
-    }
-
-    #[test]
-    fn runs_follow_the_gso_rules() {
-        let all = |_: usize, _: usize| true;
-        // First packet of a WRITE carries a RETH (longer): alone; then equal middles and a short last.
-        let lens = [4128, 4112, 4112, 4112, 100, 4112];
-        assert_eq!(run_end(&lens, 0, all), 1);
-        assert_eq!(run_end(&lens, 1, all), 5);
-        assert_eq!(run_end(&lens, 5, all), 6);
-        // A shorter packet that does not start a run is a short last segment.
-        assert_eq!(run_end(&[4128, 4112, 100], 0, all), 2);
-        // A longer packet after a run starts a new one.
-        assert_eq!(run_end(&[100, 100, 200], 0, all), 2);
-        // Different destinations split runs.
-        assert_eq!(run_end(&[100, 100, 100], 0, |_, j| j < 2), 2);
-        // At most 64 segments, and at most 65507 bytes.
-        assert_eq!(run_end(&[40; 100], 0, all), 64);
-        assert_eq!(run_end(&[4112; 100], 0, all), 15);
-        assert_eq!(run_end(&[], 0, all), 0);
     }
 }

@@ -1,9 +1,10 @@
 //! The simulated RoCEv2 HCA.
 //!
 //! - [`mem`]: registered memory blocks the NIC reads and writes ("DMA"), pinning, and the
-//!   8-byte RDMA atomics. The only module with `unsafe` code apart from [`sys`] (the
-//!   system calls std and socket2 lack: `IP_MTU_DISCOVER`, UDP GSO/GRO, `sendmmsg` /
-//!   `recvmmsg`, `ppoll`, eventfd, CPU affinity).
+//!   8-byte RDMA atomics. With `crc_copy` (the ICRC computed while copying) the only
+//!   modules with `unsafe` code; the system calls std and socket2 lack (UDP GSO/GRO,
+//!   `sendmmsg`/`recvmmsg`, `ppoll`, eventfd, CPU affinity, reuseport BPF) are the
+//!   `rnic-io` crate's.
 //! - [`mr`]: the memory translation and protection table (lkey / rkey checks).
 //! - [`qp_state`]: the QP state machine, the modify-QP attribute table and value checks.
 //! - [`wr`], [`cq`], [`counters`]: work requests and completions, completion queues,
@@ -56,6 +57,3 @@ pub mod srq;
 mod transport;
 pub use transport::share;
 pub mod wr;
-
-#[allow(unsafe_code)]
-pub mod sys;

@@ -441,15 +441,17 @@ impl fmt::Debug for Shared<'_> {
     }
 }
 
-impl Shared<'_> {
+impl<'a> Shared<'a> {
     /// Length in bytes.
     pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    /// The first byte's address, for an iovec the kernel copies from.
-    pub(crate) fn as_ptr(&self) -> *const u8 {
-        self.ptr
+    /// An iovec over the bytes, for a send the kernel copies from.
+    pub(crate) fn io_vec(self) -> rnic_io::IoVec<'a> {
+        // SAFETY: `ptr .. ptr + len` was bounds-checked against the block (`view`), which
+        // stays allocated for 'a; writers meanwhile are allowed (the kernel only copies).
+        unsafe { rnic_io::IoVec::from_raw_parts(self.ptr, self.len) }
     }
 
     /// Appends the bytes to `out` and continues `crc` over them, reading each byte of

@@ -4,9 +4,9 @@
 //! a refused post takes no queue slot and puts nothing on the wire.
 
 mod common;
-use rnic_core::engine::qp::QpInit;
 use common::*;
 use rnic_core::cq::Cq;
+use rnic_core::engine::qp::QpInit;
 use rnic_core::engine::qp::{validate_recv, validate_send, PostError, QpAttr, QpCap, QpShared};
 use rnic_core::engine::EngineError;
 use rnic_core::mr::{AccessError, AccessFlags, PdId};

@@ -4,10 +4,10 @@
 //! is recovered by the agent's retry, and a peer that vanishes ends in a timeout with no
 //! half-open QP. The MADs on the wire have the shape of Linux rxe's.
 
-use rnic_core::engine::qp::QpInit;
 use rnic_core::cm::{self, AcceptParams, CmEvent, CmState, ConnectParams};
 use rnic_core::counters::Counters;
 use rnic_core::cq::Cq;
+use rnic_core::engine::qp::QpInit;
 use rnic_core::engine::qp::{validate_recv, validate_send, QpAttr, QpShared};
 use rnic_core::engine::{Engine, EngineConfig};
 use rnic_core::fabric::Fabric;

@@ -9,12 +9,12 @@
 
 mod common;
 
-use rnic_core::engine::qp::QpInit;
 use common::net::{FabricNet, Net, Setup, UdpNet, Q};
 use common::pattern;
 use rnic_core::cc::DcqcnParams;
 use rnic_core::counters::Counters;
 use rnic_core::cq::Cq;
+use rnic_core::engine::qp::QpInit;
 use rnic_core::engine::qp::{QpCap, QpShared};
 use rnic_core::engine::{Engine, EngineConfig};
 use rnic_core::fabric::{Fabric, Verdict, Wire};
@@ -213,7 +213,9 @@ fn host_with(fab: &mut Fabric, cfg: EngineConfig, n: usize) -> Host {
     let keys = mtpt.register(PdId(1), mem.clone(), 0, 1 << 20, mem.addr(), AccessFlags::all()).unwrap();
     let (scq, rcq) = (Arc::new(Cq::new(1, 1 << 16)), Arc::new(Cq::new(2, 1 << 16)));
     let cap = QpCap { max_send_wr: 256, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let qps = (0..n).map(|_| e.create_qp(QpInit::new(QpType::Rc, PdId(1), scq.clone(), rcq.clone()).cap(cap)).unwrap()).collect();
+    let qps = (0..n)
+        .map(|_| e.create_qp(QpInit::new(QpType::Rc, PdId(1), scq.clone(), rcq.clone()).cap(cap)).unwrap())
+        .collect();
     let idx = fab.add(e);
     Host { ip, mtpt, mem, keys, qps, scq, idx }
 }

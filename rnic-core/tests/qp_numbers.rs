@@ -3,8 +3,8 @@
 //! find no QP instead of landing on a new one.
 
 mod common;
-use rnic_core::engine::qp::QpInit;
 use common::*;
+use rnic_core::engine::qp::QpInit;
 use rnic_core::qp_state::QpType;
 use rnic_core::wr::{RecvWr, SendOp};
 use std::collections::HashSet;

@@ -3,8 +3,8 @@
 //! with both named, and a plain `Device::open` of the same address joins the device as
 //! another member, as another process does (`rnic_core::share`).
 
-use rnic_core::engine::qp::QpInit;
 use rnic_core::device::{Device, DeviceConfig, DeviceError};
+use rnic_core::engine::qp::QpInit;
 use std::net::IpAddr;
 
 fn config(name: &str, ip: &str) -> DeviceConfig {
@@ -36,9 +36,7 @@ fn one_device_per_name_and_the_port_freed_after_the_last_handle() {
     let c = Device::open(config("other", "127.0.82.1")).expect("a second member");
     assert!(!std::sync::Arc::ptr_eq(a.mtpt(), c.mtpt()), "a member has its own memory table");
     let cq = c.create_cq(4);
-    let q = c
-        .create_qp(QpInit::new(rnic_core::qp_state::QpType::Rc, c.alloc_pd(), cq.clone(), cq))
-        .expect("qp");
+    let q = c.create_qp(QpInit::new(rnic_core::qp_state::QpType::Rc, c.alloc_pd(), cq.clone(), cq)).expect("qp");
     assert_eq!(rnic_core::share::member_of(q.qpn.value()), 1, "member 1's QPNs: {:#x}", q.qpn.value());
     drop((a, b, c));
 

@@ -4,8 +4,8 @@
 #![allow(clippy::cast_possible_truncation)]
 mod common;
 
-use rnic_core::engine::qp::QpInit;
 use common::*;
+use rnic_core::engine::qp::QpInit;
 use rnic_core::engine::qp::{self, PostError, QpCap, PORT_MTU};
 use rnic_core::engine::ud::GRH_LEN;
 use rnic_core::fabric::Fabric;

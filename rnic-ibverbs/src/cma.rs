@@ -19,15 +19,17 @@
 //!   (`cma_ib_init_qp_attr`, `ib_cm_init_qp_attr`).
 
 use crate::device::{ctx_of, devices, Dev};
-use crate::{diag, guard, set_errno, EventFd};
+use crate::{diag, guard, set_errno};
 use libc::{c_char, c_int, c_void, size_t, sockaddr, socklen_t};
 use parking_lot::{Condvar, Mutex};
 use rnic_core::cm::{self as core, AcceptParams, ConnectParams, RepInfo, ReqInfo, SidrParams, SidrRepParams};
 use rnic_core::device::Device;
+use rnic_io::EventFd;
 use rnic_verbs_sys::*;
 use rnic_wire::cm::{CmTransport, CmaHeader, SidrStatus, CMA_HDR_LEN};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::AsRawFd as _;
 use std::ptr::null_mut;
 use std::sync::OnceLock;
 
@@ -290,8 +292,8 @@ pub struct Channel {
 
 impl Channel {
     fn new() -> Result<*mut Channel, c_int> {
-        let efd = EventFd::new().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
-        let ch = rdma_event_channel { fd: efd.raw() };
+        let efd = EventFd::blocking().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+        let ch = rdma_event_channel { fd: efd.as_raw_fd() };
         Ok(Box::into_raw(Box::new(Channel { ch, efd, q: Mutex::new(VecDeque::new()) })))
     }
 
@@ -318,7 +320,7 @@ impl Channel {
             if self.efd.nonblocking() {
                 return Err(libc::EAGAIN);
             }
-            self.efd.wait(-1);
+            self.efd.wait(None);
         }
     }
 

@@ -7,14 +7,16 @@
 //! rdma-core does.
 
 use crate::device::{ctx_of, CtxShared, MAX_CQE};
-use crate::{diag, guard, set_errno, EventFd, Users};
+use crate::{diag, guard, set_errno, Users};
 use libc::{c_int, c_void};
 use parking_lot::Mutex;
 use rnic_core::cq::CqNotifier;
 use rnic_core::device::Device;
 use rnic_core::wr::{NetworkHdr, WcOpcode, WcStatus, WorkCompletion};
+use rnic_io::EventFd;
 use rnic_verbs_sys::*;
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::AsRawFd as _;
 use std::ptr::null_mut;
 use std::sync::Arc;
 
@@ -61,14 +63,14 @@ pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *
             set_errno(libc::EINVAL);
             return null_mut();
         };
-        let fd = match EventFd::new() {
+        let fd = match EventFd::blocking() {
             Ok(f) => f,
             Err(e) => {
                 set_errno(e.raw_os_error().unwrap_or(libc::EMFILE));
                 return null_mut();
             }
         };
-        let ibv = ibv_comp_channel { context, fd: fd.raw(), refcnt: 0 };
+        let ibv = ibv_comp_channel { context, fd: fd.as_raw_fd(), refcnt: 0 };
         let sh = Arc::new(ChanShared { fd, queue: Mutex::default(), cqs: Mutex::default() });
         Box::into_raw(Box::new(Channel { ibv, sh, ctx: Arc::downgrade(&ctx.sh) })).cast()
     })
@@ -248,7 +250,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             set_errno(libc::EAGAIN);
             return -1;
         }
-        sh.fd.wait(-1);
+        sh.fd.wait(None);
     }
 }
 

@@ -7,17 +7,19 @@
 //! PD or CQ, so `ibv_devinfo` can list a device another process is using (only one process
 //! can own a device's address and port 4791).
 
-use crate::{copy_cstr, diag, guard, set_errno, EventFd};
+use crate::{copy_cstr, diag, guard, set_errno};
 use libc::{c_char, c_int, c_void, size_t, ssize_t};
 use parking_lot::Mutex;
 use rnic_core::caps::DeviceCaps;
 use rnic_core::device::{Device, DeviceConfig, DeviceError};
 use rnic_core::engine::AsyncEvent;
+use rnic_io::EventFd;
 use rnic_verbs::{DeviceInfo, Gid};
 use rnic_verbs_sys::*;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::mem::{offset_of, size_of};
 use std::net::IpAddr;
+use std::os::fd::AsRawFd as _;
 use std::ptr::null_mut;
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -301,14 +303,14 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
             set_errno(libc::ENODEV);
             return null_mut();
         };
-        let async_fd = match EventFd::new() {
+        let async_fd = match EventFd::blocking() {
             Ok(f) => f,
             Err(e) => {
                 set_errno(e.raw_os_error().unwrap_or(libc::EMFILE));
                 return null_mut();
             }
         };
-        let fd = async_fd.raw();
+        let fd = async_fd.as_raw_fd();
         let sh = Arc::new(CtxShared {
             dev,
             port: Mutex::new(None),
@@ -697,7 +699,7 @@ pub unsafe extern "C" fn ibv_get_async_event(context: *mut ibv_context, event: *
             set_errno(libc::EAGAIN);
             return -1;
         }
-        sh.async_fd.wait(-1);
+        sh.async_fd.wait(None);
     }
 }
 

@@ -74,69 +74,6 @@ pub(crate) fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
     }
 }
 
-/// A blocking eventfd (as rdma-core's descriptors are blocking until the program sets
-/// `O_NONBLOCK`), used as a completion channel's `fd` and a context's `async_fd`.
-#[derive(Debug)]
-pub(crate) struct EventFd(std::os::fd::OwnedFd);
-
-impl EventFd {
-    pub(crate) fn new() -> std::io::Result<EventFd> {
-        use std::os::fd::FromRawFd;
-        // SAFETY: eventfd takes no pointers; on success it returns a new fd we own.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a freshly created descriptor nothing else owns.
-        Ok(EventFd(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
-    }
-
-    pub(crate) fn raw(&self) -> c_int {
-        use std::os::fd::AsRawFd;
-        self.0.as_raw_fd()
-    }
-
-    /// Makes the descriptor readable.
-    pub(crate) fn notify(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes the 8 bytes of a live u64 to our open fd (never blocks short of a
-        // saturated counter, which stays readable).
-        let _ = unsafe { libc::write(self.raw(), std::ptr::addr_of!(one).cast(), 8) };
-    }
-
-    /// Makes it unreadable, without blocking whatever mode the program set.
-    pub(crate) fn clear(&self) {
-        if self.wait(0) {
-            let mut v: u64 = 0;
-            // SAFETY: the fd is readable (just polled), so this read of 8 bytes into a
-            // live u64 returns at once.
-            let _ = unsafe { libc::read(self.raw(), std::ptr::addr_of_mut!(v).cast(), 8) };
-        }
-    }
-
-    /// Waits until readable (`timeout_ms` -1 forever); true when readable.
-    pub(crate) fn wait(&self, timeout_ms: c_int) -> bool {
-        let mut p = libc::pollfd { fd: self.raw(), events: libc::POLLIN, revents: 0 };
-        loop {
-            // SAFETY: one live pollfd.
-            let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
-            if r >= 0 {
-                return r > 0;
-            }
-            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                return false;
-            }
-        }
-    }
-
-    /// True when the program set `O_NONBLOCK` on the descriptor.
-    pub(crate) fn nonblocking(&self) -> bool {
-        // SAFETY: F_GETFL on our open fd.
-        let fl = unsafe { libc::fcntl(self.raw(), libc::F_GETFL) };
-        fl >= 0 && fl & libc::O_NONBLOCK != 0
-    }
-}
-
 /// How many objects name this one (a PD's MRs, QPs, SRQs and AHs; a CQ's or an SRQ's
 /// QPs). The kernel refuses to destroy an object still in use with `EBUSY` (uverbs keeps
 /// a use count per PD, CQ and SRQ), and so does this library.

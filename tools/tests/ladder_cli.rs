@@ -6,9 +6,9 @@
 //! Golden files live in tools/tests/golden; `UPDATE_GOLDEN=1 cargo test -p rnic-tools
 //! --test ladder_cli` rewrites them (read the diff before committing it).
 
-use rnic_core::engine::qp::QpInit;
 use rnic_core::counters::Counters;
 use rnic_core::cq::Cq;
+use rnic_core::engine::qp::QpInit;
 use rnic_core::engine::qp::{validate_recv, validate_send, QpAttr, QpShared};
 use rnic_core::engine::{Engine, EngineConfig};
 use rnic_core::fabric::Fabric;

@@ -245,10 +245,10 @@ impl Part<'_> {
 
 impl<'a> Part<'a> {
     /// An iovec over the piece, for a send that the kernel copies from.
-    pub(crate) fn io_vec(self) -> crate::sys::IoVec<'a> {
+    pub(crate) fn io_vec(self) -> rnic_io::IoVec<'a> {
         match self {
-            Part::Bytes(b) => crate::sys::IoVec::new(b),
-            Part::Shared(s) => crate::sys::IoVec::shared(s),
+            Part::Bytes(b) => rnic_io::IoVec::new(b),
+            Part::Shared(s) => s.io_vec(),
         }
     }
 }

@@ -513,7 +513,7 @@ impl Packet {
             pending: HashMap::new(),
             counters,
             capture,
-            tos: if config.congestion_control == CongestionControl::Off { 0 } else { crate::sys::ECN_ECT0 },
+            tos: if config.congestion_control == CongestionControl::Off { 0 } else { rnic_io::ECN_ECT0 },
             ident: 0,
             icrc: rnic_wire::icrc::IcrcCache::new(),
             out: Vec::new(),
@@ -613,7 +613,7 @@ impl Packet {
     /// follow them (lengths and the IPv4 checksum need the total).
     fn finish(&self, frame: &mut [u8], src: IpAddr, dst: IpAddr, src_port: u16, ident: u16, ce: bool) {
         let at = self.eth_len();
-        let tos = if ce { self.tos | crate::sys::ECN_CE } else { self.tos };
+        let tos = if ce { self.tos | rnic_io::ECN_CE } else { self.tos };
         let ip_len = match (src, dst) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => {
                 let roce_len = frame.len() - at - IP_UDP;

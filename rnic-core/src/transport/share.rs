@@ -30,7 +30,7 @@
 
 use crate::counters::Counters;
 use crate::engine::{FIRST_QPN, LAST_QPN};
-use crate::sys::BpfInsn;
+use rnic_io::BpfInsn;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::linux::net::SocketAddrExt;
@@ -374,7 +374,7 @@ pub fn join(addr: SocketAddr) -> io::Result<Share> {
         match UnixDatagram::bind_addr(&name) {
             Ok(inbox) => {
                 inbox.set_nonblocking(true)?;
-                crate::sys::set_passcred(&inbox)?;
+                rnic_io::set_passcred(&inbox)?;
                 let seed = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
@@ -383,7 +383,7 @@ pub fn join(addr: SocketAddr) -> io::Result<Share> {
                     addr,
                     member: m,
                     inbox,
-                    uid: crate::sys::euid(),
+                    uid: rnic_io::euid(),
                     agent: below.first().copied().unwrap_or(m),
                     table: below.iter().copied().chain([m]).collect(),
                     probe: None,
@@ -801,7 +801,7 @@ impl Share {
     /// complete), as is anything malformed (counted).
     pub fn inbox(&mut self, buf: &mut [u8], sock: &UdpSocket, counters: &Counters) -> Inbound {
         loop {
-            let (len, uid) = match crate::sys::recv_with_uid(&self.inbox, buf) {
+            let (len, uid) = match rnic_io::recv_with_uid(&self.inbox, buf) {
                 Ok(r) => r,
                 Err(e) if e.kind() == io::ErrorKind::InvalidData => {
                     counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
@@ -898,7 +898,7 @@ impl Share {
             self.want_probe = true;
             self.gap = PROBE_GAP;
             if sorted.windows(2).any(|w| w[0] == w[1]) {
-                let _ = crate::sys::attach_reuseport_cbpf(sock, &program(&live));
+                let _ = rnic_io::attach_reuseport_cbpf(sock, &program(&live));
             }
             return;
         }
@@ -907,7 +907,7 @@ impl Share {
         } else {
             self.gap = PROBE_GAP;
         }
-        if crate::sys::attach_reuseport_cbpf(sock, &program(&table)).is_err() {
+        if rnic_io::attach_reuseport_cbpf(sock, &program(&table)).is_err() {
             counters.share_refused.fetch_add(1, Ordering::Relaxed);
             return;
         }

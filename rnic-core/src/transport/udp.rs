@@ -49,12 +49,12 @@ impl Udp {
             glue: Vec::new(),
             plan: Vec::new(),
             icrc: rnic_wire::icrc::IcrcCache::new(),
-            scratch: crate::sys::SendScratch::default(),
+            scratch: rnic_io::SendScratch::default(),
             lens: Vec::new(),
             msg_first: Vec::new(),
             iovs: Vec::new(),
             msgs: Vec::new(),
-            tos: if config.congestion_control == CongestionControl::Off { 0 } else { crate::sys::ECN_ECT0 },
+            tos: if config.congestion_control == CongestionControl::Off { 0 } else { rnic_io::ECN_ECT0 },
         };
         Ok(Udp { tx, rx: Rx::new(sock, local, counters, capture, config.ipv4_id, share) })
     }
@@ -112,24 +112,24 @@ pub(crate) fn bind(config: &DeviceConfig) -> Result<UdpSocket, DeviceError> {
     let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).map_err(err)?;
     // Every process that opens the device binds its address and port: one reuseport
     // group, its datagrams steered to the owner of their QP (`share`).
-    crate::sys::set_reuseport(&s).map_err(err)?;
+    rnic_io::set_reuseport(&s).map_err(err)?;
     s.set_recv_buffer_size(8 << 20).map_err(err)?;
     s.set_send_buffer_size(8 << 20).map_err(err)?;
     // UDP has no flow control: a receive buffer that holds a burst of many QPs' windows
     // saves retransmissions. Above rmem_max only with CAP_NET_ADMIN; else 8 MiB stays.
-    let _ = crate::sys::force_buffers(&s, SOCKET_BUFFER);
+    let _ = rnic_io::force_buffers(&s, SOCKET_BUFFER);
     if config.ip.is_ipv4() {
         // IPv4 ID 0 and DF on every datagram, so the ICRC is computable at both ends.
-        crate::sys::set_pmtudisc_do(&s).map_err(err)?;
+        rnic_io::set_pmtudisc_do(&s).map_err(err)?;
     }
     // ECN: each datagram's TOS comes with it (CE marks count at the notification point),
     // and with congestion control on, what this device sends is ECN-capable (ECT(0)), as
     // a RoCE NIC marks its packets for the switches.
-    crate::sys::set_recv_tos(&s, config.ip.is_ipv6()).map_err(err)?;
+    rnic_io::set_recv_tos(&s, config.ip.is_ipv6()).map_err(err)?;
     // The kernel's receive time of each datagram: how long it waited for this device.
-    crate::sys::set_rx_timestamps(&s).map_err(err)?;
+    rnic_io::set_rx_timestamps(&s).map_err(err)?;
     if config.congestion_control != CongestionControl::Off {
-        crate::sys::set_tos(&s, config.ip.is_ipv6(), crate::sys::ECN_ECT0).map_err(err)?;
+        rnic_io::set_tos(&s, config.ip.is_ipv6(), rnic_io::ECN_ECT0).map_err(err)?;
     }
     s.bind(&addr.into()).map_err(err)?;
     let u: UdpSocket = s.into();
@@ -139,8 +139,8 @@ pub(crate) fn bind(config: &DeviceConfig) -> Result<UdpSocket, DeviceError> {
 
 /// Detects UDP GSO and turns GRO on, as far as the configuration and the kernel allow.
 pub(crate) fn transport_info(config: &DeviceConfig, sock: &UdpSocket) -> TransportInfo {
-    let gso = config.gso && crate::sys::udp_segment_supported(sock);
-    let gro = config.gro && crate::sys::set_udp_gro(sock, true).is_ok();
+    let gso = config.gso && rnic_io::udp_segment_supported(sock);
+    let gro = config.gro && rnic_io::set_udp_gro(sock, true).is_ok();
     TransportInfo { gso, gro, spin: config.spin, raw: false }
 }
 
@@ -170,13 +170,13 @@ pub(crate) struct Tx {
     /// Pseudo-header CRC states of recent flows and lengths.
     icrc: rnic_wire::icrc::IcrcCache,
     /// `sendmmsg` headers, packet lengths and message starts, kept between sends.
-    scratch: crate::sys::SendScratch,
+    scratch: rnic_io::SendScratch,
     lens: Vec<usize>,
     msg_first: Vec<usize>,
     /// The allocations of the current send's iovec and message lists, kept empty
     /// between sends (see [`reuse`]).
-    iovs: Vec<crate::sys::IoVec<'static>>,
-    msgs: Vec<crate::sys::OutMsg<'static>>,
+    iovs: Vec<rnic_io::IoVec<'static>>,
+    msgs: Vec<rnic_io::OutMsg<'static>>,
     /// The socket's TOS byte (ECT(0) with congestion control), restored after a packet a
     /// fault rule marked CE.
     tos: u8,
@@ -231,13 +231,13 @@ impl Tx {
             c.record(self.local.ip(), dst, self.local.port(), ROCEV2_UDP_PORT, data);
         }
         let v6 = self.local.is_ipv6();
-        if ce && crate::sys::set_tos(&self.sock, v6, self.tos | crate::sys::ECN_CE).is_err() {
+        if ce && rnic_io::set_tos(&self.sock, v6, self.tos | rnic_io::ECN_CE).is_err() {
             counters.send_err.fetch_add(1, Ordering::Relaxed);
         }
         if self.sock.send_to(data, SocketAddr::new(dst, ROCEV2_UDP_PORT)).is_err() {
             counters.send_err.fetch_add(1, Ordering::Relaxed);
         }
-        if ce && crate::sys::set_tos(&self.sock, v6, self.tos).is_err() {
+        if ce && rnic_io::set_tos(&self.sock, v6, self.tos).is_err() {
             counters.send_err.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -254,7 +254,7 @@ impl Tx {
             // A GSO send reaches one socket of the peer's group: a run takes packets for
             // QPs of one process of the peer device (`share`).
             let end = if self.gso {
-                crate::gso::run_end(&lens, i, |a, b| {
+                rnic_io::run_end(&lens, i, |a, b| {
                     batch[a].dst == batch[b].dst && same_member(&batch[a].data, &batch[b].data)
                 })
             } else {
@@ -310,13 +310,13 @@ impl Tx {
             }
         }
         msg_first.push(plan.len());
-        let mut slices: Vec<crate::sys::IoVec<'_>> = reuse(std::mem::take(&mut self.iovs));
+        let mut slices: Vec<rnic_io::IoVec<'_>> = reuse(std::mem::take(&mut self.iovs));
         slices.extend(plan.iter().map(|&piece| match piece {
-            Piece::Glue(a, e) => crate::sys::IoVec::new(&glue[a..e]),
+            Piece::Glue(a, e) => rnic_io::IoVec::new(&glue[a..e]),
             Piece::Packet(k, j) => batch[k].parts()[j].io_vec(),
         }));
-        let mut msgs: Vec<crate::sys::OutMsg<'_>> = reuse(std::mem::take(&mut self.msgs));
-        msgs.extend(self.parts.iter().zip(msg_first.windows(2)).map(|(&(a, e), w)| crate::sys::OutMsg {
+        let mut msgs: Vec<rnic_io::OutMsg<'_>> = reuse(std::mem::take(&mut self.msgs));
+        msgs.extend(self.parts.iter().zip(msg_first.windows(2)).map(|(&(a, e), w)| rnic_io::OutMsg {
             dst: SocketAddr::new(batch[a].dst, ROCEV2_UDP_PORT),
             parts: &slices[w[0]..w[1]],
             segment: if e - a > 1 { u16::try_from(lens[a]).unwrap_or(0) } else { 0 },
@@ -332,7 +332,10 @@ impl Tx {
         let mut resume = batch.len();
         while m < msgs.len() {
             let chunk = &msgs[m..msgs.len().min(m + TX_MSGS)];
-            match crate::sys::send_msgs_with(&self.sock, &mut self.scratch, chunk) {
+            crate::hop_trace::mark(crate::hop_trace::Step::SendCalled);
+            let sent = rnic_io::send_msgs_with(&self.sock, &mut self.scratch, chunk);
+            crate::hop_trace::mark(crate::hop_trace::Step::Send);
+            match sent {
                 Ok(k) if k > 0 => {
                     for &(a, e) in &self.parts[m..m + k] {
                         if e - a > 1 {
@@ -380,8 +383,8 @@ pub(crate) struct Rx {
     counters: Arc<Counters>,
     capture: Option<Arc<Capture>>,
     bufs: Vec<Vec<u8>>,
-    meta: Vec<crate::sys::RecvMeta>,
-    scratch: crate::sys::RecvScratch,
+    meta: Vec<rnic_io::RecvMeta>,
+    scratch: rnic_io::RecvScratch,
     verifier: crate::gso::IdVerifier,
     ipv4_id: Ipv4IdPolicy,
     /// The last receive found the queue above its threshold: what it took counts as
@@ -410,8 +413,8 @@ impl Rx {
             counters,
             capture,
             bufs: (0..RX_BATCH).map(|_| vec![0u8; RX_BUF]).collect(),
-            meta: vec![crate::sys::RecvMeta::default(); RX_BATCH],
-            scratch: crate::sys::RecvScratch::new(RX_BATCH),
+            meta: vec![rnic_io::RecvMeta::default(); RX_BATCH],
+            scratch: rnic_io::RecvScratch::new(RX_BATCH),
             verifier: crate::gso::IdVerifier::new(),
             ipv4_id,
             congested: false,
@@ -438,7 +441,7 @@ impl Rx {
                 while n < self.bufs.len() {
                     match s.inbox(&mut self.bufs[n], &self.sock, &self.counters) {
                         super::share::Inbound::Packet { len, src, ce, via } => {
-                            self.meta[n] = crate::sys::RecvMeta { len, src, ce, ..Default::default() };
+                            self.meta[n] = rnic_io::RecvMeta { len, src, ce, ..Default::default() };
                             self.forwarded[n] = Some(via);
                             n += 1;
                         }
@@ -454,9 +457,10 @@ impl Rx {
     /// One `recvmmsg` of up to `max` datagrams.
     fn recv_socket(&mut self, max: usize) -> usize {
         self.congested = false;
-        match crate::sys::recv_msgs(&self.sock, &mut self.scratch, &mut self.bufs[..max], &mut self.meta, false) {
+        match rnic_io::recv_msgs(&self.sock, &mut self.scratch, &mut self.bufs[..max], &mut self.meta, false) {
             Ok(n) => {
                 if n > 0 {
+                    crate::hop_trace::start();
                     // One clock read per receive: which datagrams waited too long.
                     let now = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
@@ -474,7 +478,7 @@ impl Rx {
                     // above an eighth of the buffer, what this receive took counts as
                     // marked, as a switch marks packets above its queue threshold
                     // (DCQCN's K_min), so the senders slow down before the queue overflows.
-                    if let Ok((queued, size)) = crate::sys::rx_backlog(&self.sock) {
+                    if let Ok((queued, size)) = rnic_io::rx_backlog(&self.sock) {
                         self.congested = queued >= size / 8;
                         if self.congested {
                             self.counters.np_rx_queue_congested.fetch_add(1, Ordering::Relaxed);
@@ -598,12 +602,12 @@ mod tests {
     #[test]
     fn reuse_keeps_the_allocation_across_lifetimes() {
         let data = vec![1u8, 2, 3];
-        let mut v: Vec<crate::sys::IoVec<'static>> = Vec::with_capacity(64);
+        let mut v: Vec<rnic_io::IoVec<'static>> = Vec::with_capacity(64);
         let ptr = v.as_ptr() as usize;
-        let mut borrowed: Vec<crate::sys::IoVec<'_>> = reuse(std::mem::take(&mut v));
-        borrowed.push(crate::sys::IoVec::new(&data));
+        let mut borrowed: Vec<rnic_io::IoVec<'_>> = reuse(std::mem::take(&mut v));
+        borrowed.push(rnic_io::IoVec::new(&data));
         assert_eq!(borrowed.as_ptr() as usize, ptr, "the iovec list was reallocated");
-        let back: Vec<crate::sys::IoVec<'static>> = reuse(borrowed);
+        let back: Vec<rnic_io::IoVec<'static>> = reuse(borrowed);
         assert!(back.is_empty());
         assert_eq!((back.as_ptr() as usize, back.capacity() >= 64), (ptr, true));
     }

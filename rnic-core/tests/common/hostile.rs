@@ -7,9 +7,9 @@
 //! `engine` cargo-fuzz target (coverage-guided).
 #![allow(dead_code, clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
 
-use rnic_core::engine::qp::QpInit;
 use rnic_core::counters::Counters;
 use rnic_core::cq::Cq;
+use rnic_core::engine::qp::QpInit;
 use rnic_core::engine::qp::{validate_recv, validate_send, QpAttr, QpCap};
 use rnic_core::engine::{Engine, EngineConfig};
 use rnic_core::mem::MemBlock;

@@ -5,9 +5,9 @@
 pub mod hostile;
 pub mod net;
 
-use rnic_core::engine::qp::QpInit;
 use rnic_core::counters::Counters;
 use rnic_core::cq::Cq;
+use rnic_core::engine::qp::QpInit;
 use rnic_core::engine::qp::{self, QpAttr, QpCap, QpShared};
 use rnic_core::engine::{Engine, EngineConfig};
 use rnic_core::fabric::Fabric;
@@ -269,8 +269,7 @@ impl Pair {
         for (n, srq) in [(A, None), (B, srq_b)] {
             let node = &self.nodes[n];
             let (pd, scq, rcq) = (node.pd, node.scq.clone(), node.rcq.clone());
-            let qp =
-                self.fab.engine(n).create_qp(QpInit::new(QpType::Rc, pd, scq, rcq).srq(srq)).unwrap();
+            let qp = self.fab.engine(n).create_qp(QpInit::new(QpType::Rc, pd, scq, rcq).srq(srq)).unwrap();
             qps.push(qp);
         }
         let (qa, qb) = (qps[0].clone(), qps[1].clone());

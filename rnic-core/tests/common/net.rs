@@ -4,10 +4,10 @@
 //! both, so every reliability story is checked in simulation and on real sockets.
 #![allow(dead_code, clippy::cast_possible_truncation)]
 
-use rnic_core::engine::qp::QpInit;
 use rnic_core::counters::Counters;
 use rnic_core::cq::Cq;
 use rnic_core::device::{Device, DeviceConfig};
+use rnic_core::engine::qp::QpInit;
 use rnic_core::engine::qp::{QpAttr, QpCap, QpShared};
 use rnic_core::engine::{Engine, EngineConfig};
 use rnic_core::fabric::Fabric;
@@ -375,7 +375,7 @@ impl Net for UdpNet {
         // A socket on the sender's address (any port: the receiver checks the IP).
         let (src, dst) = (self.ends[from].ip, self.ends[1 - from].ip);
         let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
-        rnic_core::sys::set_pmtudisc_do(&s).unwrap(); // IPv4 ID 0, as the ICRC assumes
+        rnic_io::set_pmtudisc_do(&s).unwrap(); // IPv4 ID 0, as the ICRC assumes
         s.bind(&std::net::SocketAddr::new(src, 0).into()).unwrap();
         let sock: std::net::UdpSocket = s.into();
         let port = sock.local_addr().unwrap().port();

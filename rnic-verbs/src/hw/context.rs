@@ -160,24 +160,17 @@ impl fmt::Display for HwAsyncEvent {
 /// Waits until `fd` is readable or `timeout` passes; false on timeout.
 pub(super) fn wait_readable(fd: libc::c_int, timeout: Duration, op: &'static str) -> HwResult<bool> {
     let deadline = std::time::Instant::now() + timeout;
+    // SAFETY: `fd` is a descriptor of a live libibverbs object (the context's async fd, a
+    // channel's fd), open for as long as this call, which is all the borrow lasts.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let ms = libc::c_int::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(libc::c_int::MAX);
-        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd for the duration of the call.
-        let r = unsafe { libc::poll(&mut p, 1, ms) };
-        if r > 0 {
-            return Ok(true);
-        }
-        if r == 0 {
-            if left.is_zero() || std::time::Instant::now() >= deadline {
-                return Ok(false);
-            }
-            continue;
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(HwError::Call { op: op.into(), source: e });
+        match rnic_io::wait_readable(&[fd], Some(left)) {
+            Ok(true) => return Ok(true),
+            Ok(false) if left.is_zero() || std::time::Instant::now() >= deadline => return Ok(false),
+            // Interrupted by a signal: wait out the rest.
+            Ok(false) => {}
+            Err(source) => return Err(HwError::Call { op: op.into(), source }),
         }
     }
 }

@@ -696,7 +696,7 @@ static PIN: AtomicBool = AtomicBool::new(false);
 fn pin(cpu: usize) {
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     if PIN.load(Ordering::Relaxed) && cpus >= 2 {
-        let _ = rnic_core::sys::pin_current_thread(cpu % cpus);
+        let _ = rnic_io::pin_current_thread(cpu % cpus);
     }
 }
 

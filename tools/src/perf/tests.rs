@@ -273,15 +273,15 @@ fn the_shaped_udp_source_sends_each_packet_at_its_length() {
     assert_eq!((lens[0], lens[1], lens.len()), (4128, 4112, 16));
     let rx = super::udp::bind("127.0.0.1".parse().unwrap()).unwrap();
     let tx = super::udp::bind("127.0.0.1".parse().unwrap()).unwrap();
-    let gro = rnic_core::sys::set_udp_gro(&rx, true).is_ok();
+    let gro = rnic_io::set_udp_gro(&rx, true).is_ok();
     let gso = super::udp::source(&tx, rx.local_addr().unwrap(), &lens, 32).unwrap();
     rx.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
     let mut bufs: Vec<Vec<u8>> = (0..8).map(|_| vec![0u8; 65_536]).collect();
-    let mut meta = vec![rnic_core::sys::RecvMeta::default(); 8];
-    let mut scratch = rnic_core::sys::RecvScratch::new(8);
+    let mut meta = vec![rnic_io::RecvMeta::default(); 8];
+    let mut scratch = rnic_io::RecvScratch::new(8);
     let (mut got, mut buffers) = (Vec::new(), Vec::new());
     while got.len() < 32 {
-        let n = rnic_core::sys::recv_msgs(&rx, &mut scratch, &mut bufs, &mut meta, true).unwrap();
+        let n = rnic_io::recv_msgs(&rx, &mut scratch, &mut bufs, &mut meta, true).unwrap();
         for m in &meta[..n] {
             let seg = if m.segment > 0 { m.segment } else { m.len };
             buffers.push(m.len.div_ceil(seg));

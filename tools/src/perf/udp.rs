@@ -10,7 +10,6 @@
 //! - latency: ping-pong with both sides busy polling a non-blocking socket (no sleeping
 //!   in the kernel, no wake-up across CPUs).
 
-use rnic_core::sys;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -76,10 +75,10 @@ impl Shape {
 struct Hop<'a> {
     sock: &'a UdpSocket,
     shape: Shape,
-    scratch: sys::SendScratch,
-    rscratch: sys::RecvScratch,
+    scratch: rnic_io::SendScratch,
+    rscratch: rnic_io::RecvScratch,
     bufs: Vec<Vec<u8>>,
-    meta: Vec<sys::RecvMeta>,
+    meta: Vec<rnic_io::RecvMeta>,
     /// The packet and the ACK behind it, built here for each send (no allocation).
     pair: Vec<u8>,
 }
@@ -90,17 +89,17 @@ impl<'a> Hop<'a> {
         if shape.ack > 0 {
             // What the UDP transport turns on for its socket (transport/udp.rs `bind`).
             let v6 = sock.local_addr()?.is_ipv6();
-            sys::set_udp_gro(sock, true)?;
-            sys::set_recv_tos(sock, v6)?;
-            sys::set_rx_timestamps(sock)?;
+            rnic_io::set_udp_gro(sock, true)?;
+            rnic_io::set_recv_tos(sock, v6)?;
+            rnic_io::set_rx_timestamps(sock)?;
         }
         Ok(Hop {
             sock,
             shape,
-            scratch: sys::SendScratch::default(),
-            rscratch: sys::RecvScratch::new(1),
+            scratch: rnic_io::SendScratch::default(),
+            rscratch: rnic_io::RecvScratch::new(1),
             bufs: vec![vec![0u8; 65_536]],
-            meta: vec![sys::RecvMeta::default()],
+            meta: vec![rnic_io::RecvMeta::default()],
             pair: Vec::with_capacity(65_536),
         })
     }
@@ -122,7 +121,7 @@ impl<'a> Hop<'a> {
         if self.shape.ack == 0 {
             return self.sock.recv_from(&mut self.bufs[0]);
         }
-        sys::recv_msgs(self.sock, &mut self.rscratch, &mut self.bufs[..1], &mut self.meta[..1], false)?;
+        rnic_io::recv_msgs(self.sock, &mut self.rscratch, &mut self.bufs[..1], &mut self.meta[..1], false)?;
         let m = self.meta[0];
         Ok((if m.segment > 0 { m.segment.min(m.len) } else { m.len }, m.src))
     }
@@ -138,7 +137,7 @@ impl<'a> Hop<'a> {
 fn send_shaped(
     sock: &UdpSocket,
     shape: Shape,
-    scratch: &mut sys::SendScratch,
+    scratch: &mut rnic_io::SendScratch,
     pair: &mut Vec<u8>,
     data: &[u8],
     to: SocketAddr,
@@ -149,10 +148,10 @@ fn send_shaped(
     pair.clear();
     pair.extend_from_slice(data);
     pair.resize(data.len() + shape.ack, 0);
-    let parts = [sys::IoVec::new(pair)];
-    let msg = sys::OutMsg { dst: to, parts: &parts, segment: u16::try_from(data.len()).unwrap_or(u16::MAX) };
+    let parts = [rnic_io::IoVec::new(pair)];
+    let msg = rnic_io::OutMsg { dst: to, parts: &parts, segment: u16::try_from(data.len()).unwrap_or(u16::MAX) };
     loop {
-        match sys::send_msgs_with(sock, scratch, std::slice::from_ref(&msg)) {
+        match rnic_io::send_msgs_with(sock, scratch, std::slice::from_ref(&msg)) {
             Ok(_) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
             Err(e) => return Err(e),
@@ -167,7 +166,7 @@ pub fn bind(ip: IpAddr) -> io::Result<UdpSocket> {
     s.set_recv_buffer_size(8 << 20)?;
     s.set_send_buffer_size(8 << 20)?;
     if ip.is_ipv4() {
-        sys::set_pmtudisc_do(&s)?;
+        rnic_io::set_pmtudisc_do(&s)?;
     }
     s.bind(&SocketAddr::new(ip, 0).into())?;
     Ok(s.into())
@@ -187,18 +186,18 @@ pub struct SinkResult {
 /// Receives datagrams with GRO (when the kernel has it) until `expect` arrived or none
 /// came for `idle`. Returns the count and the receive-side rate's interval.
 pub fn sink(sock: &UdpSocket, expect: u64, idle: Duration) -> io::Result<(SinkResult, bool)> {
-    let gro = sys::set_udp_gro(sock, true).is_ok();
+    let gro = rnic_io::set_udp_gro(sock, true).is_ok();
     sock.set_read_timeout(Some(idle))?;
     const N: usize = 32;
     let mut bufs: Vec<Vec<u8>> = (0..N).map(|_| vec![0u8; 65_536]).collect();
-    let mut meta = vec![sys::RecvMeta::default(); N];
-    let mut scratch = sys::RecvScratch::new(N);
+    let mut meta = vec![rnic_io::RecvMeta::default(); N];
+    let mut scratch = rnic_io::RecvScratch::new(N);
     let mut got = 0u64;
     let mut first: Option<(Instant, u64)> = None;
     let mut last = Instant::now();
     let start = Instant::now();
     while got < expect {
-        match sys::recv_msgs(sock, &mut scratch, &mut bufs, &mut meta, true) {
+        match rnic_io::recv_msgs(sock, &mut scratch, &mut bufs, &mut meta, true) {
             Ok(n) => {
                 for m in &meta[..n] {
                     got += if m.segment > 0 { m.len.div_ceil(m.segment) as u64 } else { 1 };
@@ -225,43 +224,43 @@ pub fn sink(sock: &UdpSocket, expect: u64, idle: Duration) -> io::Result<(SinkRe
 /// GSO was used. The datagrams have the lengths of `lens`, over and over: one length for
 /// the plain baseline (datagrams of the mean packet size), or an RDMA message's packets
 /// (`--roce-shape`). Consecutive datagrams go in one UDP GSO message as rnic's transport
-/// groups packets ([`rnic_core::gso::run_end`]: equal lengths, the last may be shorter,
+/// groups packets ([`rnic_io::run_end`]: equal lengths, the last may be shorter,
 /// at most 64 and 64 KiB), up to 16 such messages per `sendmmsg`.
 pub fn source(sock: &UdpSocket, dst: SocketAddr, lens: &[usize], count: u64) -> io::Result<bool> {
-    let lens: Vec<usize> = lens.iter().map(|&l| l.clamp(1, sys::MAX_UDP_PAYLOAD)).collect();
+    let lens: Vec<usize> = lens.iter().map(|&l| l.clamp(1, rnic_io::MAX_UDP_PAYLOAD)).collect();
     if lens.is_empty() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "no datagram lengths"));
     }
-    let gso = sys::udp_segment_supported(sock);
-    let buf: Vec<u8> = (0..sys::MAX_UDP_PAYLOAD).map(|i| u8::try_from(i % 251).unwrap_or(0)).collect();
+    let gso = rnic_io::udp_segment_supported(sock);
+    let buf: Vec<u8> = (0..rnic_io::MAX_UDP_PAYLOAD).map(|i| u8::try_from(i % 251).unwrap_or(0)).collect();
     const MSGS: usize = 16;
     // The next datagrams' lengths from position `at` of the repeated list, as many as a
     // GSO message can hold.
-    let mut window = Vec::with_capacity(sys::MAX_GSO_SEGMENTS + 1);
+    let mut window = Vec::with_capacity(rnic_io::MAX_GSO_SEGMENTS + 1);
     let mut at = 0usize;
     let mut left = count;
     while left > 0 {
-        let mut slices: Vec<[sys::IoVec<'_>; 1]> = Vec::with_capacity(MSGS);
+        let mut slices: Vec<[rnic_io::IoVec<'_>; 1]> = Vec::with_capacity(MSGS);
         let mut segs: Vec<(u64, usize)> = Vec::with_capacity(MSGS);
         let mut planned = 0u64;
         let mut pos = at;
         while slices.len() < MSGS && planned < left {
             window.clear();
-            let room = usize::try_from(left - planned).unwrap_or(usize::MAX).min(sys::MAX_GSO_SEGMENTS + 1);
+            let room = usize::try_from(left - planned).unwrap_or(usize::MAX).min(rnic_io::MAX_GSO_SEGMENTS + 1);
             window.extend((0..room).map(|k| lens[(pos + k) % lens.len()]));
-            let k = if gso { rnic_core::gso::run_end(&window, 0, |_, _| true).min(room) } else { 1 };
+            let k = if gso { rnic_io::run_end(&window, 0, |_, _| true).min(room) } else { 1 };
             let bytes: usize = window[..k].iter().sum();
-            slices.push([sys::IoVec::new(&buf[..bytes])]);
+            slices.push([rnic_io::IoVec::new(&buf[..bytes])]);
             segs.push((k as u64, if gso && k > 1 { window[0] } else { 0 }));
             planned += k as u64;
             pos = (pos + k) % lens.len();
         }
-        let msgs: Vec<sys::OutMsg<'_>> = slices
+        let msgs: Vec<rnic_io::OutMsg<'_>> = slices
             .iter()
             .zip(&segs)
-            .map(|(s, &(_, seg))| sys::OutMsg { dst, parts: s, segment: u16::try_from(seg).unwrap_or(0) })
+            .map(|(s, &(_, seg))| rnic_io::OutMsg { dst, parts: s, segment: u16::try_from(seg).unwrap_or(0) })
             .collect();
-        let sent: u64 = match sys::send_msgs(sock, &msgs) {
+        let sent: u64 = match rnic_io::send_msgs(sock, &msgs) {
             Ok(n) => segs[..n].iter().map(|&(k, _)| k).sum(),
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN | libc::EINTR)) => 0,
             Err(e) => return Err(e),
@@ -322,7 +321,7 @@ pub fn ping(
     shape: Shape,
 ) -> io::Result<Vec<Duration>> {
     let mut hop = Hop::new(sock, shape)?;
-    let size = size.clamp(2, sys::MAX_UDP_PAYLOAD - ACK_WIRE);
+    let size = size.clamp(2, rnic_io::MAX_UDP_PAYLOAD - ACK_WIRE);
     // Never all zeros: a pong in rnic's shape tells a lone ACK-sized datagram by that.
     let mut out = vec![0xa5u8; size];
     let mut rtts = Vec::with_capacity(usize::try_from(iters.min(1 << 24)).unwrap_or(1 << 20));

@@ -1,14 +1,16 @@
-//! The socket calls neither std nor socket2 offers: `IP_MTU_DISCOVER`, UDP GSO/GRO,
-//! `sendmmsg`/`recvmmsg` with control messages.
+//! UDP sockets as a RoCEv2 NIC uses them: `IP_MTU_DISCOVER`, UDP GSO/GRO, ECN in the
+//! TOS byte, `sendmmsg`/`recvmmsg` with control messages, receive timestamps and the
+//! receive queue's fill.
 //!
-//! This is the only `unsafe` in rnic-core outside [`crate::mem`]. `IP_MTU_DISCOVER` exists because
-//! the ICRC covers the IPv4 identification field, and only an unconnected socket set to
-//! `IP_PMTUDISC_DO` makes the kernel send ID 0 (with DF) on every datagram, which the
-//! receiving rnic can then assume (`shared/notes/icrc-over-udp-sockets.md`).
+//! `IP_MTU_DISCOVER` exists because the ICRC covers the IPv4 identification field, and
+//! only an unconnected socket set to `IP_PMTUDISC_DO` makes the kernel send ID 0 (with DF)
+//! on every datagram, which the receiving rnic can then assume
+//! (`shared/notes/icrc-over-udp-sockets.md`).
 
+use crate::setsockopt_int;
 use std::io;
 use std::marker::PhantomData;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 
 /// Sets `IP_MTU_DISCOVER = IP_PMTUDISC_DO` on an IPv4 UDP socket.
 pub fn set_pmtudisc_do(sock: &impl AsRawFd) -> io::Result<()> {
@@ -35,18 +37,6 @@ pub const UDP_GRO: libc::c_int = 104;
 pub const MAX_UDP_PAYLOAD: usize = 65_507;
 /// The most segments one GSO send may be cut into (linux `UDP_MAX_SEGMENTS` is at least 64).
 pub const MAX_GSO_SEGMENTS: usize = 64;
-
-fn setsockopt_int(sock: &impl AsRawFd, level: libc::c_int, name: libc::c_int, val: libc::c_int) -> io::Result<()> {
-    let len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).unwrap_or(4);
-    // SAFETY: as in `set_pmtudisc_do`: a borrowed open fd, a pointer to a live stack int
-    // and its exact size; the kernel only reads it.
-    let rc = unsafe { libc::setsockopt(sock.as_raw_fd(), level, name, std::ptr::addr_of!(val).cast(), len) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
 
 /// Raises the socket's receive and send buffers to `bytes` beyond `net.core.rmem_max` /
 /// `wmem_max` (`SO_RCVBUFFORCE`/`SO_SNDBUFFORCE`; needs CAP_NET_ADMIN, else fails).
@@ -125,7 +115,7 @@ pub fn udp_segment_supported(sock: &impl AsRawFd) -> bool {
 
 /// One piece of a message for [`send_msgs`]: a `struct iovec` over bytes the kernel
 /// copies from, made from a slice or from a view of registered memory that is never lent
-/// as a slice (`mem::Shared`: the application may write it meanwhile, as with DMA).
+/// as a slice (the application may write it meanwhile, as with DMA: [`IoVec::from_raw_parts`]).
 #[repr(transparent)]
 #[derive(Clone, Copy)]
 pub struct IoVec<'a> {
@@ -139,9 +129,14 @@ impl<'a> IoVec<'a> {
         IoVec { v: libc::iovec { iov_base: b.as_ptr().cast_mut().cast(), iov_len: b.len() }, _bytes: PhantomData }
     }
 
-    /// An iovec over shared registered memory (valid for `'a`).
-    pub(crate) fn shared(s: crate::mem::Shared<'a>) -> IoVec<'a> {
-        IoVec { v: libc::iovec { iov_base: s.as_ptr().cast_mut().cast(), iov_len: s.len() }, _bytes: PhantomData }
+    /// An iovec over `len` bytes at `ptr` that are never lent as a slice (memory another
+    /// thread may write meanwhile, as a NIC's DMA reads memory the application owns).
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must stay allocated and readable for `'a`. Concurrent writes are
+    /// allowed: the kernel only copies the bytes, and what it sends is then whatever it read.
+    pub unsafe fn from_raw_parts(ptr: *const u8, len: usize) -> IoVec<'a> {
+        IoVec { v: libc::iovec { iov_base: ptr.cast_mut().cast(), iov_len: len }, _bytes: PhantomData }
     }
 
     /// Length in bytes.
@@ -161,9 +156,9 @@ impl std::fmt::Debug for IoVec<'_> {
     }
 }
 
-// SAFETY: an IoVec stands for a `&'a [u8]` (from a slice) or a read-only view of a
-// `MemBlock` borrowed for 'a (which is Sync: its bytes are only copied through raw
-// pointers); either may be read from any thread while 'a lasts, and the kernel only reads.
+// SAFETY: an IoVec stands for a `&'a [u8]` (from a slice) or bytes its maker promised
+// readable for 'a (`from_raw_parts`); either may be read from any thread while 'a lasts,
+// and the kernel only reads.
 unsafe impl Send for IoVec<'_> {}
 // SAFETY: as for Send: nothing is ever written through it.
 unsafe impl Sync for IoVec<'_> {}
@@ -253,9 +248,7 @@ pub fn send_msgs_with(sock: &impl AsRawFd, scratch: &mut SendScratch, msgs: &[Ou
     if hdrs.len() == 1 {
         // One message: `sendmsg`, a little cheaper than `sendmmsg` (a ping-pong's case).
         // SAFETY: as below, for the one header.
-        crate::hop_trace::mark(crate::hop_trace::Step::SendCalled);
         let rc = unsafe { libc::sendmsg(sock.as_raw_fd(), std::ptr::addr_of!(hdrs[0].msg_hdr), 0) };
-        crate::hop_trace::mark(crate::hop_trace::Step::Send);
         return if rc >= 0 { Ok(1) } else { Err(io::Error::last_os_error()) };
     }
     let n = libc::c_uint::try_from(hdrs.len()).unwrap_or(libc::c_uint::MAX);
@@ -381,7 +374,6 @@ pub fn recv_msgs(
         // msg_controllen and msg_flags, and the length goes into msg_len here.
         let rc = unsafe { libc::recvmsg(sock.as_raw_fd(), std::ptr::addr_of_mut!(hdrs[0].msg_hdr), flags) };
         let len = usize::try_from(rc).map_err(|_| io::Error::last_os_error())?;
-        crate::hop_trace::start();
         hdrs[0].msg_len = libc::c_uint::try_from(len).unwrap_or(libc::c_uint::MAX);
         1
     } else {
@@ -436,193 +428,56 @@ pub fn recv_msgs(
     Ok(got)
 }
 
-/// Waits until one of `fds` has something to read or `timeout` passes (`None`: no
-/// limit). Returns whether one is readable.
-pub fn wait_readable(fds: &[std::os::fd::BorrowedFd<'_>], timeout: Option<std::time::Duration>) -> io::Result<bool> {
-    let mut pfds: Vec<libc::pollfd> =
-        fds.iter().map(|f| libc::pollfd { fd: f.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
-    let ts = timeout.map(|d| libc::timespec {
-        tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: libc::c_long::from(d.subsec_nanos()),
-    });
-    let tsp = ts.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
-    let n = libc::nfds_t::try_from(pfds.len()).unwrap_or(0);
-    // SAFETY: `pfds` holds `n` live pollfds (the fds are borrowed, so open); `tsp` is null
-    // or points at a live timespec; a null signal mask leaves the mask unchanged.
-    let rc = unsafe { libc::ppoll(pfds.as_mut_ptr(), n, tsp, std::ptr::null()) };
-    match rc {
-        n if n > 0 => Ok(true),
-        0 => Ok(false),
-        _ => {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
-            } else {
-                Err(e)
+/// Splits `lens` (packet lengths, in send order) into runs that one GSO send can carry:
+/// consecutive packets to the same destination (`same_dst(i, j)`) with the same length,
+/// optionally ending with one shorter packet, at most [`MAX_GSO_SEGMENTS`]
+/// and [`MAX_UDP_PAYLOAD`] bytes. Returns the end index of the run that
+/// starts at `start`.
+pub fn run_end(lens: &[usize], start: usize, same_dst: impl Fn(usize, usize) -> bool) -> usize {
+    let Some(&size) = lens.get(start) else { return start };
+    if size == 0 {
+        return start + 1;
+    }
+    let max = MAX_GSO_SEGMENTS.min(MAX_UDP_PAYLOAD / size).max(1);
+    let mut end = start + 1;
+    while end < lens.len() && end - start < max && same_dst(start, end) {
+        let l = lens[end];
+        if l == size {
+            end += 1;
+        } else {
+            // A shorter last segment ends the run, unless it starts a run of its own
+            // (a WRITE's first packet carries a RETH and is longer than the middles).
+            let starts_run = lens.get(end + 1) == Some(&l) && same_dst(end, end + 1);
+            if l < size && l > 0 && !starts_run {
+                end += 1;
             }
+            break;
         }
     }
+    end
 }
 
-/// A Linux eventfd: a counter another thread bumps to wake a thread waiting in
-/// [`wait_readable`].
-#[derive(Debug)]
-pub struct EventFd(std::os::fd::OwnedFd);
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl EventFd {
-    /// A non-blocking eventfd at zero.
-    pub fn new() -> io::Result<EventFd> {
-        // SAFETY: eventfd takes no pointers; on success it returns a new fd we own.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a freshly created descriptor nothing else owns.
-        Ok(EventFd(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    #[test]
+    fn runs_follow_the_gso_rules() {
+        let all = |_: usize, _: usize| true;
+        // First packet of a WRITE carries a RETH (longer): alone; then equal middles and a short last.
+        let lens = [4128, 4112, 4112, 4112, 100, 4112];
+        assert_eq!(run_end(&lens, 0, all), 1);
+        assert_eq!(run_end(&lens, 1, all), 5);
+        assert_eq!(run_end(&lens, 5, all), 6);
+        // A shorter packet that does not start a run is a short last segment.
+        assert_eq!(run_end(&[4128, 4112, 100], 0, all), 2);
+        // A longer packet after a run starts a new one.
+        assert_eq!(run_end(&[100, 100, 200], 0, all), 2);
+        // Different destinations split runs.
+        assert_eq!(run_end(&[100, 100, 100], 0, |_, j| j < 2), 2);
+        // At most 64 segments, and at most 65507 bytes.
+        assert_eq!(run_end(&[40; 100], 0, all), 64);
+        assert_eq!(run_end(&[4112; 100], 0, all), 15);
+        assert_eq!(run_end(&[], 0, all), 0);
     }
-
-    /// Makes it readable (wakes a waiter).
-    pub fn notify(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes the 8 bytes of a live u64 to our open fd. Failure (counter
-        // saturated) leaves it readable, which is all a notification needs.
-        let _ = unsafe { libc::write(self.0.as_raw_fd(), std::ptr::addr_of!(one).cast(), 8) };
-    }
-
-    /// Resets it to zero (not readable).
-    pub fn clear(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads at most 8 bytes into a live u64 from our open non-blocking fd.
-        let _ = unsafe { libc::read(self.0.as_raw_fd(), std::ptr::addr_of_mut!(v).cast(), 8) };
-    }
-}
-
-impl std::os::fd::AsFd for EventFd {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.0.as_fd()
-    }
-}
-
-/// Restricts the calling thread to CPU `cpu` (`sched_setaffinity`), as `taskset` does for
-/// a benchmark: two busy-polling threads of a ping-pong must not share one CPU.
-pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "CPU number beyond CPU_SETSIZE"));
-    }
-    // SAFETY: cpu_set_t is a plain bit array for which all-zero is valid; CPU_SET writes
-    // bit `cpu`, checked above to be inside the set; sched_setaffinity reads `size_of`
-    // bytes of the set for thread 0 (the caller).
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), std::ptr::addr_of!(set))
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Sets `SO_REUSEPORT`: sockets of one user bound to the same address and port form a
-/// group, and each datagram goes to one of them (chosen by the group's program, see
-/// [`attach_reuseport_cbpf`], else by a hash of its addresses).
-pub fn set_reuseport(sock: &impl AsRawFd) -> io::Result<()> {
-    setsockopt_int(sock, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)
-}
-
-/// One classic BPF instruction (`struct sock_filter`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BpfInsn {
-    /// Operation.
-    pub code: u16,
-    /// Jump offset when the condition holds.
-    pub jt: u8,
-    /// Jump offset when it does not.
-    pub jf: u8,
-    /// Operand.
-    pub k: u32,
-}
-
-/// Gives the socket's reuseport group a classic BPF program
-/// (`SO_ATTACH_REUSEPORT_CBPF`): it runs on each datagram's UDP payload and returns the
-/// index of the group's socket that gets it (an index past the group's end falls back
-/// to the hash). Replaces the group's program; needs no privilege.
-pub fn attach_reuseport_cbpf(sock: &impl AsRawFd, prog: &[BpfInsn]) -> io::Result<()> {
-    let mut filter: Vec<libc::sock_filter> =
-        prog.iter().map(|i| libc::sock_filter { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect();
-    // Zeroed first: the padding after `len` is passed to the kernel too (valgrind reports
-    // uninitialised bytes in a program that runs on rnic otherwise).
-    // SAFETY: all-zero is a valid sock_fprog (an integer and a null pointer).
-    let mut fprog: libc::sock_fprog = unsafe { std::mem::zeroed() };
-    fprog.len = u16::try_from(filter.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    fprog.filter = filter.as_mut_ptr();
-    let len = libc::socklen_t::try_from(std::mem::size_of::<libc::sock_fprog>()).unwrap_or(16);
-    // SAFETY: a borrowed open fd; `fprog` points at `filter`, which holds `fprog.len`
-    // instructions and lives until the call returns; the kernel copies the program.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_REUSEPORT_CBPF,
-            std::ptr::addr_of!(fprog).cast(),
-            len,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Asks a Unix socket for each sender's credentials (`SO_PASSCRED`), which
-/// [`recv_with_uid`] then reports.
-pub fn set_passcred(sock: &impl AsRawFd) -> io::Result<()> {
-    setsockopt_int(sock, libc::SOL_SOCKET, libc::SO_PASSCRED, 1)
-}
-
-/// Receives one datagram from a Unix socket without blocking, with the user ID of the
-/// process that sent it (the kernel's `SCM_CREDENTIALS`; `None` if it was not reported).
-/// A datagram longer than `buf` is an error (`InvalidData`), not a shorter message.
-pub fn recv_with_uid(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<(usize, Option<u32>)> {
-    // Room for one `struct ucred` control message (u64s: the header's alignment).
-    let mut cbuf = [0u64; 8];
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    // SAFETY: an all-zero msghdr is a valid empty one.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = std::ptr::addr_of_mut!(iov);
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&cbuf);
-    // SAFETY: a borrowed open fd; `msg` points at `iov` (over `buf`) and `cbuf`, all live
-    // for the call, with their exact lengths; the kernel writes within them.
-    let rc = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if msg.msg_flags & libc::MSG_TRUNC != 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "a Unix datagram longer than the buffer"));
-    }
-    let mut uid = None;
-    // SAFETY: the CMSG_* macros walk the control buffer the kernel filled, within
-    // `msg_controllen`; a `SCM_CREDENTIALS` message's data is one `struct ucred`, read
-    // unaligned.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_CREDENTIALS {
-                let cred: libc::ucred = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                uid = Some(cred.uid);
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    Ok((usize::try_from(rc).unwrap_or(0), uid))
-}
-
-/// This process's effective user ID.
-pub fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
 }
