@@ -1,8 +1,9 @@
 //! The socket calls neither std nor socket2 offers: `IP_MTU_DISCOVER`, UDP GSO/GRO,
 //! `sendmmsg`/`recvmmsg` with control messages.
 //!
-//! This is the only `unsafe` in rnic-core outside [`crate::mem`]. `IP_MTU_DISCOVER` exists because
-//! the ICRC covers the IPv4 identification field, and only an unconnected socket set to
+//! One of the few modules of rnic-core with `unsafe` (the crate doc lists them; the
+//! raw-Ethernet transport's `AF_PACKET` calls are in `transport::raw::sys`).
+//! `IP_MTU_DISCOVER` exists because the ICRC covers the IPv4 identification field, and only an unconnected socket set to
 //! `IP_PMTUDISC_DO` makes the kernel send ID 0 (with DF) on every datagram, which the
 //! receiving rnic can then assume (`shared/notes/icrc-over-udp-sockets.md`).
 
