@@ -53,8 +53,8 @@
 //!   `iface/route.rs`);
 //! - this module: the [`Interface`], the bare [`RawSocket`] for `rnic perf`'s baseline,
 //!   and [`Packet`], the state machine that is the [`Transport`], using all of them.
-//!   `sys` and `frame` are leaves; `neighbor` and `route` use `frame` and nothing of the
-//!   transport.
+//!   `sys`, `frame` and `route` use none of the others; `neighbor` uses `frame` and
+//!   `route`, and nothing of the transport.
 
 #[allow(unsafe_code)]
 mod sys;
