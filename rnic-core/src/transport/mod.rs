@@ -4,16 +4,16 @@
 //!
 //! - [`udp`]: RoCEv2 in UDP datagrams through a socket (the kernel builds the IP and UDP
 //!   headers); any Linux host, no privileges.
-//! - [`packet`]: whole Ethernet frames through an `AF_PACKET` socket on a named interface:
+//! - [`raw`]: whole Ethernet frames through an `AF_PACKET` socket on a named interface:
 //!   the device has its own MAC-level presence and IP address (it answers ARP), every
-//!   header is its own, and the ICRC is checked in full.
+//!   header is its own, and the ICRC is checked in full. Its system calls are apart in
+//!   `raw::sys`, every `unsafe` of the transport there.
 //! - [`faulty`]: fault injection, wrapping either (every transport gets it). Capture stays
 //!   inside each transport: only the transport knows the headers it produced (a UDP GSO
 //!   segment's IPv4 ID, a raw frame's every byte).
 
-// The AF_PACKET socket: every unsafe call of the raw transport is in this module.
-#[allow(unsafe_code)]
-pub(crate) mod packet;
+// Raw Ethernet: its AF_PACKET calls (every unsafe of it) are in its `sys` child.
+pub(crate) mod raw;
 pub(crate) mod udp;
 // Processes sharing a UDP device.
 pub mod share;
