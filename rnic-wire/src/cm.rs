@@ -1,15 +1,47 @@
 //! Communication Manager messages (IBA 12.6): the 232 bytes after a CM MAD's common
 //! header ([`crate::mad`]), and the rdma_cm addressing carried in a REQ's private data.
 //!
-//! Offsets are the IBA tables' (REQ Table 106, MRA 107, REJ 108, REP 110, RTU 111,
-//! DREQ 112, DREP 113, SIDR_REQ 119, SIDR_REP 120), counted from the start of the MAD
-//! data; bit positions within a
-//! byte count from its most significant bit, as IBA draws them. Reserved bits are written
-//! as 0 and ignored on parse. Fields that only InfiniBand link layers use (LIDs, SL,
-//! packet rate) are kept as received, so a REQ round-trips byte for byte.
+//! Each message is a module after the crate's pattern: a view `Packet<T>` with a getter
+//! and a setter per field, the field offsets as named constants in its `mod field` (REQ
+//! Table 106 in [`req`], MRA 107 in [`mra`], REJ 108 in [`rej`], REP 110 in [`rep`], RTU
+//! 111 in [`rtu`], DREQ 112 in [`dreq`], DREP 113 in [`drep`], SIDR_REQ 119 in
+//! [`sidr_req`], SIDR_REP 120 in [`sidr_rep`]), and a representation (`CmReq`, ...) with
+//! `parse(&view)` and `emit(&mut view)`. [`CmMessage`] picks the message by attribute ID.
+//!
+//! The views cover the MAD data, not the whole MAD: the IBA tables count their offsets
+//! from the end of the common header (Linux's `CM_FIELD_*` macros add
+//! `sizeof(struct ib_mad_hdr)` to them), so each constant is the table's number as
+//! printed, and the common header stays [`crate::mad::Packet`]'s alone. Every message
+//! fills the 232 bytes exactly (private data to the end), so every view checks for all
+//! of them.
+//!
+//! Bit positions within a byte count from its most significant bit, as IBA draws them
+//! (the crate's shared `field::Bits`). Reserved bits are written as 0 and ignored on parse.
+//! Fields that only InfiniBand link layers use (LIDs, SL, packet rate) are kept as
+//! received, so a REQ round-trips byte for byte. ClassPortInfo, LAP and APR have no
+//! view: rnic does not implement them ([`CmMessage::parse_data`] answers `None`).
 
+use crate::field::{set_u16, to_array, u16_at};
 use crate::mad::{MadHeader, Packet as MadPacket, CLASS_CM, DATA_LEN, HEADER_LEN, MAD_LEN};
 use crate::Error;
+
+pub mod drep;
+pub mod dreq;
+pub mod mra;
+pub mod rej;
+pub mod rep;
+pub mod req;
+pub mod rtu;
+pub mod sidr_rep;
+pub mod sidr_req;
+
+pub use dreq::CmDreq;
+pub use mra::CmMra;
+pub use rej::CmRej;
+pub use rep::CmRep;
+pub use req::{CmPath, CmReq};
+pub use sidr_rep::CmSidrRep;
+pub use sidr_req::CmSidrReq;
 
 /// CM attribute IDs: which message a CM MAD carries (IBA 12.6.3, Table 104).
 pub mod attr {
@@ -170,119 +202,6 @@ impl MsgRef {
     }
 }
 
-// Bit access, MSB-first as IBA numbers bits.
-
-/// `width` bits of byte `b[at]` starting `bit` bits below its most significant bit.
-fn bits(b: &[u8], at: usize, bit: u32, width: u32) -> u8 {
-    (b[at] >> (8 - bit - width)) & low_mask(width)
-}
-
-/// The `width` (1..=8) low bits set.
-fn low_mask(width: u32) -> u8 {
-    u8::MAX >> (8 - width)
-}
-
-fn set_bits(b: &mut [u8], at: usize, bit: u32, width: u32, v: u8) {
-    let mask = low_mask(width) << (8 - bit - width);
-    b[at] = (b[at] & !mask) | ((v << (8 - bit - width)) & mask);
-}
-
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
-}
-fn u24_at(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([0, b[at], b[at + 1], b[at + 2]])
-}
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_be_bytes(w)
-}
-fn put16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
-}
-fn put24(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 3].copy_from_slice(&v.to_be_bytes()[1..]);
-}
-fn put32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_be_bytes());
-}
-fn put64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_be_bytes());
-}
-fn arr<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
-    let mut a = [0u8; N];
-    a.copy_from_slice(&b[at..at + N]);
-    a
-}
-
-/// One path of a REQ (primary or alternate, IBA Table 106: 44 bytes each).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct CmPath {
-    /// Local port LID (0 on RoCE).
-    pub local_lid: u16,
-    /// Remote port LID.
-    pub remote_lid: u16,
-    /// Local port GID (RoCEv2: the sender's address).
-    pub local_gid: [u8; 16],
-    /// Remote port GID.
-    pub remote_gid: [u8; 16],
-    /// Flow label (20 bits).
-    pub flow_label: u32,
-    /// Packet rate (6 bits).
-    pub packet_rate: u8,
-    /// Traffic class.
-    pub traffic_class: u8,
-    /// Hop limit.
-    pub hop_limit: u8,
-    /// Service level (4 bits).
-    pub sl: u8,
-    /// Subnet local.
-    pub subnet_local: bool,
-    /// Local ACK timeout (5 bits): the QP's timeout attribute.
-    pub local_ack_timeout: u8,
-}
-
-/// Bytes a path takes in a REQ.
-const PATH_LEN: usize = 44;
-
-impl CmPath {
-    fn parse(b: &[u8], at: usize) -> CmPath {
-        CmPath {
-            local_lid: u16_at(b, at),
-            remote_lid: u16_at(b, at + 2),
-            local_gid: arr(b, at + 4),
-            remote_gid: arr(b, at + 20),
-            flow_label: u32_at(b, at + 36) >> 12,
-            packet_rate: bits(b, at + 39, 2, 6),
-            traffic_class: b[at + 40],
-            hop_limit: b[at + 41],
-            sl: bits(b, at + 42, 0, 4),
-            subnet_local: bits(b, at + 42, 4, 1) != 0,
-            local_ack_timeout: bits(b, at + 43, 0, 5),
-        }
-    }
-
-    fn emit(&self, b: &mut [u8], at: usize) {
-        put16(b, at, self.local_lid);
-        put16(b, at + 2, self.remote_lid);
-        b[at + 4..at + 20].copy_from_slice(&self.local_gid);
-        b[at + 20..at + 36].copy_from_slice(&self.remote_gid);
-        put32(b, at + 36, (self.flow_label & 0xf_ffff) << 12);
-        set_bits(b, at + 39, 2, 6, self.packet_rate);
-        b[at + 40] = self.traffic_class;
-        b[at + 41] = self.hop_limit;
-        b[at + 42] = 0;
-        set_bits(b, at + 42, 0, 4, self.sl);
-        set_bits(b, at + 42, 4, 1, u8::from(self.subnet_local));
-        b[at + 43] = 0;
-        set_bits(b, at + 43, 0, 5, self.local_ack_timeout);
-    }
-}
-
 /// Transport service types a REQ asks for (IBA Table 106).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CmTransport {
@@ -315,279 +234,8 @@ impl CmTransport {
     }
 }
 
-/// A connection request (IBA 12.6.5, Table 106).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CmReq {
-    /// The active side's communication ID.
-    pub local_comm_id: u32,
-    /// Service ID (rdma_cm: port space << 16 | port).
-    pub service_id: u64,
-    /// The active side's CA GUID.
-    pub local_ca_guid: u64,
-    /// Q_Key (UD only; 0 otherwise).
-    pub local_qkey: u32,
-    /// The active side's QPN.
-    pub local_qpn: u32,
-    /// RDMA READ / atomic requests the active side can answer at once.
-    pub responder_resources: u8,
-    /// Local EE context (RD only).
-    pub local_eecn: u32,
-    /// RDMA READ / atomic requests the active side will have outstanding.
-    pub initiator_depth: u8,
-    /// Remote EE context (RD only).
-    pub remote_eecn: u32,
-    /// How long the passive side may take to answer: 4.096 us x 2^n (5 bits).
-    pub remote_cm_response_timeout: u8,
-    /// Transport service.
-    pub transport: CmTransport,
-    /// End-to-end flow control.
-    pub end_to_end_flow_control: bool,
-    /// The active side's first send PSN (the passive side's expected PSN).
-    pub starting_psn: u32,
-    /// How long the active side takes to answer (5 bits).
-    pub local_cm_response_timeout: u8,
-    /// Transport retry count (3 bits).
-    pub retry_count: u8,
-    /// Partition key.
-    pub pkey: u16,
-    /// Path MTU (ibv enum value: 1 = 256 ... 5 = 4096; 4 bits).
-    pub path_mtu: u8,
-    /// RDC exists.
-    pub rdc_exists: bool,
-    /// RNR retry count (3 bits).
-    pub rnr_retry_count: u8,
-    /// How many times the active side resends a MAD (4 bits).
-    pub max_cm_retries: u8,
-    /// The active side's QP uses an SRQ.
-    pub srq: bool,
-    /// Extended transport type (3 bits).
-    pub extended_transport_type: u8,
-    /// The primary path.
-    pub primary: CmPath,
-    /// The alternate path (all zeros when there is none).
-    pub alternate: CmPath,
-    /// SAP supported.
-    pub sap_supported: bool,
-    /// Private data (rdma_cm: its 36-byte header first, [`CmaHeader`]).
-    pub private_data: [u8; private_len::REQ],
-}
-
-impl CmReq {
-    fn parse(b: &[u8]) -> CmReq {
-        CmReq {
-            local_comm_id: u32_at(b, 0),
-            service_id: u64_at(b, 8),
-            local_ca_guid: u64_at(b, 16),
-            local_qkey: u32_at(b, 28),
-            local_qpn: u24_at(b, 32),
-            responder_resources: b[35],
-            local_eecn: u24_at(b, 36),
-            initiator_depth: b[39],
-            remote_eecn: u24_at(b, 40),
-            remote_cm_response_timeout: bits(b, 43, 0, 5),
-            transport: CmTransport::from_bits(bits(b, 43, 5, 2)),
-            end_to_end_flow_control: bits(b, 43, 7, 1) != 0,
-            starting_psn: u24_at(b, 44),
-            local_cm_response_timeout: bits(b, 47, 0, 5),
-            retry_count: bits(b, 47, 5, 3),
-            pkey: u16_at(b, 48),
-            path_mtu: bits(b, 50, 0, 4),
-            rdc_exists: bits(b, 50, 4, 1) != 0,
-            rnr_retry_count: bits(b, 50, 5, 3),
-            max_cm_retries: bits(b, 51, 0, 4),
-            srq: bits(b, 51, 4, 1) != 0,
-            extended_transport_type: bits(b, 51, 5, 3),
-            primary: CmPath::parse(b, 52),
-            alternate: CmPath::parse(b, 52 + PATH_LEN),
-            sap_supported: bits(b, 139, 5, 1) != 0,
-            private_data: arr(b, 140),
-        }
-    }
-
-    fn emit(&self, b: &mut [u8]) {
-        put32(b, 0, self.local_comm_id);
-        put64(b, 8, self.service_id);
-        put64(b, 16, self.local_ca_guid);
-        put32(b, 28, self.local_qkey);
-        put24(b, 32, self.local_qpn);
-        b[35] = self.responder_resources;
-        put24(b, 36, self.local_eecn);
-        b[39] = self.initiator_depth;
-        put24(b, 40, self.remote_eecn);
-        set_bits(b, 43, 0, 5, self.remote_cm_response_timeout);
-        set_bits(b, 43, 5, 2, self.transport.bits());
-        set_bits(b, 43, 7, 1, u8::from(self.end_to_end_flow_control));
-        put24(b, 44, self.starting_psn);
-        set_bits(b, 47, 0, 5, self.local_cm_response_timeout);
-        set_bits(b, 47, 5, 3, self.retry_count);
-        put16(b, 48, self.pkey);
-        set_bits(b, 50, 0, 4, self.path_mtu);
-        set_bits(b, 50, 4, 1, u8::from(self.rdc_exists));
-        set_bits(b, 50, 5, 3, self.rnr_retry_count);
-        set_bits(b, 51, 0, 4, self.max_cm_retries);
-        set_bits(b, 51, 4, 1, u8::from(self.srq));
-        set_bits(b, 51, 5, 3, self.extended_transport_type);
-        self.primary.emit(b, 52);
-        self.alternate.emit(b, 52 + PATH_LEN);
-        set_bits(b, 139, 5, 1, u8::from(self.sap_supported));
-        b[140..140 + private_len::REQ].copy_from_slice(&self.private_data);
-    }
-}
-
-/// A reply to a REQ (IBA 12.6.8, Table 110).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CmRep {
-    /// The passive side's communication ID.
-    pub local_comm_id: u32,
-    /// The active side's communication ID (from the REQ).
-    pub remote_comm_id: u32,
-    /// Q_Key (UD).
-    pub local_qkey: u32,
-    /// The passive side's QPN.
-    pub local_qpn: u32,
-    /// Local EE context (RD).
-    pub local_eecn: u32,
-    /// The passive side's first send PSN.
-    pub starting_psn: u32,
-    /// Responder resources the passive side grants.
-    pub responder_resources: u8,
-    /// Initiator depth of the passive side.
-    pub initiator_depth: u8,
-    /// Target ACK delay (5 bits).
-    pub target_ack_delay: u8,
-    /// Failover accepted (2 bits).
-    pub failover_accepted: u8,
-    /// End-to-end flow control.
-    pub end_to_end_flow_control: bool,
-    /// RNR retry count the passive side asks for (3 bits).
-    pub rnr_retry_count: u8,
-    /// The passive side's QP uses an SRQ.
-    pub srq: bool,
-    /// The passive side's CA GUID.
-    pub local_ca_guid: u64,
-    /// Private data.
-    pub private_data: [u8; private_len::REP],
-}
-
-impl CmRep {
-    fn parse(b: &[u8]) -> CmRep {
-        CmRep {
-            local_comm_id: u32_at(b, 0),
-            remote_comm_id: u32_at(b, 4),
-            local_qkey: u32_at(b, 8),
-            local_qpn: u24_at(b, 12),
-            local_eecn: u24_at(b, 16),
-            starting_psn: u24_at(b, 20),
-            responder_resources: b[24],
-            initiator_depth: b[25],
-            target_ack_delay: bits(b, 26, 0, 5),
-            failover_accepted: bits(b, 26, 5, 2),
-            end_to_end_flow_control: bits(b, 26, 7, 1) != 0,
-            rnr_retry_count: bits(b, 27, 0, 3),
-            srq: bits(b, 27, 3, 1) != 0,
-            local_ca_guid: u64_at(b, 28),
-            private_data: arr(b, 36),
-        }
-    }
-
-    fn emit(&self, b: &mut [u8]) {
-        put32(b, 0, self.local_comm_id);
-        put32(b, 4, self.remote_comm_id);
-        put32(b, 8, self.local_qkey);
-        put24(b, 12, self.local_qpn);
-        put24(b, 16, self.local_eecn);
-        put24(b, 20, self.starting_psn);
-        b[24] = self.responder_resources;
-        b[25] = self.initiator_depth;
-        set_bits(b, 26, 0, 5, self.target_ack_delay);
-        set_bits(b, 26, 5, 2, self.failover_accepted);
-        set_bits(b, 26, 7, 1, u8::from(self.end_to_end_flow_control));
-        set_bits(b, 27, 0, 3, self.rnr_retry_count);
-        set_bits(b, 27, 3, 1, u8::from(self.srq));
-        put64(b, 28, self.local_ca_guid);
-        b[36..36 + private_len::REP].copy_from_slice(&self.private_data);
-    }
-}
-
-/// A reject (IBA 12.6.7, Table 108).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CmRej {
-    /// The sender's communication ID (0 if it has none yet).
-    pub local_comm_id: u32,
-    /// The receiver's communication ID.
-    pub remote_comm_id: u32,
-    /// Which message is rejected.
-    pub message_rejected: MsgRef,
-    /// Bytes of `ari` that mean something (7 bits).
-    pub rejected_info_length: u8,
-    /// Why ([`rej_reason`]).
-    pub reason: u16,
-    /// Additional rejection information.
-    pub ari: [u8; 72],
-    /// Private data.
-    pub private_data: [u8; private_len::REJ],
-}
-
-impl CmRej {
-    fn parse(b: &[u8]) -> CmRej {
-        CmRej {
-            local_comm_id: u32_at(b, 0),
-            remote_comm_id: u32_at(b, 4),
-            message_rejected: MsgRef::from_bits(bits(b, 8, 0, 2)),
-            rejected_info_length: bits(b, 9, 0, 7),
-            reason: u16_at(b, 10),
-            ari: arr(b, 12),
-            private_data: arr(b, 84),
-        }
-    }
-
-    fn emit(&self, b: &mut [u8]) {
-        put32(b, 0, self.local_comm_id);
-        put32(b, 4, self.remote_comm_id);
-        set_bits(b, 8, 0, 2, self.message_rejected.bits());
-        set_bits(b, 9, 0, 7, self.rejected_info_length);
-        put16(b, 10, self.reason);
-        b[12..84].copy_from_slice(&self.ari);
-        b[84..84 + private_len::REJ].copy_from_slice(&self.private_data);
-    }
-}
-
-/// A message receipt acknowledgement (IBA 12.6.6, Table 107).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CmMra {
-    /// The sender's communication ID.
-    pub local_comm_id: u32,
-    /// The receiver's communication ID.
-    pub remote_comm_id: u32,
-    /// Which message is MRAed.
-    pub message_mraed: MsgRef,
-    /// Service timeout: 4.096 us x 2^n the sender needs (5 bits).
-    pub service_timeout: u8,
-    /// Private data.
-    pub private_data: [u8; private_len::MRA],
-}
-
-impl CmMra {
-    fn parse(b: &[u8]) -> CmMra {
-        CmMra {
-            local_comm_id: u32_at(b, 0),
-            remote_comm_id: u32_at(b, 4),
-            message_mraed: MsgRef::from_bits(bits(b, 8, 0, 2)),
-            service_timeout: bits(b, 9, 0, 5),
-            private_data: arr(b, 10),
-        }
-    }
-
-    fn emit(&self, b: &mut [u8]) {
-        put32(b, 0, self.local_comm_id);
-        put32(b, 4, self.remote_comm_id);
-        set_bits(b, 8, 0, 2, self.message_mraed.bits());
-        set_bits(b, 9, 0, 5, self.service_timeout);
-        b[10..10 + private_len::MRA].copy_from_slice(&self.private_data);
-    }
-}
-
 /// RTU, DREP (and the ID pair heading DREQ): two communication IDs and private data.
+/// [`rtu`] and [`drep`] read and write it (`parse_rtu`, `emit_drep`, ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CmIds<const N: usize> {
     /// The sender's communication ID.
@@ -596,128 +244,6 @@ pub struct CmIds<const N: usize> {
     pub remote_comm_id: u32,
     /// Private data.
     pub private_data: [u8; N],
-}
-
-impl<const N: usize> CmIds<N> {
-    fn parse(b: &[u8], data_at: usize) -> CmIds<N> {
-        CmIds { local_comm_id: u32_at(b, 0), remote_comm_id: u32_at(b, 4), private_data: arr(b, data_at) }
-    }
-    fn emit(&self, b: &mut [u8], data_at: usize) {
-        put32(b, 0, self.local_comm_id);
-        put32(b, 4, self.remote_comm_id);
-        b[data_at..data_at + N].copy_from_slice(&self.private_data);
-    }
-}
-
-/// A disconnect request (IBA 12.6.10, Table 112).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CmDreq {
-    /// IDs and private data.
-    pub ids: CmIds<{ private_len::DREQ }>,
-    /// The receiver's QPN (or EECN).
-    pub remote_qpn: u32,
-}
-
-/// A service ID resolution request (IBA 12.11, Table 119): the sender asks which UD QP
-/// (and Q_Key) serves `service_id` at the receiver. rdma_cm's UDP port space resolves a
-/// destination with it.
-///
-/// ```text
-///  0..4     Request ID (the sender's; the SIDR_REP echoes it)
-///  4..6     P_Key
-///  6..8     reserved
-///  8..16    Service ID
-/// 16..232   private data (216; rdma_cm's 36-byte header first)
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CmSidrReq {
-    /// The requester's ID for this request.
-    pub request_id: u32,
-    /// The partition the requester's UD QP is in.
-    pub pkey: u16,
-    /// The service asked for (rdma_cm: port space 0x0111 << 16 | port).
-    pub service_id: u64,
-    /// Private data (rdma_cm: its header first, [`CmaHeader`]).
-    pub private_data: [u8; private_len::SIDR_REQ],
-}
-
-impl CmSidrReq {
-    fn parse(b: &[u8]) -> CmSidrReq {
-        CmSidrReq { request_id: u32_at(b, 0), pkey: u16_at(b, 4), service_id: u64_at(b, 8), private_data: arr(b, 16) }
-    }
-
-    fn emit(&self, b: &mut [u8]) {
-        put32(b, 0, self.request_id);
-        put16(b, 4, self.pkey);
-        put64(b, 8, self.service_id);
-        b[16..16 + private_len::SIDR_REQ].copy_from_slice(&self.private_data);
-    }
-}
-
-/// A service ID resolution reply (IBA 12.11, Table 120).
-///
-/// ```text
-///  0..4     Request ID (the SIDR_REQ's)
-///  4        Status
-///  5        Additional information length
-///  6..8     Vendor ID, high 16 bits (IBA 1.4's ECE; 0 otherwise)
-///  8..11    QPN (24)
-/// 11        Vendor ID, low 8 bits
-/// 12..20    Service ID
-/// 20..24    Q_Key
-/// 24..96    additional information (72: ClassPortInfo on redirect)
-/// 96..232   private data (136)
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CmSidrRep {
-    /// The SIDR_REQ's request ID.
-    pub request_id: u32,
-    /// Whether `qpn` and `qkey` are valid, and if not why.
-    pub status: SidrStatus,
-    /// Bytes of `info` that mean something.
-    pub info_len: u8,
-    /// The vendor ID (24 bits) of IBA 1.4's enhanced connection establishment; 0 here.
-    pub vendor_id: u32,
-    /// The UD QP that serves the service (24 bits).
-    pub qpn: u32,
-    /// The service ID (Linux echoes the request's).
-    pub service_id: u64,
-    /// The Q_Key the requester must send with (rdma_cm's UDP port space: 0x01234567).
-    pub qkey: u32,
-    /// Additional information (a ClassPortInfo when `status` is a redirect).
-    pub info: [u8; SIDR_INFO_LEN],
-    /// Private data.
-    pub private_data: [u8; private_len::SIDR_REP],
-}
-
-impl CmSidrRep {
-    fn parse(b: &[u8]) -> CmSidrRep {
-        CmSidrRep {
-            request_id: u32_at(b, 0),
-            status: SidrStatus::from(b[4]),
-            info_len: b[5],
-            vendor_id: u32::from(u16_at(b, 6)) << 8 | u32::from(b[11]),
-            qpn: u24_at(b, 8),
-            service_id: u64_at(b, 12),
-            qkey: u32_at(b, 20),
-            info: arr(b, 24),
-            private_data: arr(b, 96),
-        }
-    }
-
-    fn emit(&self, b: &mut [u8]) {
-        put32(b, 0, self.request_id);
-        b[4] = u8::from(self.status);
-        b[5] = self.info_len;
-        let [_, vh, vm, vl] = self.vendor_id.to_be_bytes();
-        b[6..8].copy_from_slice(&[vh, vm]);
-        put24(b, 8, self.qpn);
-        b[11] = vl;
-        put64(b, 12, self.service_id);
-        put32(b, 20, self.qkey);
-        b[24..96].copy_from_slice(&self.info);
-        b[96..96 + private_len::SIDR_REP].copy_from_slice(&self.private_data);
-    }
 }
 
 /// A CM message.
@@ -797,22 +323,21 @@ impl CmMessage {
     }
 
     /// Parses the CM data (the 232 bytes after the MAD header) of attribute `attr_id`.
+    /// Parses the CM data (the 232 bytes after the MAD header) of attribute `attr_id`.
     /// `Ok(None)`: a CM attribute rnic does not implement (LAP, APR, ClassPortInfo), to be
     /// counted and dropped or answered by the caller.
     pub fn parse_data(attr_id: u16, data: &[u8]) -> crate::Result<Option<CmMessage>> {
         crate::error::need("CM message", data, DATA_LEN)?;
         Ok(Some(match attr_id {
-            attr::REQ => CmMessage::Req(Box::new(CmReq::parse(data))),
-            attr::MRA => CmMessage::Mra(Box::new(CmMra::parse(data))),
-            attr::REJ => CmMessage::Rej(Box::new(CmRej::parse(data))),
-            attr::REP => CmMessage::Rep(Box::new(CmRep::parse(data))),
-            attr::RTU => CmMessage::Rtu(Box::new(CmIds::parse(data, 8))),
-            attr::DREQ => {
-                CmMessage::Dreq(Box::new(CmDreq { ids: CmIds::parse(data, 12), remote_qpn: u24_at(data, 8) }))
-            }
-            attr::DREP => CmMessage::Drep(Box::new(CmIds::parse(data, 8))),
-            attr::SIDR_REQ => CmMessage::SidrReq(Box::new(CmSidrReq::parse(data))),
-            attr::SIDR_REP => CmMessage::SidrRep(Box::new(CmSidrRep::parse(data))),
+            attr::REQ => CmMessage::Req(Box::new(CmReq::parse(&req::Packet::new_checked(data)?)?)),
+            attr::MRA => CmMessage::Mra(Box::new(CmMra::parse(&mra::Packet::new_checked(data)?)?)),
+            attr::REJ => CmMessage::Rej(Box::new(CmRej::parse(&rej::Packet::new_checked(data)?)?)),
+            attr::REP => CmMessage::Rep(Box::new(CmRep::parse(&rep::Packet::new_checked(data)?)?)),
+            attr::RTU => CmMessage::Rtu(Box::new(CmIds::parse_rtu(&rtu::Packet::new_checked(data)?)?)),
+            attr::DREQ => CmMessage::Dreq(Box::new(CmDreq::parse(&dreq::Packet::new_checked(data)?)?)),
+            attr::DREP => CmMessage::Drep(Box::new(CmIds::parse_drep(&drep::Packet::new_checked(data)?)?)),
+            attr::SIDR_REQ => CmMessage::SidrReq(Box::new(CmSidrReq::parse(&sidr_req::Packet::new_checked(data)?)?)),
+            attr::SIDR_REP => CmMessage::SidrRep(Box::new(CmSidrRep::parse(&sidr_rep::Packet::new_checked(data)?)?)),
             _ => return Ok(None),
         }))
     }
@@ -822,20 +347,16 @@ impl CmMessage {
     pub fn emit_data(&self, data: &mut [u8]) -> crate::Result<()> {
         crate::error::need("CM message", data, DATA_LEN)?;
         let data = &mut data[..DATA_LEN];
-        data.fill(0);
         match self {
-            CmMessage::Req(m) => m.emit(data),
-            CmMessage::Mra(m) => m.emit(data),
-            CmMessage::Rej(m) => m.emit(data),
-            CmMessage::Rep(m) => m.emit(data),
-            CmMessage::Rtu(m) => m.emit(data, 8),
-            CmMessage::Dreq(m) => {
-                m.ids.emit(data, 12);
-                put24(data, 8, m.remote_qpn);
-            }
-            CmMessage::Drep(m) => m.emit(data, 8),
-            CmMessage::SidrReq(m) => m.emit(data),
-            CmMessage::SidrRep(m) => m.emit(data),
+            CmMessage::Req(m) => m.emit(&mut req::Packet::new_unchecked(data)),
+            CmMessage::Mra(m) => m.emit(&mut mra::Packet::new_unchecked(data)),
+            CmMessage::Rej(m) => m.emit(&mut rej::Packet::new_unchecked(data)),
+            CmMessage::Rep(m) => m.emit(&mut rep::Packet::new_unchecked(data)),
+            CmMessage::Rtu(m) => m.emit_rtu(&mut rtu::Packet::new_unchecked(data)),
+            CmMessage::Dreq(m) => m.emit(&mut dreq::Packet::new_unchecked(data)),
+            CmMessage::Drep(m) => m.emit_drep(&mut drep::Packet::new_unchecked(data)),
+            CmMessage::SidrReq(m) => m.emit(&mut sidr_req::Packet::new_unchecked(data)),
+            CmMessage::SidrRep(m) => m.emit(&mut sidr_rep::Packet::new_unchecked(data)),
         }
         Ok(())
     }
@@ -911,6 +432,18 @@ pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 /// (`struct cma_hdr`).
 pub const CMA_HDR_LEN: usize = 36;
 
+/// Offsets of `struct cma_hdr` (Linux's drivers/infiniband/core/cma.c).
+mod cma_field {
+    use core::ops::Range;
+
+    pub const CMA_VERSION: usize = 0;
+    /// The IP version in the high nibble.
+    pub const IP_VERSION: usize = 1;
+    pub const PORT: usize = 2;
+    pub const SRC_ADDR: Range<usize> = 4..20;
+    pub const DST_ADDR: Range<usize> = 20..36;
+}
+
 /// rdma_cm's addressing header (`struct cma_hdr`): version 0, the IP version in the high
 /// nibble, the source port, then source and destination addresses (IPv4 in the last 4 of
 /// 16 bytes). Linux's rdma_cm rejects a REQ on a TCP/UDP port space without it.
@@ -929,19 +462,23 @@ impl CmaHeader {
     /// version 4 or 6 with both addresses of that version.
     pub fn parse(pd: &[u8]) -> Option<CmaHeader> {
         use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-        if pd.len() < CMA_HDR_LEN || pd[0] != 0 {
+        if pd.len() < CMA_HDR_LEN || pd[cma_field::CMA_VERSION] != 0 {
             return None;
         }
-        let addr = |at: usize, v: u8| -> Option<IpAddr> {
-            let b: [u8; 16] = arr(pd, at);
+        let addr = |at: core::ops::Range<usize>, v: u8| -> Option<IpAddr> {
+            let b: [u8; 16] = to_array(&pd[at]);
             match v {
                 4 => Some(IpAddr::V4(Ipv4Addr::new(b[12], b[13], b[14], b[15]))),
                 6 => Some(IpAddr::V6(Ipv6Addr::from(b))),
                 _ => None,
             }
         };
-        let v = pd[1] >> 4;
-        Some(CmaHeader { src_port: u16_at(pd, 2), src: addr(4, v)?, dst: addr(20, v)? })
+        let v = pd[cma_field::IP_VERSION] >> 4;
+        Some(CmaHeader {
+            src_port: u16_at(pd, cma_field::PORT),
+            src: addr(cma_field::SRC_ADDR, v)?,
+            dst: addr(cma_field::DST_ADDR, v)?,
+        })
     }
 
     /// Writes the header into the first 36 bytes of `pd` (`None` if `pd` is shorter or the
@@ -962,11 +499,11 @@ impl CmaHeader {
             (IpAddr::V6(s), IpAddr::V6(d)) => (6u8, s.octets(), d.octets()),
             _ => return None,
         };
-        pd[0] = 0;
-        pd[1] = v << 4;
-        put16(pd, 2, self.src_port);
-        pd[4..20].copy_from_slice(&s);
-        pd[20..36].copy_from_slice(&d);
+        pd[cma_field::CMA_VERSION] = 0;
+        pd[cma_field::IP_VERSION] = v << 4;
+        set_u16(pd, cma_field::PORT, self.src_port);
+        pd[cma_field::SRC_ADDR].copy_from_slice(&s);
+        pd[cma_field::DST_ADDR].copy_from_slice(&d);
         Some(())
     }
 }

@@ -46,6 +46,7 @@ pub mod status {
     pub const INVALID_ATTRIB_VALUE: u16 = 7 << 2;
 }
 
+/// Offsets of the common MAD header, from the MAD's first byte.
 mod field {
     pub const BASE_VERSION: usize = 0;
     pub const MGMT_CLASS: usize = 1;
@@ -106,19 +107,48 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    /// Writes every header field; the reserved field becomes 0.
-    fn set(&mut self, r: &MadHeader) {
-        let b = self.buffer.as_mut();
-        b[field::BASE_VERSION] = r.base_version;
-        b[field::MGMT_CLASS] = r.mgmt_class;
-        b[field::CLASS_VERSION] = r.class_version;
-        b[field::METHOD] = r.method;
-        set_u16(b, field::STATUS, r.status);
-        set_u16(b, field::CLASS_SPECIFIC, r.class_specific);
-        set_u64(b, field::TID, r.tid);
-        set_u16(b, field::ATTR_ID, r.attr_id);
-        set_u16(b, field::RESERVED, 0);
-        set_u32(b, field::ATTR_MOD, r.attr_mod);
+    fn bm(&mut self) -> &mut [u8] {
+        self.buffer.as_mut()
+    }
+    /// Sets BaseVersion.
+    pub fn set_base_version(&mut self, v: u8) {
+        self.bm()[field::BASE_VERSION] = v;
+    }
+    /// Sets the management class.
+    pub fn set_mgmt_class(&mut self, v: u8) {
+        self.bm()[field::MGMT_CLASS] = v;
+    }
+    /// Sets the class's version.
+    pub fn set_class_version(&mut self, v: u8) {
+        self.bm()[field::CLASS_VERSION] = v;
+    }
+    /// Sets the method, response bit included.
+    pub fn set_method(&mut self, v: u8) {
+        self.bm()[field::METHOD] = v;
+    }
+    /// Sets the status.
+    pub fn set_status(&mut self, v: u16) {
+        set_u16(self.bm(), field::STATUS, v);
+    }
+    /// Sets the class-specific field.
+    pub fn set_class_specific(&mut self, v: u16) {
+        set_u16(self.bm(), field::CLASS_SPECIFIC, v);
+    }
+    /// Sets the transaction ID.
+    pub fn set_tid(&mut self, v: u64) {
+        set_u64(self.bm(), field::TID, v);
+    }
+    /// Sets the attribute ID.
+    pub fn set_attr_id(&mut self, v: u16) {
+        set_u16(self.bm(), field::ATTR_ID, v);
+    }
+    /// Sets the reserved field between the attribute ID and modifier to 0.
+    pub fn clear_reserved(&mut self) {
+        set_u16(self.bm(), field::RESERVED, 0);
+    }
+    /// Sets the attribute modifier.
+    pub fn set_attr_mod(&mut self, v: u32) {
+        set_u32(self.bm(), field::ATTR_MOD, v);
     }
 }
 
@@ -180,9 +210,18 @@ impl MadHeader {
         HEADER_LEN
     }
 
-    /// Writes the header.
+    /// Writes the header; the reserved field becomes 0.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) {
-        p.set(self);
+        p.set_base_version(self.base_version);
+        p.set_mgmt_class(self.mgmt_class);
+        p.set_class_version(self.class_version);
+        p.set_method(self.method);
+        p.set_status(self.status);
+        p.set_class_specific(self.class_specific);
+        p.set_tid(self.tid);
+        p.set_attr_id(self.attr_id);
+        p.clear_reserved();
+        p.set_attr_mod(self.attr_mod);
     }
 
     /// Whether this is a response (the method's R bit).
