@@ -18,7 +18,7 @@ const DEFAULT_SPIN_US: u64 = 50;
 /// Memory regions a device holds unless configured otherwise (`DeviceConfig::max_mr`).
 pub(crate) const DEFAULT_MAX_MR: u32 = 1 << 16;
 /// Socket buffer size asked for when the process may exceed the sysctl limits.
-pub(crate) const SOCKET_BUFFER: usize = 64 << 20;
+pub(crate) const SOCKET_BUFFER: usize = rnic_io::SOCKET_BUFFER;
 
 /// How to open a device.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,13 +1,12 @@
 //! The simulated RoCEv2 HCA.
 //!
 //! - [`mem`]: registered memory blocks the NIC reads and writes ("DMA"), pinning, and the
-//!   8-byte RDMA atomics. `unsafe` code lives there and in three other modules only, each
-//!   with its own `allow(unsafe_code)`: `transport::raw::sys` (the raw-Ethernet transport's
-//!   `AF_PACKET` socket: interface ioctls, `PACKET_*` options, `sendmmsg` / `recvmmsg` on
-//!   frames), `crc_copy` (copying a payload and taking its CRC in one pass) and
-//!   [`hop_trace`] (`RDTSC`, with the `hop-trace` feature). The UDP socket calls std and
-//!   socket2 lack (UDP GSO/GRO, `sendmmsg`/`recvmmsg`, `ppoll`, eventfd, CPU affinity,
-//!   reuseport BPF) are the `rnic-io` crate's.
+//!   8-byte RDMA atomics. `unsafe` code lives there and in two other modules only, each
+//!   with its own `allow(unsafe_code)`: `crc_copy` (copying a payload and taking its CRC
+//!   in one pass) and [`hop_trace`] (`RDTSC`, with the `hop-trace` feature). The system
+//!   calls std and socket2 lack (UDP GSO/GRO, `sendmmsg`/`recvmmsg`, `ppoll`, eventfd,
+//!   CPU affinity, reuseport BPF, the raw-Ethernet transport's `AF_PACKET` socket) are the
+//!   `rnic-io` crate's, behind safe functions.
 //! - [`mr`]: the memory translation and protection table (lkey / rkey checks).
 //! - [`qp_state`]: the QP state machine, the modify-QP attribute table and value checks.
 //! - [`wr`], [`cq`], [`counters`]: work requests and completions, completion queues,

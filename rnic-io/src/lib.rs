@@ -1,7 +1,8 @@
 //! The Linux system calls rnic needs that neither std nor socket2 offers, behind safe
 //! functions: UDP sockets as a RoCEv2 NIC uses them ([`udp`]: GSO/GRO, ECN, batched
 //! `sendmmsg`/`recvmmsg`, timestamps), waiting and waking ([`wait`]: `ppoll`, eventfd),
-//! CPU placement ([`cpu`]) and what processes sharing a device need ([`share`]: a
+//! raw Ethernet frames through an `AF_PACKET` socket ([`packet`]), CPU placement ([`cpu`])
+//! and what processes sharing a device need ([`share`]: a
 //! reuseport group's BPF program, Unix datagrams with their sender's user ID).
 //!
 //! A crate of its own (as quinn keeps `quinn-udp`) so that the driver's public API does
@@ -12,11 +13,13 @@
 #![warn(missing_docs)]
 
 pub mod cpu;
+pub mod packet;
 pub mod share;
 pub mod udp;
 pub mod wait;
 
 pub use cpu::pin_current_thread;
+pub use packet::RawSocket;
 pub use share::{attach_reuseport_cbpf, euid, recv_with_uid, set_passcred, set_reuseport, BpfInsn};
 pub use udp::{
     force_buffers, recv_msgs, run_end, rx_backlog, send_msgs, send_msgs_with, set_pmtudisc_do, set_recv_tos,
@@ -27,6 +30,10 @@ pub use wait::{wait_readable, EventFd};
 
 use std::io;
 use std::os::fd::AsRawFd;
+
+/// The send and receive buffer, in bytes, rnic's sockets ask for (UDP and `AF_PACKET`):
+/// room for a burst of full-size packets at line rate while the progress thread is away.
+pub const SOCKET_BUFFER: usize = 64 << 20;
 
 /// `setsockopt` of one `int`.
 pub(crate) fn setsockopt_int(

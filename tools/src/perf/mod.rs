@@ -919,7 +919,7 @@ fn set_raw_netdev(side: Option<&rdma::Side>) {
     RAW_NETDEV.with(|r| *r.borrow_mut() = side.and_then(rdma::Side::netdev));
 }
 
-fn raw_socket() -> Result<rnic_core::device::RawSocket, String> {
+fn raw_socket() -> Result<rnic_io::RawSocket, String> {
     let name = RAW_NETDEV.with(|r| r.borrow().clone());
     let name = name.ok_or("the client runs on raw Ethernet (--netdev): run this side with --netdev too")?;
     rawbase::open(&name)
@@ -953,7 +953,7 @@ fn raw_client_baseline(ctrl: &mut Ctrl, test: Test, p: &Params, size: u64) -> Re
             |m| if let Msg::UdpDone { datagrams, secs } = m { Some((datagrams, secs)) } else { None },
         )?
     } else {
-        ctrl.send(&Msg::RawReady { mac: sock.interface().mac.0 })?;
+        ctrl.send(&Msg::RawReady { mac: sock.mac() })?;
         let r = rawbase::sink(&sock, n, Duration::from_millis(300)).map_err(|e| format!("raw baseline: {e}"))?;
         (r.timed, r.secs)
     };
@@ -973,7 +973,7 @@ fn raw_client_baseline(ctrl: &mut Ctrl, test: Test, p: &Params, size: u64) -> Re
 /// The raw-frame baseline, server side.
 fn raw_server_baseline(ctrl: &mut Ctrl, test: Test, p: &Params, size: u64) -> Result<(), String> {
     let sock = raw_socket()?;
-    ctrl.send(&Msg::RawReady { mac: sock.interface().mac.0 })?;
+    ctrl.send(&Msg::RawReady { mac: sock.mac() })?;
     if test.lat {
         pin(1);
         rawbase::pong(&sock, Duration::from_secs(600)).map_err(|e| format!("raw baseline: {e}"))?;

@@ -7,7 +7,7 @@
 //! device takes them for its own.
 
 use super::udp::SinkResult;
-use rnic_core::device::RawSocket;
+use rnic_io::RawSocket;
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -31,7 +31,7 @@ pub fn open(ifname: &str) -> Result<RawSocket, String> {
 fn frame(sock: &RawSocket, dst: [u8; 6], len: usize, tag: u8) -> Vec<u8> {
     let mut f = vec![0u8; len.max(60)];
     f[..6].copy_from_slice(&dst);
-    f[6..12].copy_from_slice(&sock.interface().mac.0);
+    f[6..12].copy_from_slice(&sock.mac());
     f[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
     f[14] = tag;
     f

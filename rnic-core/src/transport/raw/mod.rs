@@ -43,38 +43,37 @@
 //! `recvmmsg` and `sendmmsg` batches.
 //!
 //! One job per module, as smoltcp splits its interface and its raw socket:
-//! - [`sys`]: the socket's system calls, each behind a safe function; every `unsafe` of
-//!   this transport is there (smoltcp's `phy/sys/raw_socket.rs`);
+//! - `sys` (`rnic_io::packet`, in the `rnic-io` crate): the socket's system calls, each
+//!   behind a safe function; every `unsafe` of this transport is there (smoltcp's
+//!   `phy/sys/raw_socket.rs`), with the bare `RawSocket` for `rnic perf`'s baseline;
 //! - [`frame`]: the Ethernet, IP and UDP headers of what it sends, and the cutting of a
 //!   peer's unsegmented GSO send;
 //! - [`neighbor`]: ARP, neighbour discovery, the neighbour cache and the packets waiting
 //!   for a neighbour (smoltcp's `iface/neighbor.rs`);
 //! - [`route`]: the interface's routes, the next hop, the source address (smoltcp's
 //!   `iface/route.rs`);
-//! - this module: the [`Interface`], the bare [`RawSocket`] for `rnic perf`'s baseline,
-//!   and [`Packet`], the state machine that is the [`Transport`], using all of them.
+//! - this module: the [`Interface`] and [`Packet`], the state machine that is the [`Transport`], using all of them.
 //!   `sys`, `frame` and `route` use none of the others; `neighbor` uses `frame` and
 //!   `route`, and nothing of the transport.
 
-#[allow(unsafe_code)]
-mod sys;
 mod frame;
 mod neighbor;
 mod route;
 
 use super::{Transport, RX_BATCH};
 use crate::capture::Capture;
-use crate::config::{CongestionControl, DeviceConfig, DeviceError};
+use crate::config::{CongestionControl, DeviceConfig, DeviceError, SOCKET_BUFFER};
 use crate::counters::Counters;
 use crate::engine::{Engine, TxPacket};
 use crate::faults::Wire;
 use crate::Time;
 use frame::{Framer, ETH_P_ARP, FRAME_BUF, PROTO_ICMPV6};
 use neighbor::{Heard, Neighbors};
-use route::{Addrs, Routes};
+use rnic_io::packet as sys;
 use rnic_wire::ethernet::{self, MacAddr};
 use rnic_wire::icrc::IcrcContext;
 use rnic_wire::ROCEV2_UDP_PORT;
+use route::{Addrs, Routes};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, OwnedFd};
@@ -123,60 +122,8 @@ impl Interface {
 /// Opens the `AF_PACKET` socket on `name` and reads the interface's index, MAC and MTU.
 /// Runs in the calling thread's network namespace (the socket stays in it).
 fn open_socket(name: &str) -> Result<(OwnedFd, Interface), String> {
-    let l = sys::open(name)?;
-    Ok((l.sock, Interface { name: name.to_string(), index: l.index, mac: l.mac, mtu: l.mtu }))
-}
-
-/// A bare `AF_PACKET` socket on an interface, set up as the raw transport's is: for
-/// measuring the link itself (`rnic perf`'s raw-frame baseline: the transport's own
-/// ceiling over the same interfaces).
-#[derive(Debug)]
-pub struct RawSocket {
-    sock: OwnedFd,
-    iface: Interface,
-}
-
-impl RawSocket {
-    /// Bytes before each received frame in a buffer given to [`RawSocket::recv`] (the
-    /// socket's virtio-net header).
-    pub const RX_OFFSET: usize = VNET_HDR;
-
-    /// Opens the socket on `ifname` (in the calling thread's network namespace); needs
-    /// CAP_NET_RAW.
-    pub fn open(ifname: &str) -> Result<RawSocket, String> {
-        let (sock, iface) = open_socket(ifname)?;
-        Ok(RawSocket { sock, iface })
-    }
-
-    /// The interface.
-    pub fn interface(&self) -> &Interface {
-        &self.iface
-    }
-
-    /// Sends whole Ethernet frames in one `sendmmsg`; returns how many the kernel took
-    /// (0 when its queue is full).
-    pub fn send(&self, frames: &[&[u8]]) -> io::Result<usize> {
-        // The virtio-net header of a frame sent as it is (no offloads).
-        let hdr = [0u8; VNET_HDR];
-        match sys::send(self.sock.as_fd(), Some(&hdr), frames, libc::MSG_DONTWAIT) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
-            r => r,
-        }
-    }
-
-    /// Receives up to `bufs.len()` frames without blocking; frame *i* is
-    /// `bufs[i][RX_OFFSET..RX_OFFSET + lens[i]]`. Returns how many.
-    pub fn recv(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> io::Result<usize> {
-        let got = |i: usize, r: sys::Received| {
-            if let Some(l) = lens.get_mut(i) {
-                *l = r.len.saturating_sub(VNET_HDR);
-            }
-        };
-        match sys::recv(self.sock.as_fd(), bufs, None, got) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
-            r => r,
-        }
-    }
+    let l = sys::open(name, SOCKET_BUFFER)?;
+    Ok((l.sock, Interface { name: name.to_string(), index: l.index, mac: MacAddr(l.mac), mtu: l.mtu }))
 }
 
 /// The raw-Ethernet transport of one device.
@@ -241,7 +188,8 @@ impl Packet {
             IpAddr::V6(a) => Some(a),
             IpAddr::V4(_) => None,
         }) {
-            sys::join_group(sock.as_fd(), iface.index, neighbor::solicited_node(a).1).map_err(|e| bad(e.to_string()))?;
+            sys::join_group(sock.as_fd(), iface.index, neighbor::solicited_node(a).1 .0)
+                .map_err(|e| bad(e.to_string()))?;
         }
         Ok(Packet {
             sock,

@@ -171,14 +171,7 @@ impl Neighbors {
     /// neighbour solicitation for one of the device's addresses with an advertisement and
     /// learns its sender; learns the target of an advertisement. Checked as RFC 4861 7.1
     /// says: hop limit 255, code 0, a valid checksum, a unicast target.
-    pub(super) fn nd(
-        &self,
-        ip6: &[u8],
-        eth_src: MacAddr,
-        me: &Addrs,
-        framer: &Framer,
-        counters: &Counters,
-    ) -> Heard {
+    pub(super) fn nd(&self, ip6: &[u8], eth_src: MacAddr, me: &Addrs, framer: &Framer, counters: &Counters) -> Heard {
         let mut heard = Heard::default();
         if ip6.len() < 40 {
             counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
@@ -359,8 +352,12 @@ fn nd_frame(
     }
     let sum = Icmpv6Packet::new(&msg).map_or(0, |p| pnet_packet::icmpv6::checksum(&p, &src, &dst));
     msg[2..4].copy_from_slice(&sum.to_be_bytes());
-    let eth =
-        ethernet::EthernetRepr { dst: eth_dst, src: framer.mac, vlan: framer.tag(), ethertype: ethernet::ETHERTYPE_IPV6 };
+    let eth = ethernet::EthernetRepr {
+        dst: eth_dst,
+        src: framer.mac,
+        vlan: framer.tag(),
+        ethertype: ethernet::ETHERTYPE_IPV6,
+    };
     let at = eth.buffer_len();
     let mut f = vec![0u8; at + 40];
     let _ = eth.emit(&mut f[..]);

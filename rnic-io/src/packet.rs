@@ -1,6 +1,7 @@
-//! The `AF_PACKET` socket's system calls: every `unsafe` block of the raw-Ethernet
+//! The `AF_PACKET` socket's system calls: every `unsafe` block of rnic-core's raw-Ethernet
 //! transport, each behind a safe function (as smoltcp keeps `phy/sys/raw_socket.rs` beside
-//! its safe `phy/raw_socket.rs`).
+//! its safe `phy/raw_socket.rs`), and [`RawSocket`], a bare socket set up as the
+//! transport's is, for measuring the link itself.
 //!
 //! - [`open`]: the socket on `ETH_P_ALL`, bound to the interface, with the interface's
 //!   index (`if_nametoindex`), MAC (`SIOCGIFHWADDR`) and MTU (`SIOCGIFMTU`), and its
@@ -16,11 +17,9 @@
 //!
 //! A leaf: it knows sockets and byte buffers, not the transport that uses them.
 
-use crate::config::SOCKET_BUFFER;
-use rnic_wire::ethernet::MacAddr;
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 const ETH_P_ALL: u16 = 0x0003;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
@@ -31,11 +30,11 @@ const PACKET_AUXDATA: libc::c_int = 8;
 /// out of the frame before this socket saw it).
 const TP_STATUS_VLAN_VALID: u32 = 0x10;
 /// Room for one `tpacket_auxdata` control message.
-pub(super) const CMSG_ROOM: usize = 64;
+pub const CMSG_ROOM: usize = 64;
 /// `struct virtio_net_hdr` before every frame with `PACKET_VNET_HDR`.
-pub(super) const VNET_HDR: usize = 10;
+pub const VNET_HDR: usize = 10;
 /// `VIRTIO_NET_HDR_GSO_UDP_L4`: a UDP GSO packet not yet segmented.
-pub(super) const GSO_UDP_L4: u8 = 5;
+pub const GSO_UDP_L4: u8 = 5;
 
 fn last_err(what: &str) -> io::Error {
     let e = io::Error::last_os_error();
@@ -44,22 +43,23 @@ fn last_err(what: &str) -> io::Error {
 
 /// What [`open`] read of the interface.
 #[derive(Debug)]
-pub(super) struct Link {
+pub struct Link {
     /// The socket, bound to the interface.
-    pub(super) sock: OwnedFd,
+    pub sock: OwnedFd,
     /// The interface's index.
-    pub(super) index: i32,
+    pub index: i32,
     /// Its MAC.
-    pub(super) mac: MacAddr,
+    pub mac: [u8; 6],
     /// Its MTU (IP bytes per frame).
-    pub(super) mtu: u32,
+    pub mtu: u32,
 }
 
 // Struct sizes and the address family fit their C types.
-/// Opens the `AF_PACKET` socket on `name` and reads the interface's index, MAC and MTU.
+/// Opens the `AF_PACKET` socket on `name` and reads the interface's index, MAC and MTU;
+/// `buffer`: the send and receive buffer size to ask for.
 /// Runs in the calling thread's network namespace (the socket stays in it).
 #[allow(clippy::cast_possible_truncation)]
-pub(super) fn open(name: &str) -> Result<Link, String> {
+pub fn open(name: &str, buffer: usize) -> Result<Link, String> {
     let cname = CString::new(name).map_err(|_| format!("interface name {name:?} has a NUL byte"))?;
     // SAFETY: `cname` is a valid NUL-terminated C string that outlives the call, which
     // only reads it.
@@ -146,27 +146,27 @@ pub(super) fn open(name: &str) -> Result<Link, String> {
         return Err(last_err("PACKET_AUXDATA").to_string());
     }
     let _ = set(libc::SOL_PACKET, PACKET_QDISC_BYPASS, &one);
-    let big = libc::c_int::try_from(SOCKET_BUFFER).unwrap_or(libc::c_int::MAX);
+    let big = libc::c_int::try_from(buffer).unwrap_or(libc::c_int::MAX);
     if set(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &big) < 0 {
         let _ = set(libc::SOL_SOCKET, libc::SO_RCVBUF, &big);
     }
     if set(libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &big) < 0 {
         let _ = set(libc::SOL_SOCKET, libc::SO_SNDBUF, &big);
     }
-    Ok(Link { sock, index, mac: MacAddr(mac), mtu })
+    Ok(Link { sock, index, mac, mtu })
 }
 
 /// Joins the Ethernet multicast group `mac` on interface `index`, so that a NIC's filter
 /// lets its frames (neighbour solicitations for the device's addresses) in.
 // Struct sizes fit their C types.
 #[allow(clippy::cast_possible_truncation)]
-pub(super) fn join_group(sock: BorrowedFd<'_>, index: i32, mac: MacAddr) -> io::Result<()> {
+pub fn join_group(sock: BorrowedFd<'_>, index: i32, mac: [u8; 6]) -> io::Result<()> {
     // SAFETY: packet_mreq is a plain C struct of integers; all zeroes is valid.
     let mut mr: libc::packet_mreq = unsafe { std::mem::zeroed() };
     mr.mr_ifindex = index;
     mr.mr_type = libc::PACKET_MR_MULTICAST as u16;
     mr.mr_alen = 6;
-    mr.mr_address[..6].copy_from_slice(&mac.0);
+    mr.mr_address[..6].copy_from_slice(&mac);
     let n = std::mem::size_of::<libc::packet_mreq>() as libc::socklen_t;
     // SAFETY: a valid socket and a pointer to a live packet_mreq of the stated size, which
     // setsockopt only reads.
@@ -189,7 +189,7 @@ pub(super) fn join_group(sock: BorrowedFd<'_>, index: i32, mac: MacAddr) -> io::
 /// Sends `frames` in one `sendmmsg`, each as one message, after `prefix` when given (a
 /// virtio-net header); no address (the socket is bound to the interface). Returns how
 /// many the kernel took; the error is the call's (`WouldBlock` when its queue is full).
-pub(super) fn send<F: AsRef<[u8]>>(
+pub fn send<F: AsRef<[u8]>>(
     sock: BorrowedFd<'_>,
     prefix: Option<&[u8]>,
     frames: &[F],
@@ -229,30 +229,28 @@ pub(super) fn send<F: AsRef<[u8]>>(
 
 /// One received frame, as [`recv`] reports it.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Received {
+pub struct Received {
     /// Bytes written to its buffer (the virtio-net header first).
-    pub(super) len: usize,
+    pub len: usize,
     /// It was longer than its buffer (`MSG_TRUNC`).
-    pub(super) truncated: bool,
+    pub truncated: bool,
     /// The VLAN the kernel took its tag out of (with control buffers only).
-    pub(super) vid: Option<u16>,
+    pub vid: Option<u16>,
 }
 
 /// Receives up to one frame per buffer of `bufs` (and per control buffer of `cmsgs`, when
 /// given: `PACKET_AUXDATA`'s VLAN) in one non-blocking `recvmmsg`; calls `got` with each
 /// frame's index and what it was. Returns how many; the error is the call's (`WouldBlock`
 /// when nothing waits).
-pub(super) fn recv(
+pub fn recv(
     sock: BorrowedFd<'_>,
     bufs: &mut [Vec<u8>],
     mut cmsgs: Option<&mut [[u8; CMSG_ROOM]]>,
     mut got: impl FnMut(usize, Received),
 ) -> io::Result<usize> {
     let count = cmsgs.as_ref().map_or(bufs.len(), |c| c.len().min(bufs.len()));
-    let mut iov: Vec<libc::iovec> = bufs[..count]
-        .iter_mut()
-        .map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() })
-        .collect();
+    let mut iov: Vec<libc::iovec> =
+        bufs[..count].iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
     let mut msgs: Vec<libc::mmsghdr> = iov
         .iter_mut()
         .enumerate()
@@ -275,9 +273,8 @@ pub(super) fn recv(
     // control buffer of CMSG_ROOM bytes: all exclusively borrowed, live and unmoved across
     // the call, which writes at most their stated lengths. MSG_DONTWAIT: it does not
     // block; no timeout pointer.
-    let r = unsafe {
-        libc::recvmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), len, libc::MSG_DONTWAIT, std::ptr::null_mut())
-    };
+    let r =
+        unsafe { libc::recvmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), len, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -319,9 +316,71 @@ fn auxdata_vid(h: &libc::msghdr) -> Option<u16> {
 }
 
 /// Waits up to 10 ms for room in the socket's send queue.
-pub(super) fn wait_writable(sock: BorrowedFd<'_>) {
+pub fn wait_writable(sock: BorrowedFd<'_>) {
     let mut p = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
     // SAFETY: one valid, live pollfd, matching the count of 1, for the duration of the
     // call.
     let _ = unsafe { libc::poll(&mut p, 1, 10) };
+}
+
+/// A bare `AF_PACKET` socket on an interface, set up as rnic's raw-Ethernet transport's
+/// is: for measuring the link itself (`rnic perf`'s raw-frame baseline: the transport's
+/// own ceiling over the same interfaces).
+#[derive(Debug)]
+pub struct RawSocket {
+    link: Link,
+    name: String,
+}
+
+impl RawSocket {
+    /// Bytes before each received frame in a buffer given to [`RawSocket::recv`] (the
+    /// socket's virtio-net header).
+    pub const RX_OFFSET: usize = VNET_HDR;
+
+    /// Opens the socket on `ifname` (in the calling thread's network namespace) with the
+    /// buffers rnic's transport asks for ([`SOCKET_BUFFER`](crate::SOCKET_BUFFER)); needs
+    /// CAP_NET_RAW.
+    pub fn open(ifname: &str) -> Result<RawSocket, String> {
+        Ok(RawSocket { link: open(ifname, crate::SOCKET_BUFFER)?, name: ifname.to_string() })
+    }
+
+    /// The interface's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The interface's MAC.
+    pub fn mac(&self) -> [u8; 6] {
+        self.link.mac
+    }
+
+    /// The interface's MTU.
+    pub fn mtu(&self) -> u32 {
+        self.link.mtu
+    }
+
+    /// Sends whole Ethernet frames in one `sendmmsg`; returns how many the kernel took
+    /// (0 when its queue is full).
+    pub fn send(&self, frames: &[&[u8]]) -> io::Result<usize> {
+        // The virtio-net header of a frame sent as it is (no offloads).
+        let hdr = [0u8; VNET_HDR];
+        match send(self.link.sock.as_fd(), Some(&hdr), frames, libc::MSG_DONTWAIT) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            r => r,
+        }
+    }
+
+    /// Receives up to `bufs.len()` frames without blocking; frame *i* is
+    /// `bufs[i][RX_OFFSET..RX_OFFSET + lens[i]]`. Returns how many.
+    pub fn recv(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> io::Result<usize> {
+        let got = |i: usize, r: Received| {
+            if let Some(l) = lens.get_mut(i) {
+                *l = r.len.saturating_sub(VNET_HDR);
+            }
+        };
+        match recv(self.link.sock.as_fd(), bufs, None, got) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            r => r,
+        }
+    }
 }
