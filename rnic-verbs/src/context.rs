@@ -5,12 +5,13 @@
 use crate::types::DeviceInfo;
 use crate::types::{DeviceAttr, DeviceKind, Gid, PortAttr};
 use crate::{
-    AsyncEvent, CompChannel, CompletionQueue, DeviceConfig, DeviceError, Error, PathMtu, ProtectionDomain, Result,
+    AsyncEvent, CompChannel, CompletionQueue, DeviceConfig, DeviceError, Error, FaultHandle, Interface, PathMtu,
+    ProtectionDomain, QpRate, Result, TransportInfo,
 };
 use parking_lot::Mutex;
 use rnic_core::device::Device;
 use std::collections::VecDeque;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -195,14 +196,58 @@ impl Context {
         self.emulated().is_none_or(|d| d.interface().is_some())
     }
 
-    /// The emulated device under this context (for tools: transport, faults, counters'
-    /// internals), `None` on hardware.
-    pub fn emulated(&self) -> Option<&Device> {
+    /// The emulated device under this context, `None` on hardware (the driver's handle
+    /// stays inside this crate: what a program may ask of it is below).
+    fn emulated(&self) -> Option<&Device> {
         match &self.b {
             Backend::Emu(e) => Some(&e.dev),
             #[cfg(feature = "hw")]
             Backend::Hw(_) => None,
         }
+    }
+
+    /// How the emulated device moves packets (UDP GSO/GRO, raw Ethernet, spin time);
+    /// `None` on hardware.
+    pub fn transport(&self) -> Option<TransportInfo> {
+        self.emulated().map(Device::transport)
+    }
+
+    /// The UDP address the emulated device's socket is bound to (a raw-Ethernet device:
+    /// its address, port 4791); `None` on hardware.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.emulated().map(Device::local_addr)
+    }
+
+    /// The emulated device's MAC: its interface's on raw Ethernet, the locally
+    /// administered 02:52:a:b:c:d of its IPv4 address over UDP (what GID 0 and captures
+    /// carry); `None` on hardware.
+    pub fn mac(&self) -> Option<[u8; 6]> {
+        self.emulated().map(|d| d.mac().0)
+    }
+
+    /// The network interface a raw-Ethernet device runs on; `None` over UDP and on
+    /// hardware.
+    pub fn interface(&self) -> Option<&Interface> {
+        self.emulated().and_then(Device::interface)
+    }
+
+    /// The configuration the emulated device was opened with (after the environment's
+    /// `RNIC_*` settings); `None` on hardware.
+    pub fn config(&self) -> Option<&DeviceConfig> {
+        self.emulated().map(Device::config)
+    }
+
+    /// The emulated device's fault-injection rules, to add and remove at run time (see
+    /// [`Faults`](crate::Faults)); `None` when it was opened without a fault chain
+    /// (`DeviceConfig::faults`, `RNIC_FAULTS`) and on hardware.
+    pub fn faults(&self) -> Option<&FaultHandle> {
+        self.emulated().and_then(Device::faults)
+    }
+
+    /// Each RC QP's congestion-control rate (DCQCN's reaction point), in QP order; empty
+    /// with congestion control off and on hardware.
+    pub fn qp_rates(&self) -> Vec<QpRate> {
+        self.emulated().map(Device::qp_rates).unwrap_or_default()
     }
 
     /// The emulator, or [`Error::Unsupported`] naming `op` on hardware.

@@ -96,10 +96,14 @@ pub use rnic_core::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
 pub use rnic_core::srq::SrqError;
 // What a program configures and what its errors carry, reachable from this crate alone:
 // device configuration, fault-injection rules, the error causes, opcodes.
-pub use rnic_core::device::{DeviceConfig, DeviceError};
+pub use rnic_core::device::{CongestionControl, DeviceConfig, DeviceError, Interface, TransportInfo, CC_LINE_RATE};
 pub use rnic_core::engine::qp::PostError;
 pub use rnic_core::engine::EngineError;
+pub use rnic_core::engine::QpRate;
 pub use rnic_core::faults::{Fault, FaultHandle, Faults};
+/// Where a ping-pong hop's time goes (cycle counters at fixed steps; the cargo feature
+/// `hop-trace` turns them on, otherwise every function is empty).
+pub use rnic_core::hop_trace;
 pub use rnic_core::wr::{
     NetworkHdr, RecvWr, RecvWrRef, SendFlags, SendOp, SendWr, SendWrRef, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
     WorkCompletion, FLUSH_GLOBAL, FLUSH_PERSISTENT,

@@ -244,9 +244,9 @@ fn two_devices_over_a_veth_pair_move_verified_data_at_both_mtus() {
     // ARP both ways: rnic0 asked for rnic1 (it sent first) and rnic1 answered.
     assert!(counter(&a, "arp_requests_sent") >= 1 && counter(&b, "arp_replies_sent") >= 1);
     // GID 0 is the link-local GID of the interface's MAC, as on rxe.
-    let mac = a.ctx.emulated().unwrap().mac();
+    let mac = a.ctx.mac().unwrap();
     let g0 = a.ctx.gid(0).unwrap().0;
-    assert_eq!((g0[0], g0[1], g0[8] ^ 2, g0[11], g0[12], g0[15]), (0xfe, 0x80, mac.0[0], 0xff, 0xfe, mac.0[5]));
+    assert_eq!((g0[0], g0[1], g0[8] ^ 2, g0[11], g0[12], g0[15]), (0xfe, 0x80, mac[0], 0xff, 0xfe, mac[5]));
 }
 
 #[test]
@@ -397,7 +397,7 @@ fn raw_frames_and_a_udp_socket_talk_through_a_router() {
     assert!(counter(&raw, "arp_replies_sent") >= 1, "rnic answered the router's ARP request");
     assert_eq!(counter(&raw, "icrc_ipv4_id_solved"), 0, "the raw side checks the full ICRC");
     assert_eq!(counter(&raw, "icrc_err"), 0);
-    let mac = raw.ctx.emulated().unwrap().mac().to_string();
+    let mac = rnic_wire::ethernet::MacAddr(raw.ctx.mac().unwrap()).to_string();
     let neigh = sh_out(&["ip", "-n", &nr.0, "neigh", "show", "10.92.1.2"]);
     assert!(neigh.contains(&mac), "the router learned rnic's MAC {mac}: {neigh}");
 }
@@ -457,7 +457,7 @@ fn frames_not_for_the_device_are_dropped_and_counted_each_under_its_own_counter(
     let ns = Netns::new("raw3");
     veth(&ns, "ta", "tb", 1500);
     let a = side(open_raw(&ns, "rnic0", "10.93.0.1", "ta"));
-    let mac = a.ctx.emulated().unwrap().mac().0;
+    let mac = a.ctx.mac().unwrap();
     let (me, peer) = (Ipv4Addr::new(10, 93, 0, 1), Ipv4Addr::new(10, 93, 0, 2));
     let before: Vec<u64> =
         ["icrc_err", "rx_not_for_us", "malformed_pkts", "rx_not_roce"].iter().map(|c| counter(&a, c)).collect();

@@ -57,8 +57,8 @@ fn transfer_256k(a: &Context, b: &Context, read: bool) {
 fn gso_batches_arrive_as_gro_batches_with_segment_ids() {
     let a = open("rnic0", "127.0.33.1", true, true);
     let b = open("rnic1", "127.0.33.2", true, true);
-    let t = a.emulated().unwrap().transport();
-    if !t.gso || !b.emulated().unwrap().transport().gro {
+    let t = a.transport().unwrap();
+    if !t.gso || !b.transport().unwrap().gro {
         eprintln!("this kernel lacks UDP GSO/GRO: {t:?}; nothing to observe");
         return;
     }
@@ -92,7 +92,7 @@ fn zero_copy_sends_arrive_intact() {
 fn without_gro_segments_match_by_the_id_window() {
     let a = open("rnic0", "127.0.33.3", true, true);
     let b = open("rnic1", "127.0.33.4", true, false);
-    if !a.emulated().unwrap().transport().gso {
+    if !a.transport().unwrap().gso {
         return;
     }
     write_256k(&a, &b);
@@ -107,7 +107,7 @@ fn without_gro_segments_match_by_the_id_window() {
 fn without_gso_every_packet_is_id_zero() {
     let a = open("rnic0", "127.0.33.5", false, true);
     let b = open("rnic1", "127.0.33.6", true, true);
-    assert!(!a.emulated().unwrap().transport().gso);
+    assert!(!a.transport().unwrap().gso);
     write_256k(&a, &b);
     assert_eq!(c(&a, "tx_gso_batches"), 0);
     assert_eq!((c(&b, "icrc_gso_index"), c(&b, "icrc_gso_window"), c(&b, "icrc_err")), (0, 0, 0));
@@ -124,7 +124,7 @@ fn hand_built_packets_with_nonzero_ids() {
     let b = Context::open_with(cfg).unwrap();
     let s = UdpSocket::bind("127.0.33.7:0").unwrap();
     let from = s.local_addr().unwrap();
-    let to = b.emulated().unwrap().local_addr();
+    let to = b.local_addr().unwrap();
     let packet = |ident: u16| {
         // RC SEND ONLY to QP 0x99 (none: counted as unknown after the ICRC check).
         let mut p = vec![0x04, 0, 0xff, 0xff, 0, 0, 0, 0x99, 0, 0, 0, 1, 1, 2, 3, 4, 0, 0, 0, 0];
@@ -153,7 +153,7 @@ fn hand_built_packets_with_nonzero_ids() {
     assert_eq!((c(&b, "icrc_gso_window"), c(&b, "unknown_qp_pkts"), c(&b, "icrc_ipv4_id_solved")), (1, 2, 0));
     // The default policy solves for an ID beyond the window, and counts it.
     let d = open("rnic2", "127.0.33.9", true, true);
-    let to = d.emulated().unwrap().local_addr();
+    let to = d.local_addr().unwrap();
     let packet = |ident: u16| {
         let mut p = vec![0x04, 0, 0xff, 0xff, 0, 0, 0, 0x99, 0, 0, 0, 1, 1, 2, 3, 4, 0, 0, 0, 0];
         let ctx = IcrcContext { ipv4_ident: ident, ..IcrcContext::new(from.ip(), to.ip(), from.port(), to.port()) };

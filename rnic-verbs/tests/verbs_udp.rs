@@ -285,7 +285,7 @@ fn devices_say_which_backend_runs_them() {
     assert!(emulated_devices().unwrap().iter().all(|d| d.kind == DeviceKind::Emulated));
     let ctx = Context::open_at("rnic7", "127.0.17.7".parse().unwrap()).unwrap();
     assert_eq!(ctx.kind(), DeviceKind::Emulated);
-    assert!(ctx.emulated().is_some());
+    assert!(ctx.transport().is_some());
     // A name that is neither configured nor (with the `hw` feature) a libibverbs device.
     let e = Context::open("no-such-rdma-device").unwrap_err();
     let text = e.to_string();

@@ -4,11 +4,11 @@
 
 mod congest;
 
-use rnic_core::faults::{FaultHandle, Faults};
 use rnic_verbs::{
     AccessFlags, CompletionQueue, Context, MemoryRegion, PathMtu, QueuePair, RecvWr, SendOp, SendWr, WcStatus,
     WorkCompletion,
 };
+use rnic_verbs::{FaultHandle, Faults};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -114,7 +114,7 @@ fn open(
     pcap: &Option<PathBuf>,
     faults: Option<FaultHandle>,
 ) -> Result<Side, String> {
-    let mut cfg = rnic_core::device::DeviceConfig::new(name, ip);
+    let mut cfg = rnic_verbs::DeviceConfig::new(name, ip);
     cfg.netdev = netdev.map(str::to_string);
     if let Some(p) = pcap {
         cfg.capture = Some(p.clone());
@@ -205,7 +205,7 @@ impl Demo {
         let sides = [(&self.a, "rnic0"), (&self.b, "rnic1")];
         let mut lines = Vec::new();
         for (side, name) in sides {
-            if let Some(f) = side.ctx.emulated().and_then(|d| d.faults()) {
+            if let Some(f) = side.ctx.faults() {
                 for ev in f.lock().take_log() {
                     lines.push(format!("      fault  {name}: {:<9} {}", ev.verdict.name(), ev.packet));
                 }

@@ -7,7 +7,7 @@
 //! device is an instance per process: its counters here are this query's (zero); a
 //! program reads its own with `Context::counters` (or `rnic pingpong --counters`).
 
-use rnic_core::device::DeviceConfig;
+use rnic_verbs::DeviceConfig;
 use rnic_verbs::{devices, Context, DeviceInfo, DeviceKind, PathMtu};
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -199,10 +199,10 @@ pub fn render(ctx: &Context, verbose: bool) -> Result<String, rnic_verbs::Error>
         // Not an ibv_devinfo line: which backend runs the device.
         port(&mut s, "backend", "\t\t", &ctx.kind());
     }
-    if let (true, Some(dev)) = (verbose, ctx.emulated()) {
+    if let (true, Some(config)) = (verbose, ctx.config()) {
         // Not ibv_devinfo lines: rnic's congestion and flow control (mlx5 shows these
         // under /sys/class/net/<if>/ecn and in its counters).
-        let cc = dev.config().congestion_control;
+        let cc = config.congestion_control;
         let mode = match cc.params() {
             None => "off (RNIC_CC=off)".to_string(),
             Some(p) => format!(
@@ -216,7 +216,7 @@ pub fn render(ctx: &Context, verbose: bool) -> Result<String, rnic_verbs::Error>
             ),
         };
         port(&mut s, "congestion_control", "\t", &mode);
-        let rates = dev.qp_rates();
+        let rates = ctx.qp_rates();
         if !rates.is_empty() {
             s.push_str("\t\t\tqp_rates:\n");
             for r in rates {

@@ -5,7 +5,7 @@
 //! sent and rnic0 handled; at the end every slot of the target buffer is verified.
 
 use super::{open, pattern, Side};
-use rnic_core::faults::{Fault, FaultHandle, Faults};
+use rnic_verbs::{Fault, FaultHandle, Faults};
 use rnic_verbs::{PathMtu, SendOp, SendWr, WcStatus};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -31,7 +31,7 @@ pub(super) fn run(ip: IpAddr, peer_ip: IpAddr, seed: u64) -> Result<bool, String
     let faults = FaultHandle::new(Faults::new(seed));
     let a = open("rnic0", ip, None, &None, Some(faults.clone()))?;
     let b = open("rnic1", peer_ip, None, &None, None)?;
-    if a.ctx.emulated().is_some_and(|d| d.config().congestion_control.params().is_none()) {
+    if a.ctx.config().is_some_and(|c| c.congestion_control.params().is_none()) {
         return Err("--congest shows DCQCN, but RNIC_CC=off turns it off: unset RNIC_CC".into());
     }
     let qa = a.pd.qp_builder(&a.cq, &a.cq).mtu(PathMtu::Mtu4096).build().map_err(|e| rnic_verbs::report(&e))?;
@@ -82,7 +82,7 @@ pub(super) fn run(ip: IpAddr, peer_ip: IpAddr, seed: u64) -> Result<bool, String
                 post(usize::try_from(wc.wr_id).unwrap_or(0))?;
             }
             if start.elapsed() >= tick_end {
-                let rate = a.ctx.emulated().and_then(|d| d.qp_rates().first().copied()).map_or(f64::NAN, |r| r.rate);
+                let rate = a.ctx.qp_rates().first().map_or(f64::NAN, |r| r.rate);
                 let cnps = (counter(&b, "np_cnp_sent"), counter(&a, "rp_cnp_handled"));
                 let thr = (done_bytes - prev.0) as f64 / TICK.as_secs_f64() / 1e6;
                 println!(
@@ -99,7 +99,7 @@ pub(super) fn run(ip: IpAddr, peer_ip: IpAddr, seed: u64) -> Result<bool, String
                     low = low.min(rate);
                     cut_at.get_or_insert(tick_end);
                 }
-                if share == 0.0 && cut_at.is_some() && back_at.is_none() && rate >= rnic_core::device::CC_LINE_RATE {
+                if share == 0.0 && cut_at.is_some() && back_at.is_none() && rate >= rnic_verbs::CC_LINE_RATE {
                     back_at = Some(tick_end);
                 }
                 prev = (done_bytes, cnps.0, cnps.1);
@@ -128,7 +128,7 @@ pub(super) fn run(ip: IpAddr, peer_ip: IpAddr, seed: u64) -> Result<bool, String
         println!(
             "  under 2% CE marks the QP's rate fell to {:.1} MB/s (line rate {:.0} MB/s)",
             low / 1e6,
-            rnic_core::device::CC_LINE_RATE / 1e6
+            rnic_verbs::CC_LINE_RATE / 1e6
         );
     }
     match back_at {

@@ -16,6 +16,8 @@ mod ctrl;
 mod plot;
 mod rawbase;
 mod rdma;
+// Registers a buffer it owns (`register_mr`): the one unsafe call of the tools.
+#[allow(unsafe_code)]
 mod reg;
 mod udp;
 
@@ -447,24 +449,23 @@ pub struct CcSummary {
     /// The lowest rate any QP had during the run, MB/s.
     pub lowest_mbps: Option<f64>,
     /// `np_*`, `rp_*` and `tx_dest_blocked` counters.
-    pub counters: Vec<(&'static str, u64)>,
+    pub counters: Vec<(String, u64)>,
 }
 
 impl CcSummary {
     /// From a device.
-    pub fn of(dev: &rnic_core::device::Device) -> CcSummary {
-        let mode = match dev.config().congestion_control {
-            rnic_core::device::CongestionControl::Off => "off",
+    pub fn of(ctx: &rnic_verbs::Context) -> CcSummary {
+        let mode = match ctx.config().map(|c| c.congestion_control) {
+            None | Some(rnic_verbs::CongestionControl::Off) => "off",
             _ => "dcqcn",
         };
-        let all = dev.qp_rates();
+        let all = ctx.qp_rates();
         let mut rates: Vec<f64> = all.iter().map(|r| r.rate / MB).collect();
         rates.sort_by(f64::total_cmp);
         let rate_mbps = (!rates.is_empty()).then(|| (rates[0], rates[rates.len() / 2], rates[rates.len() - 1]));
         let lowest_mbps = all.iter().map(|r| r.lowest / MB).min_by(f64::total_cmp);
-        let counters = dev
+        let counters = ctx
             .counters()
-            .snapshot()
             .into_iter()
             .filter(|(k, _)| k.starts_with("np_") || k.starts_with("rp_") || *k == "tx_dest_blocked")
             .collect();
@@ -614,7 +615,7 @@ impl Report {
 
 const LINE: &str = "---------------------------------------------------------------------------------------";
 
-fn header(test: Test, p: &Params, device: &str, transport: Option<rnic_core::device::TransportInfo>) -> String {
+fn header(test: Test, p: &Params, device: &str, transport: Option<rnic_verbs::TransportInfo>) -> String {
     let mut s = format!("{LINE}\n                    {}\n", test.title());
     s += &format!(" Number of qps   : {:<10} Device         : {device}\n", p.qps);
     s += " Connection type : RC         Using SRQ      : OFF\n";
@@ -1116,7 +1117,7 @@ fn client_inner(
     let mut side = if test.kind == TestKind::Udp { None } else { Some(rdma::Side::open("rnic0", ip, dev, p)?) };
     set_raw_netdev(side.as_ref());
     // A hardware device has no UDP baseline: neither side runs one.
-    let hw = side.as_ref().is_some_and(|s| s.ctx.emulated().is_none());
+    let hw = side.as_ref().is_some_and(|s| s.ctx.transport().is_none());
     let netdev = side.as_ref().and_then(|s| s.netdev());
     // The server takes the path MTU the client settled on (its port's active MTU unless -m).
     let mtu = side.as_ref().map_or(p.mtu, |s| s.mtu);
@@ -1136,9 +1137,9 @@ fn client_inner(
         )?
     };
     if !quiet {
-        let t = side.as_ref().and_then(|s| s.ctx.emulated().map(|d| d.transport()));
+        let t = side.as_ref().and_then(|s| s.ctx.transport());
         println!("{}", header(test, p, side.as_ref().map_or("udp", |s| s.ctx.name()), t));
-        if side.as_ref().is_some_and(|s| s.ctx.emulated().is_none()) {
+        if side.as_ref().is_some_and(|s| s.ctx.transport().is_none()) {
             println!(
                 " Baseline        : none: {} is a hardware device, and a UDP socket's speed says nothing about a NIC's",
                 side.as_ref().map_or("", |s| s.ctx.name())
@@ -1163,7 +1164,7 @@ fn client_inner(
                 // better of the two baselines beside it (on a shared machine either can
                 // catch a busy moment), so slow drifts of the machine cancel out.
                 // A hardware device has no UDP baseline to be compared with.
-                let baseline = !p.no_baseline && s.ctx.emulated().is_some();
+                let baseline = !p.no_baseline && s.ctx.transport().is_some();
                 let mut before = if baseline { Some(client_baseline(ctrl, ip, peer_ip, test, p, size)?) } else { None };
                 let mut runs = Vec::new();
                 for _ in 0..rounds {
@@ -1176,7 +1177,7 @@ fn client_inner(
                     runs.push(r);
                 }
                 let mut r = median_round(runs, test.lat);
-                r.cc = s.ctx.emulated().map(CcSummary::of);
+                r.cc = s.ctx.config().is_some().then(|| CcSummary::of(&s.ctx));
                 r
             }
         };

@@ -10,8 +10,8 @@
 
 use super::ctrl::Params;
 use super::{Progress, Test, TestKind};
-use rnic_core::device::DeviceConfig;
-use rnic_core::hop_trace::{self, Step};
+use rnic_verbs::hop_trace::{self, Step};
+use rnic_verbs::DeviceConfig;
 use rnic_verbs::{
     AccessFlags, AddressHandle, CompChannel, CompletionQueue, Context, Endpoint, MemoryRegion, PathMtu, PreparedQp,
     ProtectionDomain, QpCap, QueuePair, RecvWr, RemoteMr, SendOp, SendWr, UdDest, WcStatus, WorkCompletion,
@@ -186,7 +186,7 @@ impl Side {
 
     /// The interface of a raw-Ethernet side (`--netdev`), recorded for the raw baseline.
     pub fn netdev(&self) -> Option<String> {
-        self.ctx.emulated().and_then(|d| d.interface()).map(|i| i.name.clone())
+        self.ctx.interface().map(|i| i.name.clone())
     }
 
     /// With -e, after a poll found nothing: arm `cq`, and unless a completion slipped in

@@ -4,16 +4,16 @@
 //! per byte; registering costs a fixed amount plus, with pinning, per page. This times
 //! both over sizes from 4 KiB up and prints where registering starts to win.
 //!
-//! What is timed: copy = `MemBlock::copy_to` of N bytes from the application's buffer into
-//! a registered, pinned bounce buffer; register = `pin` (mlock, as a real driver pins
-//! with get_user_pages) + `Mtpt::register` + `Mtpt::deregister` + `unpin` of the
-//! application's buffer, whose pages are already faulted in; and the same without
-//! pinning. Each figure is the median of repeated runs (at least 5, and at least 20 ms).
+//! What is timed, through rnic-verbs as a program calls it: copy = `MemoryRegion::write`
+//! of N bytes from the application's buffer into a registered bounce region; register =
+//! `ProtectionDomain::register_mr` of the application's buffer, whose pages are already
+//! faulted in, and dropping the region (deregistration) on a device that pins (mlock, as a
+//! real driver pins with get_user_pages, and munlock) and on one opened with pinning off.
+//! Each figure is the median of repeated runs (at least 5, and at least 20 ms).
 
-use rnic_core::mem::MemBlock;
-use rnic_core::mr::{AccessFlags, Mtpt, PdId};
+use rnic_verbs::{AccessFlags, Context, DeviceConfig, ProtectionDomain};
 use serde_json::json;
-use std::sync::Arc;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 /// One size's results, nanoseconds per operation (medians).
@@ -43,40 +43,43 @@ fn median_ns(mut f: impl FnMut() -> Result<(), String>) -> Result<f64, String> {
     Ok(samples[samples.len() / 2])
 }
 
+/// A protection domain on a device of its own (loopback address `ip`), pinning or not.
+fn pd_on(ip: Ipv4Addr, pin: bool) -> Result<ProtectionDomain, String> {
+    let mut cfg = DeviceConfig::new(format!("rnic-reg{}", ip.octets()[3]), IpAddr::V4(ip));
+    cfg.pin_memory = pin;
+    let ctx = Context::open_with(cfg).map_err(|e| e.report())?;
+    ctx.alloc_pd().map_err(|e| e.report())
+}
+
 /// Measures every size from 4 KiB to `max` bytes, multiplying by 4.
 pub fn measure(max: usize) -> Result<Vec<RegRow>, String> {
-    let mtpt = Mtpt::new(16);
+    let pinning = pd_on(Ipv4Addr::new(127, 0, 93, 1), true)?;
+    let plain = pd_on(Ipv4Addr::new(127, 0, 93, 2), false)?;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
     let mut rows = Vec::new();
     let mut n = 4096usize;
     while n <= max {
-        let app = Arc::new(MemBlock::new(n).map_err(|e| format!("{n} bytes: {e}"))?);
         // The application's data: its pages are faulted in, as a buffer in use is.
-        app.fill(0, n, 0x5a).map_err(|e| rnic_verbs::report(&e))?;
-        let bounce = Arc::new(MemBlock::new(n).map_err(|e| format!("{n} bytes: {e}"))?);
-        bounce.fill(0, n, 0).map_err(|e| rnic_verbs::report(&e))?;
-        let _ = bounce.pin();
-        let copy_ns = median_ns(|| app.copy_to(0, &bounce, 0, n).map_err(|e| rnic_verbs::report(&e)))?;
-        let iova = app.addr();
-        let reg = |pin: bool| {
+        let mut app = vec![0x5au8; n];
+        let bounce = plain.allocate_mr(n, access).map_err(|e| format!("{n} bytes: {}", e.report()))?;
+        bounce.write(0, &app).map_err(|e| e.report())?;
+        let copy_ns = median_ns(|| bounce.write(0, &app).map_err(|e| e.report()))?;
+        let ptr = app.as_mut_ptr();
+        let reg = |pd: &ProtectionDomain| {
             median_ns(|| {
-                if pin {
-                    app.pin().map_err(|e| rnic_verbs::report(&e))?;
-                }
-                let keys =
-                    mtpt.register(PdId(1), app.clone(), 0, n, iova, access).map_err(|e| rnic_verbs::report(&e))?;
-                mtpt.deregister(keys.lkey).map_err(|e| rnic_verbs::report(&e))?;
-                if pin {
-                    app.unpin();
-                }
+                // SAFETY: `app` outlives the region, which is dropped (deregistered) at
+                // once; nothing posts work on it, so the NIC never touches the bytes.
+                let mr = unsafe { pd.register_mr(ptr, n, access) }.map_err(|e| e.report())?;
+                drop(mr);
                 Ok(())
             })
         };
-        let reg_unpinned_ns = reg(false)?;
-        let (reg_pinned_ns, pin_error) = match reg(true) {
+        let reg_unpinned_ns = reg(&plain)?;
+        let (reg_pinned_ns, pin_error) = match reg(&pinning) {
             Ok(x) => (Some(x), None),
             Err(e) => (None, Some(e)),
         };
+        drop(app);
         rows.push(RegRow { bytes: n, copy_ns, reg_pinned_ns, reg_unpinned_ns, pin_error });
         n = n.saturating_mul(4);
     }
