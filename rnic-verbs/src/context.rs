@@ -1,8 +1,6 @@
 //! The device handle (`ibv_context`) and its backend: an emulated rnic device or, with
 //! the cargo feature `hw`, a real RDMA device through libibverbs.
 
-#[cfg(feature = "hw")]
-use crate::types::DeviceInfo;
 use crate::types::{DeviceAttr, DeviceKind, Gid, PortAttr};
 use crate::{
     AsyncEvent, CompChannel, CompletionQueue, DeviceConfig, DeviceError, Error, FaultHandle, Interface, PathMtu,
@@ -63,48 +61,13 @@ pub(crate) fn hw_err<'d>(op: &'static str, device: &'d str) -> impl FnOnce(crate
     }
 }
 
-/// The devices libibverbs lists, with the address of each one's first RoCE v2 GID
-/// (opening each to read its GID table). Where libibverbs cannot be loaded there are
-/// none: the feature is built in, the machine has no rdma-core.
-#[cfg(feature = "hw")]
-pub(crate) fn hw_devices() -> Result<Vec<DeviceInfo>> {
-    let list = match crate::hw::devices() {
-        Ok(l) => l,
-        Err(crate::hw::HwError::Load(_)) => return Ok(Vec::new()),
-        Err(source) => return Err(Error::Hw { op: "list hardware devices", source }),
-    };
-    Ok(list
-        .into_iter()
-        .map(|d| {
-            let ip = crate::hw::HwContext::open(&d.name)
-                .ok()
-                .and_then(|c| Hw::roce_ip(&c))
-                .unwrap_or(IpAddr::from([0, 0, 0, 0]));
-            DeviceInfo { name: d.name, ip, kind: DeviceKind::Hardware, netdev: None, vlan: None }
-        })
-        .collect())
-}
-
 #[cfg(feature = "hw")]
 impl Hw {
-    /// The address of the port's first RoCE v2 GID that maps one (IPv4 first, as `-g 1`
-    /// picks on rxe).
-    fn roce_ip(c: &crate::hw::HwContext) -> Option<IpAddr> {
-        let gids = c.gids(1, 16).ok()?;
-        let ips: Vec<IpAddr> = gids
-            .iter()
-            .filter(|g| g.gid_type.is_none_or(|t| t == rnic_verbs_sys::IBV_GID_TYPE_ROCE_V2))
-            .map(|g| g.ip())
-            .filter(|ip| !ip.is_unspecified() && !rnic_core::engine::is_link_local(*ip))
-            .collect();
-        ips.iter().find(|ip| ip.is_ipv4()).or_else(|| ips.first()).copied()
-    }
-
     fn open(name: &str) -> Result<Hw> {
         let ctx = crate::hw::HwContext::open(name).map_err(hw_err("open device", name))?;
         let raw = ctx.query_device().map_err(hw_err("query device", name))?;
         let attr = Arc::new(crate::hw::convert::device_attr(&raw));
-        let ip = Hw::roce_ip(&ctx).ok_or_else(|| Error::InvalidArgument {
+        let ip = crate::discovery::roce_ip(&ctx).ok_or_else(|| Error::InvalidArgument {
             op: "open device",
             why: format!("{name} has no RoCE v2 GID on port 1 (give its network interface an IP address)"),
         })?;
@@ -116,7 +79,7 @@ impl Context {
     /// Opens a device by name: an emulated one (see [`devices`](crate::devices)) or,
     /// built with the cargo feature `hw`, a libibverbs device (`rxe0`, `mlx5_0`).
     pub fn open(name: &str) -> Result<Context> {
-        let emulated = crate::types::emulated_devices()?;
+        let emulated = crate::discovery::emulated_devices()?;
         if let Some(d) = emulated.iter().find(|d| d.name == name) {
             return Context::open_with(DeviceConfig {
                 netdev: d.netdev.clone(),
@@ -126,7 +89,7 @@ impl Context {
         }
         #[cfg(feature = "hw")]
         {
-            let hw = hw_devices()?;
+            let hw = crate::discovery::hw_devices()?;
             if hw.iter().any(|d| d.name == name) {
                 return Ok(Context { b: Backend::Hw(Hw::open(name)?) });
             }

@@ -60,6 +60,7 @@ mod channel;
 mod cm;
 mod context;
 mod cq;
+mod discovery;
 mod error;
 mod mr;
 mod pd;
@@ -74,15 +75,13 @@ pub use cm::{
 };
 pub use context::Context;
 pub use cq::CompletionQueue;
+pub use discovery::{devices, emulated_devices, parse_devices};
 pub use error::{report, Error, Result};
 pub use mr::MemoryRegion;
 pub use pd::ProtectionDomain;
 pub use qp::{PreparedQp, QpBuilder, QueuePair};
 pub use srq::SharedReceiveQueue;
-pub use types::{
-    devices, emulated_devices, parse_devices, DeviceAttr, DeviceInfo, DeviceKind, Endpoint, Gid, PortAttr, RemoteMr,
-    DEFAULT_QKEY, GRH_LEN,
-};
+pub use types::{DeviceAttr, DeviceInfo, DeviceKind, Endpoint, Gid, PortAttr, RemoteMr, DEFAULT_QKEY, GRH_LEN};
 
 // The data both backends take and give: work requests and completions, QP attributes,
 // access rights, states, events. They are defined once, in rnic-core, because the

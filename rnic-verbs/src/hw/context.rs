@@ -3,6 +3,7 @@
 
 use super::convert::AccessFlags;
 use super::cq::{HwCompChannel, HwCq};
+use super::event::{HwAsyncEvent, HwEventElement};
 use super::pd::HwPd;
 use super::{verbs, HwDeviceInfoKind, HwError, HwResult};
 use rnic_verbs_sys::{self as sys, ibv_context, Verbs};
@@ -122,38 +123,6 @@ impl HwGid {
             Some(v4) => IpAddr::V4(v4),
             None => IpAddr::V6(a),
         }
-    }
-}
-
-/// The object an async event is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HwEventElement {
-    /// A QP, by number.
-    Qp(u32),
-    /// A CQ, by its kernel handle ([`HwCq::id`]).
-    Cq(u32),
-    /// An SRQ, by its kernel handle ([`super::HwSrq::id`]).
-    Srq(u32),
-    /// A port.
-    Port(u8),
-    /// The device (or a work queue).
-    Device,
-}
-
-/// An asynchronous event (`ibv_async_event`), already acknowledged.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HwAsyncEvent {
-    /// `IBV_EVENT_*`.
-    pub event_type: u32,
-    /// `ibv_event_type_str`'s name.
-    pub name: String,
-    /// What it is about.
-    pub element: HwEventElement,
-}
-
-impl fmt::Display for HwAsyncEvent {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({:?})", self.name, self.element)
     }
 }
 

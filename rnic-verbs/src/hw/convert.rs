@@ -11,7 +11,7 @@ pub(crate) use crate::{
     QpType, RecvWrRef, SendOp, SendWrRef, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 
-use super::context::{HwAsyncEvent, HwEventElement};
+use super::event::{HwAsyncEvent, HwEventElement};
 use super::{HwError, HwResult};
 use rnic_verbs_sys::{self as sys, ibv_ah, ibv_ah_attr, ibv_qp_attr, ibv_recv_wr, ibv_send_wr, ibv_sge, ibv_wc};
 use std::net::IpAddr;

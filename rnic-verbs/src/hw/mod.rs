@@ -51,14 +51,16 @@ pub mod ah;
 pub mod context;
 pub mod convert;
 pub mod cq;
+pub mod event;
 pub mod mr;
 pub mod pd;
 pub mod qp;
 pub mod srq;
 
 pub use ah::HwAh;
-pub use context::{HwAsyncEvent, HwContext, HwDeviceInfo, HwEventElement, HwGid};
+pub use context::{HwContext, HwDeviceInfo, HwGid};
 pub use cq::{HwCompChannel, HwCq};
+pub use event::{HwAsyncEvent, HwEventElement};
 pub use mr::HwMr;
 pub use pd::HwPd;
 pub use qp::{HwQp, HwQpInit};
