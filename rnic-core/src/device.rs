@@ -155,71 +155,17 @@ impl Device {
         Device::open_as(config, None)
     }
 
-    /// Opens a device; `shared`: its name in [`Device::open_shared`]'s table.
+    /// Opens a device; `shared`: its name in [`Device::open_shared`]'s table. The steps:
+    /// the environment's settings, the capture, the wire ([`Wire::open`]), the engine's
+    /// configuration ([`engine_config`]), the progress thread.
     fn open_as(mut config: DeviceConfig, shared: Option<String>) -> Result<Device, DeviceError> {
-        let env = EnvSettings::read().map_err(|why| DeviceError::Config { name: config.name.clone(), why })?;
-        if config.faults.is_none() {
-            if let Some(spec) = &env.faults {
-                let f = Faults::from_spec(spec)
-                    .map_err(|reason| DeviceError::Faults { name: config.name.clone(), reason })?;
-                config.faults = (!f.is_empty()).then(|| FaultHandle::new(f));
-            }
-        }
-        let capture = match &config.capture {
-            Some(p) => Some(Capture::shared(p, config.ip).map_err(|source| DeviceError::Capture {
-                name: config.name.clone(),
-                path: p.clone(),
-                source,
-            })?),
-            None => None,
-        };
+        apply_env(&mut config)?;
+        let capture = open_capture(&config)?;
         let counters = Arc::new(Counters::default());
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
-        // The QPNs this process hands out: all of them, or its member's part of a UDP
-        // device other processes share (`transport::share`).
-        let mut qpns = (crate::engine::FIRST_QPN, crate::engine::LAST_QPN);
-        let mut cm_member = None;
-        let mut raw_claim = None;
-        // The wire: a UDP socket, or raw frames on a named interface.
-        let (link, local, transport, rcvbuf, iface): (Box<dyn Transport>, _, _, _, _) = match &config.netdev {
-            None => {
-                let share = crate::transport::share::join(SocketAddr::new(config.ip, config.port)).map_err(|e| {
-                    DeviceError::Config {
-                        name: config.name.clone(),
-                        why: format!("cannot join the device's processes: {e}"),
-                    }
-                })?;
-                let sock = bind(&config)?;
-                let local = sock.local_addr().map_err(io_err)?;
-                qpns = crate::transport::share::qpn_range(share.member());
-                cm_member = Some(share.member());
-                let transport = transport_info(&config, &sock);
-                let rcvbuf = rnic_io::rx_backlog(&sock).map_or(16 << 20, |(_, b)| u64::from(b));
-                let udp = Udp::new(&config, sock, transport, capture, counters.clone(), Some(share)).map_err(io_err)?;
-                (Box::new(udp), local, transport, rcvbuf, None)
-            }
-            Some(netdev) => {
-                // Processes share UDP devices only: each AF_PACKET socket on the interface
-                // sees every frame, and each would answer it.
-                raw_claim = Some(crate::transport::share::claim_raw(netdev, config.vlan, config.ip).map_err(|e| {
-                    let why = if e.kind() == std::io::ErrorKind::AddrInUse {
-                        format!(
-                            "a raw-Ethernet device at {} on {netdev}{} is already open (in this or another process); processes share UDP devices only",
-                            config.ip,
-                            config.vlan.map_or(String::new(), |v| format!(" VLAN {v}"))
-                        )
-                    } else {
-                        format!("cannot claim {netdev}: {e}")
-                    };
-                    DeviceError::Config { name: config.name.clone(), why }
-                })?);
-                let p = Packet::open(&config, netdev, capture, counters.clone())?;
-                let iface = p.interface().clone();
-                let transport = TransportInfo { gso: false, gro: false, spin: config.spin, raw: true };
-                let local = SocketAddr::new(config.ip, ROCEV2_UDP_PORT);
-                (Box::new(p), local, transport, SOCKET_BUFFER as u64, Some(iface))
-            }
-        };
+        let wire = Wire::open(&config, capture, &counters)?;
+        let engine_config = engine_config(&config, &wire);
+        let Wire { link, local, transport, iface, raw_claim, .. } = wire;
         // Fault injection wraps whichever transport it is.
         let link: Box<dyn Transport> = match &config.faults {
             Some(f) => Box::new(Faulty::new(link, f.clone())),
@@ -229,42 +175,12 @@ impl Device {
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let (ev_tx, ev_rx) = crossbeam_channel::unbounded();
         let (cm_tx, cm_rx) = crossbeam_channel::unbounded();
-        let cm_fd =
-            Arc::new(rnic_io::EventFd::new().map_err(|source| DeviceError::Io { name: config.name.clone(), source })?);
+        let cm_fd = Arc::new(rnic_io::EventFd::new().map_err(io_err)?);
         let sleeping = Arc::new(AtomicBool::new(false));
         let posted = Arc::new(AtomicBool::new(false));
         // The one port is up as soon as the socket is bound (IBV_EVENT_PORT_ACTIVE).
         let _ = ev_tx.send(AsyncEvent::PortActive { port: 1 });
-        // Payloads go to the kernel straight from registered memory, except through a
-        // fault chain (which may keep, corrupt or copy a packet after the round).
-        let zero_copy = config.zero_copy && config.faults.is_none();
-        // CM IDs differ from run to run (Linux draws them at random): the clock and the pid.
-        let cm_seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() ^ u64::from(d.subsec_nanos()) << 20)
-            ^ (u64::from(std::process::id()) << 32);
-        // Flow control: a peer like this device absorbs what its receive buffer holds. The
-        // buffer is counted in the kernel's truesize (a 4 KiB datagram takes more), and the
-        // ACKs share it: a quarter of it, at most 8 MiB (at 2.5 GB/s, 3 ms of data: more
-        // queue only adds delay, which beside busy processes outgrew the retransmission
-        // timeout), at least 256 KiB. Measured beside two busy loops with 1024 QPs and
-        // congestion control off: half of a 128 MiB buffer (32 MiB) overflowed it (kernel
-        // RcvbufErrors, RETRY_EXC_ERR within 21 s); 8 MiB held for the whole minute.
-        let port_mtu = iface.as_ref().and_then(|i| i.active_mtu_for(config.ip.is_ipv6())).unwrap_or(PathMtu::Mtu4096);
-        let engine_config = EngineConfig {
-            zero_copy,
-            cm_seed,
-            cc: config.congestion_control.params(),
-            max_inflight_per_dest: (rcvbuf / 4).clamp(256 << 10, 8 << 20),
-            port_mtu,
-            // rxe's CA GUID: the EUI-64 of its netdev's MAC.
-            ca_guid: iface
-                .as_ref()
-                .map_or(crate::engine::guid_for(local.ip()), |i| crate::engine::guid_for_mac(i.mac.0)),
-            qpns,
-            cm_member,
-            ..EngineConfig::new(local.ip())
-        };
+        let port_mtu = engine_config.port_mtu;
         let engine = Engine::new(engine_config, mtpt.clone(), counters.clone());
         let waker = Arc::new(rnic_io::EventFd::new().map_err(io_err)?);
         let wake_fds = link.wake_fds().map_err(io_err)?;
@@ -659,6 +575,159 @@ impl Device {
             // The device is shutting down: release the reserved slot.
             slot.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+}
+
+/// `RNIC_*` settings the configuration does not already fix (today: `RNIC_FAULTS`, when
+/// the program gave no fault chain); every variable is checked, a bad one is an error.
+fn apply_env(config: &mut DeviceConfig) -> Result<(), DeviceError> {
+    let env = EnvSettings::read().map_err(|why| DeviceError::Config { name: config.name.clone(), why })?;
+    if config.faults.is_none() {
+        if let Some(spec) = &env.faults {
+            let f =
+                Faults::from_spec(spec).map_err(|reason| DeviceError::Faults { name: config.name.clone(), reason })?;
+            config.faults = (!f.is_empty()).then(|| FaultHandle::new(f));
+        }
+    }
+    Ok(())
+}
+
+/// The pcap capture the configuration names, shared with other devices writing the same
+/// file.
+fn open_capture(config: &DeviceConfig) -> Result<Option<Arc<Capture>>, DeviceError> {
+    config
+        .capture
+        .as_ref()
+        .map(|p| {
+            Capture::shared(p, config.ip).map_err(|source| DeviceError::Capture {
+                name: config.name.clone(),
+                path: p.clone(),
+                source,
+            })
+        })
+        .transpose()
+}
+
+/// The engine's configuration for a device on `wire`.
+fn engine_config(config: &DeviceConfig, wire: &Wire) -> EngineConfig {
+    let iface = wire.iface.as_ref();
+    // CM IDs differ from run to run (Linux draws them at random): the clock and the pid.
+    let cm_seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() ^ u64::from(d.subsec_nanos()) << 20)
+        ^ (u64::from(std::process::id()) << 32);
+    EngineConfig {
+        // Payloads go to the kernel straight from registered memory, except through a
+        // fault chain (which may keep, corrupt or copy a packet after the round).
+        zero_copy: config.zero_copy && config.faults.is_none(),
+        cm_seed,
+        cc: config.congestion_control.params(),
+        // Flow control: a peer like this device absorbs what its receive buffer holds.
+        // The buffer is counted in the kernel's truesize (a 4 KiB datagram takes more),
+        // and the ACKs share it: a quarter of it, at most 8 MiB (at 2.5 GB/s, 3 ms of
+        // data: more queue only adds delay, which beside busy processes outgrew the
+        // retransmission timeout), at least 256 KiB. Measured beside two busy loops with
+        // 1024 QPs and congestion control off: half of a 128 MiB buffer (32 MiB)
+        // overflowed it (kernel RcvbufErrors, RETRY_EXC_ERR within 21 s); 8 MiB held for
+        // the whole minute.
+        max_inflight_per_dest: (wire.rcvbuf / 4).clamp(256 << 10, 8 << 20),
+        port_mtu: iface.and_then(|i| i.active_mtu_for(config.ip.is_ipv6())).unwrap_or(PathMtu::Mtu4096),
+        // rxe's CA GUID: the EUI-64 of its netdev's MAC.
+        ca_guid: iface.map_or(crate::engine::guid_for(wire.local.ip()), |i| crate::engine::guid_for_mac(i.mac.0)),
+        qpns: wire.qpns,
+        cm_member: wire.cm_member,
+        ..EngineConfig::new(wire.local.ip())
+    }
+}
+
+/// The device's wire, opened: a UDP socket in the device's group of processes, or raw
+/// frames on a named interface; and what the engine needs to know of it.
+struct Wire {
+    link: Box<dyn Transport>,
+    local: SocketAddr,
+    transport: TransportInfo,
+    /// The receive buffer a peer like this device has (flow control sizes by it).
+    rcvbuf: u64,
+    iface: Option<Interface>,
+    /// The QPNs this process hands out: all of them, or its member's part of a UDP device
+    /// other processes share (`transport::share`).
+    qpns: (u32, u32),
+    cm_member: Option<u8>,
+    /// The claim on a raw device's interface, address and VLAN, held while it runs.
+    raw_claim: Option<std::os::unix::net::UnixDatagram>,
+}
+
+impl Wire {
+    fn open(
+        config: &DeviceConfig,
+        capture: Option<Arc<Capture>>,
+        counters: &Arc<Counters>,
+    ) -> Result<Wire, DeviceError> {
+        match &config.netdev {
+            None => Wire::udp(config, capture, counters),
+            Some(netdev) => Wire::raw(config, netdev, capture, counters),
+        }
+    }
+
+    fn udp(
+        config: &DeviceConfig,
+        capture: Option<Arc<Capture>>,
+        counters: &Arc<Counters>,
+    ) -> Result<Wire, DeviceError> {
+        let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
+        let share = crate::transport::share::join(SocketAddr::new(config.ip, config.port)).map_err(|e| {
+            DeviceError::Config { name: config.name.clone(), why: format!("cannot join the device's processes: {e}") }
+        })?;
+        let sock = bind(config)?;
+        let local = sock.local_addr().map_err(io_err)?;
+        let member = share.member();
+        let transport = transport_info(config, &sock);
+        let rcvbuf = rnic_io::rx_backlog(&sock).map_or(16 << 20, |(_, b)| u64::from(b));
+        let udp = Udp::new(config, sock, transport, capture, counters.clone(), Some(share)).map_err(io_err)?;
+        Ok(Wire {
+            link: Box::new(udp),
+            local,
+            transport,
+            rcvbuf,
+            iface: None,
+            qpns: crate::transport::share::qpn_range(member),
+            cm_member: Some(member),
+            raw_claim: None,
+        })
+    }
+
+    fn raw(
+        config: &DeviceConfig,
+        netdev: &str,
+        capture: Option<Arc<Capture>>,
+        counters: &Arc<Counters>,
+    ) -> Result<Wire, DeviceError> {
+        // Processes share UDP devices only: each AF_PACKET socket on the interface sees
+        // every frame, and each would answer it.
+        let claim = crate::transport::share::claim_raw(netdev, config.vlan, config.ip).map_err(|e| {
+            let why = if e.kind() == std::io::ErrorKind::AddrInUse {
+                format!(
+                    "a raw-Ethernet device at {} on {netdev}{} is already open (in this or another process); processes share UDP devices only",
+                    config.ip,
+                    config.vlan.map_or(String::new(), |v| format!(" VLAN {v}"))
+                )
+            } else {
+                format!("cannot claim {netdev}: {e}")
+            };
+            DeviceError::Config { name: config.name.clone(), why }
+        })?;
+        let p = Packet::open(config, netdev, capture, counters.clone())?;
+        let iface = p.interface().clone();
+        Ok(Wire {
+            link: Box::new(p),
+            local: SocketAddr::new(config.ip, ROCEV2_UDP_PORT),
+            transport: TransportInfo { gso: false, gro: false, spin: config.spin, raw: true },
+            rcvbuf: SOCKET_BUFFER as u64,
+            iface: Some(iface),
+            qpns: (crate::engine::FIRST_QPN, crate::engine::LAST_QPN),
+            cm_member: None,
+            raw_claim: Some(claim),
+        })
     }
 }
 
