@@ -42,7 +42,7 @@ fn side(ip: &str, zero_copy: bool) -> Side {
     let engine_cfg = EngineConfig { zero_copy, ..EngineConfig::new(ip) };
     let mut engine = Engine::new(engine_cfg, mtpt.clone(), Arc::new(Counters::default()));
     let mem = Arc::new(MemBlock::new(MEM).expect("memory"));
-    let keys = mtpt.register(PdId(1), mem.clone(), 0, MEM, mem.addr(), AccessFlags::all()).expect("registered");
+    let keys = mtpt.register(PdId(1), mem.clone(), 0, MEM, mem.addr(), AccessFlags::REGISTRABLE).expect("registered");
     let (scq, rcq) = (Arc::new(Cq::new(1, 1 << 16)), Arc::new(Cq::new(2, 1 << 16)));
     let cap = QpCap { max_send_wr: 1024, max_recv_wr: 1024, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
     let qp = engine.create_qp(QpInit::new(QpType::Rc, PdId(1), scq.clone(), rcq.clone()).cap(cap)).expect("a QP");

@@ -31,7 +31,6 @@
 /// ([`device`]). The engine, congestion control and the CM all run on it.
 pub type Time = u64;
 
-mod bits;
 #[allow(unsafe_code)]
 mod crc_copy;
 

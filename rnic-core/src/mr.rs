@@ -21,71 +21,35 @@ use parking_lot::RwLock;
 
 use crate::mem::{to_u64, MemBlock, MemError};
 
-/// Access rights of a memory region (the `ibv_access_flags` values).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct AccessFlags(u32);
-
-impl AccessFlags {
-    /// The NIC may write the region for local work (receive buffers, RDMA READ responses,
-    /// atomic results). `IBV_ACCESS_LOCAL_WRITE`.
-    pub const LOCAL_WRITE: AccessFlags = AccessFlags(1);
-    /// Peers may RDMA WRITE the region. `IBV_ACCESS_REMOTE_WRITE`.
-    pub const REMOTE_WRITE: AccessFlags = AccessFlags(2);
-    /// Peers may RDMA READ the region. `IBV_ACCESS_REMOTE_READ`.
-    pub const REMOTE_READ: AccessFlags = AccessFlags(4);
-    /// Peers may run atomics on the region. `IBV_ACCESS_REMOTE_ATOMIC`.
-    pub const REMOTE_ATOMIC: AccessFlags = AccessFlags(8);
-    /// Peers may FLUSH the region for global visibility. `IBV_ACCESS_FLUSH_GLOBAL`.
-    pub const FLUSH_GLOBAL: AccessFlags = AccessFlags(1 << 8);
-    /// Peers may FLUSH the region to persistence. `IBV_ACCESS_FLUSH_PERSISTENT`. Our memory
-    /// is not persistent, so registration refuses it (as rxe does for non-pmem pages).
-    pub const FLUSH_PERSISTENT: AccessFlags = AccessFlags(1 << 9);
-
-    const NAMES: [(AccessFlags, &'static str); 6] = [
-        (Self::LOCAL_WRITE, "LOCAL_WRITE"),
-        (Self::REMOTE_WRITE, "REMOTE_WRITE"),
-        (Self::REMOTE_READ, "REMOTE_READ"),
-        (Self::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
-        (Self::FLUSH_GLOBAL, "FLUSH_GLOBAL"),
-        (Self::FLUSH_PERSISTENT, "FLUSH_PERSISTENT"),
-    ];
-
-    /// No rights: the region can only be read locally.
-    pub const fn empty() -> AccessFlags {
-        AccessFlags(0)
-    }
-
-    /// Every right a region of this NIC can be registered with (all the flags above but
-    /// FLUSH_PERSISTENT, which needs persistent memory).
-    pub const fn all() -> AccessFlags {
-        AccessFlags(0x10f)
-    }
-
-    /// Every flag this NIC knows (`all()` plus FLUSH_PERSISTENT).
-    const KNOWN: u32 = 0x30f;
-
-    /// The raw `ibv_access_flags` bits.
-    pub const fn bits(self) -> u32 {
-        self.0
-    }
-
-    /// Converts raw bits; `None` if any bit is not one of the rights above (for example
-    /// `IBV_ACCESS_MW_BIND` or `IBV_ACCESS_ZERO_BASED`, which this NIC does not implement).
-    pub const fn from_bits(bits: u32) -> Option<AccessFlags> {
-        if bits & !Self::KNOWN == 0 {
-            Some(AccessFlags(bits))
-        } else {
-            None
-        }
-    }
-
-    /// Converts raw bits, dropping unknown ones.
-    pub const fn from_bits_truncate(bits: u32) -> AccessFlags {
-        AccessFlags(bits & Self::KNOWN)
+bitflags::bitflags! {
+    /// Access rights of a memory region (the `ibv_access_flags` values).
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct AccessFlags: u32 {
+        /// The NIC may write the region for local work (receive buffers, RDMA READ
+        /// responses, atomic results). `IBV_ACCESS_LOCAL_WRITE`.
+        const LOCAL_WRITE = 1;
+        /// Peers may RDMA WRITE the region. `IBV_ACCESS_REMOTE_WRITE`.
+        const REMOTE_WRITE = 2;
+        /// Peers may RDMA READ the region. `IBV_ACCESS_REMOTE_READ`.
+        const REMOTE_READ = 4;
+        /// Peers may run atomics on the region. `IBV_ACCESS_REMOTE_ATOMIC`.
+        const REMOTE_ATOMIC = 8;
+        /// Peers may FLUSH the region for global visibility. `IBV_ACCESS_FLUSH_GLOBAL`.
+        const FLUSH_GLOBAL = 1 << 8;
+        /// Peers may FLUSH the region to persistence. `IBV_ACCESS_FLUSH_PERSISTENT`. Our
+        /// memory is not persistent, so registration refuses it (as rxe does for non-pmem
+        /// pages).
+        const FLUSH_PERSISTENT = 1 << 9;
     }
 }
 
-crate::bits::bit_set_ops!(AccessFlags);
+impl AccessFlags {
+    /// Every right a region of this NIC can be registered with: every flag but
+    /// FLUSH_PERSISTENT, which needs persistent memory. ([`all`](Self::all) is every flag
+    /// it knows; [`from_bits`](Self::from_bits) is `None` for a bit it does not know, such
+    /// as `IBV_ACCESS_MW_BIND` or `IBV_ACCESS_ZERO_BASED`.)
+    pub const REGISTRABLE: AccessFlags = AccessFlags::all().difference(AccessFlags::FLUSH_PERSISTENT);
+}
 
 /// `LOCAL_WRITE | REMOTE_READ`, or `(none)`.
 impl fmt::Display for AccessFlags {
@@ -94,11 +58,9 @@ impl fmt::Display for AccessFlags {
             return f.write_str("(none)");
         }
         let mut sep = "";
-        for (flag, name) in Self::NAMES {
-            if self.contains(flag) {
-                write!(f, "{sep}{name}")?;
-                sep = " | ";
-            }
+        for (name, _) in self.iter_names() {
+            write!(f, "{sep}{name}")?;
+            sep = " | ";
         }
         Ok(())
     }
@@ -660,11 +622,11 @@ mod tests {
     #[test]
     fn access_flags_values_and_names() {
         assert_eq!([LW.bits(), RW.bits(), RR.bits(), RA.bits()], [1, 2, 4, 8]);
-        assert_eq!(AccessFlags::all(), LW | RW | RR | RA | AccessFlags::FLUSH_GLOBAL);
+        assert_eq!(AccessFlags::REGISTRABLE, LW | RW | RR | RA | AccessFlags::FLUSH_GLOBAL);
         assert_eq!(format!("{:?}", LW | RR), "AccessFlags(LOCAL_WRITE | REMOTE_READ)");
         assert_eq!(AccessFlags::empty().to_string(), "(none)");
         assert_eq!(
-            AccessFlags::all().to_string(),
+            AccessFlags::REGISTRABLE.to_string(),
             "LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC | FLUSH_GLOBAL"
         );
         assert!((LW | RR).contains(RR));
@@ -675,7 +637,7 @@ mod tests {
         let mut f = LW;
         f |= RA;
         assert_eq!(f.bits(), 9);
-        assert_eq!(AccessFlags::from_bits(0x10f), Some(AccessFlags::all()));
+        assert_eq!(AccessFlags::from_bits(0x10f), Some(AccessFlags::REGISTRABLE));
         assert_eq!(AccessFlags::from_bits(0x200), Some(AccessFlags::FLUSH_PERSISTENT));
         assert_eq!(AccessFlags::from_bits(0x10), None); // IBV_ACCESS_MW_BIND
         assert_eq!(AccessFlags::from_bits_truncate(0x15), LW | RR);
@@ -690,7 +652,7 @@ mod tests {
         for access in [RW, RA, RW | RR, RA | RR, RW | RA] {
             assert_eq!(reg(0, 16, 0, access), Err(MrError::RemoteWriteWithoutLocalWrite { access }));
         }
-        for access in [AccessFlags::empty(), LW, RR, LW | RW, LW | RA, AccessFlags::all()] {
+        for access in [AccessFlags::empty(), LW, RR, LW | RW, LW | RA, AccessFlags::REGISTRABLE] {
             assert!(reg(0, 16, 0, access).is_ok(), "{access:?}");
         }
         assert_eq!(reg(4000, 97, 0, LW), Err(MrError::OutOfBlock { offset: 4000, len: 97, block_len: 4096 }));

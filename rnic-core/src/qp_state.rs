@@ -132,113 +132,57 @@ impl fmt::Display for QpType {
     }
 }
 
-/// Which attributes a modify-QP call sets (`enum ibv_qp_attr_mask`, same bit values).
-///
-/// May hold bits this NIC does not know (see [`from_bits_retain`](Self::from_bits_retain)):
-/// [`check_modify`] refuses them, and they print as hex.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct QpAttrMask(u32);
-
-impl QpAttrMask {
-    /// `IBV_QP_STATE`: the QP moves to `qp_state`.
-    pub const STATE: QpAttrMask = QpAttrMask(1 << 0);
-    /// `IBV_QP_CUR_STATE`: the caller asserts the current state.
-    pub const CUR_STATE: QpAttrMask = QpAttrMask(1 << 1);
-    /// `IBV_QP_EN_SQD_ASYNC_NOTIFY`: raise an event when the SQ is drained.
-    pub const EN_SQD_ASYNC_NOTIFY: QpAttrMask = QpAttrMask(1 << 2);
-    /// `IBV_QP_ACCESS_FLAGS`: remote access rights of the QP.
-    pub const ACCESS_FLAGS: QpAttrMask = QpAttrMask(1 << 3);
-    /// `IBV_QP_PKEY_INDEX`.
-    pub const PKEY_INDEX: QpAttrMask = QpAttrMask(1 << 4);
-    /// `IBV_QP_PORT`.
-    pub const PORT: QpAttrMask = QpAttrMask(1 << 5);
-    /// `IBV_QP_QKEY` (UD).
-    pub const QKEY: QpAttrMask = QpAttrMask(1 << 6);
-    /// `IBV_QP_AV`: primary path address vector.
-    pub const AV: QpAttrMask = QpAttrMask(1 << 7);
-    /// `IBV_QP_PATH_MTU`.
-    pub const PATH_MTU: QpAttrMask = QpAttrMask(1 << 8);
-    /// `IBV_QP_TIMEOUT`: local ACK timeout.
-    pub const TIMEOUT: QpAttrMask = QpAttrMask(1 << 9);
-    /// `IBV_QP_RETRY_CNT`: transport retry count.
-    pub const RETRY_CNT: QpAttrMask = QpAttrMask(1 << 10);
-    /// `IBV_QP_RNR_RETRY`: RNR retry count.
-    pub const RNR_RETRY: QpAttrMask = QpAttrMask(1 << 11);
-    /// `IBV_QP_RQ_PSN`: expected PSN of the receive queue.
-    pub const RQ_PSN: QpAttrMask = QpAttrMask(1 << 12);
-    /// `IBV_QP_MAX_QP_RD_ATOMIC`: outstanding RDMA READs / atomics as requester.
-    pub const MAX_QP_RD_ATOMIC: QpAttrMask = QpAttrMask(1 << 13);
-    /// `IBV_QP_ALT_PATH`: alternate path (APM).
-    pub const ALT_PATH: QpAttrMask = QpAttrMask(1 << 14);
-    /// `IBV_QP_MIN_RNR_TIMER`: RNR NAK timer code advertised to the peer.
-    pub const MIN_RNR_TIMER: QpAttrMask = QpAttrMask(1 << 15);
-    /// `IBV_QP_SQ_PSN`: first PSN of the send queue.
-    pub const SQ_PSN: QpAttrMask = QpAttrMask(1 << 16);
-    /// `IBV_QP_MAX_DEST_RD_ATOMIC`: outstanding RDMA READs / atomics as responder.
-    pub const MAX_DEST_RD_ATOMIC: QpAttrMask = QpAttrMask(1 << 17);
-    /// `IBV_QP_PATH_MIG_STATE`.
-    pub const PATH_MIG_STATE: QpAttrMask = QpAttrMask(1 << 18);
-    /// `IBV_QP_CAP`: resize the queues.
-    pub const CAP: QpAttrMask = QpAttrMask(1 << 19);
-    /// `IBV_QP_DEST_QPN`: the remote QP number.
-    pub const DEST_QPN: QpAttrMask = QpAttrMask(1 << 20);
-
-    const NAMES: [(QpAttrMask, &'static str); 21] = [
-        (Self::STATE, "STATE"),
-        (Self::CUR_STATE, "CUR_STATE"),
-        (Self::EN_SQD_ASYNC_NOTIFY, "EN_SQD_ASYNC_NOTIFY"),
-        (Self::ACCESS_FLAGS, "ACCESS_FLAGS"),
-        (Self::PKEY_INDEX, "PKEY_INDEX"),
-        (Self::PORT, "PORT"),
-        (Self::QKEY, "QKEY"),
-        (Self::AV, "AV"),
-        (Self::PATH_MTU, "PATH_MTU"),
-        (Self::TIMEOUT, "TIMEOUT"),
-        (Self::RETRY_CNT, "RETRY_CNT"),
-        (Self::RNR_RETRY, "RNR_RETRY"),
-        (Self::RQ_PSN, "RQ_PSN"),
-        (Self::MAX_QP_RD_ATOMIC, "MAX_QP_RD_ATOMIC"),
-        (Self::ALT_PATH, "ALT_PATH"),
-        (Self::MIN_RNR_TIMER, "MIN_RNR_TIMER"),
-        (Self::SQ_PSN, "SQ_PSN"),
-        (Self::MAX_DEST_RD_ATOMIC, "MAX_DEST_RD_ATOMIC"),
-        (Self::PATH_MIG_STATE, "PATH_MIG_STATE"),
-        (Self::CAP, "CAP"),
-        (Self::DEST_QPN, "DEST_QPN"),
-    ];
-
-    /// No attribute.
-    pub const fn empty() -> QpAttrMask {
-        QpAttrMask(0)
-    }
-
-    /// Every attribute this NIC knows (bits 0 to 20).
-    pub const fn all() -> QpAttrMask {
-        QpAttrMask((1 << 21) - 1)
-    }
-
-    /// The raw bits.
-    pub const fn bits(self) -> u32 {
-        self.0
-    }
-
-    /// Converts raw bits; `None` if a bit is not one of the attributes above (for example
-    /// `IBV_QP_RATE_LIMIT`).
-    pub const fn from_bits(bits: u32) -> Option<QpAttrMask> {
-        if bits & !Self::all().0 == 0 {
-            Some(QpAttrMask(bits))
-        } else {
-            None
-        }
-    }
-
-    /// Converts raw bits, keeping unknown ones (which [`check_modify`] then refuses by name).
-    pub const fn from_bits_retain(bits: u32) -> QpAttrMask {
-        QpAttrMask(bits)
+bitflags::bitflags! {
+    /// Which attributes a modify-QP call sets (`enum ibv_qp_attr_mask`, same bit values).
+    ///
+    /// May hold bits this NIC does not know (see [`from_bits_retain`](Self::from_bits_retain)):
+    /// [`check_modify`] refuses them, and they print as hex.
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct QpAttrMask: u32 {
+        /// `IBV_QP_STATE`: the QP moves to `qp_state`.
+        const STATE = 1 << 0;
+        /// `IBV_QP_CUR_STATE`: the caller asserts the current state.
+        const CUR_STATE = 1 << 1;
+        /// `IBV_QP_EN_SQD_ASYNC_NOTIFY`: raise an event when the SQ is drained.
+        const EN_SQD_ASYNC_NOTIFY = 1 << 2;
+        /// `IBV_QP_ACCESS_FLAGS`: remote access rights of the QP.
+        const ACCESS_FLAGS = 1 << 3;
+        /// `IBV_QP_PKEY_INDEX`.
+        const PKEY_INDEX = 1 << 4;
+        /// `IBV_QP_PORT`.
+        const PORT = 1 << 5;
+        /// `IBV_QP_QKEY` (UD).
+        const QKEY = 1 << 6;
+        /// `IBV_QP_AV`: primary path address vector.
+        const AV = 1 << 7;
+        /// `IBV_QP_PATH_MTU`.
+        const PATH_MTU = 1 << 8;
+        /// `IBV_QP_TIMEOUT`: local ACK timeout.
+        const TIMEOUT = 1 << 9;
+        /// `IBV_QP_RETRY_CNT`: transport retry count.
+        const RETRY_CNT = 1 << 10;
+        /// `IBV_QP_RNR_RETRY`: RNR retry count.
+        const RNR_RETRY = 1 << 11;
+        /// `IBV_QP_RQ_PSN`: expected PSN of the receive queue.
+        const RQ_PSN = 1 << 12;
+        /// `IBV_QP_MAX_QP_RD_ATOMIC`: outstanding RDMA READs / atomics as requester.
+        const MAX_QP_RD_ATOMIC = 1 << 13;
+        /// `IBV_QP_ALT_PATH`: alternate path (APM).
+        const ALT_PATH = 1 << 14;
+        /// `IBV_QP_MIN_RNR_TIMER`: RNR NAK timer code advertised to the peer.
+        const MIN_RNR_TIMER = 1 << 15;
+        /// `IBV_QP_SQ_PSN`: first PSN of the send queue.
+        const SQ_PSN = 1 << 16;
+        /// `IBV_QP_MAX_DEST_RD_ATOMIC`: outstanding RDMA READs / atomics as responder.
+        const MAX_DEST_RD_ATOMIC = 1 << 17;
+        /// `IBV_QP_PATH_MIG_STATE`.
+        const PATH_MIG_STATE = 1 << 18;
+        /// `IBV_QP_CAP`: resize the queues.
+        const CAP = 1 << 19;
+        /// `IBV_QP_DEST_QPN`: the remote QP number.
+        const DEST_QPN = 1 << 20;
     }
 }
-
-crate::bits::bit_set_ops!(QpAttrMask);
 
 /// Names joined by `|` in bit order (`PATH_MTU|DEST_QPN`), unknown bits as hex, or `(none)`.
 impl fmt::Display for QpAttrMask {
@@ -247,15 +191,13 @@ impl fmt::Display for QpAttrMask {
             return f.write_str("(none)");
         }
         let mut sep = "";
-        for (flag, name) in Self::NAMES {
-            if self.contains(flag) {
-                write!(f, "{sep}{name}")?;
-                sep = "|";
-            }
+        for (name, _) in self.iter_names() {
+            write!(f, "{sep}{name}")?;
+            sep = "|";
         }
-        let unknown = self.difference(Self::all());
-        if !unknown.is_empty() {
-            write!(f, "{sep}{:#x}", unknown.0)?;
+        let unknown = self.bits() & !Self::all().bits();
+        if unknown != 0 {
+            write!(f, "{sep}{unknown:#x}")?;
         }
         Ok(())
     }
@@ -291,10 +233,10 @@ pub const fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<T
         let mut bits = 0;
         let mut i = 0;
         while i < masks.len() {
-            bits |= masks[i].0;
+            bits |= masks[i].bits();
             i += 1;
         }
-        QpAttrMask(bits)
+        QpAttrMask::from_bits_retain(bits)
     }
     const fn per_type(t: QpType, ud: QpAttrMask, uc: QpAttrMask, rc: QpAttrMask) -> QpAttrMask {
         match t {
@@ -841,9 +783,7 @@ mod tests {
     fn parse(names: &str) -> QpAttrMask {
         let mut mask = A::empty();
         for name in names.split('|').filter(|n| !n.is_empty()) {
-            let (flag, _) =
-                A::NAMES.into_iter().find(|(_, n)| *n == name).unwrap_or_else(|| panic!("unknown attribute {name}"));
-            mask |= flag;
+            mask |= A::from_name(name).unwrap_or_else(|| panic!("unknown attribute {name}"));
         }
         mask
     }
@@ -886,7 +826,7 @@ mod tests {
 
                     assert_eq!(ok(req | state), Ok(()), "{t} {from}->{to} minimal");
                     assert_eq!(ok(req | opt | A::STATE), Ok(()), "{t} {from}->{to} maximal");
-                    for (bit, _) in A::NAMES {
+                    for bit in A::all().iter() {
                         if opt.contains(bit) {
                             assert_eq!(ok(req | state | bit), Ok(()), "{t} {from}->{to} +{bit}");
                         }

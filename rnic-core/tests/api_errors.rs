@@ -337,7 +337,7 @@ fn small_sge(lkey: u32, at: u64, len: u32) -> Sge {
 #[test]
 fn sge_over_the_region_end_names_its_index() {
     let mut p = Pair::new(3, 0, 0);
-    let keys = p.register(A, PdId(1), SMALL_OFF, SMALL_LEN, IOVA, AccessFlags::all());
+    let keys = p.register(A, PdId(1), SMALL_OFF, SMALL_LEN, IOVA, AccessFlags::REGISTRABLE);
     let k = keys.lkey;
     let sg = vec![small_sge(k, 0, 100), small_sge(k, 100, 100), small_sge(k, 4000, 97)];
     let want = PostError::Sge {
@@ -374,7 +374,7 @@ fn sge_over_the_region_end_names_its_index() {
 #[test]
 fn lkey_of_another_pd() {
     let mut p = Pair::new(3, 0, 0);
-    let other = p.register(A, PdId(2), SMALL_OFF, SMALL_LEN, IOVA, AccessFlags::all());
+    let other = p.register(A, PdId(2), SMALL_OFF, SMALL_LEN, IOVA, AccessFlags::REGISTRABLE);
     let sg = vec![p.sge(A, 0, 8), small_sge(other.lkey, 0, 8)];
     let want =
         PostError::Sge { index: 1, source: AccessError::PdMismatch { key: other.lkey, pd: PdId(1), mr_pd: PdId(2) } };
@@ -400,11 +400,11 @@ fn bad_and_stale_lkeys() {
         p.post_send(A, signaled(1, SendOp::Send, vec![Sge { addr: IOVA, length: 8, lkey: 0xdead_be5a }])).unwrap_err();
     assert_eq!(err, PostError::Sge { index: 0, source: AccessError::BadKey { key: 0xdead_be5a } });
     says(&err, &["0xdeadbe5a", "does not name"]);
-    let keys = p.register(A, PdId(1), SMALL_OFF, SMALL_LEN, IOVA, AccessFlags::all());
+    let keys = p.register(A, PdId(1), SMALL_OFF, SMALL_LEN, IOVA, AccessFlags::REGISTRABLE);
     p.nodes[A].mtpt.deregister(keys.lkey).unwrap();
     let err = p.post_recv(A, RecvWr { wr_id: 1, sg_list: vec![small_sge(keys.lkey, 0, 8)] }).unwrap_err();
     assert_eq!(err, PostError::Sge { index: 0, source: AccessError::BadKey { key: keys.lkey } });
-    let keys = p.register(A, PdId(1), SMALL_OFF, SMALL_LEN, IOVA, AccessFlags::all());
+    let keys = p.register(A, PdId(1), SMALL_OFF, SMALL_LEN, IOVA, AccessFlags::REGISTRABLE);
     p.nodes[A].mtpt.invalidate(keys.lkey).unwrap();
     let err = p.post_send(A, signaled(2, SendOp::Send, vec![small_sge(keys.lkey, 0, 8)])).unwrap_err();
     assert_eq!(err, PostError::Sge { index: 0, source: AccessError::Invalidated { key: keys.lkey } });

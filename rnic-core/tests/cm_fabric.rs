@@ -57,7 +57,7 @@ impl Net {
             let mtpt = Arc::new(Mtpt::new(16));
             let e = Engine::new(EngineConfig::new(ip(i)), mtpt.clone(), Arc::new(Counters::default()));
             let mem = Arc::new(MemBlock::new(MEM).unwrap());
-            let keys = mtpt.register(PdId(1), mem.clone(), 0, MEM, 0x10_0000, AccessFlags::all()).unwrap();
+            let keys = mtpt.register(PdId(1), mem.clone(), 0, MEM, 0x10_0000, AccessFlags::REGISTRABLE).unwrap();
             fab.add(e);
             n.push(Node {
                 mtpt,

@@ -210,7 +210,7 @@ fn host_with(fab: &mut Fabric, cfg: EngineConfig, n: usize) -> Host {
     let mtpt = Arc::new(Mtpt::new(16));
     let mut e = Engine::new(cfg, mtpt.clone(), Arc::new(Counters::default()));
     let mem = Arc::new(MemBlock::new(1 << 20).unwrap());
-    let keys = mtpt.register(PdId(1), mem.clone(), 0, 1 << 20, mem.addr(), AccessFlags::all()).unwrap();
+    let keys = mtpt.register(PdId(1), mem.clone(), 0, 1 << 20, mem.addr(), AccessFlags::REGISTRABLE).unwrap();
     let (scq, rcq) = (Arc::new(Cq::new(1, 1 << 16)), Arc::new(Cq::new(2, 1 << 16)));
     let cap = QpCap { max_send_wr: 256, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let qps = (0..n)

@@ -284,13 +284,13 @@ fn needed(op: Op) -> AccessFlags {
 fn wrong_rkey_is_refused() {
     for (op, len) in SHAPES {
         let p = pair();
-        let t = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::all());
+        let t = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::REGISTRABLE);
         let va = t.end_minus(len + 100);
         // A key naming nothing: slot 0 (never used), an index past the table, and the
         // target's own index with another generation byte.
         for rkey in [0, 0xdead_be5a, t.keys.rkey ^ 0x01] {
             let p = pair();
-            let _ = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::all());
+            let _ = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::REGISTRABLE);
             refused("unknown rkey", p, op, va, rkey, len, NakCode::RemoteAccessError);
         }
         // The control: the target's own key at the same address.
@@ -302,18 +302,18 @@ fn wrong_rkey_is_refused() {
 fn stale_rkey_after_deregister_is_refused() {
     for (op, len) in SHAPES {
         let p = pair();
-        let old = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::all());
+        let old = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::REGISTRABLE);
         p.nodes[B].mtpt.deregister(old.keys.lkey).unwrap();
         // The same bytes registered again reuse the slot under a new key: the old key must
         // stay dead even though its slot names a valid region covering the address.
-        let new = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::all());
+        let new = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::REGISTRABLE);
         assert_eq!(new.keys.rkey >> 8, old.keys.rkey >> 8, "the slot is reused");
         assert_ne!(new.keys.rkey, old.keys.rkey);
         let va = old.end_minus(len);
         refused("stale rkey", p, op, va, old.keys.rkey, len, NakCode::RemoteAccessError);
 
         let p = pair();
-        let t = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::all());
+        let t = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::REGISTRABLE);
         p.nodes[B].mtpt.invalidate(t.keys.rkey).unwrap();
         refused("invalidated rkey", p, op, va, t.keys.rkey, len, NakCode::RemoteAccessError);
     }
@@ -323,7 +323,7 @@ fn stale_rkey_after_deregister_is_refused() {
 fn rkey_of_another_pd_is_refused() {
     for (op, len) in SHAPES {
         let p = pair();
-        let t = Target::new(&p, PdId(2), REGION_IOVA, AccessFlags::all());
+        let t = Target::new(&p, PdId(2), REGION_IOVA, AccessFlags::REGISTRABLE);
         refused("region of PD 2", p, op, t.end_minus(len), t.keys.rkey, len, NakCode::RemoteAccessError);
     }
 }
@@ -333,7 +333,7 @@ fn region_without_the_access_right_is_refused() {
     for (op, len) in SHAPES {
         // Every right but the one needed (REMOTE_WRITE needs LOCAL_WRITE to register).
         let p = pair();
-        let t = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::all().difference(needed(op)));
+        let t = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::REGISTRABLE.difference(needed(op)));
         let va = t.end_minus(len);
         refused("region lacks the right", p, op, va, t.keys.rkey, len, NakCode::RemoteAccessError);
 
@@ -349,7 +349,7 @@ fn access_outside_the_region_is_refused() {
     for (op, len) in SHAPES {
         let mk = || {
             let p = pair();
-            let t = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::all());
+            let t = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::REGISTRABLE);
             (p, t)
         };
         let (p, t) = mk();
@@ -377,7 +377,7 @@ fn access_wrapping_the_address_space_is_refused() {
         // wrapping u64 arithmetic (va + len wraps to a small number) would let these in.
         let mk = || {
             let p = pair();
-            let t = Target::new(&p, PdId(1), HIGH_IOVA, AccessFlags::all());
+            let t = Target::new(&p, PdId(1), HIGH_IOVA, AccessFlags::REGISTRABLE);
             (p, t)
         };
         let (p, t) = mk();
@@ -394,7 +394,7 @@ fn access_wrapping_the_address_space_is_refused() {
         refused("starts at the last address", p, op, u64::MAX, t.keys.rkey, len, NakCode::RemoteAccessError);
         // The same wrap against an ordinary region.
         let p = pair();
-        let t = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::all());
+        let t = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::REGISTRABLE);
         refused(
             "wraps to inside an ordinary region",
             p,
@@ -420,7 +420,7 @@ fn qp_without_the_remote_access_flag_refuses_with_invalid_request() {
         // RESPST_ERR_UNSUPPORTED_OPCODE, which is NAK invalid request and
         // IB_WC_REM_INV_REQ_ERR, and so does the engine.
         let mut p = pair();
-        let t = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::all());
+        let t = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::REGISTRABLE);
         let attr = QpAttr {
             mask: QpAttrMask::ACCESS_FLAGS,
             access: (AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
@@ -453,7 +453,7 @@ fn refusal_of_a_write_in_the_middle_of_others_leaves_the_rest_untouched() {
     // A burst of valid multi-packet WRITEs into the target region with one bad WRITE in
     // the middle: everything before it lands, nothing from it or after it does.
     let mut p = pair();
-    let t = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::all());
+    let t = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::REGISTRABLE);
     let (pa, pb) = patterns();
     p.fill(A, 0, pa);
     p.fill(B, 0, pb);
@@ -495,7 +495,7 @@ fn unsignaled_refusal_still_completes_and_reads_before_it_land() {
     // every WQE whose status is not success), and flushes too. A READ answered before the
     // refused request delivers its bytes; the NAK then retires it and fails the next.
     let mut p = pair();
-    let t = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::all());
+    let t = Target::new(&p, PdId(1), REGION_IOVA, AccessFlags::REGISTRABLE);
     let (pa, pb) = patterns();
     p.fill(A, 0, pa);
     p.fill(B, 0, pb);

@@ -62,7 +62,7 @@ fn pair(qp_type: QpType) -> (Fabric, [Node; 2]) {
         let mem = Arc::new(MemBlock::new(MEM).unwrap());
         // A fixed I/O address, so the drawings (which show RETH addresses) replay exactly.
         let iova = 0x10_0000;
-        let keys = mtpt.register(PdId(1), mem.clone(), 0, MEM, iova, AccessFlags::all()).unwrap();
+        let keys = mtpt.register(PdId(1), mem.clone(), 0, MEM, iova, AccessFlags::REGISTRABLE).unwrap();
         let (scq, rcq) = (Arc::new(Cq::new(1, 256)), Arc::new(Cq::new(2, 256)));
         let qp = e.create_qp(QpInit::new(qp_type, PdId(1), scq, rcq)).unwrap();
         fab.add(e);

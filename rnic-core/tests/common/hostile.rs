@@ -73,7 +73,7 @@ pub fn run_as(data: &[u8], qp_type: QpType) {
     mem.fill(0, BLOCK, GUARD).unwrap();
     let base = mem.addr();
     let region = base + PAGE as u64;
-    let keys = mtpt.register(PdId(1), mem.clone(), PAGE, PAGE, region, AccessFlags::all()).unwrap();
+    let keys = mtpt.register(PdId(1), mem.clone(), PAGE, PAGE, region, AccessFlags::REGISTRABLE).unwrap();
     let cq = Arc::new(Cq::new(1, 64));
     let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 64 };
     let qp = e.create_qp(QpInit::new(qp_type, PdId(1), cq.clone(), cq.clone()).cap(cap)).unwrap();

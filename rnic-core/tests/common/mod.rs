@@ -48,7 +48,7 @@ fn node(fab: &mut Fabric, ip: &str, cap: QpCap) -> Node {
     let pd = PdId(1);
     let mem = Arc::new(MemBlock::new(MEM).unwrap());
     let iova = mem.addr();
-    let keys = mtpt.register(pd, mem.clone(), 0, MEM, iova, AccessFlags::all()).unwrap();
+    let keys = mtpt.register(pd, mem.clone(), 0, MEM, iova, AccessFlags::REGISTRABLE).unwrap();
     let scq = Arc::new(Cq::new(1, 4096));
     let rcq = Arc::new(Cq::new(2, 4096));
     let qp = e.create_qp(QpInit::new(QpType::Rc, pd, scq.clone(), rcq.clone()).cap(cap)).unwrap();
@@ -206,7 +206,7 @@ pub fn typed_node(fab: &mut Fabric, ip: &str, cap: QpCap, qp_type: QpType) -> No
     let pd = PdId(1);
     let mem = Arc::new(MemBlock::new(MEM).unwrap());
     let iova = mem.addr();
-    let keys = mtpt.register(pd, mem.clone(), 0, MEM, iova, AccessFlags::all()).unwrap();
+    let keys = mtpt.register(pd, mem.clone(), 0, MEM, iova, AccessFlags::REGISTRABLE).unwrap();
     let scq = Arc::new(Cq::new(1, 4096));
     let rcq = Arc::new(Cq::new(2, 4096));
     let qp = e.create_qp(QpInit::new(qp_type, pd, scq.clone(), rcq.clone()).cap(cap)).unwrap();

@@ -194,7 +194,7 @@ impl FabricNet {
             }
             let mut e = Engine::new(cfg, mtpt.clone(), counters.clone());
             let mem = Arc::new(MemBlock::new(MEM).unwrap());
-            let keys = mtpt.register(PdId(1), mem.clone(), 0, MEM, mem.addr(), AccessFlags::all()).unwrap();
+            let keys = mtpt.register(PdId(1), mem.clone(), 0, MEM, mem.addr(), AccessFlags::REGISTRABLE).unwrap();
             let (scq, rcq) = (Arc::new(Cq::new(1, 4096)), Arc::new(Cq::new(2, 4096)));
             let qp = e.create_qp(QpInit::new(QpType::Rc, PdId(1), scq.clone(), rcq.clone()).cap(CAP)).unwrap();
             fab.add(e);
@@ -289,7 +289,7 @@ impl UdpNet {
             let dev = Device::open(cfg).unwrap();
             let mem = Arc::new(MemBlock::new(MEM).unwrap());
             let pd = dev.alloc_pd();
-            let keys = dev.reg_mr(pd, mem.clone(), 0, MEM, mem.addr(), AccessFlags::all()).unwrap();
+            let keys = dev.reg_mr(pd, mem.clone(), 0, MEM, mem.addr(), AccessFlags::REGISTRABLE).unwrap();
             let (scq, rcq) = (dev.create_cq(4096), dev.create_cq(4096));
             let qp = dev.create_qp(QpInit::new(QpType::Rc, pd, scq.clone(), rcq.clone()).cap(CAP)).unwrap();
             let counters = dev.counters().clone();
