@@ -3,25 +3,18 @@
 //! capture in ../shared/vectors and two real Linux rxe captures draw without error; the
 //! HTML page opens in headless Chromium with one arrow per packet.
 //!
-//! Golden files live in tools/tests/golden; `UPDATE_GOLDEN=1 cargo test -p rnic-tools
-//! --test ladder_cli` rewrites them (read the diff before committing it).
+//! The fabric's captures are committed beside the drawings, tools/tests/golden/NAME.pcap;
+//! rnic-core's test `ladder_captures` makes them and proves the fabric still produces exactly
+//! these bytes (`UPDATE_GOLDEN=1 cargo test -p rnic-core --test ladder_captures` rewrites
+//! them). The drawings are tools/tests/golden/NAME.txt; `UPDATE_GOLDEN=1 cargo test -p
+//! rnic-tools --test ladder_cli` rewrites them (read the diff before committing it).
 
-use rnic_core::counters::Counters;
-use rnic_core::cq::Cq;
-use rnic_core::engine::qp::QpInit;
-use rnic_core::engine::qp::{validate_recv, validate_send, QpAttr, QpShared};
-use rnic_core::engine::{Engine, EngineConfig};
-use rnic_core::fabric::Fabric;
-use rnic_core::faults::{Fault, Verdict};
-use rnic_core::mem::MemBlock;
-use rnic_core::mr::{AccessFlags, MrKeys, Mtpt, PdId};
-use rnic_core::qp_state::QpType;
-use rnic_core::wr::{RecvWr, SendOp, SendWr, Sge, UdDest};
-use rnic_wire::Opcode;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
+
+/// The responder's QPN in the fabric's captures (rnic-core's tests/ladder_captures.rs
+/// checks it).
+const RESPONDER_QPN: u32 = 0x11;
 
 fn rnic() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rnic"))
@@ -39,107 +32,8 @@ fn tmp(name: &str) -> PathBuf {
     d.join(name)
 }
 
-struct Node {
-    ip: IpAddr,
-    mtpt: Arc<Mtpt>,
-    keys: MrKeys,
-    iova: u64,
-    qp: Arc<QpShared>,
-}
-
-const MEM: usize = 1 << 20;
-
-/// Two engines on the fabric with one QP each of `qp_type`, connected (RC/UC) or active
-/// (UD), at path MTU 1024; the fabric keeps a trace of every packet sent.
-fn pair(qp_type: QpType) -> (Fabric, [Node; 2]) {
-    let mut fab = Fabric::new(5_000).with_seed(1);
-    fab.trace = Some(Vec::new());
-    let mut nodes = Vec::new();
-    for ip in ["10.0.0.1", "10.0.0.2"] {
-        let ip: IpAddr = ip.parse().unwrap();
-        let mtpt = Arc::new(Mtpt::new(16));
-        let mut e = Engine::new(EngineConfig::new(ip), mtpt.clone(), Arc::new(Counters::default()));
-        let mem = Arc::new(MemBlock::new(MEM).unwrap());
-        // A fixed I/O address, so the drawings (which show RETH addresses) replay exactly.
-        let iova = 0x10_0000;
-        let keys = mtpt.register(PdId(1), mem.clone(), 0, MEM, iova, AccessFlags::REGISTRABLE).unwrap();
-        let (scq, rcq) = (Arc::new(Cq::new(1, 256)), Arc::new(Cq::new(2, 256)));
-        let qp = e.create_qp(QpInit::new(qp_type, PdId(1), scq, rcq)).unwrap();
-        fab.add(e);
-        nodes.push(Node { ip, mtpt, keys, iova, qp });
-    }
-    let nodes: [Node; 2] = nodes.try_into().ok().unwrap();
-    for me in 0..2 {
-        let other = &nodes[1 - me];
-        let attr = QpAttr {
-            access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
-            remote_ip: (qp_type != QpType::Ud).then_some(other.ip),
-            path_mtu: 3,
-            dest_qpn: other.qp.qpn.value(),
-            rq_psn: [0x100, 0x200][1 - me],
-            sq_psn: [0x100, 0x200][me],
-            max_dest_rd_atomic: 4,
-            max_rd_atomic: 4,
-            min_rnr_timer: 1,
-            timeout: 8,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            qkey: 0x1111_1111,
-            ..QpAttr::default()
-        };
-        for a in attr.bring_up(qp_type) {
-            fab.engine(me).modify_qp(0, nodes[me].qp.qpn, &a).unwrap();
-        }
-    }
-    (fab, nodes)
-}
-
-fn sge(n: &Node, off: u64, len: u32) -> Sge {
-    Sge { addr: n.iova + off, length: len, lkey: n.keys.lkey }
-}
-
-fn post(fab: &mut Fabric, nodes: &[Node; 2], i: usize, wr: SendWr) {
-    let wqe = validate_send(&nodes[i].qp, &nodes[i].mtpt, &wr).unwrap();
-    let now = fab.now();
-    fab.engine(i).post_send(now, nodes[i].qp.qpn, wqe);
-}
-
-fn recv(fab: &mut Fabric, nodes: &[Node; 2], i: usize, len: u32) {
-    let wr = RecvWr { wr_id: 9, sg_list: vec![sge(&nodes[i], 0, len)] };
-    let wqe = validate_recv(&nodes[i].qp, &nodes[i].mtpt, &wr).unwrap();
-    fab.engine(i).post_recv(nodes[i].qp.qpn, wqe);
-}
-
-/// Writes the fabric's trace (every packet as sent, dropped ones included, as a sender's
-/// capture holds them) as an Ethernet pcap with nanosecond timestamps from time 1 s.
-fn write_pcap(fab: &mut Fabric, path: &Path) {
-    let mut out = Vec::new();
-    out.extend_from_slice(&0xa1b2_3c4d_u32.to_le_bytes());
-    out.extend_from_slice(&2u16.to_le_bytes());
-    out.extend_from_slice(&4u16.to_le_bytes());
-    out.extend_from_slice(&[0; 8]);
-    out.extend_from_slice(&65535u32.to_le_bytes());
-    out.extend_from_slice(&1u32.to_le_bytes());
-    for t in fab.trace.take().unwrap() {
-        if matches!(t.verdict, Verdict::Drop) {
-            // Lost on the way: still in the sender's capture.
-        }
-        let frame = rnic_core::capture::frame_for(
-            t.pkt.src,
-            t.pkt.dst,
-            t.pkt.src_port,
-            rnic_wire::ROCEV2_UDP_PORT,
-            &t.pkt.data,
-        );
-        let ns = 1_000_000_000 + t.at;
-        out.extend_from_slice(&u32::try_from(ns / 1_000_000_000).unwrap().to_le_bytes());
-        out.extend_from_slice(&u32::try_from(ns % 1_000_000_000).unwrap().to_le_bytes());
-        let len = u32::try_from(frame.len()).unwrap().to_le_bytes();
-        out.extend_from_slice(&len);
-        out.extend_from_slice(&len);
-        out.extend_from_slice(&frame);
-    }
-    std::fs::write(path, out).unwrap();
+fn golden_dir() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden"))
 }
 
 fn ladder(pcap: &Path, extra: &[&str]) -> String {
@@ -148,13 +42,14 @@ fn ladder(pcap: &Path, extra: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Compares with tools/tests/golden/NAME.txt (or writes it with UPDATE_GOLDEN=1), and
-/// checks the capture with Wireshark's dissector when tshark is there.
-fn golden(name: &str, fab: &mut Fabric) -> PathBuf {
-    let pcap = tmp(&format!("{name}.pcap"));
-    write_pcap(fab, &pcap);
+/// Draws the fabric's capture tools/tests/golden/NAME.pcap and compares the drawing with
+/// tools/tests/golden/NAME.txt (or writes it with UPDATE_GOLDEN=1), and checks the capture
+/// with Wireshark's dissector when tshark is there.
+fn golden(name: &str) -> PathBuf {
+    let pcap = golden_dir().join(format!("{name}.pcap"));
+    assert!(pcap.exists(), "{} missing: rnic-core's ladder_captures test makes it", pcap.display());
     let got = ladder(&pcap, &[]);
-    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden")).join(format!("{name}.txt"));
+    let path = golden_dir().join(format!("{name}.txt"));
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::write(&path, &got).unwrap();
     }
@@ -169,70 +64,37 @@ fn golden(name: &str, fab: &mut Fabric) -> PathBuf {
     pcap
 }
 
+/// A three-packet SEND and its ACK.
 #[test]
 fn a_send_of_three_packets_and_its_ack() {
-    let (mut fab, nodes) = pair(QpType::Rc);
-    recv(&mut fab, &nodes, 1, 4096);
-    post(&mut fab, &nodes, 0, SendWr::send(1, vec![sge(&nodes[0], 0, 3000)]));
-    fab.run_until(10_000_000);
-    golden("send", &mut fab);
+    golden("send");
 }
 
+/// The second packet of a five-packet WRITE is lost: the responder NAKs the gap once, the
+/// requester goes back to the lost PSN.
 #[test]
 fn a_lossy_write_draws_the_sequence_nak_and_go_back_n() {
-    let (mut fab, nodes) = pair(QpType::Rc);
-    // Lose the second packet of a five-packet WRITE: the responder NAKs the gap once, the
-    // requester goes back to the lost PSN.
-    fab.add_rule(Fault::drop().opcode(Opcode::RC_RDMA_WRITE_MIDDLE).nth(1));
-    let (ip, key) = (nodes[1].iova, nodes[1].keys.rkey);
-    post(
-        &mut fab,
-        &nodes,
-        0,
-        SendWr::new(1, SendOp::RdmaWrite { remote_addr: ip, rkey: key }, vec![sge(&nodes[0], 0, 4 * 1024 + 100)]),
-    );
-    fab.run_until(10_000_000);
-    let pcap = golden("lossy_write", &mut fab);
+    let pcap = golden("lossy_write");
     let text = ladder(&pcap, &[]);
     assert!(text.contains("NAK seq") && text.contains("[RETRANSMIT]"), "{text}");
 }
 
+/// A 2500-byte READ and its responses.
 #[test]
 fn a_read_and_its_responses() {
-    let (mut fab, nodes) = pair(QpType::Rc);
-    let (ip, key) = (nodes[1].iova, nodes[1].keys.rkey);
-    post(
-        &mut fab,
-        &nodes,
-        0,
-        SendWr::new(1, SendOp::RdmaRead { remote_addr: ip, rkey: key }, vec![sge(&nodes[0], 0, 2500)]),
-    );
-    fab.run_until(10_000_000);
-    golden("read", &mut fab);
+    golden("read");
 }
 
+/// One UD SEND each way.
 #[test]
 fn a_ud_exchange() {
-    let (mut fab, nodes) = pair(QpType::Ud);
-    recv(&mut fab, &nodes, 1, 40 + 512);
-    recv(&mut fab, &nodes, 0, 40 + 512);
-    for (from, to) in [(0, 1), (1, 0)] {
-        let mut wr = SendWr::send(1, vec![sge(&nodes[from], 4096, 512)]);
-        wr.ud = Some(UdDest { dst: nodes[to].ip, remote_qpn: nodes[to].qp.qpn.value(), remote_qkey: 0x1111_1111 });
-        post(&mut fab, &nodes, from, wr);
-        fab.run_until(fab.now() + 1_000_000);
-    }
-    golden("ud", &mut fab);
+    golden("ud");
 }
 
+/// The SEND's capture cut by --max, --from and --qp, and coloured only when asked.
 #[test]
 fn filters_cut_the_ladder() {
-    let (mut fab, nodes) = pair(QpType::Rc);
-    recv(&mut fab, &nodes, 1, 4096);
-    post(&mut fab, &nodes, 0, SendWr::send(1, vec![sge(&nodes[0], 0, 3000)]));
-    fab.run_until(10_000_000);
-    let pcap = tmp("filters.pcap");
-    write_pcap(&mut fab, &pcap);
+    let pcap = golden_dir().join("send.pcap");
     let all = ladder(&pcap, &[]);
     assert!(all.starts_with(' ') && all.contains("SEND_FIRST"), "{all}");
     let two = ladder(&pcap, &["--max", "2"]);
@@ -241,7 +103,7 @@ fn filters_cut_the_ladder() {
     assert!(!late.contains("SEND_FIRST") && late.contains("ACK"), "{late}");
     let none = ladder(&pcap, &["--qp", "0x999"]);
     assert!(none.contains("0 packets"), "{none}");
-    let mine = ladder(&pcap, &["--qp", &nodes[1].qp.qpn.value().to_string()]);
+    let mine = ladder(&pcap, &["--qp", &RESPONDER_QPN.to_string()]);
     assert!(mine.contains("4 packets"), "{mine}");
     // Colour only when asked (stdout here is a pipe).
     assert!(!all.contains('\x1b'));
