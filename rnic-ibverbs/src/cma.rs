@@ -18,7 +18,8 @@
 //! - QP attributes are those `rdma_init_qp_attr` returns: the kernel's
 //!   (`cma_ib_init_qp_attr`, `ib_cm_init_qp_attr`).
 
-use crate::device::{ctx_of, devices, Dev};
+use crate::ctx::{ctx_of, Dev};
+use crate::device::devices;
 use crate::{diag, guard, set_errno};
 use libc::{c_char, c_int, c_void, size_t, sockaddr, socklen_t};
 use parking_lot::{Condvar, Mutex};
@@ -118,7 +119,7 @@ impl CmaDev {
         let mut pd = self.pd.lock();
         if *pd == 0 {
             // SAFETY: our own open context.
-            let p = unsafe { crate::mr::ibv_alloc_pd(self.ctx()) };
+            let p = unsafe { crate::pd::ibv_alloc_pd(self.ctx()) };
             if p.is_null() {
                 return Err(libc::ENOMEM);
             }

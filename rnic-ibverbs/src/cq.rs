@@ -6,7 +6,7 @@
 //! `poll`/`epoll` it or block in `ibv_get_cq_event`, which honours `O_NONBLOCK` as
 //! rdma-core does.
 
-use crate::device::{ctx_of, CtxShared, MAX_CQE};
+use crate::ctx::{ctx_of, CtxShared, MAX_CQE};
 use crate::{diag, guard, set_errno, Users};
 use libc::{c_int, c_void};
 use parking_lot::Mutex;

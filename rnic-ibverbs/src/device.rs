@@ -1,43 +1,27 @@
 //! Devices and contexts: `ibv_get_device_list` (the devices of `RNIC_DEVICES`, as
 //! `rnic_verbs::emulated_devices` reads it: never hardware devices, since this library is
-//! the libibverbs a hardware backend would load), `ibv_open_device`, the device, port and
-//! GID queries, and asynchronous events on the context's `async_fd`.
+//! the libibverbs a hardware backend would load), `ibv_open_device` with the one table of
+//! the context's operations (`OPS`, as rxe's `rxe_ctx_ops`), `ibv_close_device`, the
+//! device, port and GID queries, and asynchronous events on the context's `async_fd`.
 //!
 //! Opening a context binds nothing: a device's UDP socket and threads start at the first
 //! PD or CQ, so `ibv_devinfo` can list a device another process is using (only one process
 //! can own a device's address and port 4791).
 
+use crate::ctx::{ctx_of, dev_of, Ctx, CtxShared, Dev};
+use crate::{ah, cq, mr, pd, qp};
 use crate::{copy_cstr, diag, guard, set_errno};
 use libc::{c_char, c_int, c_void, size_t, ssize_t};
 use parking_lot::Mutex;
 use rnic_core::caps::DeviceCaps;
-use rnic_core::device::{Device, DeviceConfig, DeviceError};
-use rnic_core::engine::AsyncEvent;
 use rnic_io::EventFd;
-use rnic_verbs::{DeviceInfo, Gid};
+use rnic_verbs::DeviceInfo;
 use rnic_verbs_sys::*;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::mem::{offset_of, size_of};
-use std::net::IpAddr;
 use std::os::fd::AsRawFd as _;
 use std::ptr::null_mut;
-use std::sync::{Arc, OnceLock, Weak};
-
-/// An `ibv_device`: one entry of `RNIC_DEVICES`. Lives as long as the process.
-#[repr(C)]
-pub struct Dev {
-    pub ibv: ibv_device,
-    pub info: DeviceInfo,
-    pub index: c_int,
-    /// The device while any context of this process uses it.
-    port: Mutex<Weak<Port>>,
-}
-
-// SAFETY: the C struct holds only inline arrays and a null ops table; nothing in it is
-// written after the device list is built.
-unsafe impl Sync for Dev {}
-// SAFETY: as above.
-unsafe impl Send for Dev {}
+use std::sync::{Arc, OnceLock};
 
 static DEVICES: OnceLock<Result<Vec<&'static Dev>, String>> = OnceLock::new();
 
@@ -57,18 +41,11 @@ pub(crate) fn devices() -> &'static Result<Vec<&'static Dev>, String> {
                 copy_cstr(&mut ibv.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{i}"));
                 copy_cstr(&mut ibv.ibdev_path, &format!("/sys/class/infiniband/{}", info.name));
                 let index = c_int::try_from(i).unwrap_or(c_int::MAX);
-                &*Box::leak(Box::new(Dev { ibv, info, index, port: Mutex::new(Weak::new()) }))
+                &*Box::leak(Box::new(Dev::new(ibv, info, index)))
             })
             .collect())
     })
 }
-
-/// Hard limits: rnic-core's `DeviceCaps`, which `rnic_verbs::Context::query_device`
-/// reports too.
-pub(crate) const MAX_QP_WR: u32 = DeviceCaps::MAX_QP_WR;
-pub(crate) const MAX_SGE: u32 = DeviceCaps::MAX_SGE;
-pub(crate) const MAX_CQE: u32 = DeviceCaps::MAX_CQE;
-pub(crate) const MAX_INLINE: u32 = DeviceCaps::MAX_INLINE;
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
@@ -109,12 +86,6 @@ pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
     unsafe { libc::free(list.cast()) };
 }
 
-/// Our device behind an `ibv_device` pointer the library handed out.
-pub(crate) unsafe fn dev_of<'a>(d: *mut ibv_device) -> Option<&'a Dev> {
-    // SAFETY: `ibv` is the first field of the repr(C) Dev the list points at.
-    (!d.is_null()).then(|| unsafe { &*d.cast::<Dev>() })
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char {
     // SAFETY: a device from our list.
@@ -136,159 +107,27 @@ pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int 
     unsafe { dev_of(device) }.map_or(-1, |d| d.index)
 }
 
-/// A device while contexts use it: rnic-core's one running [`Device`] for every context
-/// of this process on it (as every context on `rxe0` shares the kernel's device), and
-/// the contexts its asynchronous events are routed to.
-pub struct Port {
-    pub dev: Device,
-    contexts: Mutex<Vec<Weak<CtxShared>>>,
-}
-
-impl Port {
-    /// The device's port, started by the first context that needs it; later contexts
-    /// join it. Its router thread hands each asynchronous event to the context that owns
-    /// the event's object (QPNs, CQ and SRQ numbers are the device's, so one does).
-    fn join(d: &'static Dev, ctx: &Arc<CtxShared>) -> Result<Arc<Port>, c_int> {
-        let mut running = d.port.lock();
-        if let Some(p) = running.upgrade() {
-            let mut cs = p.contexts.lock();
-            cs.retain(|c| c.strong_count() > 0);
-            cs.push(Arc::downgrade(ctx));
-            drop(cs);
-            return Ok(p);
-        }
-        let mut config = DeviceConfig::new(d.info.name.clone(), d.info.ip);
-        config.netdev = d.info.netdev.clone();
-        config.vlan = d.info.vlan;
-        // The program's memory is registered in place; nothing DMAs into it, so pinning
-        // would only add RLIMIT_MEMLOCK failures real drivers avoid with CAP_IPC_LOCK.
-        config.pin_memory = false;
-        let dev = Device::open_shared(config).map_err(|e| {
-            let errno = errno_of(&e);
-            let hint = if errno == libc::EADDRINUSE {
-                " (a program that is not rnic holds the device's address and port)"
-            } else {
-                ""
-            };
-            diag(format!("cannot start {}: {e}{hint}", d.info.name));
-            errno
-        })?;
-        let port = Arc::new(Port { dev: dev.clone(), contexts: Mutex::new(vec![Arc::downgrade(ctx)]) });
-        // Asynchronous events reach each program context through its async_fd: one
-        // thread per running device moves them from the engine's channel (it ends when
-        // the device stops and its channel closes).
-        let rx = dev.events().clone();
-        let weak = Arc::downgrade(&port);
-        let spawned = std::thread::Builder::new().name(format!("{}-async", d.info.name)).spawn(move || {
-            while let Ok(ev) = rx.recv() {
-                let Some(port) = weak.upgrade() else { break };
-                let contexts: Vec<_> = port.contexts.lock().iter().filter_map(Weak::upgrade).collect();
-                for c in contexts {
-                    if c.push_event(&ev) {
-                        break;
-                    }
-                }
-            }
-        });
-        if let Err(e) = spawned {
-            diag(format!("cannot start the async event thread of {}: {e}", d.info.name));
-            return Err(libc::EAGAIN);
-        }
-        *running = Arc::downgrade(&port);
-        Ok(port)
-    }
-}
-
-/// What a context shares with its objects.
-pub struct CtxShared {
-    pub dev: &'static Dev,
-    port: Mutex<Option<Arc<Port>>>,
-    pub(crate) async_fd: EventFd,
-    async_q: Mutex<VecDeque<(ibv_event_type, usize)>>,
-    /// The context's objects (usize pointers to ours), for the element of an
-    /// asynchronous event and for what closing the context tears down: QPs, CQs and
-    /// SRQs by engine number, MRs by lkey, PDs by number.
-    pub qps: Mutex<HashMap<u32, usize>>,
-    pub cqs: Mutex<HashMap<u32, usize>>,
-    pub srqs: Mutex<HashMap<u32, usize>>,
-    pub mrs: Mutex<HashMap<u32, usize>>,
-    pub pds: Mutex<HashMap<u32, usize>>,
-    /// Address handles (usize pointers to ours).
-    pub ahs: Mutex<HashSet<usize>>,
-}
-
-impl CtxShared {
-    /// The running device, started (or joined) on first use.
-    pub(crate) fn core(self: &Arc<Self>) -> Result<Device, c_int> {
-        let mut g = self.port.lock();
-        if let Some(p) = g.as_ref() {
-            return Ok(p.dev.clone());
-        }
-        let p = Port::join(self.dev, self)?;
-        let dev = p.dev.clone();
-        *g = Some(p);
-        Ok(dev)
-    }
-
-    /// Queues an event for the program if its object is this context's; false if not.
-    fn push_event(&self, ev: &AsyncEvent) -> bool {
-        let (ty, element) = match *ev {
-            AsyncEvent::QpFatal { qpn } => (IBV_EVENT_QP_FATAL, self.qps.lock().get(&qpn).copied()),
-            AsyncEvent::QpAccessErr { qpn } => (IBV_EVENT_QP_ACCESS_ERR, self.qps.lock().get(&qpn).copied()),
-            AsyncEvent::QpReqErr { qpn } => (IBV_EVENT_QP_REQ_ERR, self.qps.lock().get(&qpn).copied()),
-            AsyncEvent::CqError { cq } => (IBV_EVENT_CQ_ERR, self.cqs.lock().get(&cq).copied()),
-            AsyncEvent::SrqLimitReached { srq } => (IBV_EVENT_SRQ_LIMIT_REACHED, self.srqs.lock().get(&srq).copied()),
-            // The kernel raises no PORT_ACTIVE when a context opens; neither does this library.
-            _ => return false,
-        };
-        // Another context's object, or one the program already destroyed.
-        let Some(element) = element else { return false };
-        self.async_q.lock().push_back((ty, element));
-        self.async_fd.notify();
-        true
-    }
-
-    /// Whether the program still holds objects made in this context.
-    fn has_objects(&self) -> bool {
-        !(self.qps.lock().is_empty()
-            && self.cqs.lock().is_empty()
-            && self.srqs.lock().is_empty()
-            && self.mrs.lock().is_empty()
-            && self.pds.lock().is_empty()
-            && self.ahs.lock().is_empty())
-    }
-}
-
-fn errno_of(e: &DeviceError) -> c_int {
-    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = src {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            if let Some(code) = io.raw_os_error() {
-                return code;
-            }
-        }
-        src = s.source();
-    }
-    libc::EINVAL
-}
-
-/// An open context: the `verbs_context` (with the `ibv_context` the program sees at its
-/// end) first, then ours.
-#[repr(C)]
-pub struct Ctx {
-    pub v: verbs_context,
-    pub sh: Arc<CtxShared>,
-}
-
-/// Our context behind an `ibv_context` pointer the library handed out.
-pub(crate) unsafe fn ctx_of<'a>(c: *mut ibv_context) -> Option<&'a Ctx> {
-    if c.is_null() {
-        return None;
-    }
-    // SAFETY: every context we hand out is the `context` field of the `verbs_context` at
-    // the start of a live Ctx.
-    Some(unsafe { &*c.cast::<u8>().sub(offset_of!(verbs_context, context)).cast::<Ctx>() })
-}
+/// The context's operations, one table as rxe's `rxe_ctx_ops`: a `verbs_context` with
+/// nothing but its function pointers filled, which `ibv_open_device` copies and gives its
+/// identity (device, fds, size). The extended verbs the header reaches through the
+/// `verbs_context` come first, then the `ibv_context_ops` its static-inline verbs call;
+/// everything else stays NULL, which rdma-core reads as "not supported" (`EOPNOTSUPP`).
+/// This is the one place that names the other modules' entry points for the context.
+const OPS: verbs_context = {
+    // SAFETY: all-zero is a valid verbs_context (pointers, Options, integers and a
+    // pthread mutex whose zero is PTHREAD_MUTEX_INITIALIZER on glibc).
+    let mut v: verbs_context = unsafe { std::mem::zeroed() };
+    v.query_port = Some(query_port_ex);
+    v.query_device_ex = Some(query_device_ex);
+    v.create_qp_ex = Some(qp::create_qp_ex);
+    v.context.ops._compat_query_device = Some(ibv_query_device);
+    v.context.ops.poll_cq = Some(cq::poll_cq);
+    v.context.ops.req_notify_cq = Some(cq::req_notify_cq);
+    v.context.ops.post_send = Some(qp::post_send);
+    v.context.ops.post_recv = Some(qp::post_recv);
+    v.context.ops.post_srq_recv = Some(qp::post_srq_recv);
+    v
+};
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
@@ -311,36 +150,14 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
             }
         };
         let fd = async_fd.as_raw_fd();
-        let sh = Arc::new(CtxShared {
-            dev,
-            port: Mutex::new(None),
-            async_fd,
-            async_q: Mutex::new(VecDeque::new()),
-            qps: Mutex::default(),
-            cqs: Mutex::default(),
-            srqs: Mutex::default(),
-            mrs: Mutex::default(),
-            pds: Mutex::default(),
-            ahs: Mutex::default(),
-        });
-        // SAFETY: all-zero is a valid verbs_context (pointers, Options, integers and a
-        // pthread mutex whose zero is PTHREAD_MUTEX_INITIALIZER on glibc).
-        let mut v: verbs_context = unsafe { std::mem::zeroed() };
+        let sh = Arc::new(CtxShared::new(dev, async_fd));
+        let mut v = OPS;
         v.sz = size_of::<verbs_context>();
-        v.query_port = Some(query_port_ex);
-        v.query_device_ex = Some(query_device_ex);
-        v.create_qp_ex = Some(crate::qp::create_qp_ex);
         v.context.device = device;
         v.context.cmd_fd = -1;
         v.context.async_fd = fd;
         v.context.num_comp_vectors = 1;
         v.context.abi_compat = VERBS_ABI_IS_EXTENDED;
-        v.context.ops.poll_cq = Some(crate::cq::poll_cq);
-        v.context.ops.req_notify_cq = Some(crate::cq::req_notify_cq);
-        v.context.ops.post_send = Some(crate::qp::post_send);
-        v.context.ops.post_recv = Some(crate::qp::post_recv);
-        v.context.ops.post_srq_recv = Some(crate::qp::post_srq_recv);
-        v.context.ops._compat_query_device = Some(ibv_query_device);
         let ctx = Box::into_raw(Box::new(Ctx { v, sh }));
         // SAFETY: just allocated; the program gets the ibv_context inside.
         unsafe { std::ptr::addr_of_mut!((*ctx).v.context) }
@@ -385,12 +202,12 @@ fn close_objects(sh: &CtxShared) {
         pds.len()
     ));
     // Children before parents, as uverbs orders its teardown.
-    qps.into_values().for_each(crate::qp::free_with_context);
-    srqs.into_values().for_each(crate::qp::free_srq_with_context);
-    mrs.into_values().for_each(crate::mr::free_mr_with_context);
-    ahs.into_iter().for_each(crate::mr::free_ah_with_context);
-    cqs.into_values().for_each(crate::cq::free_with_context);
-    pds.into_values().for_each(crate::mr::free_pd_with_context);
+    qps.into_values().for_each(qp::free_with_context);
+    srqs.into_values().for_each(qp::free_srq_with_context);
+    mrs.into_values().for_each(mr::free_with_context);
+    ahs.into_iter().for_each(ah::free_with_context);
+    cqs.into_values().for_each(cq::free_with_context);
+    pds.into_values().for_each(pd::free_with_context);
 }
 
 fn device_attr(dev: &Dev) -> ibv_device_attr {
@@ -671,17 +488,7 @@ pub unsafe extern "C" fn ibv_get_async_event(context: *mut ibv_context, event: *
     }
     let sh = &ctx.sh;
     loop {
-        // Clear first, then re-arm if anything is (still or newly) queued: the fd is
-        // readable exactly while an event waits.
-        sh.async_fd.clear();
-        let next = {
-            let mut q = sh.async_q.lock();
-            let next = q.pop_front();
-            if !q.is_empty() {
-                sh.async_fd.notify();
-            }
-            next
-        };
+        let next = sh.pop_event();
         if let Some((ty, element)) = next {
             let mut ev = ibv_async_event { event_type: ty, ..Default::default() };
             ev.element = match ty {
@@ -706,59 +513,4 @@ pub unsafe extern "C" fn ibv_get_async_event(context: *mut ibv_context, event: *
 #[no_mangle]
 pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {
     // Nothing to count: destroying an object never waits for its events here.
-}
-
-/// Whether a device carries link-local GID 0 traffic (a raw Ethernet device does; the UDP
-/// transport's socket is bound to the device's address).
-pub(crate) fn carries_link_local(info: &DeviceInfo) -> bool {
-    info.netdev.is_some()
-}
-
-/// The IP address a GID names. A link-local GID (index 0) names an address only on a
-/// device that carries link-local traffic (raw Ethernet) or, on a UDP device, when it is
-/// the GID 0 of another rnic UDP device, whose address it encodes; otherwise it is
-/// refused with the reason.
-pub(crate) fn ip_of_gid(raw: [u8; 16], what: &str, link_local_ok: bool) -> Result<IpAddr, c_int> {
-    if raw == [0u8; 16] {
-        diag(format!(
-            "{what}: the destination GID is zero (the program exchanged no GID: RoCE needs one, e.g. -g 1 / -x 1)"
-        ));
-        return Err(libc::EINVAL);
-    }
-    if rnic_core::engine::is_link_local(Gid(raw).to_ip()) && !link_local_ok {
-        if let Some(v4) = rnic_core::engine::udp_device_of_link_local(std::net::Ipv6Addr::from(raw)) {
-            return Ok(IpAddr::V4(v4));
-        }
-        diag(format!(
-            "{what}: the destination GID {} is link-local (GID index 0) and not an rnic UDP device's: rnic's UDP devices reach other hosts from index 1, the RoCEv2 GID ::ffff:a.b.c.d (use -g 1 / -x 1; a raw Ethernet device, name=ip@iface, carries GID 0)",
-            Gid(raw)
-        ));
-        return Err(libc::EINVAL);
-    }
-    Ok(Gid(raw).to_ip())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_udp_devices_gid_0_names_its_address() {
-        let info = |ip: &str| DeviceInfo {
-            name: "rnic0".into(),
-            ip: ip.parse().unwrap(),
-            kind: Default::default(),
-            netdev: None,
-            vlan: None,
-        };
-        for ip in ["127.0.0.1", "127.0.81.34", "10.1.2.3"] {
-            let g0 = info(ip).gid(0).unwrap().0;
-            assert_eq!(ip_of_gid(g0, "test", false), Ok(ip.parse().unwrap()));
-        }
-        // Any other link-local GID is refused.
-        let mut other = info("127.0.0.1").gid(0).unwrap().0;
-        other[9] ^= 1;
-        assert_eq!(ip_of_gid(other, "test", false), Err(libc::EINVAL));
-        assert_eq!(ip_of_gid([0; 16], "test", false), Err(libc::EINVAL));
-    }
 }

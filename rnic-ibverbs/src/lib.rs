@@ -13,15 +13,18 @@
 //!
 //! | rdma-core object | ours | backed by |
 //! |---|---|---|
-//! | `ibv_device` | [`device::Dev`] | an entry of `RNIC_DEVICES` |
-//! | `ibv_context` (inside `verbs_context`) | [`device::Ctx`] | a [`rnic_core::device::Device`], started at the first PD or CQ |
-//! | `ibv_pd`, `ibv_mr`, `ibv_ah` | [`mr`] | a PD id, an MTPT entry over the program's memory, a destination |
+//! | `ibv_device` | [`ctx::Dev`] | an entry of `RNIC_DEVICES` |
+//! | `ibv_context` (inside `verbs_context`) | [`ctx::Ctx`] | a [`rnic_core::device::Device`], started at the first PD or CQ |
+//! | `ibv_pd` | [`pd`] | a PD id |
+//! | `ibv_mr` | [`mr`] | an MTPT entry over the program's memory |
+//! | `ibv_ah` | [`ah`] | a destination |
 //! | `ibv_cq`, `ibv_comp_channel` | [`cq`] | a [`rnic_core::cq::Cq`]; an eventfd the channel's `fd` is |
 //! | `ibv_qp` (inside `ibv_qp_ex`), `ibv_srq` | [`qp`] | a QP and an SRQ of the engine |
 //!
 //! The static-inline verbs of the header (`ibv_post_send`, `ibv_poll_cq`, ...) call through
 //! `context->ops`; the extended ones (`ibv_create_qp_ex`, `ibv_query_port`,
-//! `ibv_query_device_ex`) through the `verbs_context`; the `ibv_wr_*` work-request API
+//! `ibv_query_device_ex`) through the `verbs_context`: both filled from one table,
+//! [`device`]'s `OPS`, when the context is made (as rxe's `rxe_ctx_ops`); the `ibv_wr_*` work-request API
 //! through the function pointers of `ibv_qp_ex`. What rnic does not implement returns what
 //! rdma-core returns for an unsupported operation (`EOPNOTSUPP`, errno set), never a crash
 //! ([`unsupported`], [`private`]).
@@ -29,6 +32,11 @@
 //! Errors a program cannot diagnose from an errno alone (a device already in use by another
 //! process, a QP moved to RTR without a GID) are also explained in one line on stderr,
 //! `rnic: ...` (`RNIC_IBV_QUIET=1` silences them).
+//!
+//! No two modules use each other: [`ctx`] (what a context and its objects share) uses
+//! none; [`pd`], [`mr`], [`ah`], [`cq`] and [`qp`] use it and the objects they name;
+//! [`device`] makes the context and is the only one to name their functions (its ops
+//! table, the teardown of a closed context); [`cma`] builds on all of them.
 #![allow(
     non_camel_case_types,
     non_snake_case,
@@ -37,11 +45,14 @@
     clippy::not_unsafe_ptr_arg_deref
 )]
 
+pub mod ah;
 pub mod cma;
 pub mod cq;
+pub mod ctx;
 pub mod device;
 pub mod misc;
 pub mod mr;
+pub mod pd;
 pub mod private;
 pub mod qp;
 pub mod unsupported;

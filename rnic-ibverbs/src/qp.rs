@@ -2,9 +2,10 @@
 //! `context->ops` (`ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv`) and through the
 //! `ibv_wr_*` function pointers of `ibv_qp_ex` (perftest's default).
 
+use crate::ah::ah_of;
 use crate::cq::cq_of;
-use crate::device::{ctx_of, ip_of_gid, CtxShared, MAX_INLINE, MAX_QP_WR, MAX_SGE};
-use crate::mr::{ah_of, pd_of};
+use crate::ctx::{carries_link_local, ctx_of, ip_of_gid, CtxShared, MAX_INLINE, MAX_QP_WR, MAX_SGE};
+use crate::pd::pd_of;
 use crate::{diag, guard, set_errno, Users};
 use libc::{c_int, c_void, size_t};
 use parking_lot::Mutex;
@@ -516,7 +517,7 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
                 ));
                 return libc::EINVAL;
             }
-            let link_local = crate::device::carries_link_local(&q.ctx.dev.info);
+            let link_local = carries_link_local(&q.ctx.dev.info);
             // Index 0 or 1: a UDP device sends from its address with either (GID 0
             // names the device too, by the MAC its address gives it; a peer rnic device
             // maps it back, see ip_of_gid); a raw Ethernet device sends from each.

@@ -1,0 +1,73 @@
+//! Protection domains: a PD id of the device, which the context's MRs, QPs, SRQs and
+//! AHs name and which may not go while any of them does.
+
+use crate::ctx::{ctx_of, CtxShared};
+use crate::{diag, guard, set_errno, Users};
+use libc::c_int;
+use rnic_core::device::Device;
+use rnic_core::mr::PdId;
+use rnic_verbs_sys::*;
+use std::ptr::null_mut;
+use std::sync::Arc;
+
+/// An `ibv_pd`.
+#[repr(C)]
+pub struct Pd {
+    pub ibv: ibv_pd,
+    pub id: PdId,
+    pub core: Device,
+    pub ctx: Arc<CtxShared>,
+    /// Its MRs, QPs, SRQs and AHs.
+    pub(crate) users: Users,
+}
+
+pub(crate) unsafe fn pd_of<'a>(pd: *mut ibv_pd) -> Option<&'a Pd> {
+    // SAFETY: every ibv_pd we hand out is the first field of a live Pd.
+    (!pd.is_null()).then(|| unsafe { &*pd.cast::<Pd>() })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    guard(null_mut(), || {
+        // SAFETY: a context we handed out.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else {
+            set_errno(libc::EINVAL);
+            return null_mut();
+        };
+        let core = match ctx.sh.core() {
+            Ok(c) => c,
+            Err(e) => {
+                set_errno(e);
+                return null_mut();
+            }
+        };
+        let id = core.alloc_pd();
+        let ibv = ibv_pd { context, handle: id.0 };
+        let p = Box::into_raw(Box::new(Pd { ibv, id, core, ctx: ctx.sh.clone(), users: Users::default() }));
+        ctx.sh.pds.lock().insert(id.0, p as usize);
+        p.cast()
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    if pd.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: a PD we handed out.
+    if unsafe { &*pd.cast::<Pd>() }.users.in_use() {
+        diag("ibv_dealloc_pd: the PD still has memory regions, QPs, SRQs or address handles");
+        return libc::EBUSY;
+    }
+    // SAFETY: allocated by Box in ibv_alloc_pd; nothing names it any more and the program
+    // does not use it again.
+    let p = unsafe { Box::from_raw(pd.cast::<Pd>()) };
+    p.ctx.pds.lock().remove(&p.id.0);
+    0
+}
+
+/// Frees a PD of a context being closed (its MRs, QPs, SRQs and AHs are gone).
+pub(crate) fn free_with_context(ptr: usize) {
+    // SAFETY: a live PD of the closing context, out of its table: nothing else frees it.
+    drop(unsafe { Box::from_raw(ptr as *mut Pd) });
+}
