@@ -1,15 +1,13 @@
 //! Completion channels (`ibv_comp_channel`).
 
 use crate::context::{Backend, Context};
-use crate::cq::{CompletionQueue, CqBackend};
-use crate::{Error, Result};
+use crate::Result;
 use rnic_core::cq::Cq;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
 
 #[derive(Debug)]
-enum ChanBackend {
+pub(crate) enum ChanBackend {
     Emu {
         tx: crossbeam_channel::Sender<u32>,
         rx: crossbeam_channel::Receiver<u32>,
@@ -20,9 +18,9 @@ enum ChanBackend {
 }
 
 #[derive(Debug)]
-struct ChannelInner {
-    ctx: Context,
-    b: ChanBackend,
+pub(crate) struct ChannelInner {
+    pub(crate) ctx: Context,
+    pub(crate) b: ChanBackend,
 }
 
 /// A completion channel (`ibv_comp_channel`): where armed CQs report their next
@@ -33,7 +31,7 @@ struct ChannelInner {
 /// an armed CQ gets a completion and returns it; `cq.ack_events(1)`; arm again; poll.
 #[derive(Clone, Debug)]
 pub struct CompChannel {
-    inner: Arc<ChannelInner>,
+    pub(crate) inner: Arc<ChannelInner>,
 }
 
 impl CompChannel {
@@ -70,50 +68,6 @@ impl CompChannel {
         match &self.inner.b {
             ChanBackend::Hw(c) => Some(c),
             ChanBackend::Emu { .. } => None,
-        }
-    }
-
-    /// True when `cq` reports its events here.
-    pub(crate) fn reports(&self, cq: &CompletionQueue) -> bool {
-        match (&self.inner.b, &cq.b) {
-            (ChanBackend::Emu { cqs, .. }, CqBackend::Emu(c)) => {
-                cqs.lock().get(&c.id()).is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(c)))
-            }
-            #[cfg(feature = "hw")]
-            (ChanBackend::Hw(ch), CqBackend::Hw(c)) => c.reports_to(ch),
-            #[cfg(feature = "hw")]
-            _ => false,
-        }
-    }
-
-    /// Sleeps until an armed CQ of this channel raises its event (`ibv_get_cq_event`) or
-    /// `timeout` passes. Each event must be acknowledged with
-    /// [`CompletionQueue::ack_events`]. The CQ is disarmed: arm it again for the next.
-    pub fn get_cq_event(&self, timeout: Duration) -> Result<CompletionQueue> {
-        let ctx = self.inner.ctx.clone();
-        match &self.inner.b {
-            ChanBackend::Emu { rx, cqs, .. } => {
-                let deadline = Instant::now() + timeout;
-                loop {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    let id = match rx.recv_timeout(left) {
-                        Ok(id) => id,
-                        Err(_) => return Err(Error::EventTimeout(timeout)),
-                    };
-                    // An event of a CQ dropped meanwhile is skipped.
-                    let cq = cqs.lock().get(&id).and_then(Weak::upgrade);
-                    if let Some(cq) = cq {
-                        cq.note_event_delivered();
-                        return Ok(CompletionQueue { ctx, b: CqBackend::Emu(cq) });
-                    }
-                }
-            }
-            #[cfg(feature = "hw")]
-            ChanBackend::Hw(ch) => match ch.get_cq_event(timeout) {
-                Ok(cq) => Ok(CompletionQueue { ctx, b: CqBackend::Hw(cq) }),
-                Err(crate::hw::HwError::Timeout(_)) => Err(Error::EventTimeout(timeout)),
-                Err(e) => Err(crate::context::hw_err("get CQ event", self.inner.ctx.name())(e)),
-            },
         }
     }
 }

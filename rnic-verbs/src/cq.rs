@@ -1,11 +1,11 @@
 //! Completion queues (`ibv_cq`).
 
-use crate::channel::CompChannel;
+use crate::channel::{ChanBackend, CompChannel};
 use crate::context::{Backend, Context};
 use crate::types::MAX_CQE;
 use crate::{Error, Result, WorkCompletion};
 use rnic_core::cq::Cq;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug)]
@@ -232,5 +232,53 @@ impl CompletionQueue {
     /// The device.
     pub fn context(&self) -> &Context {
         &self.ctx
+    }
+}
+
+// What a channel hands back is a CQ: these live here, beside the CQ they make, so that
+// the channel (which every CQ on it holds) does not name CQs.
+impl CompChannel {
+    /// True when `cq` reports its events here.
+    pub(crate) fn reports(&self, cq: &CompletionQueue) -> bool {
+        match (&self.inner.b, &cq.b) {
+            (ChanBackend::Emu { cqs, .. }, CqBackend::Emu(c)) => {
+                cqs.lock().get(&c.id()).is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(c)))
+            }
+            #[cfg(feature = "hw")]
+            (ChanBackend::Hw(ch), CqBackend::Hw(c)) => c.reports_to(ch),
+            #[cfg(feature = "hw")]
+            _ => false,
+        }
+    }
+
+    /// Sleeps until an armed CQ of this channel raises its event (`ibv_get_cq_event`) or
+    /// `timeout` passes. Each event must be acknowledged with
+    /// [`CompletionQueue::ack_events`]. The CQ is disarmed: arm it again for the next.
+    pub fn get_cq_event(&self, timeout: Duration) -> Result<CompletionQueue> {
+        let ctx = self.inner.ctx.clone();
+        match &self.inner.b {
+            ChanBackend::Emu { rx, cqs, .. } => {
+                let deadline = Instant::now() + timeout;
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let id = match rx.recv_timeout(left) {
+                        Ok(id) => id,
+                        Err(_) => return Err(Error::EventTimeout(timeout)),
+                    };
+                    // An event of a CQ dropped meanwhile is skipped.
+                    let cq = cqs.lock().get(&id).and_then(Weak::upgrade);
+                    if let Some(cq) = cq {
+                        cq.note_event_delivered();
+                        return Ok(CompletionQueue { ctx, b: CqBackend::Emu(cq) });
+                    }
+                }
+            }
+            #[cfg(feature = "hw")]
+            ChanBackend::Hw(ch) => match ch.get_cq_event(timeout) {
+                Ok(cq) => Ok(CompletionQueue { ctx, b: CqBackend::Hw(cq) }),
+                Err(crate::hw::HwError::Timeout(_)) => Err(Error::EventTimeout(timeout)),
+                Err(e) => Err(crate::context::hw_err("get CQ event", self.inner.ctx.name())(e)),
+            },
+        }
     }
 }

@@ -1,8 +1,8 @@
 //! Memory regions (`ibv_mr`): registered memory, its keys, and the ways to reach its bytes.
 
-use crate::pd::ProtectionDomain;
+use crate::pd::{PdBackend, ProtectionDomain};
 use crate::types::RemoteMr;
-use crate::{Error, Result, Sge};
+use crate::{AccessFlags, DeviceError, Error, Result, Sge};
 use rnic_core::mem::MemBlock;
 use rnic_core::mr::MrKeys;
 use std::sync::Arc;
@@ -32,6 +32,69 @@ impl Drop for MrInner {
             let _ = e.dev.mtpt().deregister(keys.lkey);
         }
         // A hardware region deregisters itself (ibv_dereg_mr) when its last handle goes.
+    }
+}
+
+// Registration is the memory region's business: its constructors live here, beside the
+// region they make, so that the PD (which every region holds) does not name regions.
+impl ProtectionDomain {
+    /// Allocates `len` bytes of zeroed, page-aligned memory owned by the region and
+    /// registers it (pinned, unless the device was opened with pinning off). 0 bytes is
+    /// refused.
+    pub fn allocate_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
+        if len == 0 {
+            return Err(Error::InvalidArgument {
+                op: "allocate memory region",
+                why: "0 bytes: nothing could be sent from or placed into it; ask for at least 1 byte".into(),
+            });
+        }
+        match &self.inner.b {
+            PdBackend::Emu(_) => {
+                let block = Arc::new(MemBlock::new(len).map_err(|e| Error::RegMr(DeviceError::Mem(e)))?);
+                self.register_block(block, access)
+            }
+            #[cfg(feature = "hw")]
+            PdBackend::Hw(pd) => {
+                let mr = pd
+                    .allocate_mr(len, access)
+                    .map_err(crate::context::hw_err("register memory region", self.inner.ctx.name()))?;
+                Ok(MemoryRegion::new(self.clone(), MrBackend::Hw(mr)))
+            }
+        }
+    }
+
+    /// Registers memory the caller owns.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid for reads and writes, and stay allocated and
+    /// unmoved until the returned region and every clone of it are dropped. The NIC
+    /// writes it from another thread while work is outstanding (receive buffers, RDMA
+    /// WRITE targets, READ destinations): the caller must not hold Rust references to
+    /// those bytes while that can happen, and reads them only once the completion (or,
+    /// for remote writes, the peer's signal) says they are written.
+    pub unsafe fn register_mr(&self, ptr: *mut u8, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
+        match &self.inner.b {
+            PdBackend::Emu(_) => {
+                // SAFETY: the caller upholds `MemBlock::from_raw`'s contract, which is this
+                // function's contract restated.
+                let block = Arc::new(unsafe { MemBlock::from_raw(ptr, len) });
+                self.register_block(block, access)
+            }
+            #[cfg(feature = "hw")]
+            PdBackend::Hw(pd) => {
+                // SAFETY: as above: `HwPd::register_mr`'s contract is this one.
+                let mr = unsafe { pd.register_mr(ptr, len, access) }
+                    .map_err(crate::context::hw_err("register memory region", self.inner.ctx.name()))?;
+                Ok(MemoryRegion::new(self.clone(), MrBackend::Hw(mr)))
+            }
+        }
+    }
+
+    fn register_block(&self, block: Arc<MemBlock>, access: AccessFlags) -> Result<MemoryRegion> {
+        let (len, iova) = (block.len(), block.addr());
+        let (e, id) = self.emu_pd();
+        let keys = e.dev.reg_mr(id, block.clone(), 0, len, iova, access).map_err(Error::RegMr)?;
+        Ok(MemoryRegion::new(self.clone(), MrBackend::Emu { block, keys, iova, len }))
     }
 }
 

@@ -1,13 +1,10 @@
 //! Protection domains (`ibv_pd`): what memory regions, QPs, SRQs and AHs are created in.
 
 use crate::context::{Backend, Context};
-use crate::mr::{MemoryRegion, MrBackend};
 use crate::types::{Gid, DEFAULT_QKEY, GRH_LEN, MAX_QP_WR, MAX_SGE};
 use crate::{
-    AccessFlags, AddressHandle, CompletionQueue, DeviceError, Error, PathMtu, QpBuilder, QpCap, QpType, Result,
-    SharedReceiveQueue,
+    AccessFlags, AddressHandle, CompletionQueue, Error, PathMtu, QpBuilder, QpCap, QpType, Result, SharedReceiveQueue,
 };
-use rnic_core::mem::MemBlock;
 use rnic_core::mr::PdId;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -45,65 +42,6 @@ impl ProtectionDomain {
     /// The device.
     pub fn context(&self) -> &Context {
         &self.inner.ctx
-    }
-
-    /// Allocates `len` bytes of zeroed, page-aligned memory owned by the region and
-    /// registers it (pinned, unless the device was opened with pinning off). 0 bytes is
-    /// refused.
-    pub fn allocate_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
-        if len == 0 {
-            return Err(Error::InvalidArgument {
-                op: "allocate memory region",
-                why: "0 bytes: nothing could be sent from or placed into it; ask for at least 1 byte".into(),
-            });
-        }
-        match &self.inner.b {
-            PdBackend::Emu(_) => {
-                let block = Arc::new(MemBlock::new(len).map_err(|e| Error::RegMr(DeviceError::Mem(e)))?);
-                self.register_block(block, access)
-            }
-            #[cfg(feature = "hw")]
-            PdBackend::Hw(pd) => {
-                let mr = pd
-                    .allocate_mr(len, access)
-                    .map_err(crate::context::hw_err("register memory region", self.inner.ctx.name()))?;
-                Ok(MemoryRegion::new(self.clone(), MrBackend::Hw(mr)))
-            }
-        }
-    }
-
-    /// Registers memory the caller owns.
-    ///
-    /// # Safety
-    /// `ptr..ptr+len` must be valid for reads and writes, and stay allocated and
-    /// unmoved until the returned region and every clone of it are dropped. The NIC
-    /// writes it from another thread while work is outstanding (receive buffers, RDMA
-    /// WRITE targets, READ destinations): the caller must not hold Rust references to
-    /// those bytes while that can happen, and reads them only once the completion (or,
-    /// for remote writes, the peer's signal) says they are written.
-    pub unsafe fn register_mr(&self, ptr: *mut u8, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
-        match &self.inner.b {
-            PdBackend::Emu(_) => {
-                // SAFETY: the caller upholds `MemBlock::from_raw`'s contract, which is this
-                // function's contract restated.
-                let block = Arc::new(unsafe { MemBlock::from_raw(ptr, len) });
-                self.register_block(block, access)
-            }
-            #[cfg(feature = "hw")]
-            PdBackend::Hw(pd) => {
-                // SAFETY: as above: `HwPd::register_mr`'s contract is this one.
-                let mr = unsafe { pd.register_mr(ptr, len, access) }
-                    .map_err(crate::context::hw_err("register memory region", self.inner.ctx.name()))?;
-                Ok(MemoryRegion::new(self.clone(), MrBackend::Hw(mr)))
-            }
-        }
-    }
-
-    fn register_block(&self, block: Arc<MemBlock>, access: AccessFlags) -> Result<MemoryRegion> {
-        let (len, iova) = (block.len(), block.addr());
-        let (e, id) = self.emu_pd();
-        let keys = e.dev.reg_mr(id, block.clone(), 0, len, iova, access).map_err(Error::RegMr)?;
-        Ok(MemoryRegion::new(self.clone(), MrBackend::Emu { block, keys, iova, len }))
     }
 
     /// The emulated device and PD id (only called on emulated PDs).

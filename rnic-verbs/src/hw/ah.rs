@@ -1,5 +1,6 @@
 //! Address handles: where UD sends go.
 
+use super::convert::{ah_attr_to_gid, Gid};
 use super::pd::HwPd;
 use super::{HwError, HwResult};
 use rnic_verbs_sys::{ibv_ah, ibv_ah_attr};
@@ -62,5 +63,20 @@ impl HwAh {
     /// The protection domain.
     pub fn pd(&self) -> &HwPd {
         &self.inner.pd
+    }
+}
+
+// Made here, beside the type, so that the PD (which it holds) does not name it.
+impl HwPd {
+    /// Creates an address handle from raw attributes (`ibv_create_ah`).
+    pub fn create_ah(&self, attr: &ibv_ah_attr) -> HwResult<HwAh> {
+        HwAh::create(self, attr, None)
+    }
+
+    /// An address handle to the RoCE GID of `ip` on port 1, from the port's RoCE v2 GID of
+    /// the same IP family.
+    pub fn ah_to(&self, ip: IpAddr) -> HwResult<HwAh> {
+        let sgid = self.context().gid_index_for(1, ip)?;
+        HwAh::create(self, &ah_attr_to_gid(Gid::from_ip(ip), sgid, 1), Some(ip))
     }
 }

@@ -2,9 +2,7 @@
 //! events, and the factories for PDs, CQs and completion channels.
 
 use super::convert::AccessFlags;
-use super::cq::{HwCompChannel, HwCq};
 use super::event::{HwAsyncEvent, HwEventElement};
-use super::pd::HwPd;
 use super::{verbs, HwDeviceInfoKind, HwError, HwResult};
 use rnic_verbs_sys::{self as sys, ibv_context, Verbs};
 use std::fmt;
@@ -291,22 +289,6 @@ impl HwContext {
             }
         }
         out
-    }
-
-    /// Allocates a protection domain (`ibv_alloc_pd`).
-    pub fn alloc_pd(&self) -> HwResult<HwPd> {
-        HwPd::alloc(self)
-    }
-
-    /// Creates a completion channel (`ibv_create_comp_channel`).
-    pub fn create_comp_channel(&self) -> HwResult<HwCompChannel> {
-        HwCompChannel::create(self)
-    }
-
-    /// Creates a CQ of at least `depth` entries (`ibv_create_cq`), reporting armed
-    /// notifications to `channel`.
-    pub fn create_cq(&self, depth: usize, channel: Option<&HwCompChannel>) -> HwResult<HwCq> {
-        HwCq::create(self, depth, channel)
     }
 
     /// The next asynchronous event, waiting up to `timeout` (`ibv_get_async_event` on a

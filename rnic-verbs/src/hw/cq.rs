@@ -337,3 +337,17 @@ impl HwCq {
         }
     }
 }
+
+// CQs and channels are made here, so that the context (which each holds) does not name them.
+impl HwContext {
+    /// Creates a completion channel (`ibv_create_comp_channel`).
+    pub fn create_comp_channel(&self) -> HwResult<HwCompChannel> {
+        HwCompChannel::create(self)
+    }
+
+    /// Creates a CQ of at least `depth` entries (`ibv_create_cq`), reporting armed
+    /// notifications to `channel`.
+    pub fn create_cq(&self, depth: usize, channel: Option<&HwCompChannel>) -> HwResult<HwCq> {
+        HwCq::create(self, depth, channel)
+    }
+}

@@ -208,3 +208,24 @@ impl HwMr {
         v
     }
 }
+
+// Made here, beside the type, so that the PD (which it holds) does not name it.
+impl HwPd {
+    /// Allocates `len` bytes of zeroed, page-aligned memory owned by the region and
+    /// registers it (`ibv_reg_mr`). Length 0 is refused.
+    pub fn allocate_mr(&self, len: usize, access: AccessFlags) -> HwResult<HwMr> {
+        HwMr::allocate(self, len, access)
+    }
+
+    /// Registers memory the caller owns (`ibv_reg_mr`).
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid for reads and writes and stay allocated and unmoved
+    /// until the region and every clone of it are dropped; the NIC writes it from outside
+    /// the program while work is outstanding, so the caller holds no Rust references to
+    /// those bytes then.
+    pub unsafe fn register_mr(&self, ptr: *mut u8, len: usize, access: AccessFlags) -> HwResult<HwMr> {
+        // SAFETY: the caller's contract is this function's.
+        unsafe { HwMr::register_borrowed(self, ptr, len, access) }
+    }
+}

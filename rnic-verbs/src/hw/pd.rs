@@ -1,14 +1,10 @@
 //! Protection domains: the factory for memory regions, QPs, SRQs and address handles.
 
-use super::ah::HwAh;
 use super::context::HwContext;
-use super::convert::{ah_attr_to_gid, AccessFlags, Gid};
-use super::mr::HwMr;
-use super::qp::{HwQp, HwQpInit};
-use super::srq::HwSrq;
+use super::convert::{ah_attr_to_gid, Gid};
 use super::{HwError, HwResult};
 use parking_lot::Mutex;
-use rnic_verbs_sys::{ibv_ah_attr, ibv_pd};
+use rnic_verbs_sys::ibv_pd;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
@@ -75,46 +71,6 @@ impl HwPd {
         self.inner.pd
     }
 
-    /// Allocates `len` bytes of zeroed, page-aligned memory owned by the region and
-    /// registers it (`ibv_reg_mr`). Length 0 is refused.
-    pub fn allocate_mr(&self, len: usize, access: AccessFlags) -> HwResult<HwMr> {
-        HwMr::allocate(self, len, access)
-    }
-
-    /// Registers memory the caller owns (`ibv_reg_mr`).
-    ///
-    /// # Safety
-    /// `ptr..ptr+len` must be valid for reads and writes and stay allocated and unmoved
-    /// until the region and every clone of it are dropped; the NIC writes it from outside
-    /// the program while work is outstanding, so the caller holds no Rust references to
-    /// those bytes then.
-    pub unsafe fn register_mr(&self, ptr: *mut u8, len: usize, access: AccessFlags) -> HwResult<HwMr> {
-        // SAFETY: the caller's contract is this function's.
-        unsafe { HwMr::register_borrowed(self, ptr, len, access) }
-    }
-
-    /// Creates a QP (`ibv_create_qp`) in RESET.
-    pub fn create_qp(&self, init: &HwQpInit) -> HwResult<HwQp> {
-        HwQp::create(self, init)
-    }
-
-    /// Creates a shared receive queue (`ibv_create_srq`).
-    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> HwResult<HwSrq> {
-        HwSrq::create(self, max_wr, max_sge)
-    }
-
-    /// Creates an address handle from raw attributes (`ibv_create_ah`).
-    pub fn create_ah(&self, attr: &ibv_ah_attr) -> HwResult<HwAh> {
-        HwAh::create(self, attr, None)
-    }
-
-    /// An address handle to the RoCE GID of `ip` on port 1, from the port's RoCE v2 GID of
-    /// the same IP family.
-    pub fn ah_to(&self, ip: IpAddr) -> HwResult<HwAh> {
-        let sgid = self.inner.ctx.gid_index_for(1, ip)?;
-        HwAh::create(self, &ah_attr_to_gid(Gid::from_ip(ip), sgid, 1), Some(ip))
-    }
-
     /// The AH a UD send to `ip` uses: made once per destination and kept until the PD
     /// goes (a QP posting it holds the PD).
     pub(crate) fn ud_ah(&self, ip: IpAddr) -> HwResult<*mut rnic_verbs_sys::ibv_ah> {
@@ -131,5 +87,13 @@ impl HwPd {
         }
         ahs.insert(ip, AhPtr(ah));
         Ok(ah)
+    }
+}
+
+// A PD is made here, beside the type, so that the context (which every PD holds) does not name PDs.
+impl HwContext {
+    /// Allocates a protection domain (`ibv_alloc_pd`).
+    pub fn alloc_pd(&self) -> HwResult<HwPd> {
+        HwPd::alloc(self)
     }
 }

@@ -229,3 +229,11 @@ impl HwQp {
         Ok(())
     }
 }
+
+// Made here, beside the type, so that the PD (which it holds) does not name it.
+impl HwPd {
+    /// Creates a QP (`ibv_create_qp`) in RESET.
+    pub fn create_qp(&self, init: &HwQpInit) -> HwResult<HwQp> {
+        HwQp::create(self, init)
+    }
+}

@@ -114,3 +114,11 @@ impl HwSrq {
         Ok(self.query()?.srq_limit)
     }
 }
+
+// Made here, beside the type, so that the PD (which it holds) does not name it.
+impl HwPd {
+    /// Creates a shared receive queue (`ibv_create_srq`).
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> HwResult<HwSrq> {
+        HwSrq::create(self, max_wr, max_sge)
+    }
+}
