@@ -93,7 +93,7 @@ fn write_wr(s: &Side, remote: (u64, u32), len: u32) -> SendWr {
         wr_id: 1,
         op: SendOp::RdmaWrite { remote_addr: remote.0, rkey: remote.1 },
         sg_list: vec![Sge { addr: s.mem.addr(), length: len, lkey: s.keys.lkey }],
-        flags: SendFlags { signaled: true, ..SendFlags::default() },
+        flags: SendFlags::SIGNALED,
         ud: None,
     }
 }

@@ -173,17 +173,21 @@ impl SendOp {
     }
 }
 
-/// Flags of a send work request (`ibv_send_flags`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SendFlags {
-    /// Generate a completion even if the QP was created without `sq_sig_all`.
-    pub signaled: bool,
-    /// Set the solicited-event bit on the last packet.
-    pub solicited: bool,
-    /// Copy the SGE bytes at post time (no lkey needed; at most `max_inline_data`).
-    pub inline: bool,
-    /// Wait for earlier RDMA READs to complete before starting.
-    pub fence: bool,
+bitflags::bitflags! {
+    /// Flags of a send work request (`ibv_send_flags`, same bit values).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct SendFlags: u32 {
+        /// Wait for earlier RDMA READs to complete before starting. `IBV_SEND_FENCE`.
+        const FENCE = 1;
+        /// Generate a completion even if the QP was created without `sq_sig_all`.
+        /// `IBV_SEND_SIGNALED`.
+        const SIGNALED = 1 << 1;
+        /// Set the solicited-event bit on the last packet. `IBV_SEND_SOLICITED`.
+        const SOLICITED = 1 << 2;
+        /// Copy the SGE bytes at post time (no lkey needed; at most `max_inline_data`).
+        /// `IBV_SEND_INLINE`.
+        const INLINE = 1 << 3;
+    }
 }
 
 /// Where a UD send goes (`ibv_send_wr.wr.ud`: the address handle, remote QPN and Q_Key).
@@ -298,7 +302,7 @@ impl SendWr {
 
     /// A signaled work request.
     pub fn new(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
-        SendWr { wr_id, op, sg_list, flags: SendFlags { signaled: true, ..SendFlags::default() }, ud: None }
+        SendWr { wr_id, op, sg_list, flags: SendFlags::SIGNALED, ud: None }
     }
 
     /// The same request, sent to `dest` (UD QPs).
@@ -328,14 +332,14 @@ impl SendWr {
     /// The same request, unsignaled.
     #[must_use]
     pub fn unsignaled(mut self) -> SendWr {
-        self.flags.signaled = false;
+        self.flags.set(SendFlags::SIGNALED, false);
         self
     }
 
     /// The same request, with data copied at post time.
     #[must_use]
     pub fn inline(mut self) -> SendWr {
-        self.flags.inline = true;
+        self.flags.set(SendFlags::INLINE, true);
         self
     }
 }
@@ -455,15 +459,17 @@ impl WcOpcode {
     }
 }
 
-/// Work completion flags (`ibv_wc_flags`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct WcFlags {
-    /// `imm_data` is valid.
-    pub with_imm: bool,
-    /// The first 40 bytes of the receive buffer hold a GRH (UD).
-    pub grh: bool,
-    /// `invalidated_rkey` is valid.
-    pub with_inv: bool,
+bitflags::bitflags! {
+    /// Work completion flags (`ibv_wc_flags`, same bit values).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct WcFlags: u32 {
+        /// The first 40 bytes of the receive buffer hold a GRH (UD). `IBV_WC_GRH`.
+        const GRH = 1;
+        /// `imm_data` is valid. `IBV_WC_WITH_IMM`.
+        const WITH_IMM = 1 << 1;
+        /// `invalidated_rkey` is valid. `IBV_WC_WITH_INV`.
+        const WITH_INV = 1 << 3;
+    }
 }
 
 /// A work completion (`struct ibv_wc`). `Default` is a zeroed one (wr_id 0, SEND,
@@ -478,7 +484,7 @@ pub struct WorkCompletion {
     pub opcode: WcOpcode,
     /// Bytes transferred (receive side: bytes placed in the buffers).
     pub byte_len: u32,
-    /// Immediate data (valid with `wc_flags.with_imm`).
+    /// Immediate data (valid with `wc_flags.contains(WcFlags::WITH_IMM)`).
     pub imm_data: u32,
     /// Local QP number.
     pub qp_num: u32,
@@ -486,7 +492,7 @@ pub struct WorkCompletion {
     pub src_qp: u32,
     /// Flags.
     pub wc_flags: WcFlags,
-    /// The R_Key invalidated by a SEND with Invalidate (valid with `wc_flags.with_inv`).
+    /// The R_Key invalidated by a SEND with Invalidate (valid with `wc_flags.contains(WcFlags::WITH_INV)`).
     pub invalidated_rkey: u32,
     /// P_Key index of the receiving QP (UD receive completions).
     pub pkey_index: u16,
@@ -548,10 +554,10 @@ impl fmt::Display for WorkCompletion {
             self.byte_len,
             self.qp_num
         )?;
-        if self.wc_flags.with_imm {
+        if self.wc_flags.contains(WcFlags::WITH_IMM) {
             write!(f, " imm={:#x}", self.imm_data)?;
         }
-        if self.wc_flags.with_inv {
+        if self.wc_flags.contains(WcFlags::WITH_INV) {
             write!(f, " invalidated={:#x}", self.invalidated_rkey)?;
         }
         Ok(())

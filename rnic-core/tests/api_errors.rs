@@ -303,13 +303,8 @@ fn too_many_sges() {
 #[test]
 fn inline_limits() {
     let mut p = Pair::new(3, 0, 0);
-    let inline = |wr_id, op, sg_list| SendWr {
-        wr_id,
-        op,
-        sg_list,
-        flags: SendFlags { signaled: true, inline: true, ..SendFlags::default() },
-        ud: None,
-    };
+    let inline =
+        |wr_id, op, sg_list| SendWr { wr_id, op, sg_list, flags: SendFlags::SIGNALED | SendFlags::INLINE, ud: None };
     let err = p.post_send(A, inline(1, SendOp::Send, vec![p.sge(A, 0, 200), p.sge(A, 200, 57)])).unwrap_err();
     assert_eq!(err, PostError::InlineTooLong { len: 257, max: 256 });
     says(&err, &["257", "256", "inline"]);
@@ -387,7 +382,7 @@ fn lkey_of_another_pd() {
         wr_id: 2,
         op: SendOp::Send,
         sg_list: vec![small_sge(other.lkey, 0, 8)],
-        flags: SendFlags { inline: true, ..SendFlags::default() },
+        flags: SendFlags::INLINE,
         ud: None,
     };
     assert!(matches!(p.post_send(A, wr), Err(PostError::Sge { index: 0, source: AccessError::PdMismatch { .. } })));

@@ -15,6 +15,7 @@ use rnic_core::faults::Fault;
 use rnic_core::mem::MemBlock;
 use rnic_core::mr::{AccessFlags, MrKeys, Mtpt, PdId};
 use rnic_core::qp_state::{QpState, QpType};
+use rnic_core::wr::SendFlags;
 use rnic_core::wr::{RecvWr, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
 use rnic_wire::cm::{port_space, service_id, CmTransport, CmaHeader};
 use rnic_wire::Opcode;
@@ -227,7 +228,7 @@ impl Net {
             SendOp::RdmaWrite { remote_addr: 0x10_0000 + 0x4_0000, rkey: self.n[B].keys.rkey },
             vec![self.sge(A, 0, 5000)],
         );
-        w.flags.signaled = true;
+        w.flags.set(SendFlags::SIGNALED, true);
         self.post(A, w);
         self.post(A, SendWr::send(2, vec![self.sge(A, 0, 3000)]));
         let deadline = self.fab.now() + 1_000_000_000;

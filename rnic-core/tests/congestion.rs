@@ -45,7 +45,7 @@ fn write(net: &mut dyn Net, wr_id: u64, len: usize) {
             wr_id,
             op: SendOp::RdmaWrite { remote_addr: va, rkey },
             sg_list: vec![sge],
-            flags: SendFlags { signaled: true, ..SendFlags::default() },
+            flags: SendFlags::SIGNALED,
             ud: None,
         },
     );
@@ -242,7 +242,7 @@ fn post_write(fab: &mut Fabric, a: &Host, b: &Host, k: usize, wr_id: u64, len: u
             wr_id,
             op: SendOp::RdmaWrite { remote_addr: b.mem.addr() + (k as u64 % 16) * 65_536, rkey: b.keys.rkey },
             sg_list: vec![rnic_core::wr::Sge { addr: a.mem.addr(), length: len, lkey: a.keys.lkey }],
-            flags: SendFlags { signaled: true, ..SendFlags::default() },
+            flags: SendFlags::SIGNALED,
             ud: None,
         },
     )

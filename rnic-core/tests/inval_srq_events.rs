@@ -8,6 +8,7 @@ use rnic_core::engine::AsyncEvent;
 use rnic_core::mr::{AccessFlags, MrState, PdId};
 use rnic_core::qp_state::QpState;
 use rnic_core::srq::Srq;
+use rnic_core::wr::WcFlags;
 use rnic_core::wr::{RecvWr, SendFlags, SendOp, SendWr, WcOpcode, WcStatus};
 use std::sync::Arc;
 
@@ -31,7 +32,7 @@ fn send_with_invalidate_invalidates_and_later_write_fails() {
     let rwc = Pair::wcs(&p.nodes[B].rcq);
     assert_eq!(rwc.len(), 1);
     assert_eq!((rwc[0].status, rwc[0].opcode, rwc[0].byte_len), (WcStatus::Success, WcOpcode::Recv, 3));
-    assert!(rwc[0].wc_flags.with_inv);
+    assert!(rwc[0].wc_flags.contains(WcFlags::WITH_INV));
     assert_eq!(rwc[0].invalidated_rkey, keys.rkey);
     assert_eq!(Pair::wcs(&p.nodes[A].scq)[0].opcode, WcOpcode::Send);
     assert_eq!(p.nodes[B].mtpt.state(keys.rkey), MrState::Invalid);
@@ -212,13 +213,13 @@ fn solicited_only_notification_ignores_unsolicited_completions() {
     p.run();
     assert!(rx.try_recv().is_err(), "an unsolicited SEND raised a solicited-only event");
     let mut wr = SendWr::send(2, vec![p.sge(A, 0, 8)]);
-    wr.flags = SendFlags { signaled: true, solicited: true, ..SendFlags::default() };
+    wr.flags = SendFlags::SIGNALED | SendFlags::SOLICITED;
     p.post_send(A, wr).unwrap();
     p.run();
     assert_eq!(rx.try_recv(), Ok(p.nodes[B].rcq.id()));
     // Once per request: the next completion raises nothing until re-armed.
     let mut wr = SendWr::send(3, vec![p.sge(A, 0, 8)]);
-    wr.flags.solicited = true;
+    wr.flags.set(SendFlags::SOLICITED, true);
     p.post_send(A, wr).unwrap();
     p.run();
     assert!(rx.try_recv().is_err());

@@ -134,7 +134,7 @@ fn post(net: &mut dyn Net, i: usize, op: &Op, model: &mut [Vec<u8>; 2]) {
             SendOp::RdmaRead { remote_addr: b_va, rkey }
         }
     };
-    let flags = SendFlags { signaled: true, ..SendFlags::default() };
+    let flags = SendFlags::SIGNALED;
     net.post_send(A, SendWr { wr_id: i as u64, op: wr_op, sg_list: sg, flags, ud: None });
 }
 

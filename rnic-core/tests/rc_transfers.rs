@@ -5,6 +5,7 @@
 
 mod common;
 use common::*;
+use rnic_core::wr::WcFlags;
 use rnic_core::wr::{RecvWr, SendFlags, SendOp, SendWr, WcOpcode, WcStatus};
 
 const MTUS: [(u32, usize); 5] = [(1, 256), (2, 512), (3, 1024), (4, 2048), (5, 4096)];
@@ -38,7 +39,7 @@ fn send_recv_every_size_every_mtu() {
                 (r[0].status, r[0].opcode, r[0].byte_len, r[0].wr_id),
                 (WcStatus::Success, WcOpcode::Recv, len as u32, 7)
             );
-            assert!(!r[0].wc_flags.with_imm);
+            assert!(!r[0].wc_flags.contains(WcFlags::WITH_IMM));
             let mut got = p.read(B, 4096, split as usize);
             got.extend(p.read(B, 2 << 20, len - split as usize));
             assert!(got == data, "mtu {mtu} len {len}: bytes differ");
@@ -55,7 +56,7 @@ fn send_with_imm_and_inline() {
         wr_id: 2,
         op: SendOp::SendWithImm { imm: 0xdead_beef },
         sg_list: vec![p.sge(A, 100, 6), p.sge(A, 106, 7)],
-        flags: SendFlags { signaled: true, inline: true, solicited: true, ..SendFlags::default() },
+        flags: SendFlags::SIGNALED | SendFlags::INLINE | SendFlags::SOLICITED,
         ud: None,
     };
     p.post_send(A, wr).unwrap();
@@ -64,7 +65,7 @@ fn send_with_imm_and_inline() {
     p.run();
     let r = Pair::wcs(&p.nodes[B].rcq);
     assert_eq!(r[0].imm_data, 0xdead_beef);
-    assert!(r[0].wc_flags.with_imm);
+    assert!(r[0].wc_flags.contains(WcFlags::WITH_IMM));
     assert_eq!(p.read(B, 0, 13), b"inline bytes!");
 }
 
@@ -146,7 +147,7 @@ fn many_messages_in_order_and_unsignaled() {
         let len = (i * 7 % 1000 + 1) as u32;
         p.fill(A, (i * 1024) as usize, &pattern(i, len as usize));
         let mut wr = signaled(i, SendOp::Send, vec![p.sge(A, i * 1024, len)]);
-        wr.flags.signaled = i % 10 == 9;
+        wr.flags.set(SendFlags::SIGNALED, i % 10 == 9);
         p.post_send(A, wr).unwrap();
     }
     p.run();
@@ -186,7 +187,7 @@ fn inline_every_opcode_every_mtu() {
                     p.post_recv(B, RecvWr { wr_id: i as u64, sg_list: vec![p.sge(B, 0, 256)] }).unwrap();
                 }
                 let mut wr = signaled(i as u64, op, vec![p.sge(A, 0, len as u32)]);
-                wr.flags.inline = true;
+                wr.flags.set(SendFlags::INLINE, true);
                 p.post_send(A, wr).unwrap();
                 p.fill(A, 0, &vec![0xEE; len]);
                 p.run();
@@ -215,7 +216,7 @@ fn messages_inside_a_burst_skip_ack_req() {
         let data = pattern(i, 100);
         p.fill(A, 1024 * i as usize, &data);
         let mut wr = signaled(i + 1, write(i), vec![p.sge(A, 1024 * i, 100)]);
-        wr.flags.signaled = i == 1;
+        wr.flags.set(SendFlags::SIGNALED, i == 1);
         p.queue_send(A, wr).unwrap();
     }
     p.transmit_queued(A);
@@ -249,7 +250,7 @@ fn a_resent_burst_asks_on_every_message() {
     let (remote, rkey) = (p.nodes[B].iova, p.nodes[B].keys.rkey);
     for i in 0..3u64 {
         let mut wr = signaled(i + 1, SendOp::RdmaWrite { remote_addr: remote, rkey }, vec![p.sge(A, 0, 100)]);
-        wr.flags.signaled = i == 2;
+        wr.flags.set(SendFlags::SIGNALED, i == 2);
         p.queue_send(A, wr).unwrap();
     }
     p.transmit_queued(A);
@@ -275,7 +276,7 @@ fn a_held_ack_moves_on_to_later_packets_of_its_round() {
     let (remote, rkey) = (p.nodes[B].iova, p.nodes[B].keys.rkey);
     for i in 0..3u64 {
         let mut wr = signaled(i + 1, SendOp::RdmaWrite { remote_addr: remote, rkey }, vec![p.sge(A, 0, 100)]);
-        wr.flags.signaled = i != 1;
+        wr.flags.set(SendFlags::SIGNALED, i != 1);
         p.queue_send(A, wr).unwrap();
         if i == 0 {
             p.transmit_queued(A);

@@ -52,7 +52,7 @@ macro_rules! story {
 }
 
 fn wr(wr_id: u64, op: SendOp, sg: Vec<rnic_core::wr::Sge>) -> SendWr {
-    SendWr { wr_id, op, sg_list: sg, flags: SendFlags { signaled: true, ..SendFlags::default() }, ud: None }
+    SendWr { wr_id, op, sg_list: sg, flags: SendFlags::SIGNALED, ud: None }
 }
 
 fn statuses(wcs: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {

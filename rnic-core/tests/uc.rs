@@ -9,6 +9,7 @@ use common::*;
 use rnic_core::engine::qp::PostError;
 use rnic_core::fabric::{Verdict, Wire};
 use rnic_core::qp_state::{ModifyError, QpAttrMask, QpState, QpType};
+use rnic_core::wr::WcFlags;
 use rnic_core::wr::{RecvWr, SendOp, WcOpcode, WcStatus};
 use rnic_wire::Opcode;
 use std::sync::atomic::Ordering;
@@ -55,7 +56,7 @@ fn send_and_send_with_imm_every_size_every_mtu() {
                 (r[0].wr_id, r[0].status, r[0].opcode, r[0].byte_len),
                 (9, WcStatus::Success, WcOpcode::Recv, len as u32)
             );
-            assert_eq!(r[0].wc_flags.with_imm, imm);
+            assert_eq!(r[0].wc_flags.contains(WcFlags::WITH_IMM), imm);
             if imm {
                 assert_eq!(r[0].imm_data, 0x1234_5678);
             }
@@ -122,7 +123,7 @@ fn write_and_write_with_imm_every_size_every_mtu() {
                 (r[0].wr_id, r[0].opcode, r[0].byte_len, r[0].imm_data),
                 (3, WcOpcode::RecvRdmaWithImm, len as u32, 0xabcd)
             );
-            assert!(r[0].wc_flags.with_imm);
+            assert!(r[0].wc_flags.contains(WcFlags::WITH_IMM));
             assert_eq!(only_uc_requests(&p), 2 * len.div_ceil(mtu).max(1));
         }
     }

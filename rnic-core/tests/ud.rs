@@ -10,6 +10,7 @@ use rnic_core::engine::qp::{self, PostError, QpCap, PORT_MTU};
 use rnic_core::engine::ud::GRH_LEN;
 use rnic_core::fabric::Fabric;
 use rnic_core::qp_state::{ModifyError, QpAttrMask, QpType};
+use rnic_core::wr::WcFlags;
 use rnic_core::wr::{NetworkHdr, RecvWr, SendOp, SendWr, UdDest, WcOpcode, WcStatus, WorkCompletion};
 use rnic_wire::Opcode;
 use std::net::{IpAddr, Ipv4Addr};
@@ -124,9 +125,9 @@ fn send_recv_fills_the_grh_area_and_the_completion() {
         assert_eq!(wc.byte_len as usize, GRH_LEN + len, "verbs: byte_len counts the 40 GRH bytes");
         assert_eq!(wc.src_qp, u.nodes[0].qp.qpn.value());
         assert_eq!(wc.qp_num, u.nodes[1].qp.qpn.value());
-        assert!(wc.wc_flags.grh);
+        assert!(wc.wc_flags.contains(WcFlags::GRH));
         assert_eq!(wc.network_hdr, NetworkHdr::Ipv4, "the GRH area holds the IPv4 header");
-        assert_eq!(wc.wc_flags.with_imm, imm);
+        assert_eq!(wc.wc_flags.contains(WcFlags::WITH_IMM), imm);
         if imm {
             assert_eq!(wc.imm_data, 0xfeed_f00d);
         }

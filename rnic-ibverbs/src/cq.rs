@@ -12,6 +12,7 @@ use libc::{c_int, c_void};
 use parking_lot::Mutex;
 use rnic_core::cq::CqNotifier;
 use rnic_core::device::Device;
+use rnic_core::wr::WcFlags;
 use rnic_core::wr::{NetworkHdr, WcOpcode, WcStatus, WorkCompletion};
 use rnic_io::EventFd;
 use rnic_verbs_sys::*;
@@ -304,16 +305,8 @@ fn wc_opcode(o: WcOpcode) -> ibv_wc_opcode {
 }
 
 fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
-    let mut flags = 0;
-    if w.wc_flags.grh {
-        flags |= IBV_WC_GRH;
-    }
-    if w.wc_flags.with_imm {
-        flags |= IBV_WC_WITH_IMM;
-    }
-    if w.wc_flags.with_inv {
-        flags |= IBV_WC_WITH_INV;
-    }
+    // WcFlags has ibv_wc_flags' bit values.
+    let flags = w.wc_flags.bits();
     ibv_wc {
         wr_id: w.wr_id,
         status: wc_status(w.status),
@@ -322,7 +315,7 @@ fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
         byte_len: w.byte_len,
         // verbs carries immediate data in network order (`__be32`); the engine in host
         // order. With IBV_WC_WITH_INV the field is the invalidated rkey, host order.
-        imm_data: if w.wc_flags.with_inv { w.invalidated_rkey } else { w.imm_data.to_be() },
+        imm_data: if w.wc_flags.contains(WcFlags::WITH_INV) { w.invalidated_rkey } else { w.imm_data.to_be() },
         qp_num: w.qp_num,
         src_qp: w.src_qp,
         wc_flags: flags,

@@ -129,13 +129,10 @@ fn send_op(opcode: ibv_wr_opcode, w: &ibv_send_wr) -> Result<SendOp, &'static st
     })
 }
 
+/// rnic's flags of `ibv_send_flags` (the same bit values; others, such as
+/// `IBV_SEND_IP_CSUM`, are not rnic's and are ignored as before).
 fn flags_of(send_flags: u32) -> SendFlags {
-    SendFlags {
-        signaled: send_flags & IBV_SEND_SIGNALED != 0,
-        solicited: send_flags & IBV_SEND_SOLICITED != 0,
-        inline: send_flags & IBV_SEND_INLINE != 0,
-        fence: send_flags & IBV_SEND_FENCE != 0,
-    }
+    SendFlags::from_bits_truncate(send_flags)
 }
 
 impl Qp {
@@ -153,8 +150,16 @@ impl Qp {
     /// Posts one built work request; `inline` bytes replace its SGEs.
     fn post(&self, wr: SendWrRef<'_>, inline: Option<&[u8]>) -> Result<(), c_int> {
         let res = if let Some(bytes) = inline {
-            validate_send_inline(&self.shared, wr.wr_id, wr.op, bytes, wr.flags.signaled, wr.flags.solicited, wr.ud)
-                .map(|wqe| self.core.post_send_wqe(&self.shared, wqe))
+            validate_send_inline(
+                &self.shared,
+                wr.wr_id,
+                wr.op,
+                bytes,
+                wr.flags.contains(SendFlags::SIGNALED),
+                wr.flags.contains(SendFlags::SOLICITED),
+                wr.ud,
+            )
+            .map(|wqe| self.core.post_send_wqe(&self.shared, wqe))
         } else {
             self.core.post_send(&self.shared, wr)
         };
@@ -193,7 +198,7 @@ pub(crate) unsafe extern "C" fn post_send(
             // SAFETY: the program's SGE array of num_sge entries.
             let sg_list = unsafe { sges(w.sg_list, w.num_sge) };
             let flags = flags_of(w.send_flags);
-            let inline = if flags.inline && !matches!(op, SendOp::RdmaRead { .. }) {
+            let inline = if flags.contains(SendFlags::INLINE) && !matches!(op, SendOp::RdmaRead { .. }) {
                 if sg_list.len() > MAX_SGE as usize {
                     return Err(libc::EINVAL);
                 }
@@ -817,7 +822,7 @@ unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, l
         unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), length) }.to_vec()
     };
     with_last(qp, |w| {
-        w.wr.flags.inline = true;
+        w.wr.flags.set(SendFlags::INLINE, true);
         w.inline = Some(bytes);
     });
 }
@@ -833,7 +838,7 @@ unsafe extern "C" fn wr_set_inline_data_list(qp: *mut ibv_qp_ex, num_buf: size_t
         }
     }
     with_last(qp, |w| {
-        w.wr.flags.inline = true;
+        w.wr.flags.set(SendFlags::INLINE, true);
         w.inline = Some(bytes);
     });
 }

@@ -9,6 +9,7 @@
 //! Prints one `PASS`/`FAIL` line per check and exits 0 only if all passed; a machine
 //! without libibverbs or without the device exits 2 with the reason.
 use rnic_verbs::hw::{convert, HwContext, HwCq, HwError, HwMr, HwPd, HwQp, HwQpInit};
+use rnic_verbs::WcFlags;
 use rnic_verbs::{
     AccessFlags, PathMtu, QpAttr, QpCap, QpState, QpType, RecvWr, SendOp, SendWr, UdDest, WcOpcode, WcStatus,
     WorkCompletion, GRH_LEN,
@@ -184,7 +185,11 @@ fn run(dev: &str, rep: &mut Report) -> Result<(), String> {
         woke.ack_events(1).map_err(e)?;
         let w = ok_wc(wait1(&cq_b)?, WcOpcode::Recv)?;
         ok_wc(wait1(&cq_a)?, WcOpcode::Send)?;
-        if woke.id() != cq_b.id() || !w.wc_flags.with_imm || w.imm_data != 0xdead_beef || w.byte_len != 9 {
+        if woke.id() != cq_b.id()
+            || !w.wc_flags.contains(WcFlags::WITH_IMM)
+            || w.imm_data != 0xdead_beef
+            || w.byte_len != 9
+        {
             return Err(format!("event for CQ {} (b is {}), receive {w}", woke.id(), cq_b.id()));
         }
         Ok(format!("woken by CQ event, receive {w}"))
@@ -338,7 +343,12 @@ fn run(dev: &str, rep: &mut Report) -> Result<(), String> {
         let w = ok_wc(wait1(&cq_b)?, WcOpcode::Recv)?;
         let mut got = vec![0; 512];
         mr_b.read(40, &mut got).map_err(e)?;
-        if got != data || w.byte_len != 40 + 512 || GRH_LEN != 40 || !w.wc_flags.grh || w.src_qp != c.qpn() {
+        if got != data
+            || w.byte_len != 40 + 512
+            || GRH_LEN != 40
+            || !w.wc_flags.contains(WcFlags::GRH)
+            || w.src_qp != c.qpn()
+        {
             return Err(format!("receive {w} src_qp {:#x}, data equal: {}", w.src_qp, got == data));
         }
         Ok(format!("512 bytes after the 40-byte GRH, receive {w} from QP {:#x}", w.src_qp))

@@ -73,7 +73,7 @@ fn atomics_and_invalidation_over_udp_with_a_checked_capture() {
         qa.post_send(&inv).unwrap();
         assert_eq!(acq.wait(1, T).unwrap()[0].status, WcStatus::Success);
         let r = bcq.wait(1, T).unwrap()[0];
-        assert!(r.wc_flags.with_inv && r.invalidated_rkey == target.rkey, "{r:?}");
+        assert!(r.wc_flags.contains(WcFlags::WITH_INV) && r.invalidated_rkey == target.rkey, "{r:?}");
         let w = SendWr::new(5, SendOp::RdmaWrite { remote_addr: target.addr, rkey: target.rkey }, vec![amr.sge(0, 8)]);
         qa.post_send(&w).unwrap();
         assert_eq!(acq.wait(1, T).unwrap()[0].status, WcStatus::RemAccessErr);

@@ -131,7 +131,7 @@ fn atomics() -> Result<()> {
     peer_mr.read(64, &mut got)?;
     assert_eq!(u64::from_ne_bytes(got), 42, "ATOMIC_WRITE placed its value");
     let inv = peer_cq.wait(1, T)?;
-    assert!(inv[0].wc_flags.with_inv && inv[0].invalidated_rkey == peer.rkey, "{}", inv[0]);
+    assert!(inv[0].wc_flags.contains(WcFlags::WITH_INV) && inv[0].invalidated_rkey == peer.rkey, "{}", inv[0]);
 
     // A shared receive queue for several QPs, with its limit event.
     let srq = pd.create_srq(256, 1)?;

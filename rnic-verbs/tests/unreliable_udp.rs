@@ -197,7 +197,7 @@ fn ud_ping_two_peers_over_udp_with_a_checked_capture() {
                     (wc.status, wc.byte_len, wc.src_qp, wc.imm_data),
                     (WcStatus::Success, 140, qa.qpn(), u32::from(round))
                 );
-                assert!(wc.wc_flags.grh && wc.wc_flags.with_imm);
+                assert!(wc.wc_flags.contains(WcFlags::GRH) && wc.wc_flags.contains(WcFlags::WITH_IMM));
                 let mut got = vec![0; 200];
                 peer.mr.read(0, &mut got).unwrap();
                 let me: Ipv4Addr = peer.ctx.ip().to_string().parse().unwrap();

@@ -196,7 +196,7 @@ fn lists_of_borrowed_work_requests_post_in_one_call() {
         a.mr.write(usize::from(k) * 100, &[k + 1; 100]).unwrap();
     }
     let src: Vec<Sge> = (0..4).map(|k| a.mr.sge(k * 100, 100)).collect();
-    let flags = SendFlags { signaled: true, ..SendFlags::default() };
+    let flags = SendFlags::SIGNALED;
     let sends: Vec<SendWrRef<'_>> = src
         .iter()
         .enumerate()

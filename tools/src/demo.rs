@@ -4,6 +4,7 @@
 
 mod congest;
 
+use rnic_verbs::WcFlags;
 use rnic_verbs::{
     AccessFlags, CompletionQueue, Context, MemoryRegion, PathMtu, QueuePair, RecvWr, SendOp, SendWr, WcStatus,
     WorkCompletion,
@@ -352,7 +353,10 @@ impl Demo {
         ));
         let mut got = vec![0u8; len];
         self.b.mr.read(4096, &mut got).map_err(|e| rnic_verbs::report(&e))?;
-        let good = wa.status == WcStatus::Success && wb.imm_data == imm && wb.wc_flags.with_imm && got == data;
+        let good = wa.status == WcStatus::Success
+            && wb.imm_data == imm
+            && wb.wc_flags.contains(WcFlags::WITH_IMM)
+            && got == data;
         self.check(format!("RDMA_WRITE_WITH_IMM {len} B at MTU {mtu}"), good, || {
             format!("completions {wa} / {wb}, bytes equal: {}", got == data)
         });

@@ -9,6 +9,7 @@
 //! leaves unchecked: every datagram's size, and that its immediate data and source QP name
 //! the peer's QP.
 
+use rnic_verbs::WcFlags;
 use rnic_verbs::{
     AccessFlags, CmEvent, CompletionQueue, Context, MemoryRegion, QpType, QueuePair, RecvWr, SendOp, SendWr, UdDest,
     WcOpcode, WcStatus, GRH_LEN, RDMA_UDP_QKEY,
@@ -125,8 +126,12 @@ impl Node {
                     return Err(format!("receive {}: {:?}", wc.wr_id, wc.status));
                 }
                 let want = peer.or(first.map(|f| f.0)).unwrap_or(wc.src_qp);
-                if wc.byte_len as usize != GRH_LEN + self.size || !wc.wc_flags.with_imm {
-                    return Err(format!("datagram of {} bytes, immediate {}", wc.byte_len, wc.wc_flags.with_imm));
+                if wc.byte_len as usize != GRH_LEN + self.size || !wc.wc_flags.contains(WcFlags::WITH_IMM) {
+                    return Err(format!(
+                        "datagram of {} bytes, immediate {}",
+                        wc.byte_len,
+                        wc.wc_flags.contains(WcFlags::WITH_IMM)
+                    ));
                 }
                 if wc.imm_data != want || wc.src_qp != want {
                     return Err(format!(

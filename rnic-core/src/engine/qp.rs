@@ -7,7 +7,7 @@ use crate::mr::{AccessFlags, Mtpt, PdId};
 use crate::post::{check_transport, check_ud_len, reserve, WqeData};
 use crate::qp_state::{QpState, QpType};
 use crate::srq::Srq;
-use crate::wr::{RecvWrRef, SendOp, SendWrRef, UdDest};
+use crate::wr::{RecvWrRef, SendFlags, SendOp, SendWrRef, UdDest};
 use rnic_wire::Qpn;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -192,7 +192,7 @@ pub(crate) fn validate_send_into(
         *wqe = extended;
         return Ok(());
     }
-    if wr.flags.inline {
+    if wr.flags.contains(SendFlags::INLINE) {
         if wr.op.writes_local() {
             return Err(PostError::InlineNotAllowed { op: wr.op.name() });
         }
@@ -228,9 +228,9 @@ fn send_wqe(shared: &QpShared, wr: &SendWrRef<'_>, data: WqeData, len: usize) ->
     SendWqe {
         wr_id: wr.wr_id,
         op: wr.op,
-        signaled: wr.flags.signaled || shared.sq_sig_all,
-        solicited: wr.flags.solicited,
-        fence: wr.flags.fence,
+        signaled: wr.flags.contains(SendFlags::SIGNALED) || shared.sq_sig_all,
+        solicited: wr.flags.contains(SendFlags::SOLICITED),
+        fence: wr.flags.contains(SendFlags::FENCE),
         data,
         len,
         ud: wr.ud,
@@ -246,7 +246,7 @@ fn validate_extended_op(shared: &QpShared, wr: &SendWrRef<'_>) -> Result<Option<
     let op = wr.op.name();
     let data = match wr.op {
         SendOp::AtomicCmpSwap { .. } | SendOp::AtomicFetchAdd { .. } => {
-            if wr.flags.inline {
+            if wr.flags.contains(SendFlags::INLINE) {
                 return Err(PostError::InlineNotAllowed { op });
             }
             let total: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
@@ -276,9 +276,9 @@ fn validate_extended_op(shared: &QpShared, wr: &SendWrRef<'_>) -> Result<Option<
     Ok(Some(SendWqe {
         wr_id: wr.wr_id,
         op: wr.op,
-        signaled: wr.flags.signaled || shared.sq_sig_all,
+        signaled: wr.flags.contains(SendFlags::SIGNALED) || shared.sq_sig_all,
         solicited: false,
-        fence: wr.flags.fence,
+        fence: wr.flags.contains(SendFlags::FENCE),
         data,
         len,
         ud: None,

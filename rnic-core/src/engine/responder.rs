@@ -293,10 +293,11 @@ fn execute_send(
         byte_len: u32::try_from(offset).unwrap_or(u32::MAX),
         imm_data: repr.ext.imm_data.unwrap_or(0),
         src_qp: qp.attr.dest_qpn,
-        wc_flags: WcFlags {
-            with_imm: repr.ext.imm_data.is_some(),
-            with_inv: repr.ext.ieth.is_some(),
-            ..WcFlags::default()
+        wc_flags: {
+            let mut f = WcFlags::empty();
+            f.set(WcFlags::WITH_IMM, repr.ext.imm_data.is_some());
+            f.set(WcFlags::WITH_INV, repr.ext.ieth.is_some());
+            f
         },
         invalidated_rkey: repr.ext.ieth.unwrap_or(0),
         ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn().value())
@@ -352,7 +353,7 @@ fn execute_write(
         byte_len: u32::try_from(dma_len).unwrap_or(u32::MAX),
         imm_data: imm,
         src_qp: qp.attr.dest_qpn,
-        wc_flags: WcFlags { with_imm: true, ..WcFlags::default() },
+        wc_flags: WcFlags::WITH_IMM,
         ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, qp.qpn().value())
     }))
 }

@@ -129,7 +129,7 @@ pub(crate) fn handle_request(qp: &mut Qp, cx: &mut Ctx, src: IpAddr, repr: &Roce
         byte_len: u32::try_from(GRH_LEN + payload.len()).unwrap_or(u32::MAX),
         imm_data: repr.ext.imm_data.unwrap_or(0),
         src_qp: deth.src_qp.value(),
-        wc_flags: WcFlags { with_imm: repr.ext.imm_data.is_some(), grh: true, ..WcFlags::default() },
+        wc_flags: if repr.ext.imm_data.is_some() { WcFlags::GRH | WcFlags::WITH_IMM } else { WcFlags::GRH },
         pkey_index: qp.attr.pkey_index,
         network_hdr,
         ..WorkCompletion::new(rwqe.wr_id, WcStatus::Success, WcOpcode::Recv, qp_num)

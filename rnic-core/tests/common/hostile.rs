@@ -239,7 +239,7 @@ pub fn run_as(data: &[u8], qp_type: QpType) {
                     wr_id: posted as u64,
                     op,
                     sg_list: vec![sge(2048, len)],
-                    flags: SendFlags { signaled: true, ..SendFlags::default() },
+                    flags: SendFlags::SIGNALED,
                     ud: (qp_type == QpType::Ud).then_some(UdDest { dst: peer, remote_qpn: 0x11, remote_qkey: UD_QKEY }),
                 };
                 if let Ok(w) = validate_send(&qp, &mtpt, &wr) {

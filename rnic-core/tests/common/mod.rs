@@ -143,7 +143,7 @@ impl Pair {
 }
 
 pub fn signaled(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
-    SendWr { wr_id, op, sg_list, flags: SendFlags { signaled: true, ..SendFlags::default() }, ud: None }
+    SendWr { wr_id, op, sg_list, flags: SendFlags::SIGNALED, ud: None }
 }
 
 /// Deterministic pseudo-random bytes (xorshift), so a mismatch is reproducible.

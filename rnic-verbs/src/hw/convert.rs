@@ -212,21 +212,8 @@ fn sge_to_ibv(s: &Sge) -> ibv_sge {
 }
 
 fn send_flags_to_ibv(wr: &SendWrRef<'_>) -> u32 {
-    let f = wr.flags;
-    let mut bits = 0;
-    if f.signaled {
-        bits |= sys::IBV_SEND_SIGNALED;
-    }
-    if f.solicited {
-        bits |= sys::IBV_SEND_SOLICITED;
-    }
-    if f.inline {
-        bits |= sys::IBV_SEND_INLINE;
-    }
-    if f.fence {
-        bits |= sys::IBV_SEND_FENCE;
-    }
-    bits
+    // SendFlags has ibv_send_flags' bit values.
+    wr.flags.bits()
 }
 
 /// One `ibv_send_wr` for `wr` (without its SGE pointer and list link). `ah_for` gives the
@@ -464,21 +451,18 @@ pub fn wc_opcode_from_ibv(op: u32) -> WcOpcode {
 
 /// `struct ibv_wc` as rnic's completion.
 pub fn wc_from_ibv(wc: &ibv_wc) -> WorkCompletion {
-    let flags = WcFlags {
-        with_imm: wc.wc_flags & sys::IBV_WC_WITH_IMM != 0,
-        grh: wc.wc_flags & sys::IBV_WC_GRH != 0,
-        with_inv: wc.wc_flags & sys::IBV_WC_WITH_INV != 0,
-    };
+    // The same bit values (IBV_WC_GRH, _WITH_IMM, _WITH_INV); others are not rnic's.
+    let flags = WcFlags::from_bits_truncate(wc.wc_flags);
     WorkCompletion {
         wr_id: wc.wr_id,
         status: wc_status_from_ibv(wc.status),
         opcode: wc_opcode_from_ibv(wc.opcode),
         byte_len: wc.byte_len,
-        imm_data: if flags.with_imm { u32::from_be(wc.imm_data) } else { 0 },
+        imm_data: if flags.contains(WcFlags::WITH_IMM) { u32::from_be(wc.imm_data) } else { 0 },
         qp_num: wc.qp_num,
         src_qp: wc.src_qp,
         wc_flags: flags,
-        invalidated_rkey: if flags.with_inv { wc.imm_data } else { 0 },
+        invalidated_rkey: if flags.contains(WcFlags::WITH_INV) { wc.imm_data } else { 0 },
         pkey_index: wc.pkey_index,
         // `struct ibv_wc` does not carry the kernel's network_hdr_type (only mlx5 encodes
         // it in `sl`); the GRH area itself says which header it holds.
@@ -665,7 +649,11 @@ mod tests {
         };
         let w = wc_from_ibv(&wc);
         assert_eq!((w.wr_id, w.opcode, w.imm_data, w.byte_len), (5, WcOpcode::RecvRdmaWithImm, 0xdead_beef, 100));
-        assert!(w.wc_flags.with_imm && w.wc_flags.grh && !w.wc_flags.with_inv);
+        assert!(
+            w.wc_flags.contains(WcFlags::WITH_IMM)
+                && w.wc_flags.contains(WcFlags::GRH)
+                && !w.wc_flags.contains(WcFlags::WITH_INV)
+        );
         assert_eq!(wc_status_from_ibv(sys::IBV_WC_REM_ACCESS_ERR), WcStatus::RemAccessErr);
         assert_eq!(wc_status_from_ibv(sys::IBV_WC_FATAL_ERR), WcStatus::GeneralErr);
     }

@@ -12,6 +12,7 @@ use super::ctrl::Params;
 use super::{Progress, Test, TestKind};
 use rnic_verbs::hop_trace::{self, Step};
 use rnic_verbs::DeviceConfig;
+use rnic_verbs::SendFlags;
 use rnic_verbs::{
     AccessFlags, AddressHandle, CompChannel, CompletionQueue, Context, Endpoint, MemoryRegion, PathMtu, PreparedQp,
     ProtectionDomain, QpCap, QueuePair, RecvWr, RemoteMr, SendOp, SendWr, UdDest, WcStatus, WorkCompletion,
@@ -384,8 +385,8 @@ impl Side {
         };
         let mut wr = SendWr::new(wr_id, op, vec![sge]);
         wr.ud = self.dests.first().copied();
-        wr.flags.signaled = signaled;
-        wr.flags.inline = inline && !one_sided_in(kind);
+        wr.flags.set(SendFlags::SIGNALED, signaled);
+        wr.flags.set(SendFlags::INLINE, inline && !one_sided_in(kind));
         wr
     }
 }
@@ -486,7 +487,7 @@ pub fn initiator_bw(side: &Side, p: &Params, kind: TestKind, size: usize, progre
     let mut wr = side.wr(kind, size, 0, false, inline);
     let mut post = |qi: usize, wr_id: u64, sig: bool| {
         wr.wr_id = wr_id;
-        wr.flags.signaled = sig;
+        wr.flags.set(SendFlags::SIGNALED, sig);
         if let Some(d) = side.dests.get(qi) {
             wr.ud = Some(*d);
         }
