@@ -4,7 +4,7 @@ use crate::{DeviceError, EngineError, PostError, SrqError};
 use std::time::Duration;
 
 /// Every way a verbs call can fail. Each variant names the operation; a failed work
-/// completion is not an error but data in [`WorkCompletion::status`].
+/// completion is not an error but data in [`WorkCompletion::status`](crate::WorkCompletion::status).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

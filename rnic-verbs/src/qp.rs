@@ -27,7 +27,7 @@ use std::sync::Arc;
 /// | `max_rd_atomic`, `max_dest_rd_atomic` | 1, 1 | devinfo's `max_qp_rd_atom` is 16, and `rnic perf` asks for 16 on RC |
 /// | `sq_sig_all` | false | |
 /// | `psn` | random | |
-/// | `qkey` (UD) | [`DEFAULT_QKEY`] | |
+/// | `qkey` (UD) | [`DEFAULT_QKEY`](crate::DEFAULT_QKEY) | |
 #[derive(Debug, Clone)]
 pub struct QpBuilder {
     pub(crate) pd: ProtectionDomain,
@@ -106,7 +106,7 @@ impl QpBuilder {
     );
     setter!(
         /// UD: the QP's Q_Key, checked against every datagram received and sent by WRs whose
-        /// Q_Key has the high bit set (default [`DEFAULT_QKEY`]).
+        /// Q_Key has the high bit set (default [`DEFAULT_QKEY`](crate::DEFAULT_QKEY)).
         qkey: u32
     );
 
