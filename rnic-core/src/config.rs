@@ -38,7 +38,8 @@ pub struct DeviceConfig {
     /// How long the progress and receive threads keep polling after their last piece of
     /// work before they block (spin-before-sleep: a blocked thread takes tens of
     /// microseconds to wake on another CPU). `RNIC_SPIN_US` overrides the default 50 us;
-    /// zero never spins.
+    /// zero never spins. The progress thread spins only while some CPU is idle: where the
+    /// host's runnable threads outnumber the CPUs it may use, it sleeps at once.
     pub spin: Duration,
     /// Send batches of equal-size packets with UDP GSO when the kernel offers it.
     pub gso: bool,

@@ -1007,10 +1007,31 @@ impl Inline {
 /// polling on), so it looks rarely; when the application stops calling `progress`,
 /// its work resumes within that time.
 const INLINE_BACKOFF: Duration = Duration::from_micros(200);
-/// A yield that kept the progress thread off its CPU this long means another process
-/// wants the CPU: stop yielding for `NO_YIELD_FOR`.
-const YIELD_LOST: Duration = Duration::from_micros(200);
-const NO_YIELD_FOR: Duration = Duration::from_millis(100);
+/// How often the progress thread looks again at how crowded the CPUs are.
+const CROWD_LOOK: Duration = Duration::from_millis(20);
+
+/// Whether every CPU the device may use has a thread to run besides the progress thread
+/// (the host's runnable threads, this one included, outnumber them), looked at every
+/// `CROWD_LOOK` (a read of `/proc/loadavg`: microseconds, so not per round).
+struct Crowd {
+    cpus: usize,
+    looked: Option<u64>,
+    crowded: bool,
+}
+
+impl Crowd {
+    fn new() -> Crowd {
+        Crowd { cpus: rnic_io::cpu::available(), looked: None, crowded: false }
+    }
+
+    fn crowded(&mut self, now: u64) -> bool {
+        if self.looked.is_none_or(|t| now.saturating_sub(t) >= to_ns(CROWD_LOOK)) {
+            self.looked = Some(now);
+            self.crowded = rnic_io::cpu::runnable().is_some_and(|n| n > self.cpus);
+        }
+        self.crowded
+    }
+}
 const INLINE_BACKOFF_MAX: Duration = Duration::from_millis(2);
 
 /// What the progress thread shares with posters: it is (about to be) asleep; work was
@@ -1035,7 +1056,7 @@ fn progress_loop(
     // application polling in a loop calls far more often than that.
     let spin_ns = to_ns(spin.max(Duration::from_micros(50)));
     let mut backoff = INLINE_BACKOFF;
-    let mut no_yield_until = 0u64;
+    let mut crowd = Crowd::new();
     let mut wake: Vec<std::os::fd::BorrowedFd<'_>> = fds.iter().map(AsFd::as_fd).collect();
     wake.push(waker.as_fd());
     loop {
@@ -1043,7 +1064,9 @@ fn progress_loop(
         // `Device::progress`), or is running a round right now (the lock is taken):
         // stay out of its way, and off its lock, rather than compete with it for a
         // CPU. (Shutdown comes as a command: once the application stops calling
-        // `progress`, the next look handles it.)
+        // `progress`, the next look handles it.) A blind sleep: on a host with idle CPUs
+        // a program polling its memory rather than the CQ may wait for it (stock
+        // ib_write_lat on 16 cores, issue 33: not measured here since).
         let guard = if inline.recent(spin_ns) { None } else { core.try_lock() };
         let Some(mut c) = guard else {
             std::thread::sleep(backoff);
@@ -1062,23 +1085,14 @@ fn progress_loop(
             Round::Worked => continue,
             Round::Idle => {}
         }
-        if now.saturating_sub(last_work) < to_ns(spin) {
-            // Spin before sleeping. On a machine where the other threads (the peer
-            // device, the application) need this CPU, a yield lets them run at once. But
-            // beside a CPU-bound process a yield hands that process the rest of its time
-            // slice (milliseconds: CFS), during which packets wait: a yield that took
-            // that long turns yields off for a while, and the spin is a plain one
-            // (measured with one busy loop beside `perf write_bw -s 65536`: yielding,
-            // 0.07-0.3 of the UDP baseline; not yielding, 0.45).
-            if now < no_yield_until {
-                std::hint::spin_loop();
-            } else {
-                let before = Instant::now();
-                std::thread::yield_now();
-                if before.elapsed() > YIELD_LOST {
-                    no_yield_until = now + to_ns(NO_YIELD_FOR);
-                }
-            }
+        if now.saturating_sub(last_work) < to_ns(spin) && !crowd.crowded(now) {
+            // Spin before sleeping, yielding (a thread that needs this CPU runs at once),
+            // but only while some CPU has nothing to run: where every CPU is busy (two
+            // processes busy polling on two cores), spinning only takes a CPU from a
+            // thread the next packet waits for (stock ib_write_lat on 2 cores: 65-139 us
+            // typical spinning, 19-22 us sleeping at once), and a thread that slept is
+            // woken promptly (the scheduler favours it).
+            std::thread::yield_now();
             continue;
         }
         sleeping.store(true, Ordering::SeqCst);

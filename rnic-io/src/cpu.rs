@@ -1,4 +1,4 @@
-//! CPU placement of the calling thread.
+//! CPU placement of the calling thread, and how crowded the CPUs are.
 
 use std::io;
 
@@ -20,5 +20,46 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+/// How many CPUs the calling thread may run on (`sched_getaffinity`); 1 if that fails.
+pub fn available() -> usize {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set; sched_getaffinity writes at most
+    // `size_of` bytes into it for thread 0 (the caller); CPU_COUNT only reads it.
+    let n = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return 1;
+        }
+        libc::CPU_COUNT(&set)
+    };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
+/// The threads runnable on the whole host at this moment, the caller included (the
+/// kernel's `nr_running`: `/proc/loadavg`'s fourth field before the slash); `None` if it
+/// cannot be read.
+pub fn runnable() -> Option<usize> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    parse_runnable(&s)
+}
+
+fn parse_runnable(loadavg: &str) -> Option<usize> {
+    loadavg.split_whitespace().nth(3)?.split('/').next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runnable_threads_come_from_loadavg() {
+        assert_eq!(parse_runnable("1.72 1.40 2.29 3/78 2190\n"), Some(3));
+        assert_eq!(parse_runnable("1.72 1.40 2.29"), None);
+        assert_eq!(parse_runnable("1 2 3 x/78 4"), None);
+        // This thread is running while it asks.
+        assert!(runnable().is_some_and(|n| n >= 1));
+        assert!(available() >= 1);
     }
 }
