@@ -118,11 +118,16 @@ impl Port {
     }
 }
 
-/// What a context shares with its objects.
+/// What a context shares with its objects, and with the contexts imported from it
+/// (`ibv_import_device` of its `cmd_fd`: as a uverbs file shared by two contexts, they
+/// see one set of objects).
 pub struct CtxShared {
     pub dev: &'static Dev,
     port: Mutex<Option<Arc<Port>>>,
     pub(crate) async_fd: EventFd,
+    /// The contexts open on it: the one `ibv_open_device` made and those imported from
+    /// its `cmd_fd`; the objects go with the last.
+    pub(crate) contexts: std::sync::atomic::AtomicUsize,
     async_q: Mutex<VecDeque<(ibv_event_type, usize)>>,
     /// The context's objects (usize pointers to ours), for the element of an
     /// asynchronous event and for what closing the context tears down: QPs, CQs and
@@ -144,6 +149,7 @@ impl CtxShared {
             dev,
             port: Mutex::new(None),
             async_fd,
+            contexts: std::sync::atomic::AtomicUsize::new(1),
             async_q: Mutex::new(VecDeque::new()),
             qps: Mutex::default(),
             cqs: Mutex::default(),
@@ -208,6 +214,40 @@ impl CtxShared {
     }
 }
 
+/// The contexts' command descriptors: each context's `cmd_fd` is a memfd of its own (a
+/// file no other context has), found again from any descriptor of it, a `dup` included,
+/// by its inode: what `ibv_import_device` needs to find the context to share.
+static CMD_FDS: Mutex<Vec<(u64, Weak<CtxShared>)>> = Mutex::new(Vec::new());
+
+/// A new command descriptor for `sh`, registered for `ibv_import_device`.
+pub(crate) fn new_cmd_fd(sh: &Arc<CtxShared>) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a NUL-terminated name and flags; on success a new descriptor we own.
+    let fd = unsafe { libc::memfd_create(c"rnic-context".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: just created, owned by nothing else.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let ino = inode(&fd)?;
+    let mut t = CMD_FDS.lock();
+    t.retain(|(_, w)| w.strong_count() > 0);
+    t.push((ino, Arc::downgrade(sh)));
+    Ok(fd)
+}
+
+fn inode(fd: &impl std::os::fd::AsFd) -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::File::from(fd.as_fd().try_clone_to_owned()?).metadata()?.ino())
+}
+
+/// The context whose command descriptor `fd` is (itself or a `dup` of it), if it is
+/// still open in this process.
+pub(crate) fn by_cmd_fd(fd: std::os::fd::BorrowedFd<'_>) -> Option<Arc<CtxShared>> {
+    let ino = inode(&fd).ok()?;
+    CMD_FDS.lock().iter().find(|(i, _)| *i == ino).and_then(|(_, w)| w.upgrade())
+}
+
 fn errno_of(e: &DeviceError) -> c_int {
     let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = src {
@@ -227,6 +267,9 @@ fn errno_of(e: &DeviceError) -> c_int {
 pub struct Ctx {
     pub v: verbs_context,
     pub sh: Arc<CtxShared>,
+    /// Its `cmd_fd`: the memfd of the context `ibv_open_device` made, or the descriptor
+    /// an imported context was given (closed with it, as rdma-core's).
+    pub(crate) cmd_fd: std::os::fd::OwnedFd,
 }
 
 /// Our context behind an `ibv_context` pointer the library handed out.

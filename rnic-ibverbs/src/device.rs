@@ -8,7 +8,7 @@
 //! PD or CQ, so `ibv_devinfo` can list a device another process is using (only one process
 //! can own a device's address and port 4791).
 
-use crate::ctx::{ctx_of, dev_of, Ctx, CtxShared, Dev};
+use crate::ctx::{by_cmd_fd, ctx_of, dev_of, new_cmd_fd, Ctx, CtxShared, Dev};
 use crate::{ah, cq, mr, pd, qp};
 use crate::{copy_cstr, diag, guard, set_errno};
 use libc::{c_char, c_int, c_void, size_t, ssize_t};
@@ -19,7 +19,7 @@ use rnic_verbs::DeviceInfo;
 use rnic_verbs_sys::*;
 use std::collections::HashMap;
 use std::mem::{offset_of, size_of};
-use std::os::fd::AsRawFd as _;
+use std::os::fd::{AsRawFd as _, FromRawFd as _};
 use std::ptr::null_mut;
 use std::sync::{Arc, OnceLock};
 
@@ -149,18 +149,61 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
                 return null_mut();
             }
         };
-        let fd = async_fd.as_raw_fd();
         let sh = Arc::new(CtxShared::new(dev, async_fd));
-        let mut v = OPS;
-        v.sz = size_of::<verbs_context>();
-        v.context.device = device;
-        v.context.cmd_fd = -1;
-        v.context.async_fd = fd;
-        v.context.num_comp_vectors = 1;
-        v.context.abi_compat = VERBS_ABI_IS_EXTENDED;
-        let ctx = Box::into_raw(Box::new(Ctx { v, sh }));
-        // SAFETY: just allocated; the program gets the ibv_context inside.
-        unsafe { std::ptr::addr_of_mut!((*ctx).v.context) }
+        let cmd_fd = match new_cmd_fd(&sh) {
+            Ok(f) => f,
+            Err(e) => {
+                set_errno(e.raw_os_error().unwrap_or(libc::EMFILE));
+                return null_mut();
+            }
+        };
+        context_on(sh, device, cmd_fd)
+    })
+}
+
+/// A context (its `ibv_context`, the program's) on `sh` with `cmd_fd`.
+fn context_on(sh: Arc<CtxShared>, device: *mut ibv_device, cmd_fd: std::os::fd::OwnedFd) -> *mut ibv_context {
+    let mut v = OPS;
+    v.sz = size_of::<verbs_context>();
+    v.context.device = device;
+    v.context.cmd_fd = cmd_fd.as_raw_fd();
+    v.context.async_fd = sh.async_fd.as_raw_fd();
+    v.context.num_comp_vectors = 1;
+    v.context.abi_compat = VERBS_ABI_IS_EXTENDED;
+    let ctx = Box::into_raw(Box::new(Ctx { v, sh, cmd_fd }));
+    // SAFETY: just allocated; the program gets the ibv_context inside.
+    unsafe { std::ptr::addr_of_mut!((*ctx).v.context) }
+}
+
+/// A second context on the objects of the one whose `cmd_fd` this is (or a `dup` of it),
+/// as the kernel shares a uverbs file: PDs and MRs made in either are imported into the
+/// other by handle (`ibv_import_pd`, `ibv_import_mr`), and they go with the last of the
+/// contexts. The new context owns `cmd_fd` and closes it with itself, as rdma-core's
+/// does. A descriptor that is no rnic context's (another process's, or not a context's at
+/// all) is refused with EINVAL: contexts are shared within one process.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
+    guard(null_mut(), || {
+        if cmd_fd < 0 {
+            set_errno(libc::EBADF);
+            return null_mut();
+        }
+        // SAFETY: the caller hands us an open descriptor (rdma-core's contract), which we
+        // only borrow to find what it is.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(cmd_fd) };
+        let Some(sh) = by_cmd_fd(borrowed) else {
+            diag(format!(
+                "ibv_import_device({cmd_fd}): not the cmd_fd of an open rnic context of this process (rnic shares a context within one process)"
+            ));
+            set_errno(libc::EINVAL);
+            return null_mut();
+        };
+        sh.contexts.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let device = std::ptr::addr_of!(sh.dev.ibv).cast_mut();
+        // SAFETY: the program gives the descriptor to the context (rdma-core's contract:
+        // ibv_close_device closes it).
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(cmd_fd) };
+        context_on(sh, device, fd)
     })
 }
 
@@ -171,9 +214,12 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     }
     // SAFETY: a context from ibv_open_device, not used again by the program.
     let ctx = unsafe { context.cast::<u8>().sub(offset_of!(verbs_context, context)).cast::<Ctx>() };
-    // SAFETY: allocated by Box in ibv_open_device.
+    // SAFETY: allocated by Box in ibv_open_device or ibv_import_device.
     let ctx = unsafe { Box::from_raw(ctx) };
-    guard((), || close_objects(&ctx.sh));
+    // The objects go with the last context that shares them (an imported one included).
+    if ctx.sh.contexts.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+        guard((), || close_objects(&ctx.sh));
+    }
     // rdma-core's ibv_close_device always succeeds.
     0
 }

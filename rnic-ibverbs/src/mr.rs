@@ -18,6 +18,9 @@ pub struct Mr {
     pub ibv: ibv_mr,
     core: Device,
     ctx: Arc<CtxShared>,
+    /// An import of another context's MR (`ibv_import_mr`): freeing it frees this handle
+    /// only; the registration is its maker's.
+    imported: bool,
 }
 
 /// Access flags rnic understands; the rest are refused with the reason, as a device
@@ -83,7 +86,7 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: size_t, iova: u64, access: c_
                     rkey: keys.rkey,
                 };
                 p.users.hold();
-                let m = Box::into_raw(Box::new(Mr { ibv, core: p.core.clone(), ctx: p.ctx.clone() }));
+                let m = Box::into_raw(Box::new(Mr { ibv, core: p.core.clone(), ctx: p.ctx.clone(), imported: false }));
                 p.ctx.mrs.lock().insert(keys.lkey, m as usize);
                 m.cast()
             }
@@ -128,8 +131,13 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     if mr.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: allocated by Box in ibv_reg_mr; the program does not use it again.
+    // SAFETY: allocated by Box in ibv_reg_mr (or ibv_import_mr); the program does not use
+    // it again.
     let m = unsafe { Box::from_raw(mr.cast::<Mr>()) };
+    if m.imported {
+        // A handle on another context's registration: that one is its maker's to end.
+        return 0;
+    }
     // SAFETY: the MR's PD, alive while it has users.
     if let Some(p) = unsafe { pd_of(m.ibv.pd) } {
         p.users.release();
@@ -142,6 +150,52 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
             libc::EINVAL
         }
     }
+}
+
+/// Another handle on the MR `handle` (its lkey) of the contexts `pd`'s context shares its
+/// objects with (`ibv_import_device`), as the kernel's `ibv_import_mr`: the same keys,
+/// address and length, on `pd` (which must be the MR's protection domain or an import
+/// of it: EINVAL otherwise). ENOENT when no MR has that handle.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_import_mr(pd: *mut ibv_pd, handle: u32) -> *mut ibv_mr {
+    guard(null_mut(), || {
+        // SAFETY: a PD we handed out.
+        let Some(p) = (unsafe { pd_of(pd) }) else {
+            set_errno(libc::EINVAL);
+            return null_mut();
+        };
+        let Some(&orig) = p.ctx.mrs.lock().get(&handle) else {
+            diag(format!("ibv_import_mr: no MR with handle {handle:#x} in this context"));
+            set_errno(libc::ENOENT);
+            return null_mut();
+        };
+        // SAFETY: a live MR of the table (removed from it before it is freed).
+        let o = unsafe { &*(orig as *const Mr) };
+        // SAFETY: the original's PD, alive while the MR names it.
+        if unsafe { pd_of(o.ibv.pd) }.is_none_or(|op| op.id != p.id) {
+            diag(format!("ibv_import_mr: MR {handle:#x} is not in this protection domain"));
+            set_errno(libc::EINVAL);
+            return null_mut();
+        }
+        let ibv = ibv_mr { context: p.ibv.context, pd, ..o.ibv };
+        let m = Mr { ibv, core: o.core.clone(), ctx: p.ctx.clone(), imported: true };
+        Box::into_raw(Box::new(m)).cast()
+    })
+}
+
+/// Frees an imported MR's handle (`ibv_import_mr`); the registration stays its maker's.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_unimport_mr(mr: *mut ibv_mr) {
+    if mr.is_null() {
+        return;
+    }
+    // SAFETY: an MR we handed out.
+    if !unsafe { &*mr.cast::<Mr>() }.imported {
+        diag("ibv_unimport_mr: the MR was not imported (ibv_dereg_mr frees it)");
+        return;
+    }
+    // SAFETY: allocated by Box in ibv_import_mr; the program does not use it again.
+    drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
 }
 
 /// Frees an MR of a context being closed: deregistered at once, so no peer reaches

@@ -19,6 +19,9 @@ pub struct Pd {
     pub ctx: Arc<CtxShared>,
     /// Its MRs, QPs, SRQs and AHs.
     pub(crate) users: Users,
+    /// An import of another context's PD (`ibv_import_pd`): freeing it (`ibv_unimport_pd`,
+    /// or `ibv_dealloc_pd`) frees this handle only; the PD is its maker's.
+    pub(crate) imported: bool,
 }
 
 pub(crate) unsafe fn pd_of<'a>(pd: *mut ibv_pd) -> Option<&'a Pd> {
@@ -43,7 +46,14 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
         };
         let id = core.alloc_pd();
         let ibv = ibv_pd { context, handle: id.0 };
-        let p = Box::into_raw(Box::new(Pd { ibv, id, core, ctx: ctx.sh.clone(), users: Users::default() }));
+        let p = Box::into_raw(Box::new(Pd {
+            ibv,
+            id,
+            core,
+            ctx: ctx.sh.clone(),
+            users: Users::default(),
+            imported: false,
+        }));
         ctx.sh.pds.lock().insert(id.0, p as usize);
         p.cast()
     })
@@ -62,8 +72,56 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     // SAFETY: allocated by Box in ibv_alloc_pd; nothing names it any more and the program
     // does not use it again.
     let p = unsafe { Box::from_raw(pd.cast::<Pd>()) };
-    p.ctx.pds.lock().remove(&p.id.0);
+    if !p.imported {
+        p.ctx.pds.lock().remove(&p.id.0);
+    }
     0
+}
+
+/// Another handle on the PD `handle` of a context that shares its objects with `context`
+/// (itself, or one imported from or into it: `ibv_import_device`), as the kernel's
+/// `ibv_import_pd`. Its MRs, QPs, SRQs and AHs are the PD's: the protection domain is
+/// one. ENOENT when no PD has that handle.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_import_pd(context: *mut ibv_context, handle: u32) -> *mut ibv_pd {
+    guard(null_mut(), || {
+        // SAFETY: a context we handed out.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else {
+            set_errno(libc::EINVAL);
+            return null_mut();
+        };
+        let Some(&orig) = ctx.sh.pds.lock().get(&handle) else {
+            diag(format!("ibv_import_pd: no PD with handle {handle} in this context"));
+            set_errno(libc::ENOENT);
+            return null_mut();
+        };
+        // SAFETY: a live PD of the table (removed from it before it is freed).
+        let o = unsafe { &*(orig as *const Pd) };
+        let ibv = ibv_pd { context, handle };
+        let p =
+            Pd { ibv, id: o.id, core: o.core.clone(), ctx: ctx.sh.clone(), users: Users::default(), imported: true };
+        Box::into_raw(Box::new(p)).cast()
+    })
+}
+
+/// Frees an imported PD's handle (`ibv_import_pd`); the PD stays its maker's.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_unimport_pd(pd: *mut ibv_pd) {
+    // SAFETY: a PD we handed out.
+    if let Some(p) = unsafe { pd_of(pd) } {
+        if !p.imported {
+            diag("ibv_unimport_pd: the PD was not imported (ibv_dealloc_pd frees it)");
+            return;
+        }
+        if p.users.in_use() {
+            // rdma-core lets a program unimport a PD its QPs still name (the kernel object
+            // lives on); those QPs' teardown reads this handle, so it stays (a few bytes,
+            // until the process ends) instead of being freed under them.
+            return;
+        }
+        // SAFETY: allocated by Box in ibv_import_pd; the program does not use it again.
+        drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
+    }
 }
 
 /// Frees a PD of a context being closed (its MRs, QPs, SRQs and AHs are gone).

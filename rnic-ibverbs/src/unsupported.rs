@@ -78,36 +78,12 @@ pub extern "C" fn ibv_query_qp_data_in_order(_qp: *mut ibv_qp, _op: c_int, _flag
     0
 }
 
-/// Importing objects of another process's context needs a kernel uverbs file.
-#[no_mangle]
-pub extern "C" fn ibv_import_device(_cmd_fd: c_int) -> *mut ibv_context {
-    set_errno(libc::EOPNOTSUPP);
-    null_mut()
-}
-
-#[no_mangle]
-pub extern "C" fn ibv_import_pd(_context: *mut ibv_context, _handle: u32) -> *mut ibv_pd {
-    set_errno(libc::EOPNOTSUPP);
-    null_mut()
-}
-
-#[no_mangle]
-pub extern "C" fn ibv_import_mr(_pd: *mut ibv_pd, _handle: u32) -> *mut ibv_mr {
-    set_errno(libc::EOPNOTSUPP);
-    null_mut()
-}
-
+/// Device memory (rnic has none), so there is none to import.
 #[no_mangle]
 pub extern "C" fn ibv_import_dm(_context: *mut ibv_context, _handle: u32) -> *mut c_void {
     set_errno(libc::EOPNOTSUPP);
     null_mut()
 }
-
-#[no_mangle]
-pub extern "C" fn ibv_unimport_pd(_pd: *mut ibv_pd) {}
-
-#[no_mangle]
-pub extern "C" fn ibv_unimport_mr(_mr: *mut ibv_mr) {}
 
 #[no_mangle]
 pub extern "C" fn ibv_unimport_dm(_dm: *mut c_void) {}

@@ -316,6 +316,22 @@ fn c_contexts_share_a_device() {
     eprintln!("{}", text.lines().filter(|l| l.starts_with("ok: ")).collect::<Vec<_>>().join("\n"));
 }
 
+/// `tests/c/import.c`: `ibv_import_device` of a dup of a context's `cmd_fd` gives a second
+/// context on the same objects (rdma-core's test_shared_pd does this): the PD and MR
+/// imported by handle carry a QP and take a WRITE into the original memory, unimport and
+/// closing the imported context leave the original's objects alone, and a descriptor that
+/// is no context's is refused.
+#[test]
+fn c_import_shares_a_contexts_objects() {
+    let Some((dir, exe)) = compile_c("import", VERBS_H, "libibverbs-dev", &["-libverbs"]) else { return };
+    let _turn = serial();
+    let out = command(dir, exe.to_str().expect("utf-8 path"), 30).output().expect("run import");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "import.c failed:\n{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("ok: ")).count(), 4, "every check ran:\n{text}");
+    eprintln!("{text}");
+}
+
 /// Unmodified C programs on raw Ethernet devices (root: a network namespace and a veth
 /// pair this test makes; skipped otherwise): `ibv_devinfo` shows the port's active MTU from
 /// the link (1500 bytes: 1024) and GID 0 from the interface's MAC, and `ibv_rc_pingpong
