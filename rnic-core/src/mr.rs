@@ -363,6 +363,28 @@ impl Mtpt {
         Ok(MrKeys { lkey: key, rkey: key })
     }
 
+    /// Changes the access rights of the region named by `lkey` (valid or invalidated), in
+    /// place: its keys, PD and translation stay (`ibv_rereg_mr` with
+    /// `IBV_REREG_MR_CHANGE_ACCESS`). Checked as [`register`](Self::register) checks them;
+    /// every later check (an incoming RDMA WRITE, READ or atomic) sees the new rights.
+    pub fn rereg_access(&self, lkey: u32, access: AccessFlags) -> Result<(), MrError> {
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(MrError::RemoteWriteWithoutLocalWrite { access });
+        }
+        if access.contains(AccessFlags::FLUSH_PERSISTENT) {
+            return Err(MrError::NotPersistent { access });
+        }
+        let mut table = self.table.write();
+        let slot = table.slot_mut(lkey).ok_or(MrError::UnknownKey { key: lkey })?;
+        match &mut slot.entry {
+            Entry::Valid(r) | Entry::Invalid(r) => r.access = access,
+            Entry::Free => return Err(MrError::UnknownKey { key: lkey }),
+        }
+        Ok(())
+    }
+
     /// Deregisters the region named by `lkey` (valid or invalidated) and frees its slot.
     ///
     /// Slices already handed out keep the memory block alive until they are dropped.
@@ -663,6 +685,22 @@ mod tests {
         t.check_local(top.lkey, PD, u64::MAX - 7, 8, LW).unwrap();
         reg(4096, 0, 0, LW).unwrap();
         assert_eq!(t.len(), 8);
+    }
+
+    #[test]
+    fn rereg_access_changes_the_rights_remote_checks_see() {
+        let t = Mtpt::new(4);
+        let k = t.register(PD, block(64), 0, 64, 0x1000, LW | RW).unwrap();
+        t.check_remote(k.rkey, PD, 0x1000, 8, RW).unwrap();
+        t.rereg_access(k.lkey, LW).unwrap();
+        assert!(matches!(t.check_remote(k.rkey, PD, 0x1000, 8, RW), Err(AccessError::AccessDenied { .. })));
+        t.rereg_access(k.lkey, LW | RW).unwrap();
+        t.check_remote(k.rkey, PD, 0x1000, 8, RW).unwrap();
+        // Checked as registration is; unknown keys refused.
+        assert_eq!(t.rereg_access(k.lkey, RW), Err(MrError::RemoteWriteWithoutLocalWrite { access: RW }));
+        assert_eq!(t.rereg_access(0x4242, LW), Err(MrError::UnknownKey { key: 0x4242 }));
+        t.deregister(k.lkey).unwrap();
+        assert_eq!(t.rereg_access(k.lkey, LW), Err(MrError::UnknownKey { key: k.lkey }));
     }
 
     #[test]

@@ -198,6 +198,73 @@ pub unsafe extern "C" fn ibv_unimport_mr(mr: *mut ibv_mr) {
     drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
 }
 
+/// `enum ibv_rereg_mr_err_code`: the input was refused.
+const IBV_REREG_MR_ERR_INPUT: c_int = -1;
+/// The driver's command failed.
+const IBV_REREG_MR_ERR_CMD: c_int = -4;
+const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1;
+const IBV_REREG_MR_CHANGE_PD: c_int = 2;
+const IBV_REREG_MR_CHANGE_ACCESS: c_int = 4;
+
+/// Re-registration (`ibv_rereg_mr`) of the access rights, in place: the keys, the PD and
+/// the memory stay, and every later check of a peer's RDMA WRITE, READ or atomic sees
+/// the new rights (a right taken away NAKs the peer with a remote access error). The
+/// input is checked as rdma-core's `ibv_rereg_mr` checks it (EINVAL,
+/// IBV_REREG_MR_ERR_INPUT). A new PD or translation is refused with EOPNOTSUPP: rnic
+/// resolves a work request's memory when it is posted, so a posted receive would keep
+/// the old translation and PD, where a hardware NIC looks them up again when it uses it.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    _pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: size_t,
+    access: c_int,
+) -> c_int {
+    guard(IBV_REREG_MR_ERR_INPUT, || {
+        let all = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+        let translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
+        // rdma-core's checks, before the driver sees the call.
+        let given = !addr.is_null() || length != 0;
+        let whole = !addr.is_null() && length != 0;
+        if mr.is_null() || flags == 0 || flags & !all != 0 || (translation && !whole) || (!translation && given) {
+            set_errno(libc::EINVAL);
+            return IBV_REREG_MR_ERR_INPUT;
+        }
+        // SAFETY: an MR we handed out.
+        let m = unsafe { &*mr.cast::<Mr>() };
+        if m.imported {
+            diag("ibv_rereg_mr: an imported MR is re-registered through its maker's handle");
+            set_errno(libc::EINVAL);
+            return IBV_REREG_MR_ERR_INPUT;
+        }
+        if flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD) != 0 {
+            diag(
+                "ibv_rereg_mr: a new translation or PD is not supported (rnic resolves posted work requests' memory \
+                 when they are posted); re-register the access rights, or deregister and register again",
+            );
+            set_errno(libc::EOPNOTSUPP);
+            return IBV_REREG_MR_ERR_INPUT;
+        }
+        let rights = match access_of(access as c_uint, "ibv_rereg_mr") {
+            Ok(f) => f,
+            Err(e) => {
+                set_errno(e);
+                return IBV_REREG_MR_ERR_INPUT;
+            }
+        };
+        match m.core.mtpt().rereg_access(m.ibv.lkey, rights) {
+            Ok(()) => 0,
+            Err(e) => {
+                diag(format!("ibv_rereg_mr(lkey {:#x}): {e}", m.ibv.lkey));
+                set_errno(libc::EINVAL);
+                IBV_REREG_MR_ERR_CMD
+            }
+        }
+    })
+}
+
 /// Frees an MR of a context being closed: deregistered at once, so no peer reaches
 /// memory the program may now free (the kernel's teardown of a closed context).
 pub(crate) fn free_with_context(ptr: usize) {

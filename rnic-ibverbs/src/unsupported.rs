@@ -21,24 +21,6 @@ pub extern "C" fn ibv_detach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid:
 }
 
 #[no_mangle]
-pub extern "C" fn ibv_rereg_mr(
-    _mr: *mut ibv_mr,
-    _flags: c_int,
-    _pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _length: size_t,
-    _access: c_int,
-) -> c_int {
-    // What rdma-core's dummy op answers for a provider without re-registration: errno
-    // EOPNOTSUPP (pyverbs reports errno), IBV_REREG_MR_ERR_INPUT.
-    set_errno(libc::EOPNOTSUPP);
-    IBV_REREG_MR_ERR_INPUT
-}
-
-/// `enum ibv_rereg_mr_err_code`'s IBV_REREG_MR_ERR_INPUT.
-const IBV_REREG_MR_ERR_INPUT: c_int = -1;
-
-#[no_mangle]
 pub extern "C" fn ibv_reg_dmabuf_mr(
     _pd: *mut ibv_pd,
     _offset: u64,
