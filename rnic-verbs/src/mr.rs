@@ -117,6 +117,35 @@ impl MemoryRegion {
         &self.inner.pd
     }
 
+    /// Changes the region's access rights in place (`ibv_rereg_mr` with
+    /// `IBV_REREG_MR_CHANGE_ACCESS`): the keys, the PD and the memory stay, and every later
+    /// check of a peer's RDMA WRITE, READ or atomic sees the new rights. Checked as
+    /// registration is (remote write or atomic needs local write). On hardware it is
+    /// [`Error::Unsupported`] (the backend does not re-register).
+    ///
+    /// ```no_run
+    /// # use rnic_verbs::*;
+    /// # let pd = Context::open("rnic0")?.alloc_pd()?;
+    /// let mr = pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+    /// // ... the peer writes; then no more:
+    /// mr.rereg_access(AccessFlags::LOCAL_WRITE)?; // a WRITE now gets a remote access NAK
+    /// # Ok::<(), rnic_verbs::Error>(())
+    /// ```
+    pub fn rereg_access(&self, access: AccessFlags) -> Result<()> {
+        match &self.inner.b {
+            MrBackend::Emu { keys, .. } => {
+                let (e, _) = self.inner.pd.emu_pd();
+                e.dev.mtpt().rereg_access(keys.lkey, access).map_err(|m| Error::RegMr(DeviceError::Mr(m)))
+            }
+            #[cfg(feature = "hw")]
+            MrBackend::Hw(_) => Err(Error::Unsupported {
+                op: "re-register memory region",
+                device: self.inner.pd.context().name().to_string(),
+                why: "the hardware backend does not re-register (deregister and register again)".into(),
+            }),
+        }
+    }
+
     /// Local key.
     pub fn lkey(&self) -> u32 {
         match &self.inner.b {

@@ -292,3 +292,35 @@ fn devices_say_which_backend_runs_them() {
     assert!(matches!(e, Error::NoSuchDevice { .. }), "{e:?}");
     assert!(text.contains("no-such-rdma-device") && text.contains("rnic0=127.0.0.1"), "{text}");
 }
+
+/// `MemoryRegion::rereg_access`: a region that loses REMOTE_WRITE NAKs the next WRITE
+/// with a remote access error (IBA 9.7.5.2.4: R_Key violation, NAK remote access error)
+/// and its memory stays as it was; given the right back, a fresh QP writes again with the
+/// same keys.
+#[test]
+fn a_region_whose_remote_write_is_taken_away_refuses_writes() {
+    let a = end("rnic0", "127.0.18.1", 4096);
+    let b = end("rnic1", "127.0.18.2", 4096);
+    let write = |qa: &QueuePair, id: u64, seed: u8| {
+        a.mr.write(0, &bytes(seed, 64)).unwrap();
+        let op = SendOp::RdmaWrite { remote_addr: b.mr.addr(), rkey: b.mr.rkey() };
+        qa.post_send(&SendWr::new(id, op, vec![a.mr.sge(0, 64)])).unwrap();
+        a.cq.wait(1, T).unwrap()[0].status
+    };
+    let (qa, _qb) = pair(&a, &b, PathMtu::Mtu1024);
+    assert_eq!(write(&qa, 1, 1), WcStatus::Success);
+    let keys = (b.mr.lkey(), b.mr.rkey());
+    b.mr.rereg_access(AccessFlags::LOCAL_WRITE).unwrap();
+    assert_eq!(write(&qa, 2, 2), WcStatus::RemAccessErr);
+    let mut got = vec![0; 64];
+    b.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, bytes(1, 64), "the refused WRITE left the memory alone");
+    // Checked as registration is: remote write needs local write.
+    assert!(b.mr.rereg_access(AccessFlags::REMOTE_WRITE).is_err());
+    b.mr.rereg_access(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).unwrap();
+    assert_eq!((b.mr.lkey(), b.mr.rkey()), keys, "the keys stay");
+    let (qa, _qb) = pair(&a, &b, PathMtu::Mtu1024);
+    assert_eq!(write(&qa, 3, 3), WcStatus::Success);
+    b.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, bytes(3, 64));
+}
