@@ -1064,9 +1064,9 @@ fn progress_loop(
         // `Device::progress`), or is running a round right now (the lock is taken):
         // stay out of its way, and off its lock, rather than compete with it for a
         // CPU. (Shutdown comes as a command: once the application stops calling
-        // `progress`, the next look handles it.) A blind sleep: on a host with idle CPUs
-        // a program polling its memory rather than the CQ may wait for it (stock
-        // ib_write_lat on 16 cores, issue 33: not measured here since).
+        // `progress`, the next look handles it.) The sleep does not watch the wire: a
+        // program that polls its memory rather than the CQ can wait out a backoff for a
+        // packet (suspected in stock ib_write_lat's latency on 16 cores; unmeasured).
         let guard = if inline.recent(spin_ns) { None } else { core.try_lock() };
         let Some(mut c) = guard else {
             std::thread::sleep(backoff);

@@ -268,6 +268,21 @@ impl Table {
     }
 }
 
+/// The rights a region may be registered (or re-registered) with. IBA Register Memory
+/// Region verb, Linux `ib_check_mr_access`: remote write and remote atomic access need
+/// local write access too; FLUSH_PERSISTENT needs persistent memory, which this NIC's is not.
+fn check_access(access: AccessFlags) -> Result<(), MrError> {
+    if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+        && !access.contains(AccessFlags::LOCAL_WRITE)
+    {
+        return Err(MrError::RemoteWriteWithoutLocalWrite { access });
+    }
+    if access.contains(AccessFlags::FLUSH_PERSISTENT) {
+        return Err(MrError::NotPersistent { access });
+    }
+    Ok(())
+}
+
 /// The memory translation and protection table.
 ///
 /// Shared by the application thread (register, deregister) and the progress thread (checks).
@@ -321,16 +336,7 @@ impl Mtpt {
         iova: u64,
         access: AccessFlags,
     ) -> Result<MrKeys, MrError> {
-        // IBA Register Memory Region verb, Linux ib_check_mr_access: remote write and remote
-        // atomic access need local write access too.
-        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
-            && !access.contains(AccessFlags::LOCAL_WRITE)
-        {
-            return Err(MrError::RemoteWriteWithoutLocalWrite { access });
-        }
-        if access.contains(AccessFlags::FLUSH_PERSISTENT) {
-            return Err(MrError::NotPersistent { access });
-        }
+        check_access(access)?;
         match offset_in_block.checked_add(len) {
             Some(end) if end <= block.len() => {}
             _ => return Err(MrError::OutOfBlock { offset: offset_in_block, len, block_len: block.len() }),
@@ -368,14 +374,7 @@ impl Mtpt {
     /// `IBV_REREG_MR_CHANGE_ACCESS`). Checked as [`register`](Self::register) checks them;
     /// every later check (an incoming RDMA WRITE, READ or atomic) sees the new rights.
     pub fn rereg_access(&self, lkey: u32, access: AccessFlags) -> Result<(), MrError> {
-        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
-            && !access.contains(AccessFlags::LOCAL_WRITE)
-        {
-            return Err(MrError::RemoteWriteWithoutLocalWrite { access });
-        }
-        if access.contains(AccessFlags::FLUSH_PERSISTENT) {
-            return Err(MrError::NotPersistent { access });
-        }
+        check_access(access)?;
         let mut table = self.table.write();
         let slot = table.slot_mut(lkey).ok_or(MrError::UnknownKey { key: lkey })?;
         match &mut slot.entry {

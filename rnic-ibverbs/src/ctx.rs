@@ -245,7 +245,8 @@ fn inode(fd: &impl std::os::fd::AsFd) -> std::io::Result<u64> {
 /// still open in this process.
 pub(crate) fn by_cmd_fd(fd: std::os::fd::BorrowedFd<'_>) -> Option<Arc<CtxShared>> {
     let ino = inode(&fd).ok()?;
-    CMD_FDS.lock().iter().find(|(i, _)| *i == ino).and_then(|(_, w)| w.upgrade())
+    // A closed context's memfd inode may be reused: only a live context counts.
+    CMD_FDS.lock().iter().filter(|(i, _)| *i == ino).find_map(|(_, w)| w.upgrade())
 }
 
 fn errno_of(e: &DeviceError) -> c_int {

@@ -189,6 +189,15 @@ impl Error {
     pub fn report(&self) -> String {
         report(self)
     }
+
+    /// A driver call's error: the engine's refusal wrapped by `verb`, anything else (the
+    /// device stopped) as [`Error::DeviceStopped`].
+    pub(crate) fn from_device(e: DeviceError, verb: impl FnOnce(EngineError) -> Error) -> Error {
+        match e {
+            DeviceError::Engine(x) => verb(x),
+            other => Error::DeviceStopped(other),
+        }
+    }
 }
 
 /// Any error with every cause under it on one line, joined by `: ` (each cause's text
@@ -209,14 +218,3 @@ pub fn report(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// Result with this crate's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
-
-impl Error {
-    /// A driver call's error: the engine's refusal wrapped by `verb`, anything else (the
-    /// device stopped) as [`Error::DeviceStopped`].
-    pub(crate) fn from_device(e: DeviceError, verb: impl FnOnce(EngineError) -> Error) -> Error {
-        match e {
-            DeviceError::Engine(x) => verb(x),
-            other => Error::DeviceStopped(other),
-        }
-    }
-}

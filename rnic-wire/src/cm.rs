@@ -235,7 +235,7 @@ impl CmTransport {
 }
 
 /// RTU, DREP (and the ID pair heading DREQ): two communication IDs and private data.
-/// [`rtu`] and [`drep`] read and write it (`parse_rtu`, `emit_drep`, ...).
+/// [`rtu`]'s view (which [`drep`] shares) reads and writes it ([`CmIds::parse`], [`CmIds::emit`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CmIds<const N: usize> {
     /// The sender's communication ID.
@@ -333,9 +333,9 @@ impl CmMessage {
             attr::MRA => CmMessage::Mra(Box::new(CmMra::parse(&mra::Packet::new_checked(data)?)?)),
             attr::REJ => CmMessage::Rej(Box::new(CmRej::parse(&rej::Packet::new_checked(data)?)?)),
             attr::REP => CmMessage::Rep(Box::new(CmRep::parse(&rep::Packet::new_checked(data)?)?)),
-            attr::RTU => CmMessage::Rtu(Box::new(CmIds::parse_rtu(&rtu::Packet::new_checked(data)?)?)),
+            attr::RTU => CmMessage::Rtu(Box::new(CmIds::parse(&rtu::Packet::new_checked(data)?)?)),
             attr::DREQ => CmMessage::Dreq(Box::new(CmDreq::parse(&dreq::Packet::new_checked(data)?)?)),
-            attr::DREP => CmMessage::Drep(Box::new(CmIds::parse_drep(&drep::Packet::new_checked(data)?)?)),
+            attr::DREP => CmMessage::Drep(Box::new(CmIds::parse(&drep::Packet::new_checked(data)?)?)),
             attr::SIDR_REQ => CmMessage::SidrReq(Box::new(CmSidrReq::parse(&sidr_req::Packet::new_checked(data)?)?)),
             attr::SIDR_REP => CmMessage::SidrRep(Box::new(CmSidrRep::parse(&sidr_rep::Packet::new_checked(data)?)?)),
             _ => return Ok(None),
@@ -352,9 +352,9 @@ impl CmMessage {
             CmMessage::Mra(m) => m.emit(&mut mra::Packet::new_unchecked(data)),
             CmMessage::Rej(m) => m.emit(&mut rej::Packet::new_unchecked(data)),
             CmMessage::Rep(m) => m.emit(&mut rep::Packet::new_unchecked(data)),
-            CmMessage::Rtu(m) => m.emit_rtu(&mut rtu::Packet::new_unchecked(data)),
+            CmMessage::Rtu(m) => m.emit(&mut rtu::Packet::new_unchecked(data)),
             CmMessage::Dreq(m) => m.emit(&mut dreq::Packet::new_unchecked(data)),
-            CmMessage::Drep(m) => m.emit_drep(&mut drep::Packet::new_unchecked(data)),
+            CmMessage::Drep(m) => m.emit(&mut drep::Packet::new_unchecked(data)),
             CmMessage::SidrReq(m) => m.emit(&mut sidr_req::Packet::new_unchecked(data)),
             CmMessage::SidrRep(m) => m.emit(&mut sidr_rep::Packet::new_unchecked(data)),
         }

@@ -422,9 +422,9 @@ fn every_view_refuses_a_short_buffer() {
         short(CmRep::parse(&rep::Packet::new_unchecked(b)).map(drop));
         short(CmRej::parse(&rej::Packet::new_unchecked(b)).map(drop));
         short(CmMra::parse(&mra::Packet::new_unchecked(b)).map(drop));
-        short(CmIds::parse_rtu(&rtu::Packet::new_unchecked(b)).map(drop));
+        short(CmIds::parse(&rtu::Packet::new_unchecked(b)).map(drop));
         short(CmDreq::parse(&dreq::Packet::new_unchecked(b)).map(drop));
-        short(CmIds::parse_drep(&drep::Packet::new_unchecked(b)).map(drop));
+        short(CmIds::parse(&drep::Packet::new_unchecked(b)).map(drop));
         short(CmSidrReq::parse(&sidr_req::Packet::new_unchecked(b)).map(drop));
         short(CmSidrRep::parse(&sidr_rep::Packet::new_unchecked(b)).map(drop));
         for a in ALL {

@@ -6,13 +6,14 @@
 //!  8..232   private data (224)
 //! ```
 //!
-//! DREP (Table 113) has the same layout; each has its own view, and both read into a [`CmIds`].
+//! DREP (Table 113) has the same layout: [`super::drep`] is this view, and both read into a
+//! [`CmIds`] ([`CmIds::parse`], [`CmIds::emit`]).
 
 use super::{private_len, CmIds};
 use crate::field::{fixed_view, set_u32, to_array, u32_at};
 use crate::mad::DATA_LEN;
 
-/// Offsets of IBA Table 111, from the start of the MAD data.
+/// Offsets of IBA Table 111 (and Table 113), from the start of the MAD data.
 mod field {
     use core::ops::Range;
 
@@ -24,10 +25,10 @@ mod field {
 const _: () = assert!(field::PRIVATE_DATA.end == DATA_LEN, "Table 111 fills the MAD data");
 
 fixed_view!(
-    /// A view of a RTU: the 232 bytes of MAD data after the common header.
+    /// A view of a RTU or a DREP: the 232 bytes of MAD data after the common header.
     Packet,
     DATA_LEN,
-    "CM RTU"
+    "CM RTU/DREP"
 );
 
 impl<T: AsRef<[u8]>> Packet<T> {
@@ -67,8 +68,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 }
 
 impl CmIds<{ private_len::RTU }> {
-    /// Reads a RTU. Every value is accepted.
-    pub fn parse_rtu<T: AsRef<[u8]>>(p: &Packet<T>) -> crate::Result<Self> {
+    /// Reads a RTU or a DREP. Every value is accepted.
+    pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> crate::Result<Self> {
         p.check_len()?;
         Ok(CmIds {
             local_comm_id: p.local_comm_id(),
@@ -77,8 +78,8 @@ impl CmIds<{ private_len::RTU }> {
         })
     }
 
-    /// Writes a RTU (all 232 bytes).
-    pub fn emit_rtu<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) {
+    /// Writes a RTU or a DREP (all 232 bytes).
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) {
         p.bm()[..DATA_LEN].fill(0);
         p.set_local_comm_id(self.local_comm_id);
         p.set_remote_comm_id(self.remote_comm_id);
