@@ -356,6 +356,10 @@ pub struct Share {
     next_check: crate::Time,
     /// Members of the table already reported gone.
     mourned: Vec<u8>,
+    /// Members a new table left out, not yet checked by [`Share::departed`]: a probe
+    /// that ran after a member was killed drops it from the table, and without this its
+    /// death was never reported (the survivor's connections to it waited forever).
+    dropped: Vec<u8>,
 }
 
 /// How often a member checks that the members it knows still hold their names.
@@ -402,6 +406,7 @@ pub fn join(addr: SocketAddr) -> io::Result<Share> {
                     nonce_seed: seed,
                     next_check: 0,
                     mourned: Vec::new(),
+                    dropped: Vec::new(),
                 };
                 share.announce(&below);
                 return Ok(share);
@@ -562,7 +567,7 @@ impl Share {
 
     /// When [`Share::departed`] is next due: while other members are known.
     pub fn check_due(&self) -> Option<crate::Time> {
-        (self.table.len() > 1).then_some(self.next_check)
+        (self.table.len() > 1 || !self.dropped.is_empty()).then_some(self.next_check)
     }
 
     /// The members that have gone since the last look (their names are free: the kernel
@@ -570,12 +575,17 @@ impl Share {
     /// reported once (until a new process takes the name). The table and the steering
     /// program are left to the probes, as before: every survivor probing at the same
     /// moment made them guess, and a wrong program broke QPs between live processes.
+    /// Members a probe dropped from the table meanwhile are checked too.
     pub fn departed(&mut self, now: crate::Time) -> Vec<u8> {
-        if self.table.len() <= 1 || now < self.next_check {
+        if self.check_due().is_none() || now < self.next_check {
             return Vec::new();
         }
         self.next_check = now + LIVENESS_EVERY_NS;
-        let dead: Vec<u8> = self.table.iter().copied().filter(|&m| !self.alive(m)).collect();
+        let mut looked: Vec<u8> = self.table.iter().chain(&self.dropped).copied().collect();
+        self.dropped.clear();
+        looked.sort_unstable();
+        looked.dedup();
+        let dead: Vec<u8> = looked.into_iter().filter(|&m| !self.alive(m)).collect();
         // A name taken again is a new process: its death will be news.
         self.mourned.retain(|m| dead.contains(m));
         let gone: Vec<u8> = dead.into_iter().filter(|m| !self.mourned.contains(m)).collect();
@@ -871,6 +881,11 @@ impl Share {
     }
 
     fn learn(&mut self, table: Vec<u8>) {
+        for &m in &self.table {
+            if !table.contains(&m) && !self.dropped.contains(&m) {
+                self.dropped.push(m);
+            }
+        }
         self.agent = table.iter().copied().min().unwrap_or(self.member);
         self.table = table;
     }
@@ -1080,6 +1095,29 @@ mod tests {
         // Alone on the device: a REQ nobody here listens on is the agent's own to refuse.
         drop(others);
         assert_eq!(s.gsi_route(&req, |_| false), GsiRoute::Here, "no other member");
+    }
+
+    #[test]
+    fn a_member_a_probe_dropped_before_its_death_was_seen_is_still_reported() {
+        let addr = "127.0.93.2:4791".parse().unwrap();
+        let mut s = join(addr).unwrap();
+        let other = join(addr).unwrap();
+        let m = other.member();
+        s.learn(vec![s.member(), m]);
+        assert_eq!(s.departed(0), Vec::<u8>::new(), "alive");
+        // Killed; a probe that ran before the next check found the group without it.
+        drop(other);
+        s.learn(vec![s.member()]);
+        assert!(s.check_due().is_some(), "a dropped member is still to be checked");
+        assert_eq!(s.departed(LIVENESS_EVERY_NS - 1), Vec::<u8>::new(), "not due yet");
+        assert_eq!(s.departed(LIVENESS_EVERY_NS), vec![m], "its death is news once");
+        assert_eq!(s.departed(2 * LIVENESS_EVERY_NS), Vec::<u8>::new());
+        assert_eq!(s.check_due(), None, "alone, nothing left to check");
+        // Dropped by a probe's race while alive: not reported.
+        let again = join(addr).unwrap();
+        s.learn(vec![s.member(), again.member()]);
+        s.learn(vec![s.member()]);
+        assert_eq!(s.departed(3 * LIVENESS_EVERY_NS), Vec::<u8>::new(), "alive, only left out");
     }
 
     proptest::proptest! {
