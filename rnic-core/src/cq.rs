@@ -167,6 +167,22 @@ impl Cq {
         n
     }
 
+    /// Removes QP `qpn`'s completions, keeping the others in their order; returns how
+    /// many went. Called by the engine (no completion is pushed meanwhile); a poller on
+    /// another thread at the same moment may take a kept completion ahead of an older
+    /// kept one, as it may on libmlx5 whose `mlx5_cq_clean` this is.
+    pub fn purge_qp(&self, qpn: u32) -> usize {
+        let mut all: Vec<WorkCompletion> = Vec::with_capacity(self.len());
+        while let Some(wc) = self.poll_one() {
+            all.push(wc);
+        }
+        let before = all.len();
+        all.retain(|wc| wc.qp_num != qpn);
+        let gone = before - all.len();
+        self.give_back(all);
+        gone
+    }
+
     /// Takes one completion.
     pub fn poll_one(&self) -> Option<WorkCompletion> {
         self.take_returned().or_else(|| self.queue.pop())

@@ -426,6 +426,61 @@ impl Device {
         Ok(self.inner.mtpt.register(pd, block, offset, len, iova, access)?)
     }
 
+    /// Deregisters the region named by `lkey`. Work requests posted earlier that name its
+    /// memory (a receive not yet filled, a send not yet sent, a WRITE arriving in parts)
+    /// no longer reach it: they complete in error, as on a NIC that looks their keys up
+    /// when it executes them (rxe: `lookup_mr` fails; IBA 10.6.3.4 leaves the memory
+    /// undefined, never the host's). When this returns, no access to the memory is in
+    /// progress or will start: memory the caller owns may be freed.
+    pub fn dereg_mr(&self, lkey: u32) -> Result<(), DeviceError> {
+        let block = self.inner.mtpt.deregister(lkey)?;
+        self.retire(&block);
+        Ok(())
+    }
+
+    /// Gives the region named by `lkey` another protection domain and/or other memory
+    /// (`block[offset .. offset + len]`, at `iova` or where it was), keeping its keys and
+    /// rights (`ibv_rereg_mr`; [`Mtpt::rereg`]). With new memory, work requests posted
+    /// earlier no longer reach the region (as after [`dereg_mr`](Self::dereg_mr)): a
+    /// hardware NIC checks them against the new PD and translation when it executes
+    /// them; here they hold the old block, which is retired. A new PD over the same
+    /// memory therefore comes with a new block over it. The new memory is pinned first
+    /// when the device pins memory.
+    pub fn rereg_mr(
+        &self,
+        lkey: u32,
+        pd: Option<PdId>,
+        memory: Option<(Arc<MemBlock>, usize, usize)>,
+        iova: Option<u64>,
+    ) -> Result<(), DeviceError> {
+        let pin = self.inner.config.pin_memory;
+        let new = memory.as_ref().map(|m| m.0.clone());
+        if let Some(block) = new.as_ref().filter(|b| pin && !b.is_pinned()) {
+            block.pin()?;
+        }
+        if let Some(old) = self.inner.mtpt.rereg(lkey, pd, memory, iova)? {
+            self.retire(&old);
+        }
+        if let Some(block) = new.filter(|_| pin) {
+            // The old block's unpinning unlocked the pages the two share (locks do not
+            // nest): lock them again.
+            block.unpin();
+            block.pin()?;
+        }
+        Ok(())
+    }
+
+    /// Revokes `block` and waits for the accesses in progress: every access the device
+    /// makes to registered memory (scatter, gather, a zero-copy send, an atomic) runs
+    /// during a round, under the core's lock, and checks the block first; once the lock
+    /// was taken after the revocation, none is running and none will start. Its pages are
+    /// unpinned while they are still the block's.
+    fn retire(&self, block: &MemBlock) {
+        block.revoke();
+        drop(self.inner.core.lock());
+        block.unpin();
+    }
+
     /// Creates a completion queue of `depth` entries.
     pub fn create_cq(&self, depth: usize) -> Arc<Cq> {
         Arc::new(Cq::new(self.inner.next_cq.fetch_add(1, Ordering::Relaxed), depth))

@@ -14,7 +14,7 @@
 use std::fmt;
 use std::io;
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use memmap2::{MmapMut, MmapRaw};
 use parking_lot::Mutex;
@@ -73,6 +73,10 @@ pub enum MemError {
     /// Creating the anonymous mapping failed.
     #[error("cannot map anonymous memory: {0}")]
     Map(#[source] io::Error),
+    /// The block was revoked ([`MemBlock::revoke`]): its region was deregistered or given
+    /// another translation, and the memory may be gone.
+    #[error("the memory was deregistered (the block is revoked)")]
+    Revoked,
 }
 
 /// Formats a byte count for the RLIMIT_MEMLOCK message.
@@ -111,6 +115,8 @@ pub struct MemBlock {
     backing: Backing,
     /// Whether `pin` has locked the pages (unlocked again on drop).
     pinned: Mutex<bool>,
+    /// Set by [`revoke`](Self::revoke): every later access fails.
+    revoked: AtomicBool,
 }
 
 // SAFETY: a MemBlock is a base pointer, a length and an owner of the mapping. It hands out no
@@ -130,10 +136,22 @@ impl MemBlock {
     /// `len == 0` gives a block that maps nothing; its [`addr`](Self::addr) is 0.
     pub fn new(len: usize) -> Result<MemBlock, MemError> {
         if len == 0 {
-            return Ok(MemBlock { ptr: ptr::null_mut(), len: 0, backing: Backing::Empty, pinned: Mutex::new(false) });
+            return Ok(MemBlock {
+                ptr: ptr::null_mut(),
+                len: 0,
+                backing: Backing::Empty,
+                pinned: Mutex::new(false),
+                revoked: AtomicBool::new(false),
+            });
         }
         let map = MmapRaw::from(MmapMut::map_anon(len).map_err(MemError::Map)?);
-        Ok(MemBlock { ptr: map.as_mut_ptr(), len, backing: Backing::Owned(map), pinned: Mutex::new(false) })
+        Ok(MemBlock {
+            ptr: map.as_mut_ptr(),
+            len,
+            backing: Backing::Owned(map),
+            pinned: Mutex::new(false),
+            revoked: AtomicBool::new(false),
+        })
     }
 
     /// Describes `len` bytes of caller memory at `ptr`, which the NIC will read and write.
@@ -147,7 +165,9 @@ impl MemBlock {
     ///   is valid for reads and writes from any thread;
     /// - that memory stays valid (not freed, unmapped, or made read-only) until this block and
     ///   everything holding it (every clone of the `Arc` it is put in, every
-    ///   [`MrSlice`](crate::mr::MrSlice)) has been dropped;
+    ///   [`MrSlice`](crate::mr::MrSlice)) has been dropped, or until the block has been
+    ///   [revoked](Self::revoke) and every access begun before that has ended (what
+    ///   `Device::dereg_mr` waits for);
     /// - the caller accepts that the NIC writes this memory from another thread at any time
     ///   while work that targets it is outstanding. While the block is alive the caller holds no
     ///   `&mut` to any of these bytes, and no `&` to bytes the NIC may write while it may write
@@ -156,7 +176,25 @@ impl MemBlock {
     ///
     /// If `len == 0`, `ptr` is only reported by [`addr`](Self::addr) and never dereferenced.
     pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> MemBlock {
-        MemBlock { ptr, len, backing: Backing::Foreign, pinned: Mutex::new(false) }
+        MemBlock { ptr, len, backing: Backing::Foreign, pinned: Mutex::new(false), revoked: AtomicBool::new(false) }
+    }
+
+    /// Ends every later access to the block: each fails with [`MemError::Revoked`], and
+    /// a view is refused. What deregistering a region does to the memory under work
+    /// requests posted earlier (which hold the block): a hardware NIC looks the key up
+    /// again when it executes them and finds it gone (rxe: `lookup_mr` fails, the WQE
+    /// completes in error); here the block they hold says so.
+    ///
+    /// An access that began before this call may still be running when it returns: the
+    /// owner of the accesses waits for those (the device runs them all under one lock
+    /// and takes it after revoking, `Device::dereg_mr`) before the memory may be freed.
+    pub fn revoke(&self) {
+        self.revoked.store(true, Ordering::Release);
+    }
+
+    /// Whether [`revoke`](Self::revoke) was called.
+    pub fn is_revoked(&self) -> bool {
+        self.revoked.load(Ordering::Acquire)
     }
 
     /// Virtual address of the first byte (what the application would use as a pointer).
@@ -181,6 +219,9 @@ impl MemBlock {
 
     /// Checks `offset .. offset + len` against the block and returns a pointer to `offset`.
     fn span(&self, offset: usize, len: usize) -> Result<*mut u8, MemError> {
+        if self.is_revoked() {
+            return Err(MemError::Revoked);
+        }
         match offset.checked_add(len) {
             // wrapping_add cannot wrap here: offset <= self.len, inside (or one past) the range.
             Some(end) if end <= self.len => Ok(self.ptr.wrapping_add(offset)),
@@ -760,6 +801,26 @@ mod tests {
             assert!(matches!(b.atomic_write(31, 1), Err(MemError::OutOfBounds { .. })));
         }
         assert_eq!(backing[1], 0xdead_beef);
+    }
+
+    #[test]
+    fn a_revoked_block_refuses_every_access() {
+        let b = block(64);
+        b.write(0, &[7; 8]).unwrap();
+        assert!(!b.is_revoked());
+        b.revoke();
+        assert!(b.is_revoked());
+        let mut d = [0u8; 8];
+        assert!(matches!(b.read(0, &mut d), Err(MemError::Revoked)));
+        assert!(matches!(b.write(0, &[1]), Err(MemError::Revoked)));
+        assert!(matches!(b.fill(0, 8, 0), Err(MemError::Revoked)));
+        assert!(matches!(b.atomic_fetch_add(0, 1), Err(MemError::Revoked)));
+        assert!(matches!(b.atomic_compare_swap(0, 0, 1), Err(MemError::Revoked)));
+        assert!(b.view(0, 8).is_err());
+        let other = block(64);
+        assert!(matches!(b.copy_to(0, &other, 0, 8), Err(MemError::Revoked)));
+        assert!(matches!(other.copy_to(0, &b, 0, 8), Err(MemError::Revoked)));
+        assert_eq!(d, [0; 8], "nothing was read");
     }
 
     #[test]

@@ -384,19 +384,69 @@ impl Mtpt {
         Ok(())
     }
 
-    /// Deregisters the region named by `lkey` (valid or invalidated) and frees its slot.
+    /// Deregisters the region named by `lkey` (valid or invalidated) and frees its slot;
+    /// returns the region's memory block.
     ///
-    /// Slices already handed out keep the memory block alive until they are dropped.
-    pub fn deregister(&self, lkey: u32) -> Result<(), MrError> {
+    /// Slices already handed out (posted work requests) keep the block alive until they
+    /// are dropped; memory the block does not own is safe to free only once the block is
+    /// revoked and the accesses in progress have ended (`Device::dereg_mr` does both).
+    pub fn deregister(&self, lkey: u32) -> Result<Arc<MemBlock>, MrError> {
         let mut table = self.table.write();
         let index = lkey >> 8;
         let slot = table.slot_mut(lkey).ok_or(MrError::UnknownKey { key: lkey })?;
-        slot.entry = Entry::Free;
+        let (Entry::Valid(region) | Entry::Invalid(region)) = std::mem::replace(&mut slot.entry, Entry::Free) else {
+            // slot_mut never returns a free slot.
+            return Err(MrError::UnknownKey { key: lkey });
+        };
         // The next region in this slot gets other keys, so this key goes stale.
         slot.key8 = slot.key8.wrapping_add(1);
         table.free.push_back(index);
         table.live -= 1;
-        Ok(())
+        Ok(region.block)
+    }
+
+    /// Re-registers the region named by `lkey` (valid or invalidated) in place, keeping its
+    /// keys (`ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_PD` and/or
+    /// `IBV_REREG_MR_CHANGE_TRANSLATION`): a new protection domain, and/or new memory
+    /// (`block[offset .. offset + len]`, at `iova` or, without one, at the region's
+    /// address as before), checked as [`register`](Self::register) checks them. Returns
+    /// the block the region held before when `memory` replaced it: work requests posted
+    /// earlier hold that one and must not reach the region any more (a hardware NIC looks
+    /// their keys up again and finds another PD or other pages), so the caller revokes it
+    /// (`Device::rereg_mr`). A new PD alone over the same memory comes with a new block
+    /// over it for that reason.
+    pub fn rereg(
+        &self,
+        lkey: u32,
+        pd: Option<PdId>,
+        memory: Option<(Arc<MemBlock>, usize, usize)>,
+        iova: Option<u64>,
+    ) -> Result<Option<Arc<MemBlock>>, MrError> {
+        let mut table = self.table.write();
+        let slot = table.slot_mut(lkey).ok_or(MrError::UnknownKey { key: lkey })?;
+        let (Entry::Valid(r) | Entry::Invalid(r)) = &mut slot.entry else {
+            return Err(MrError::UnknownKey { key: lkey });
+        };
+        let len = memory.as_ref().map_or(r.len, |m| m.2);
+        let iova = iova.unwrap_or(r.iova);
+        if let Some((block, offset, len)) = &memory {
+            match offset.checked_add(*len) {
+                Some(end) if end <= block.len() => {}
+                _ => return Err(MrError::OutOfBlock { offset: *offset, len: *len, block_len: block.len() }),
+            }
+        }
+        if u128::from(iova) + u128::from(to_u64(len)) > 1u128 << 64 {
+            return Err(MrError::IovaOverflow { iova, len });
+        }
+        if let Some(pd) = pd {
+            r.pd = pd;
+        }
+        r.iova = iova;
+        Ok(memory.map(|(block, offset, len)| {
+            r.block_offset = offset;
+            r.len = len;
+            std::mem::replace(&mut r.block, block)
+        }))
     }
 
     /// Invalidates the region named by `rkey`: every later check with its key fails with
@@ -577,6 +627,25 @@ impl MrSlice {
         self.offset
     }
 
+    /// A slice of `len` bytes that no access reaches (every read and write fails, it is
+    /// never [live](Self::is_live)): what an SGE whose key was refused stands for when
+    /// keys are checked at execution (`QpInit::keys_at_execution`).
+    pub fn unreachable(len: usize) -> MrSlice {
+        static NOWHERE: std::sync::OnceLock<Arc<MemBlock>> = std::sync::OnceLock::new();
+        let block = NOWHERE.get_or_init(|| {
+            let b = MemBlock::new(0).expect("a zero-length block maps nothing and cannot fail");
+            b.revoke();
+            Arc::new(b)
+        });
+        MrSlice { block: block.clone(), offset: 0, len }
+    }
+
+    /// Whether the memory can still be reached: false once its region was deregistered
+    /// or given other memory ([`MemBlock::revoke`]).
+    pub fn is_live(&self) -> bool {
+        !self.block.is_revoked()
+    }
+
     /// Offset in the block of `at .. at + len`, after checking it against the slice.
     fn span(&self, at: usize, len: usize) -> Result<usize, MemError> {
         let out_of_bounds = MemError::OutOfBounds { offset: at, len, block_len: self.len };
@@ -715,7 +784,7 @@ mod tests {
 
         t.deregister(a.lkey).unwrap();
         assert_eq!(t.state(a.lkey), MrState::Free);
-        assert_eq!(t.deregister(a.lkey), Err(MrError::UnknownKey { key: 0x100 }));
+        assert_eq!(t.deregister(a.lkey).err(), Some(MrError::UnknownKey { key: 0x100 }));
         // Slot 1 is reused with a new generation: the stale key does not reach the new region.
         let d = reg();
         let e = reg();

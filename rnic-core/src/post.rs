@@ -181,6 +181,12 @@ impl WqeData {
         }
     }
 
+    /// Whether every buffer can still be reached (none of their regions was deregistered
+    /// or given other memory since the WQE was posted: [`MrSlice::is_live`]).
+    pub(crate) fn is_live(&self) -> bool {
+        self.slices().iter().all(MrSlice::is_live)
+    }
+
     /// Checks `sges` against the memory table into this data (which it replaces);
     /// returns the total length.
     #[inline]
@@ -190,10 +196,17 @@ impl WqeData {
         pd: PdId,
         sges: &[crate::wr::Sge],
         need: AccessFlags,
+        late: bool,
     ) -> Result<usize, PostError> {
         let check = |index: usize, s: &crate::wr::Sge| {
             let len = usize::try_from(s.length).unwrap_or(usize::MAX);
-            mtpt.check_local(s.lkey, pd, s.addr, len, need).map_err(|source| PostError::Sge { index, source })
+            match mtpt.check_local(s.lkey, pd, s.addr, len, need) {
+                Ok(slice) => Ok(slice),
+                // Checked when the work executes: memory it cannot reach, which fails it
+                // then (`is_live`), as rxe's lookup of the lkey does.
+                Err(_) if late => Ok(MrSlice::unreachable(len)),
+                Err(source) => Err(PostError::Sge { index, source }),
+            }
         };
         if let [one] = sges {
             let slice = check(0, one)?;

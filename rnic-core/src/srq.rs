@@ -35,6 +35,8 @@ pub struct Srq {
     queue: ArrayQueue<RecvWqe>,
     /// The armed limit; 0 = not armed.
     limit: AtomicU32,
+    /// SGEs' keys are checked when a WQE is used ([`Srq::check_keys_at_execution`]).
+    keys_at_execution: std::sync::atomic::AtomicBool,
 }
 
 impl Srq {
@@ -46,7 +48,15 @@ impl Srq {
             max_sge,
             queue: ArrayQueue::new(usize::try_from(max_wr.max(1)).unwrap_or(1)),
             limit: AtomicU32::new(0),
+            keys_at_execution: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// From now on a receive posted with a key it may not use is accepted, and fails
+    /// when a SEND reaches it, as a QP's with
+    /// [`QpInit::keys_at_execution`](crate::engine::qp::QpInit::keys_at_execution).
+    pub fn check_keys_at_execution(&self) {
+        self.keys_at_execution.store(true, Ordering::Relaxed);
     }
 
     /// The SRQ's id (named in its limit event).
@@ -93,7 +103,8 @@ impl Srq {
         }
         // The same checks as a QP's receive queue (validate_recv).
         let mut wqe = RecvWqe::unchecked(wr.wr_id);
-        wqe.len = wqe.data.check_sges(mtpt, self.pd, wr.sg_list, AccessFlags::LOCAL_WRITE)?;
+        let late = self.keys_at_execution.load(Ordering::Relaxed);
+        wqe.len = wqe.data.check_sges(mtpt, self.pd, wr.sg_list, AccessFlags::LOCAL_WRITE, late)?;
         self.queue.push(wqe).map_err(|_| PostError::QueueFull { queue: "shared receive", depth: self.max_wr() })
     }
 

@@ -143,7 +143,9 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         p.users.release();
     }
     m.ctx.mrs.lock().remove(&m.ibv.lkey);
-    match m.core.mtpt().deregister(m.ibv.lkey) {
+    // Work requests posted on it end in error from here on; when this returns the device
+    // no longer reaches the memory, which the program may then free.
+    match m.core.dereg_mr(m.ibv.lkey) {
         Ok(()) => 0,
         Err(e) => {
             diag(format!("ibv_dereg_mr(lkey {:#x}): {e}", m.ibv.lkey));
@@ -206,18 +208,20 @@ const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1;
 const IBV_REREG_MR_CHANGE_PD: c_int = 2;
 const IBV_REREG_MR_CHANGE_ACCESS: c_int = 4;
 
-/// Re-registration (`ibv_rereg_mr`) of the access rights, in place: the keys, the PD and
-/// the memory stay, and every later check of a peer's RDMA WRITE, READ or atomic sees
-/// the new rights (a right taken away NAKs the peer with a remote access error). The
-/// input is checked as rdma-core's `ibv_rereg_mr` checks it (EINVAL,
-/// IBV_REREG_MR_ERR_INPUT). A new PD or translation is refused with EOPNOTSUPP: rnic
-/// resolves a work request's memory when it is posted, so a posted receive would keep
-/// the old translation and PD, where a hardware NIC looks them up again when it uses it.
+/// Re-registration (`ibv_rereg_mr`), in place: the keys stay; the access rights, the PD
+/// and the memory change as `flags` say. The input is checked as rdma-core's
+/// `ibv_rereg_mr` checks it (EINVAL, IBV_REREG_MR_ERR_INPUT). A peer's later RDMA WRITE,
+/// READ or atomic is checked against the new rights, PD and translation; work requests
+/// posted before a new PD or translation no longer reach the region (they complete in
+/// error, a peer's SEND into such a receive is NAKed with a remote operational error), as
+/// on rxe, whose responder looks the lkey up again when it places the data and finds it
+/// in another PD or over other pages. As rdma-core does after the driver's command, the
+/// `ibv_mr`'s `pd`, `addr` and `length` are updated.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_rereg_mr(
     mr: *mut ibv_mr,
     flags: c_int,
-    _pd: *mut ibv_pd,
+    pd: *mut ibv_pd,
     addr: *mut c_void,
     length: size_t,
     access: c_int,
@@ -232,36 +236,78 @@ pub unsafe extern "C" fn ibv_rereg_mr(
             set_errno(libc::EINVAL);
             return IBV_REREG_MR_ERR_INPUT;
         }
-        // SAFETY: an MR we handed out.
-        let m = unsafe { &*mr.cast::<Mr>() };
+        // SAFETY: an MR we handed out; the program does not use it from another thread
+        // during the call (verbs leaves that undefined).
+        let m = unsafe { &mut *mr.cast::<Mr>() };
         if m.imported {
             diag("ibv_rereg_mr: an imported MR is re-registered through its maker's handle");
             set_errno(libc::EINVAL);
             return IBV_REREG_MR_ERR_INPUT;
         }
-        if flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD) != 0 {
-            diag(
-                "ibv_rereg_mr: a new translation or PD is not supported (rnic resolves posted work requests' memory \
-                 when they are posted); re-register the access rights, or deregister and register again",
-            );
-            set_errno(libc::EOPNOTSUPP);
-            return IBV_REREG_MR_ERR_INPUT;
-        }
-        let rights = match access_of(access as c_uint, "ibv_rereg_mr") {
-            Ok(f) => f,
-            Err(e) => {
-                set_errno(e);
-                return IBV_REREG_MR_ERR_INPUT;
+        let rights = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+            match access_of(access as c_uint, "ibv_rereg_mr") {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    set_errno(e);
+                    return IBV_REREG_MR_ERR_INPUT;
+                }
             }
+        } else {
+            None
         };
-        match m.core.mtpt().rereg_access(m.ibv.lkey, rights) {
-            Ok(()) => 0,
-            Err(e) => {
-                diag(format!("ibv_rereg_mr(lkey {:#x}): {e}", m.ibv.lkey));
+        let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+            // SAFETY: a PD we handed out, or null.
+            match unsafe { pd_of(pd) } {
+                Some(p) if Arc::ptr_eq(&p.ctx, &m.ctx) => Some(p),
+                _ => {
+                    diag("ibv_rereg_mr: IBV_REREG_MR_CHANGE_PD needs a PD of the MR's context");
+                    set_errno(libc::EINVAL);
+                    return IBV_REREG_MR_ERR_INPUT;
+                }
+            }
+        } else {
+            None
+        };
+        // A new translation, or the same memory under a new PD: a new block either way,
+        // so that work requests posted before (which hold the old one) fail as they do
+        // on a NIC that checks them against the region when it runs them.
+        let (at, len) = if translation { (addr, length) } else { (m.ibv.addr, m.ibv.length) };
+        let memory = (translation || new_pd.is_some()).then(|| {
+            // SAFETY: the verbs contract, as for ibv_reg_mr: the program's memory, mapped
+            // read/write until the MR is deregistered or re-registered elsewhere.
+            (Arc::new(unsafe { MemBlock::from_raw(at.cast(), len) }), 0, len)
+        });
+        let lkey = m.ibv.lkey;
+        // The rights first: the check most likely to refuse, before anything changed.
+        if let Some(rights) = rights {
+            if let Err(e) = m.core.mtpt().rereg_access(lkey, rights) {
+                diag(format!("ibv_rereg_mr(lkey {lkey:#x}): {e}"));
                 set_errno(libc::EINVAL);
-                IBV_REREG_MR_ERR_CMD
+                return IBV_REREG_MR_ERR_CMD;
             }
         }
+        if let Some(memory) = memory {
+            let iova = translation.then_some(addr as u64);
+            if let Err(e) = m.core.rereg_mr(lkey, new_pd.map(|p| p.id), Some(memory), iova) {
+                diag(format!("ibv_rereg_mr(lkey {lkey:#x}): {e}"));
+                set_errno(libc::EINVAL);
+                return IBV_REREG_MR_ERR_CMD;
+            }
+        }
+        if let Some(p) = new_pd {
+            // The region counts against the PD it is in now (ibv_dealloc_pd's EBUSY).
+            p.users.hold();
+            // SAFETY: the MR's PD until now, alive while it has users.
+            if let Some(old) = unsafe { pd_of(m.ibv.pd) } {
+                old.users.release();
+            }
+            m.ibv.pd = pd;
+        }
+        if translation {
+            m.ibv.addr = addr;
+            m.ibv.length = length;
+        }
+        0
     })
 }
 
@@ -270,5 +316,5 @@ pub unsafe extern "C" fn ibv_rereg_mr(
 pub(crate) fn free_with_context(ptr: usize) {
     // SAFETY: a live MR of the closing context, out of its table: nothing else frees it.
     let m = unsafe { Box::from_raw(ptr as *mut Mr) };
-    let _ = m.core.mtpt().deregister(m.ibv.lkey);
+    let _ = m.core.dereg_mr(m.ibv.lkey);
 }

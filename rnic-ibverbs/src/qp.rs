@@ -370,7 +370,11 @@ fn create(context: *mut ibv_context, attr: &mut ibv_qp_init_attr_ex) -> Result<*
     let init = QpInit::new(qp_type, pd.id, scq.cq.clone(), rcq.cq.clone())
         .cap(cap)
         .sq_sig_all(attr.sq_sig_all != 0)
-        .srq(srq.map(|s| s.srq.clone()));
+        .srq(srq.map(|s| s.srq.clone()))
+        // As rxe and mlx5: a post never looks at lkeys; the work fails when it runs.
+        .keys_at_execution(true)
+        // As libmlx5: a QP reset takes its completions out of its CQs.
+        .purge_cqs_on_reset(true);
     let shared = pd.core.create_qp(init).map_err(|e| {
         diag(format!("ibv_create_qp: {e}"));
         driver_errno(&e)
@@ -865,6 +869,7 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init
             return null_mut();
         }
         let srq = p.core.create_srq(p.id, a.max_wr, a.max_sge.max(1));
+        srq.check_keys_at_execution();
         if a.srq_limit > 0 {
             if let Err(e) = srq.set_limit(a.srq_limit) {
                 diag(format!("ibv_create_srq: srq_limit {}: {e}", a.srq_limit));

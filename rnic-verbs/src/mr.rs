@@ -29,7 +29,9 @@ impl Drop for MrInner {
     fn drop(&mut self) {
         if let MrBackend::Emu { keys, .. } = &self.b {
             let (e, _) = self.pd.emu_pd();
-            let _ = e.dev.mtpt().deregister(keys.lkey);
+            // Work requests posted on the region end in error from here on, and the
+            // memory is no longer reached when this returns (the caller may free it).
+            let _ = e.dev.dereg_mr(keys.lkey);
         }
         // A hardware region deregisters itself (ibv_dereg_mr) when its last handle goes.
     }

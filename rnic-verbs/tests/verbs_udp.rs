@@ -324,3 +324,61 @@ fn a_region_whose_remote_write_is_taken_away_refuses_writes() {
     b.mr.read(0, &mut got).unwrap();
     assert_eq!(got, bytes(3, 64));
 }
+
+/// A region of the caller's memory deregistered while work requests still name it: the
+/// device never reaches that memory again (the caller frees it at once), and the work
+/// completes in error, as on a NIC that looks the keys up when it executes the work
+/// (rxe: `lookup_mr` fails). A receive posted into it: the peer's SEND is NAKed with a
+/// remote operational error and the bytes stay as they were. A SEND from it that must be
+/// sent again (its first transmission was lost): a local protection error, nothing sent.
+#[test]
+fn memory_deregistered_under_posted_work_is_never_reached() {
+    let ip_a: std::net::IpAddr = "127.0.19.1".parse().unwrap();
+    let faults = FaultHandle::new(Faults::new(7));
+    let mut cfg = DeviceConfig::new("rnic0", ip_a);
+    cfg.faults = Some(faults.clone());
+    let ctx = Context::open_with(cfg).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let mr = pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let a = End { ctx, pd, cq, mr };
+    let b = end("rnic1", "127.0.19.2", 4096);
+
+    // The receive side.
+    let (qa, qb) = pair(&a, &b, PathMtu::Mtu1024);
+    let mut inbox = vec![0xeeu8; 4096];
+    // SAFETY: `inbox` outlives the region, which is dropped below before it is.
+    let region = unsafe { b.pd.register_mr(inbox.as_mut_ptr(), inbox.len(), AccessFlags::LOCAL_WRITE) }.unwrap();
+    qb.post_recv(&RecvWr { wr_id: 1, sg_list: vec![region.sge(0, 64)] }).unwrap();
+    drop(region);
+    a.mr.write(0, &bytes(5, 64)).unwrap();
+    qa.post_send(&SendWr::send(2, vec![a.mr.sge(0, 64)])).unwrap();
+    assert_eq!(a.cq.wait(1, T).unwrap()[0].status, WcStatus::RemOpErr);
+    let r = b.cq.wait(1, T).unwrap()[0];
+    assert_eq!(r.wr_id, 1);
+    assert_ne!(r.status, WcStatus::Success);
+    assert!(inbox.iter().all(|&x| x == 0xee), "the deregistered receive buffer was written");
+    drop(inbox);
+
+    // The send side: the SEND's only transmission is lost, its memory deregistered
+    // before the retransmission.
+    let (qa, qb) = pair(&a, &b, PathMtu::Mtu1024);
+    qb.post_recv(&RecvWr { wr_id: 3, sg_list: vec![b.mr.sge(0, 64)] }).unwrap();
+    let mut outbox = bytes(9, 4096);
+    // SAFETY: as above.
+    let region = unsafe { a.pd.register_mr(outbox.as_mut_ptr(), outbox.len(), AccessFlags::LOCAL_WRITE) }.unwrap();
+    faults.lock().add(Fault::drop().requests().first(1));
+    qa.post_send(&SendWr::send(4, vec![region.sge(0, 64)])).unwrap();
+    let deadline = std::time::Instant::now() + T;
+    while faults.lock().stats().dropped == 0 {
+        assert!(std::time::Instant::now() < deadline, "the SEND never left");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(region);
+    drop(std::mem::take(&mut outbox));
+    let w = a.cq.wait(1, T).unwrap()[0];
+    assert_eq!((w.wr_id, w.status), (4, WcStatus::LocProtErr));
+    // Nothing reached the peer: its receive is flushed when its QP is destroyed, not filled.
+    assert!(b.cq.poll_one().unwrap().is_none(), "the peer received the SEND");
+    drop(qb);
+}

@@ -174,7 +174,7 @@ impl Engine {
     /// Creates a QP in the RESET state. Its responder takes receive WQEs from
     /// `init.srq` when there is one (which must belong to the same protection domain).
     pub fn create_qp(&mut self, init: QpInit) -> Result<Arc<QpShared>, EngineError> {
-        let QpInit { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq } = init;
+        let QpInit { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq, conduct } = init;
         if let Some(s) = &srq {
             if s.pd() != pd {
                 return Err(EngineError::BadAttr(format!(
@@ -191,7 +191,7 @@ impl Engine {
         let mut shared = None;
         self.qps
             .insert(|qpn| {
-                let s = Arc::new(QpShared::new(qpn, qp_type, pd, cap, sq_sig_all, srq));
+                let s = Arc::new(QpShared::new(qpn, qp_type, pd, cap, sq_sig_all, srq, conduct));
                 shared = Some(s.clone());
                 Qp::new(s, send_cq, recv_cq)
             })
@@ -790,9 +790,17 @@ fn apply_attrs(qp: &mut Qp, attr: &QpAttr) {
     }
 }
 
-/// Back to a fresh QP in RESET: both sides' state is dropped, the attributes too.
+/// Back to a fresh QP in RESET: both sides' state is dropped, the attributes too (and,
+/// where the QP asked for it, its completions still in its CQs).
 fn reset_qp(qp: &mut Qp) {
     let shared = qp.shared.clone();
+    if shared.conduct.purge_cqs_on_reset {
+        let qpn = shared.qpn.value();
+        qp.send_cq.purge_qp(qpn);
+        if !Arc::ptr_eq(&qp.send_cq, &qp.recv_cq) {
+            qp.recv_cq.purge_qp(qpn);
+        }
+    }
     *qp = Qp::new(shared, qp.send_cq.clone(), qp.recv_cq.clone());
     qp.shared.sq_outstanding.store(0, Ordering::Release);
     qp.shared.rq_outstanding.store(0, Ordering::Release);

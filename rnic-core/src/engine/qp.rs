@@ -68,13 +68,36 @@ pub struct QpInit {
     pub recv_cq: Arc<Cq>,
     /// The shared receive queue the responder takes receive WQEs from.
     pub srq: Option<Arc<Srq>>,
+    /// Where the QP behaves as one verbs provider rather than another.
+    pub conduct: QpConduct,
+}
+
+/// What verbs leaves to the provider, chosen per QP: rnic's Rust API checks keys when
+/// work is posted and keeps every completion; its libibverbs behaves as the providers C
+/// programs were written against (rxe, mlx5).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpConduct {
+    /// SGEs' keys checked when the work executes ([`QpInit::keys_at_execution`]).
+    pub keys_at_execution: bool,
+    /// The QP's completions removed from its CQs when it is reset
+    /// ([`QpInit::purge_cqs_on_reset`]).
+    pub purge_cqs_on_reset: bool,
 }
 
 impl QpInit {
     /// A QP of `qp_type` in `pd` with the default [`QpCap`], completions only for
     /// signaled sends, and its own receive queue.
     pub fn new(qp_type: QpType, pd: PdId, send_cq: Arc<Cq>, recv_cq: Arc<Cq>) -> QpInit {
-        QpInit { qp_type, pd, cap: QpCap::default(), sq_sig_all: false, send_cq, recv_cq, srq: None }
+        QpInit {
+            qp_type,
+            pd,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+            send_cq,
+            recv_cq,
+            srq: None,
+            conduct: QpConduct::default(),
+        }
     }
 
     /// With these queue limits.
@@ -97,6 +120,31 @@ impl QpInit {
         self.srq = srq;
         self
     }
+
+    /// With an SGE's memory key, PD, bounds and access checked when the work request
+    /// executes rather than when it is posted: a post succeeds, and a send that names
+    /// memory it may not use completes with `LOC_PROT_ERR` (the QP to error), a receive
+    /// the peer's SEND reaches is NAKed with a remote operational error. What rxe and
+    /// mlx5 do (their post verbs never look at lkeys), and what programs written for them
+    /// expect (rdma-core's `test_mr_rereg_pd` posts a receive over a region moved to
+    /// another PD and waits for the error); the default, checking at post, names the
+    /// fault at the call that made it.
+    #[must_use]
+    pub fn keys_at_execution(mut self, late: bool) -> QpInit {
+        self.conduct.keys_at_execution = late;
+        self
+    }
+
+    /// With the QP's completions still in its CQs removed when it moves to RESET, as
+    /// libmlx5 cleans its CQs in `mlx5_modify_qp` (`mlx5_cq_clean`): a program that
+    /// resets a QP after an error and uses it again polls no stale flush completions
+    /// (rdma-core's `test_mr_rereg_pd` restarts a QP in error this way). The default
+    /// keeps them: nothing is lost that the program did not throw away.
+    #[must_use]
+    pub fn purge_cqs_on_reset(mut self, purge: bool) -> QpInit {
+        self.conduct.purge_cqs_on_reset = purge;
+        self
+    }
 }
 
 /// The part of a QP both the application's handle and the engine see.
@@ -114,6 +162,8 @@ pub struct QpShared {
     pub sq_sig_all: bool,
     /// The shared receive queue the responder takes receive WQEs from, if any.
     pub srq: Option<Arc<Srq>>,
+    /// Where it behaves as one provider rather than another.
+    pub conduct: QpConduct,
     state: AtomicU32,
     /// Send WRs posted and not yet completed.
     pub sq_outstanding: AtomicU32,
@@ -129,6 +179,7 @@ impl QpShared {
         cap: QpCap,
         sq_sig_all: bool,
         srq: Option<Arc<Srq>>,
+        conduct: QpConduct,
     ) -> QpShared {
         QpShared {
             qpn,
@@ -137,6 +188,7 @@ impl QpShared {
             cap,
             sq_sig_all,
             srq,
+            conduct,
             state: AtomicU32::new(QpState::Reset.to_ibv()),
             sq_outstanding: AtomicU32::new(0),
             rq_outstanding: AtomicU32::new(0),
@@ -207,7 +259,8 @@ pub(crate) fn validate_send_into(
         // must still be memory the caller owns: it is read through registered regions when
         // an lkey is valid, otherwise the caller must use the API's inline helper.
         let mut sges = WqeData::no_sges();
-        let len = sges.check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::empty())?;
+        // Inline data is read now: its keys are checked now.
+        let len = sges.check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::empty(), false)?;
         let mut v = vec![0u8; len];
         sges.gather(0, &mut v);
         check_ud_len(shared.qp_type, len)?;
@@ -216,7 +269,7 @@ pub(crate) fn validate_send_into(
         return Ok(());
     }
     let need = if wr.op.writes_local() { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
-    wqe.len = wqe.data.check_sges(mtpt, shared.pd, wr.sg_list, need)?;
+    wqe.len = wqe.data.check_sges(mtpt, shared.pd, wr.sg_list, need, shared.conduct.keys_at_execution)?;
     check_ud_len(shared.qp_type, wqe.len)?;
     reserve(&shared.sq_outstanding, shared.cap.max_send_wr, "send")?;
     Ok(())
@@ -352,7 +405,8 @@ pub(crate) fn validate_recv_into(
     if wr.sg_list.len() > shared.cap.max_recv_sge as usize {
         return Err(PostError::TooManySges { given: wr.sg_list.len(), max: shared.cap.max_recv_sge });
     }
-    wqe.len = wqe.data.check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::LOCAL_WRITE)?;
+    let late = shared.conduct.keys_at_execution;
+    wqe.len = wqe.data.check_sges(mtpt, shared.pd, wr.sg_list, AccessFlags::LOCAL_WRITE, late)?;
     reserve(&shared.rq_outstanding, shared.cap.max_recv_wr, "receive")?;
     Ok(())
 }

@@ -62,6 +62,17 @@ pub(crate) fn transmit(qp: &mut Qp, cx: &mut Ctx, now: Time) {
         } else if f.wqe.fence && qp.req.reads_outstanding > 0 {
             break;
         }
+        if !f.wqe.data.is_live() {
+            // Its memory was deregistered (or re-registered elsewhere) after it was
+            // posted: rxe's requester finds the lkey gone when it copies the payload
+            // (`copy_data`: IB_WC_LOC_PROT_ERR, the QP to error). Completed in order:
+            // once the WQEs before it have.
+            if idx == 0 {
+                fail_front(qp, cx, WcStatus::LocProtErr);
+                return;
+            }
+            break;
+        }
         // A READ/atomic's one request, or a message's packets, as far as the window lets.
         let (sent, finished) = if f.is_read() {
             let sent = send_rd_atomic(qp, cx, now, dst, idx);
@@ -513,9 +524,11 @@ fn read_response(qp: &mut Qp, cx: &mut Ctx, now: Time, repr: &RoceRepr, payload:
             | (Some(Position::Last), false, true)
     );
     if !pos_ok || payload.len() != want || (want > 0 && !f.wqe.data.scatter(offset, payload)) {
-        // IBA 9.9.2.3: an unexpected response is a fatal BAD_RESP_ERR.
-        let _ = f;
-        fail_front(qp, cx, WcStatus::BadRespErr);
+        // IBA 9.9.2.3: an unexpected response is a fatal BAD_RESP_ERR; a READ whose
+        // buffer was deregistered since it was posted, a local protection error (rxe:
+        // the lkey is looked up when the response is copied).
+        let status = if f.wqe.data.is_live() { WcStatus::BadRespErr } else { WcStatus::LocProtErr };
+        fail_front(qp, cx, status);
         return;
     }
     f.read_got += 1;

@@ -487,6 +487,12 @@ pub(crate) fn pump_reads(qp: &mut Qp, cx: &mut Ctx, budget: usize) -> (usize, bo
         } else {
             None
         };
+        if slice.as_ref().is_some_and(|s| !s.is_live()) {
+            // Deregistered while its key was still in the table (a region is retired
+            // after it leaves it): as gone.
+            res.next = res.npkts;
+            continue;
+        }
         while sent < budget && res.next < res.npkts {
             let k = res.next;
             let pos = position(k, res.npkts);
@@ -498,8 +504,10 @@ pub(crate) fn pump_reads(qp: &mut Qp, cx: &mut Ctx, budget: usize) -> (usize, bo
                     out.emit_from_memory(counters, dst, sport, &repr, s.block(), s.block_offset() + offset, zero_copy)
                 }
                 None => out.emit(counters, dst, sport, &repr, |p| {
-                    if let Some(s) = s {
-                        let _ = s.read(offset, p);
+                    // Zeros, never a recycled buffer's old bytes, if the region is being
+                    // deregistered right now.
+                    if s.is_some_and(|s| s.read(offset, p).is_err()) {
+                        p.fill(0);
                     }
                 }),
             }

@@ -33,6 +33,7 @@ fn route(qp: &Qp, f: &InFlight) -> Option<(IpAddr, u32, Option<DethRepr>, usize)
 /// Emits every queued WQE of a UC or UD QP and completes each once its last packet is out.
 pub(crate) fn transmit(qp: &mut Qp, cx: &mut Ctx, _now: Time) {
     let mut completions = Vec::new();
+    let mut failed = None;
     {
         let (out, counters) = (&mut cx.out, &*cx.counters);
         if qp.state != QpState::Rts {
@@ -40,6 +41,14 @@ pub(crate) fn transmit(qp: &mut Qp, cx: &mut Ctx, _now: Time) {
         }
         let transport = if qp.shared.qp_type == QpType::Ud { Transport::Ud } else { Transport::Uc };
         while let Some(front) = qp.req.sq.front() {
+            if !front.wqe.data.is_live() {
+                // Its memory was deregistered after it was posted: rxe's `copy_data` finds
+                // the lkey gone, IB_WC_LOC_PROT_ERR and the QP to error.
+                let f = qp.req.sq.pop_front().expect("front exists");
+                qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
+                failed = Some(WorkCompletion::new(f.wqe.wr_id, WcStatus::LocProtErr, f.wqe.op.wc_opcode(), qp.qpn().value()));
+                break;
+            }
             // Validation guarantees a route (UD destination, UC address vector in RTS) and an
             // operation the transport carries; a WQE without them fails rather than blocking
             // the queue.
@@ -89,5 +98,8 @@ pub(crate) fn transmit(qp: &mut Qp, cx: &mut Ctx, _now: Time) {
     }
     for wc in completions {
         cx.push_wc(qp, CqSide::Send, wc, false);
+    }
+    if let Some(wc) = failed {
+        cx.enter_error(qp, Some(wc));
     }
 }

@@ -205,6 +205,61 @@ int main(void)
 	CHECK(wc.status == IBV_WC_WR_FLUSH_ERR && wc.wr_id == 11, "receive flushed in ERR (status %d)", wc.status);
 	OK("the errored QP flushes a posted receive");
 
+	/* Reset takes a QP's completions out of its CQ (as libmlx5's mlx5_cq_clean): a flushed
+	 * receive left unpolled is gone, and the QP starts clean. */
+	CHECK(ibv_req_notify_cq(b.cq, 0) == 0, "arm b's CQ");
+	post_recv(&b, 12);
+	struct pollfd cfd = { b.ch->fd, POLLIN, 0 };
+	CHECK(poll(&cfd, 1, 5000) == 1 && ibv_get_cq_event(b.ch, &ev_cq, &ev_ctx) == 0 && ev_cq == b.cq,
+	      "the flush completion is in the CQ");
+	ibv_ack_cq_events(b.cq, 1);
+	struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
+	CHECK(ibv_modify_qp(b.qp, &reset, IBV_QP_STATE) == 0 && ibv_modify_qp(a.qp, &reset, IBV_QP_STATE) == 0,
+	      "reset both QPs");
+	struct ibv_wc stale;
+	CHECK(ibv_poll_cq(b.cq, 1, &stale) == 0, "the reset QP's flush completion is gone (got wr_id %lu)",
+	      (unsigned long)stale.wr_id);
+	connect_qp(&a, &b);
+	connect_qp(&b, &a);
+	OK("reset purges the QP's completions; the QPs connect again");
+
+	/* Keys are checked when the work runs (rxe, mlx5): a receive posted into a region
+	 * deregistered afterwards is never written (the buffer is freed at once), the SEND that
+	 * reaches it is NAKed REM_OP_ERR; a send naming a key that does not exist posts and
+	 * completes LOC_PROT_ERR. */
+	char *tmp = aligned_alloc(4096, 4096);
+	memset(tmp, 0x77, 4096);
+	struct ibv_mr *tmp_mr = ibv_reg_mr(b.pd, tmp, 4096, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(tmp_mr, "reg_mr (temporary)");
+	struct ibv_sge tsge = { (uintptr_t)tmp, 64, tmp_mr->lkey };
+	struct ibv_recv_wr trw = { .wr_id = 13, .sg_list = &tsge, .num_sge = 1 }, *bad_rw;
+	CHECK(ibv_post_recv(b.qp, &trw, &bad_rw) == 0, "post_recv into the temporary region");
+	CHECK(ibv_dereg_mr(tmp_mr) == 0, "dereg_mr with a receive posted");
+	CHECK((unsigned char)tmp[0] == 0x77 && (unsigned char)tmp[63] == 0x77, "untouched before the SEND");
+	free(tmp);
+	wr = (struct ibv_send_wr){ .wr_id = 14, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				   .send_flags = IBV_SEND_SIGNALED };
+	sge.length = 64;
+	CHECK(ibv_post_send(a.qp, &wr, &bad_wr) == 0, "post SEND");
+	wc = wait_wc(a.cq, "SEND into a deregistered receive");
+	CHECK(wc.status == IBV_WC_REM_OP_ERR && wc.wr_id == 14, "REM_OP_ERR (status %d: %s)", wc.status,
+	      ibv_wc_status_str(wc.status));
+	wc = wait_wc(b.cq, "the deregistered receive");
+	CHECK(wc.wr_id == 13 && wc.status != IBV_WC_SUCCESS, "receive 13 in error (wr_id %lu status %d)",
+	      (unsigned long)wc.wr_id, wc.status);
+	CHECK(ibv_modify_qp(b.qp, &reset, IBV_QP_STATE) == 0 && ibv_modify_qp(a.qp, &reset, IBV_QP_STATE) == 0,
+	      "reset both QPs");
+	connect_qp(&a, &b);
+	connect_qp(&b, &a);
+	struct ibv_sge nokey = { (uintptr_t)a.buf, 8, 0xdead00 };
+	wr = (struct ibv_send_wr){ .wr_id = 15, .sg_list = &nokey, .num_sge = 1, .opcode = IBV_WR_SEND,
+				   .send_flags = IBV_SEND_SIGNALED };
+	CHECK(ibv_post_send(a.qp, &wr, &bad_wr) == 0, "post_send with an unknown lkey is accepted");
+	wc = wait_wc(a.cq, "the unknown lkey");
+	CHECK(wc.status == IBV_WC_LOC_PROT_ERR && wc.wr_id == 15, "LOC_PROT_ERR (status %d: %s)", wc.status,
+	      ibv_wc_status_str(wc.status));
+	OK("keys checked when the work runs: deregistered receive never written, unknown lkey LOC_PROT_ERR");
+
 	CHECK(ibv_destroy_qp(a.qp) == 0 && ibv_destroy_qp(b.qp) == 0, "destroy_qp");
 	CHECK(ibv_destroy_cq(a.cq) == 0 && ibv_destroy_cq(b.cq) == 0, "destroy_cq");
 	CHECK(ibv_destroy_comp_channel(a.ch) == 0 && ibv_destroy_comp_channel(b.ch) == 0, "destroy_comp_channel");
