@@ -8,7 +8,7 @@
 
 use crate::ctx::{ctx_of, CtxShared, MAX_CQE};
 use crate::{diag, guard, set_errno, Users};
-use libc::{c_int, c_void};
+use libc::{c_int, c_uint, c_void};
 use parking_lot::Mutex;
 use rnic_core::cq::CqNotifier;
 use rnic_core::device::Device;
@@ -40,11 +40,15 @@ pub struct Channel {
     ctx: std::sync::Weak<CtxShared>,
 }
 
-/// An `ibv_cq`.
+/// An `ibv_cq`, or an `ibv_cq_ex` (`ibv_create_cq_ex`), whose first fields are an
+/// `ibv_cq`'s: a pointer to either is a pointer to this (`ibv_cq_ex_to_cq` is a cast).
 #[repr(C)]
 pub struct Cq {
-    pub ibv: ibv_cq,
+    pub ibv: ibv_cq_ex,
     pub cq: Arc<rnic_core::cq::Cq>,
+    /// The completion `ibv_start_poll` / `ibv_next_poll` made current, which the
+    /// `ibv_wc_read_*` functions read (extended CQs).
+    current: Mutex<WorkCompletion>,
     pub core: Device,
     pub(crate) ctx: Arc<CtxShared>,
     chan: Option<Arc<ChanShared>>,
@@ -102,22 +106,102 @@ pub unsafe extern "C" fn ibv_create_cq(
     comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard(null_mut(), || {
-        // SAFETY: a context we handed out.
-        let Some(ctx) = (unsafe { ctx_of(context) }) else {
-            set_errno(libc::EINVAL);
-            return null_mut();
-        };
-        // The context has one completion vector (num_comp_vectors 1); uverbs refuses
-        // a vector at or past the context's count.
-        if !(0..1).contains(&comp_vector) {
-            crate::diag(format!("ibv_create_cq: completion vector {comp_vector}: the context has 1 (vector 0)"));
+        let vector = u32::try_from(comp_vector).unwrap_or(u32::MAX);
+        let cqe = u32::try_from(cqe).unwrap_or(0);
+        create(context, cqe, cq_context, channel, vector, "ibv_create_cq").map_or(null_mut(), |c| c.cast())
+    })
+}
+
+/// The create flags an extended CQ takes: single-threaded polling is a promise the
+/// program makes, which costs nothing to accept (the CQ is lock-free either way).
+/// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN` is refused: an overrun CQ here is in error (IBA
+/// 11.4.2.1), as everything that completes into it expects.
+const CQ_EX_FLAGS: u32 = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
+
+/// `ibv_create_cq_ex` (through `verbs_context.create_cq_ex`): a CQ polled through
+/// `ibv_start_poll`, `ibv_next_poll`, `ibv_end_poll` and the `ibv_wc_read_*` functions,
+/// as well as through `ibv_poll_cq`. The standard fields are readable (byte length,
+/// immediate data, QP number, source QP, SLID, SL, DLID path bits: rxe's set);
+/// timestamps, CVLAN, flow tags and tag matching are `EOPNOTSUPP`, as is a parent domain.
+pub(crate) unsafe extern "C" fn create_cq_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    guard(null_mut(), || {
+        if attr.is_null() {
             set_errno(libc::EINVAL);
             return null_mut();
         }
-        let Some(depth) = u32::try_from(cqe).ok().filter(|d| (1..=MAX_CQE).contains(d)) else {
-            crate::diag(format!("ibv_create_cq: {cqe} entries asked, the device allows 1..={MAX_CQE}"));
-            set_errno(libc::EINVAL);
+        // SAFETY: the caller's attributes.
+        let a = unsafe { &*attr };
+        let unsupported = a.wc_flags & !IBV_WC_STANDARD_FLAGS;
+        if unsupported != 0 {
+            diag(format!("ibv_create_cq_ex: wc_flags {unsupported:#x} are not supported (only IBV_WC_STANDARD_FLAGS)"));
+            set_errno(libc::EOPNOTSUPP);
             return null_mut();
+        }
+        if a.comp_mask & !IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 {
+            diag("ibv_create_cq_ex: a parent domain (IBV_CQ_INIT_ATTR_MASK_PD) is not supported");
+            set_errno(libc::EOPNOTSUPP);
+            return null_mut();
+        }
+        let flags = if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 { a.flags } else { 0 };
+        if flags & !CQ_EX_FLAGS != 0 {
+            diag(format!(
+                "ibv_create_cq_ex: create flags {:#x} are not supported (IGNORE_OVERRUN: an overrun CQ is in error)",
+                flags & !CQ_EX_FLAGS
+            ));
+            set_errno(libc::EOPNOTSUPP);
+            return null_mut();
+        }
+        let Some(c) = create(context, a.cqe, a.cq_context, a.channel, a.comp_vector, "ibv_create_cq_ex") else {
+            return null_mut();
+        };
+        // SAFETY: just made, not yet handed out.
+        let ex = unsafe { &mut (*c).ibv };
+        ex.start_poll = Some(start_poll);
+        ex.next_poll = Some(next_poll);
+        ex.end_poll = Some(end_poll);
+        ex.read_opcode = Some(read_opcode);
+        ex.read_vendor_err = Some(read_vendor_err);
+        ex.read_byte_len = Some(read_byte_len);
+        ex.read_imm_data = Some(read_imm_data);
+        ex.read_qp_num = Some(read_qp_num);
+        ex.read_src_qp = Some(read_src_qp);
+        ex.read_wc_flags = Some(read_wc_flags);
+        ex.read_slid = Some(read_slid);
+        ex.read_sl = Some(read_sl);
+        ex.read_dlid_path_bits = Some(read_dlid_path_bits);
+        c.cast()
+    })
+}
+
+/// A CQ of `cqe` entries (checked as uverbs checks them), `None` with errno set.
+fn create(
+    context: *mut ibv_context,
+    cqe: u32,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: u32,
+    verb: &str,
+) -> Option<*mut Cq> {
+    {
+        // SAFETY: a context we handed out.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else {
+            set_errno(libc::EINVAL);
+            return None;
+        };
+        // The context has one completion vector (num_comp_vectors 1); uverbs refuses
+        // a vector at or past the context's count.
+        if comp_vector != 0 {
+            crate::diag(format!("{verb}: completion vector {comp_vector}: the context has 1 (vector 0)"));
+            set_errno(libc::EINVAL);
+            return None;
+        }
+        let Some(depth) = Some(cqe).filter(|d| (1..=MAX_CQE).contains(d)) else {
+            crate::diag(format!("{verb}: {cqe} entries asked, the device allows 1..={MAX_CQE}"));
+            set_errno(libc::EINVAL);
+            return None;
         };
         let chan = if channel.is_null() {
             None
@@ -125,9 +209,9 @@ pub unsafe extern "C" fn ibv_create_cq(
             // SAFETY: a channel we handed out.
             let ch = unsafe { &*channel.cast::<Channel>() };
             if !std::ptr::eq(ch.ctx.as_ptr(), Arc::as_ptr(&ctx.sh)) {
-                diag("ibv_create_cq: the completion channel belongs to another context");
+                diag(format!("{verb}: the completion channel belongs to another context"));
                 set_errno(libc::EINVAL);
-                return null_mut();
+                return None;
             }
             Some(ch.sh.clone())
         };
@@ -135,20 +219,22 @@ pub unsafe extern "C" fn ibv_create_cq(
             Ok(c) => c,
             Err(e) => {
                 set_errno(e);
-                return null_mut();
+                return None;
             }
         };
         let cq = core.create_cq(depth as usize);
-        // SAFETY: all-zero is a valid ibv_cq (pointers, integers, glibc's zero mutex/cond).
-        let mut ibv: ibv_cq = unsafe { std::mem::zeroed() };
+        // SAFETY: all-zero is a valid ibv_cq_ex (pointers, integers, glibc's zero
+        // mutex/cond, `None` function pointers).
+        let mut ibv: ibv_cq_ex = unsafe { std::mem::zeroed() };
         ibv.context = context;
         ibv.channel = channel;
         ibv.cq_context = cq_context;
         ibv.handle = cq.id();
-        ibv.cqe = cqe;
+        ibv.cqe = c_int::try_from(depth).unwrap_or(c_int::MAX);
         let id = cq.id();
         let ptr = Box::into_raw(Box::new(Cq {
             ibv,
+            current: Mutex::new(WorkCompletion::default()),
             cq: cq.clone(),
             core,
             ctx: ctx.sh.clone(),
@@ -166,8 +252,108 @@ pub unsafe extern "C" fn ibv_create_cq(
             }))));
         }
         ctx.sh.cqs.lock().insert(id, ptr as usize);
-        ptr.cast()
-    })
+        Some(ptr)
+    }
+}
+
+// The extended CQ's polling functions (`ibv_cq_ex`'s pointers). Between a start that
+// found a completion and the end, the program reads the current one; `status` and
+// `wr_id` it reads from the struct itself.
+
+/// The CQ behind an `ibv_cq_ex` we handed out.
+unsafe fn ex_of<'a>(cq: *mut ibv_cq_ex) -> Option<&'a Cq> {
+    // SAFETY: every ibv_cq_ex we hand out is the first field of a live Cq.
+    unsafe { cq_of(cq.cast()) }
+}
+
+/// Takes the next completion into `current` and the struct's `status` and `wr_id`:
+/// 0, or ENOENT when none waits.
+unsafe fn advance(cq: *mut ibv_cq_ex, c: &Cq, progress: bool) -> c_int {
+    let mut wc = c.cq.poll_one();
+    if wc.is_none() && progress {
+        // As `ibv_poll_cq`: a busy poller runs a round itself rather than wait for the
+        // progress thread.
+        c.core.progress_shared();
+        wc = c.cq.poll_one();
+    }
+    let Some(wc) = wc else { return libc::ENOENT };
+    *c.current.lock() = wc;
+    // SAFETY: the program's ibv_cq_ex (our Cq's first field); it reads these two after
+    // the call returns, from the thread that polls.
+    unsafe {
+        (*cq).status = wc_status(wc.status);
+        (*cq).wr_id = wc.wr_id;
+    }
+    0
+}
+
+unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, _attr: *mut ibv_poll_cq_attr) -> c_int {
+    // SAFETY: an extended CQ we handed out.
+    let Some(c) = (unsafe { ex_of(cq) }) else { return libc::EINVAL };
+    // SAFETY: as above.
+    unsafe { advance(cq, c, true) }
+}
+
+unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
+    // SAFETY: an extended CQ we handed out.
+    let Some(c) = (unsafe { ex_of(cq) }) else { return libc::EINVAL };
+    // SAFETY: as above.
+    unsafe { advance(cq, c, false) }
+}
+
+unsafe extern "C" fn end_poll(_cq: *mut ibv_cq_ex) {}
+
+/// The current completion of an extended CQ (a default one for a pointer not ours).
+unsafe fn current(cq: *mut ibv_cq_ex) -> WorkCompletion {
+    // SAFETY: an extended CQ we handed out.
+    unsafe { ex_of(cq) }.map(|c| *c.current.lock()).unwrap_or_default()
+}
+
+unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> ibv_wc_opcode {
+    // SAFETY: the caller's CQ.
+    wc_opcode(unsafe { current(cq) }.opcode)
+}
+
+unsafe extern "C" fn read_vendor_err(_cq: *mut ibv_cq_ex) -> u32 {
+    0
+}
+
+unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
+    // SAFETY: the caller's CQ.
+    unsafe { current(cq) }.byte_len
+}
+
+unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
+    // SAFETY: the caller's CQ.
+    to_ibv_wc(&unsafe { current(cq) }).imm_data
+}
+
+unsafe extern "C" fn read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
+    // SAFETY: the caller's CQ.
+    unsafe { current(cq) }.qp_num
+}
+
+unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
+    // SAFETY: the caller's CQ.
+    unsafe { current(cq) }.src_qp
+}
+
+unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> c_uint {
+    // SAFETY: the caller's CQ.
+    to_ibv_wc(&unsafe { current(cq) }).wc_flags
+}
+
+unsafe extern "C" fn read_slid(_cq: *mut ibv_cq_ex) -> u32 {
+    0
+}
+
+unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
+    // SAFETY: the caller's CQ.
+    to_ibv_wc(&unsafe { current(cq) }).sl
+}
+
+unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {
+    0
 }
 
 #[no_mangle]

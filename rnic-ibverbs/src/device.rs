@@ -120,6 +120,7 @@ const OPS: verbs_context = {
     v.query_port = Some(query_port_ex);
     v.query_device_ex = Some(query_device_ex);
     v.create_qp_ex = Some(qp::create_qp_ex);
+    v.create_cq_ex = Some(cq::create_cq_ex);
     v.context.ops._compat_query_device = Some(ibv_query_device);
     v.context.ops.poll_cq = Some(cq::poll_cq);
     v.context.ops.req_notify_cq = Some(cq::req_notify_cq);

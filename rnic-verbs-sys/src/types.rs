@@ -549,6 +549,22 @@ pub const IBV_WC_EX_WITH_SL: u64 = 1 << 5;
 pub const IBV_WC_EX_WITH_DLID_PATH_BITS: u64 = 1 << 6;
 /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`.
 pub const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
+/// `IBV_WC_STANDARD_FLAGS`: byte length, immediate, QP number, source QP, SLID, SL,
+/// DLID path bits.
+pub const IBV_WC_STANDARD_FLAGS: u64 = IBV_WC_EX_WITH_BYTE_LEN
+    | IBV_WC_EX_WITH_IMM
+    | IBV_WC_EX_WITH_QP_NUM
+    | IBV_WC_EX_WITH_SRC_QP
+    | IBV_WC_EX_WITH_SLID
+    | IBV_WC_EX_WITH_SL
+    | IBV_WC_EX_WITH_DLID_PATH_BITS;
+
+/// `enum ibv_create_cq_attr_flags` (`ibv_cq_init_attr_ex::flags`).
+pub type ibv_create_cq_attr_flags = u32;
+/// `IBV_CREATE_CQ_ATTR_SINGLE_THREADED`.
+pub const IBV_CREATE_CQ_ATTR_SINGLE_THREADED: ibv_create_cq_attr_flags = 1 << 0;
+/// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`.
+pub const IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: ibv_create_cq_attr_flags = 1 << 1;
 
 /// `IBV_SYSFS_NAME_MAX`.
 pub const IBV_SYSFS_NAME_MAX: usize = 64;

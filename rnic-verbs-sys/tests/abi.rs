@@ -391,6 +391,9 @@ fn constants() -> Vec<(&'static str, i128)> {
         IBV_WC_EX_WITH_SL,
         IBV_WC_EX_WITH_DLID_PATH_BITS,
         IBV_WC_EX_WITH_COMPLETION_TIMESTAMP,
+        IBV_WC_STANDARD_FLAGS,
+        IBV_CREATE_CQ_ATTR_SINGLE_THREADED,
+        IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN,
         IBV_SYSFS_NAME_MAX,
         IBV_SYSFS_PATH_MAX,
     );
