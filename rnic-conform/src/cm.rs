@@ -21,7 +21,9 @@ pub struct Connection {
     pub local_qpn: u32,
     /// The peer's QPN.
     pub remote_qpn: u32,
-    /// The first PSN the tester sends (the peer's expected PSN).
+    /// The first PSN the tester sends: the REP's starting PSN, the PSN the peer's QP
+    /// expects (as Linux's CM and rnic's fill it: the REQ's starting PSN is what the
+    /// active side expects to receive; seen in tools/tests/data/rping_rdmacm.pcap).
     pub start_psn: u32,
     /// Path MTU code asked for (IBA Table 106: 1 = 256 ... 5 = 4096).
     pub mtu_code: u8,
@@ -38,7 +40,7 @@ pub struct Request {
     pub port: u16,
     /// QPN the tester plays.
     pub qpn: u32,
-    /// First PSN the tester sends.
+    /// The PSN the tester expects its peer's requests to start at (it sends none).
     pub psn: u32,
     /// Path MTU code.
     pub mtu_code: u8,
@@ -161,7 +163,7 @@ pub fn connect(link: &mut Link, req: Request, wait: Duration) -> Result<Connecti
     Ok(Connection {
         local_qpn: req.qpn & 0xff_ffff,
         remote_qpn: rep.local_qpn & 0xff_ffff,
-        start_psn: req.psn & 0xff_ffff,
+        start_psn: rep.starting_psn & 0xff_ffff,
         mtu_code: req.mtu_code,
         private_data: rep.private_data.to_vec(),
         local_comm_id: req.comm_id,

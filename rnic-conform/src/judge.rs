@@ -5,7 +5,7 @@
 //!   coalesced).
 //! - Positive ACKs may be coalesced (IBA 9.7.5.1.1): each ACK seen must match one the
 //!   model allows (PSN and MSN), in order, and the last one the rules require must be
-//!   answered by it or a later one.
+//!   answered by it, a later one, or a NAK after it.
 
 use crate::model::Answer;
 use rnic_wire::aeth::Syndrome;
@@ -81,6 +81,15 @@ pub fn judge(want: &[Answer], seen: &[Answer]) -> Result<(), String> {
             None => {
                 let allowed: Vec<&Answer> = wa.get(at..).unwrap_or(&[]).to_vec();
                 return Err(format!("{a} acknowledges nothing the rules allow at that point (allowed: {})", list(&allowed)));
+            }
+        }
+    }
+    // A NAK or RNR NAK also acknowledges every request before its PSN (IBA 9.7.5.1.1,
+    // the requester's view in 9.7.5.2: a NAK's PSN is the first request not done).
+    for a in seen {
+        if let Answer::Nak { psn, .. } | Answer::Rnr { psn, .. } = a {
+            if let Some(k) = wa.iter().rposition(|w| matches!(w, Answer::Ack { hi, .. } if hi.distance(*psn) > 0)) {
+                reached = reached.max(Some(k));
             }
         }
     }

@@ -163,6 +163,9 @@ pub struct Request {
     pub payload: Vec<u8>,
     /// The pad count on the wire, where the tester wrote one other than the payload's.
     pub pad: Option<u8>,
+    /// Sent only once the peer has gone quiet (a retransmission comes after its timer,
+    /// when the original's answer has had time to leave).
+    pub settle: bool,
 }
 
 impl Responder {
