@@ -67,12 +67,12 @@ impl Advert {
 
 /// The initial contents of the read/write region.
 pub fn rw_pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i.wrapping_mul(7).wrapping_add(3) & 0xff) as u8).collect()
+    (0..len).map(|i| i.wrapping_mul(7).wrapping_add(3).to_le_bytes()[0]).collect()
 }
 
 /// The initial contents of the read-only region.
 pub fn ro_pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i.wrapping_mul(5).wrapping_add(1) & 0xff) as u8).collect()
+    (0..len).map(|i| i.wrapping_mul(5).wrapping_add(1).to_le_bytes()[0]).collect()
 }
 
 /// What a scenario's requests are built from.
@@ -143,7 +143,7 @@ fn later(mut r: Request) -> Request {
 }
 
 fn data(seed: u8, n: usize) -> Vec<u8> {
-    (0..n).map(|i| seed.wrapping_add((i % 251) as u8)).collect()
+    (0..n).map(|i| seed.wrapping_add((i % 251).to_le_bytes()[0])).collect()
 }
 
 /// Every scenario, in the order they run.
