@@ -115,10 +115,21 @@ fn a_responder_that_answers_twice_fails_the_rules_it_breaks() {
         v => panic!("psn-ahead: {v:?}\n{report}"),
     }
     assert!(matches!(verdict("duplicate-read"), Verdict::Diverges(_)), "{report}");
-    // Repeated ACKs break no rule (IBA 9.7.5.1.1 lets any ACK be sent again): still passes.
-    assert_eq!(verdict("send-in-order"), &Verdict::Pass, "{report}");
+    // A fatal NAK sent twice (the second after the QP is in the Error state, IBA 9.9.3.1).
+    assert!(matches!(verdict("write-bad-rkey"), Verdict::Diverges(_)), "{report}");
     // Every divergence carries its exchange.
     for o in out.iter().filter(|o| matches!(o.verdict, Verdict::Diverges(_))) {
         assert!(!o.capture.is_empty(), "{}: no capture", o.name);
     }
+    // ... which Wireshark decodes with every ICRC right (when tshark is installed).
+    let o = out.iter().find(|o| o.name == "psn-ahead").unwrap();
+    let pcap = std::env::temp_dir().join(format!("rnic-conform-{}.pcap", std::process::id()));
+    std::fs::write(&pcap, rnic_conform::link::pcap(&o.capture)).unwrap();
+    if Command::new("tshark").arg("--version").stdout(Stdio::null()).status().is_ok_and(|s| s.success()) {
+        let check = root().join("../shared/vectors/check_pcap.sh");
+        let r = Command::new(check).arg(&pcap).output().unwrap();
+        let text = String::from_utf8_lossy(&r.stdout);
+        assert!(r.status.success() && text.contains(", 0 bad"), "check_pcap.sh: {text}");
+    }
+    let _ = std::fs::remove_file(&pcap);
 }
