@@ -6,7 +6,7 @@
 //! the rnic UDP transport sends, so the ICRC in the file checks out), TTL 64, UDP
 //! checksum 0 as rxe sends it.
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use rnic_wire::ethernet::{EthernetRepr, MacAddr};
 use rnic_wire::frame::IpRepr;
 use rnic_wire::ipv4::{self, Ipv4Repr};
@@ -123,21 +123,59 @@ impl Capture {
     }
 
     fn write_frame(&self, frame: &[u8]) {
-        let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-        let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
-        let mut rec = [0u8; 16];
-        rec[0..4].copy_from_slice(&u32::try_from(ts.as_secs()).unwrap_or(u32::MAX).to_le_bytes());
-        rec[4..8].copy_from_slice(&ts.subsec_micros().to_le_bytes());
-        rec[8..12].copy_from_slice(&len.to_le_bytes());
-        rec[12..16].copy_from_slice(&len.to_le_bytes());
         let mut w = self.w.lock();
-        let _ = w.write_all(&rec).and_then(|()| w.write_all(frame));
+        write_record(&mut w, now(), frame);
+    }
+
+    /// Holds the file for a send: the timestamp is taken now, before the packets go out,
+    /// and nothing else enters the file until the holder has recorded what it sent and
+    /// let go. A peer's answer, whether this process records it (another device here)
+    /// or another process does, is therefore stamped later and, in this file, written
+    /// later than the request it answers, while only the packets the kernel took are
+    /// recorded, each with the IPv4 ID it went out with.
+    pub fn hold(&self) -> Held<'_> {
+        let w = self.w.lock();
+        Held { ts: now(), w }
     }
 
     /// Flushes buffered packets to the file.
     pub fn flush(&self) {
         let _ = self.w.lock().flush();
     }
+}
+
+/// The capture held for one send (see [`Capture::hold`]).
+pub struct Held<'a> {
+    w: MutexGuard<'a, BufWriter<File>>,
+    ts: Duration,
+}
+
+impl std::fmt::Debug for Held<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held").field("ts", &self.ts).finish()
+    }
+}
+
+impl Held<'_> {
+    /// [`Capture::record_ipv4_id`], stamped with the time the capture was held.
+    pub fn record_ipv4_id(&mut self, src: IpAddr, dst: IpAddr, ports: (u16, u16), ident: u16, roce: &[u8]) {
+        write_record(&mut self.w, self.ts, &frame_with_ipv4_id(src, dst, ports.0, ports.1, ident, roce));
+    }
+}
+
+fn now() -> Duration {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO)
+}
+
+/// One pcap record: timestamp, captured and original length, the frame.
+fn write_record(w: &mut BufWriter<File>, ts: Duration, frame: &[u8]) {
+    let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
+    let mut rec = [0u8; 16];
+    rec[0..4].copy_from_slice(&u32::try_from(ts.as_secs()).unwrap_or(u32::MAX).to_le_bytes());
+    rec[4..8].copy_from_slice(&ts.subsec_micros().to_le_bytes());
+    rec[8..12].copy_from_slice(&len.to_le_bytes());
+    rec[12..16].copy_from_slice(&len.to_le_bytes());
+    let _ = w.write_all(&rec).and_then(|()| w.write_all(frame));
 }
 
 impl Drop for Capture {

@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 mod capture;
+mod conform;
 mod decode;
 mod demo;
 mod devinfo;
@@ -49,6 +50,9 @@ enum Command {
     Devinfo(devinfo::Args),
     /// Run an unmodified libibverbs program (ibv_rc_pingpong, perftest, ...) on rnic's devices.
     Exec(exec::Args),
+    /// Test another RoCE implementation: connect to its responder program and judge its
+    /// answers to scenarios, one IBA rule each.
+    Conform(conform::Args),
 }
 
 fn main() -> ExitCode {
@@ -63,5 +67,6 @@ fn main() -> ExitCode {
         Command::Perf(args) => perf::run(args),
         Command::Devinfo(args) => devinfo::run(args),
         Command::Exec(args) => exec::run(args),
+        Command::Conform(args) => conform::run(args),
     }
 }

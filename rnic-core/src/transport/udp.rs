@@ -332,6 +332,11 @@ impl Tx {
         let mut resume = batch.len();
         while m < msgs.len() {
             let chunk = &msgs[m..msgs.len().min(m + TX_MSGS)];
+            // Causal captures: the capture is held (and its timestamp taken) before the
+            // system call, so the peer's answer cannot be written or stamped ahead of
+            // the request it answers; the packets are recorded once the kernel says
+            // which it took.
+            let mut held = self.capture.as_ref().map(|c| c.hold());
             crate::hop_trace::mark(crate::hop_trace::Step::SendCalled);
             let sent = rnic_io::send_msgs_with(&self.sock, &mut self.scratch, chunk);
             crate::hop_trace::mark(crate::hop_trace::Step::Send);
@@ -341,7 +346,7 @@ impl Tx {
                         if e - a > 1 {
                             counters.tx_gso_batches.fetch_add(1, Ordering::Relaxed);
                         }
-                        if let Some(c) = &self.capture {
+                        if let Some(c) = &mut held {
                             for (id, k) in (a..e).enumerate() {
                                 let id = if e - a > 1 { u16::try_from(id).unwrap_or(0) } else { 0 };
                                 let ports = (self.local.port(), ROCEV2_UDP_PORT);

@@ -1,0 +1,135 @@
+//! The tester against rnic itself: the lab responder (`tools/conform/responder.c`, an
+//! ordinary librdmacm program) on rnic's libraries in another process, every scenario
+//! judged by the model. Then the same responder with a planted rule violation (its
+//! device sends every packet twice, `RNIC_FAULTS=dup=1`: a second PSN sequence error NAK
+//! breaks IBA 9.7.5.1.2, a READ answered twice breaks the one-response-per-PSN rule) must
+//! fail exactly those scenarios: the oracle judges, it does not echo.
+//!
+//! Needs cc, the rdma-core headers and scripts/build-ibverbs.sh; without them each test
+//! says why it is skipped.
+
+use rnic_conform::link::Link;
+use rnic_conform::scenario::{self, Options, Outcome, Verdict};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+fn root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+/// rnic's libibverbs/librdmacm and the compiled responder, or why not.
+fn setup() -> Result<(PathBuf, PathBuf), String> {
+    static S: OnceLock<Result<(PathBuf, PathBuf), String>> = OnceLock::new();
+    S.get_or_init(|| {
+        if Command::new("cc").arg("--version").output().is_err() {
+            return Err("no C compiler (cc)".into());
+        }
+        if !Path::new("/usr/include/rdma/rdma_cma.h").is_file() {
+            return Err("no /usr/include/rdma/rdma_cma.h (apt-get install librdmacm-dev)".into());
+        }
+        let out = Command::new(root().join("scripts/build-ibverbs.sh"))
+            .arg("--debug")
+            .current_dir(root())
+            .output()
+            .map_err(|e| format!("scripts/build-ibverbs.sh: {e}"))?;
+        assert!(out.status.success(), "build-ibverbs.sh failed: {}", String::from_utf8_lossy(&out.stderr));
+        let exe = std::env::temp_dir().join(format!("rnic-conform-responder-{}", std::process::id()));
+        let cc = Command::new("cc")
+            .args(["-O2", "-Wall", "-o"])
+            .arg(&exe)
+            .arg(root().join("tools/conform/responder.c"))
+            .args(["-lrdmacm", "-libverbs"])
+            .output()
+            .map_err(|e| format!("cc: {e}"))?;
+        assert!(cc.status.success(), "responder.c does not compile: {}", String::from_utf8_lossy(&cc.stderr));
+        Ok((root().join("target/rnic-ibverbs-debug"), exe))
+    })
+    .clone()
+}
+
+struct Responder(Child);
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the responder on rnic0 at `ip`, port `port`, with `faults` if any; returns once
+/// it listens.
+fn responder(libs: &Path, exe: &Path, ip: &str, port: u16, faults: Option<&str>) -> Responder {
+    let mut c = Command::new(exe);
+    c.arg(port.to_string())
+        .env("LD_LIBRARY_PATH", libs)
+        .env("RNIC_DEVICES", format!("rnic0={ip}"))
+        .env("RNIC_SPIN_US", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if let Some(f) = faults {
+        c.env("RNIC_FAULTS", f);
+    }
+    let mut child = c.spawn().expect("start the responder");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.contains("listening"), "the responder said {line:?}");
+    Responder(child)
+}
+
+fn run_all(local: &str, peer: &str, port: u16) -> Vec<Outcome> {
+    let mut link = Link::open(local.parse().unwrap(), peer.parse().unwrap()).unwrap();
+    let o = Options { port, ..Options::default() };
+    scenario::all().iter().enumerate().map(|(n, s)| scenario::run(&mut link, s, u32::try_from(n).unwrap(), &o)).collect()
+}
+
+#[test]
+fn rnic_passes_every_scenario() {
+    let (libs, exe) = match setup() {
+        Ok(x) => x,
+        Err(why) => return eprintln!("skipped: {why}"),
+    };
+    let _r = responder(&libs, &exe, "127.0.105.2", 7471, None);
+    let out = run_all("127.0.105.1", "127.0.105.2", 7471);
+    let report = scenario::report(&out);
+    println!("{report}");
+    assert_eq!(out.len(), scenario::all().len());
+    assert!(out.iter().all(|o| o.verdict == Verdict::Pass), "{report}");
+}
+
+#[test]
+fn a_responder_that_answers_twice_fails_the_rules_it_breaks() {
+    let (libs, exe) = match setup() {
+        Ok(x) => x,
+        Err(why) => return eprintln!("skipped: {why}"),
+    };
+    let _r = responder(&libs, &exe, "127.0.106.2", 7472, Some("dup=1"));
+    let out = run_all("127.0.106.1", "127.0.106.2", 7472);
+    let report = scenario::report(&out);
+    println!("{report}");
+    let verdict = |name: &str| &out.iter().find(|o| o.name == name).unwrap().verdict;
+    // One sequence-error NAK is the rule; the planted fault sends two.
+    match verdict("psn-ahead") {
+        Verdict::Diverges(why) => assert!(why.contains("PSN_SEQUENCE_ERROR") && why.contains("observed"), "{why}"),
+        v => panic!("psn-ahead: {v:?}\n{report}"),
+    }
+    assert!(matches!(verdict("duplicate-read"), Verdict::Diverges(_)), "{report}");
+    // A fatal NAK sent twice (the second after the QP is in the Error state, IBA 9.9.3.1).
+    assert!(matches!(verdict("write-bad-rkey"), Verdict::Diverges(_)), "{report}");
+    // Every divergence carries its exchange.
+    for o in out.iter().filter(|o| matches!(o.verdict, Verdict::Diverges(_))) {
+        assert!(!o.capture.is_empty(), "{}: no capture", o.name);
+    }
+    // ... which Wireshark decodes with every ICRC right (when tshark is installed).
+    let o = out.iter().find(|o| o.name == "psn-ahead").unwrap();
+    let pcap = std::env::temp_dir().join(format!("rnic-conform-{}.pcap", std::process::id()));
+    std::fs::write(&pcap, rnic_conform::link::pcap(&o.capture)).unwrap();
+    if Command::new("tshark").arg("--version").stdout(Stdio::null()).status().is_ok_and(|s| s.success()) {
+        let check = root().join("../shared/vectors/check_pcap.sh");
+        let r = Command::new(check).arg(&pcap).output().unwrap();
+        let text = String::from_utf8_lossy(&r.stdout);
+        assert!(r.status.success() && text.contains(", 0 bad"), "check_pcap.sh: {text}");
+    }
+    let _ = std::fs::remove_file(&pcap);
+}
