@@ -21,6 +21,9 @@ use parking_lot::RwLock;
 
 use crate::mem::{to_u64, MemBlock, MemError};
 
+mod window;
+pub use window::{Bind, BindError, MwType};
+
 bitflags::bitflags! {
     /// Access rights of a memory region (the `ibv_access_flags` values).
     #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -34,6 +37,8 @@ bitflags::bitflags! {
         const REMOTE_READ = 4;
         /// Peers may run atomics on the region. `IBV_ACCESS_REMOTE_ATOMIC`.
         const REMOTE_ATOMIC = 8;
+        /// Memory windows may be bound to the region (`IBV_ACCESS_MW_BIND`).
+        const MW_BIND = 1 << 4;
         /// Peers may FLUSH the region for global visibility. `IBV_ACCESS_FLUSH_GLOBAL`.
         const FLUSH_GLOBAL = 1 << 8;
         /// Peers may FLUSH the region to persistence. `IBV_ACCESS_FLUSH_PERSISTENT`. Our
@@ -156,6 +161,15 @@ pub enum MrError {
         /// The key given.
         key: u32,
     },
+    /// Memory windows are bound to the region: it cannot be deregistered until they are
+    /// invalidated or deallocated (IBA 10.6.7.1, rxe `rxe_dereg_mr`).
+    #[error("memory region {key:#x} has {windows} memory window(s) bound to it")]
+    WindowsBound {
+        /// The region's key.
+        key: u32,
+        /// Windows bound to it.
+        windows: u32,
+    },
 }
 
 /// Why an lkey / rkey check failed. The checks run in the order of the variants.
@@ -221,6 +235,16 @@ pub enum AccessError {
         /// Access length.
         len: usize,
     },
+    /// A type 2 memory window used by another QP than the one it is bound to (IBA
+    /// 10.6.7.2.3: a type 2B window is reached only through its QP), or a window's key
+    /// used where only a region's is valid (an SGE's lkey).
+    #[error("memory window {key:#x} cannot be used here: {why}")]
+    Window {
+        /// The key given.
+        key: u32,
+        /// Why.
+        why: &'static str,
+    },
 }
 
 /// A registered region.
@@ -232,12 +256,16 @@ struct Region {
     len: usize,
     iova: u64,
     access: AccessFlags,
+    /// Memory windows bound to it (it cannot be deregistered while any is).
+    windows: u32,
 }
 
 enum Entry {
     Free,
     Valid(Region),
     Invalid(Region),
+    /// A memory window (`window.rs`).
+    Window(window::Window),
 }
 
 struct Slot {
@@ -265,6 +293,40 @@ impl Table {
     fn slot_mut(&mut self, key: u32) -> Option<&mut Slot> {
         let slot = self.slots.get_mut(usize::try_from(key >> 8).ok()?)?;
         (u32::from(slot.key8) == key & 0xff && !matches!(slot.entry, Entry::Free)).then_some(slot)
+    }
+
+    /// Puts `entry` in a free slot (the oldest freed, else a new one) and returns its key.
+    fn alloc(&mut self, entry: Entry) -> Result<u32, MrError> {
+        let index = match self.free.pop_front() {
+            Some(index) => index,
+            None => {
+                // slots.len() - 1 slots are in use (slot 0 is the placeholder).
+                let index = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
+                if index > self.capacity {
+                    return Err(MrError::TableFull { capacity: self.capacity });
+                }
+                self.slots.push(Slot { key8: 0, entry: Entry::Free });
+                index
+            }
+        };
+        let Some(slot) = usize::try_from(index).ok().and_then(|i| self.slots.get_mut(i)) else {
+            // Unreachable: free indices and the pushed index name existing slots.
+            return Err(MrError::TableFull { capacity: self.capacity });
+        };
+        slot.entry = entry;
+        let key = index << 8 | u32::from(slot.key8);
+        self.live += 1;
+        Ok(key)
+    }
+
+    /// Frees the slot `index` (its next occupant gets other keys).
+    fn release(&mut self, index: u32) {
+        if let Some(slot) = usize::try_from(index).ok().and_then(|i| self.slots.get_mut(i)) {
+            slot.entry = Entry::Free;
+            slot.key8 = slot.key8.wrapping_add(1);
+            self.free.push_back(index);
+            self.live -= 1;
+        }
     }
 }
 
@@ -344,28 +406,8 @@ impl Mtpt {
         if u128::from(iova) + u128::from(to_u64(len)) > 1u128 << 64 {
             return Err(MrError::IovaOverflow { iova, len });
         }
-        let region = Region { pd, block, block_offset: offset_in_block, len, iova, access };
-
-        let mut table = self.table.write();
-        let index = match table.free.pop_front() {
-            Some(index) => index,
-            None => {
-                // slots.len() - 1 slots are in use (slot 0 is the placeholder).
-                let index = u32::try_from(table.slots.len()).unwrap_or(u32::MAX);
-                if index > table.capacity {
-                    return Err(MrError::TableFull { capacity: table.capacity });
-                }
-                table.slots.push(Slot { key8: 0, entry: Entry::Free });
-                index
-            }
-        };
-        let Some(slot) = usize::try_from(index).ok().and_then(|i| table.slots.get_mut(i)) else {
-            // Unreachable: free indices and the pushed index name existing slots.
-            return Err(MrError::TableFull { capacity: table.capacity });
-        };
-        slot.entry = Entry::Valid(region);
-        let key = index << 8 | u32::from(slot.key8);
-        table.live += 1;
+        let region = Region { pd, block, block_offset: offset_in_block, len, iova, access, windows: 0 };
+        let key = self.table.write().alloc(Entry::Valid(region))?;
         Ok(MrKeys { lkey: key, rkey: key })
     }
 
@@ -379,7 +421,7 @@ impl Mtpt {
         let slot = table.slot_mut(lkey).ok_or(MrError::UnknownKey { key: lkey })?;
         match &mut slot.entry {
             Entry::Valid(r) | Entry::Invalid(r) => r.access = access,
-            Entry::Free => return Err(MrError::UnknownKey { key: lkey }),
+            Entry::Free | Entry::Window(_) => return Err(MrError::UnknownKey { key: lkey }),
         }
         Ok(())
     }
@@ -392,17 +434,17 @@ impl Mtpt {
     /// revoked and the accesses in progress have ended (`Device::dereg_mr` does both).
     pub fn deregister(&self, lkey: u32) -> Result<Arc<MemBlock>, MrError> {
         let mut table = self.table.write();
-        let index = lkey >> 8;
         let slot = table.slot_mut(lkey).ok_or(MrError::UnknownKey { key: lkey })?;
-        let (Entry::Valid(region) | Entry::Invalid(region)) = std::mem::replace(&mut slot.entry, Entry::Free) else {
-            // slot_mut never returns a free slot.
-            return Err(MrError::UnknownKey { key: lkey });
+        let block = match &slot.entry {
+            Entry::Valid(r) | Entry::Invalid(r) if r.windows > 0 => {
+                return Err(MrError::WindowsBound { key: lkey, windows: r.windows })
+            }
+            Entry::Valid(r) | Entry::Invalid(r) => r.block.clone(),
+            Entry::Free | Entry::Window(_) => return Err(MrError::UnknownKey { key: lkey }),
         };
         // The next region in this slot gets other keys, so this key goes stale.
-        slot.key8 = slot.key8.wrapping_add(1);
-        table.free.push_back(index);
-        table.live -= 1;
-        Ok(region.block)
+        table.release(lkey >> 8);
+        Ok(block)
     }
 
     /// Re-registers the region named by `lkey` (valid or invalidated) in place, keeping its
@@ -427,6 +469,11 @@ impl Mtpt {
         let (Entry::Valid(r) | Entry::Invalid(r)) = &mut slot.entry else {
             return Err(MrError::UnknownKey { key: lkey });
         };
+        if memory.is_some() && r.windows > 0 {
+            // The windows' ranges are in the old translation (IBA 10.6.7.1: a region
+            // with windows bound cannot be re-registered).
+            return Err(MrError::WindowsBound { key: lkey, windows: r.windows });
+        }
         let len = memory.as_ref().map_or(r.len, |m| m.2);
         let iova = iova.unwrap_or(r.iova);
         if let Some((block, offset, len)) = &memory {
@@ -457,6 +504,10 @@ impl Mtpt {
         let slot = table.slot_mut(rkey).ok_or(MrError::UnknownKey { key: rkey })?;
         slot.entry = match std::mem::replace(&mut slot.entry, Entry::Free) {
             Entry::Valid(region) | Entry::Invalid(region) => Entry::Invalid(region),
+            Entry::Window(w) => {
+                slot.entry = Entry::Window(w);
+                return Err(MrError::UnknownKey { key: rkey });
+            }
             Entry::Free => Entry::Free, // slot_mut never returns a free slot
         };
         Ok(())
@@ -471,6 +522,7 @@ impl Mtpt {
         let slot = table.slot_mut(key).ok_or(AccessError::BadKey { key })?;
         let region_pd = match &slot.entry {
             Entry::Valid(r) | Entry::Invalid(r) => r.pd,
+            Entry::Window(_) => return window::invalidate(&mut table, key, pd),
             Entry::Free => return Err(AccessError::BadKey { key }),
         };
         if region_pd != pd {
@@ -478,7 +530,7 @@ impl Mtpt {
         }
         slot.entry = match std::mem::replace(&mut slot.entry, Entry::Free) {
             Entry::Valid(region) | Entry::Invalid(region) => Entry::Invalid(region),
-            Entry::Free => Entry::Free,
+            other => other,
         };
         Ok(())
     }
@@ -491,10 +543,13 @@ impl Mtpt {
             match table.slot(rkey).map(|s| &s.entry) {
                 Some(Entry::Valid(region)) => (region.iova, region.len),
                 Some(Entry::Invalid(_)) => return Err(AccessError::Invalidated { key: rkey }),
+                Some(Entry::Window(_)) => {
+                    return Err(AccessError::Window { key: rkey, why: "a FLUSH of a whole region names a region" })
+                }
                 Some(Entry::Free) | None => return Err(AccessError::BadKey { key: rkey }),
             }
         };
-        self.check(rkey, pd, iova.0, iova.1, need)
+        self.check(rkey, pd, Some(None), iova.0, iova.1, need)
     }
 
     /// State of the region `key` names; [`MrState::Free`] if it names none.
@@ -502,6 +557,8 @@ impl Mtpt {
         match self.table.read().slot(key).map(|s| &s.entry) {
             Some(Entry::Valid(_)) => MrState::Valid,
             Some(Entry::Invalid(_)) => MrState::Invalid,
+            Some(Entry::Window(w)) if w.is_bound() => MrState::Valid,
+            Some(Entry::Window(_)) => MrState::Invalid,
             Some(Entry::Free) | None => MrState::Free,
         }
     }
@@ -521,7 +578,7 @@ impl Mtpt {
         len: usize,
         need: AccessFlags,
     ) -> Result<MrSlice, AccessError> {
-        self.check(lkey, pd, addr, len, need)
+        self.check(lkey, pd, None, addr, len, need)
     }
 
     /// Checks a remote access (RDMA READ / WRITE, atomic) against the rkey and returns its
@@ -542,15 +599,47 @@ impl Mtpt {
         len: usize,
         need: AccessFlags,
     ) -> Result<MrSlice, AccessError> {
-        self.check(rkey, pd, va, len, need)
+        self.check(rkey, pd, Some(None), va, len, need)
     }
 
+    /// [`check_remote`](Self::check_remote) by QP `qpn`: the key may also name a memory
+    /// window, which must be bound (`Invalidated` otherwise), to this QP if it is of type
+    /// 2 (IBA 10.6.7.2.3) and in `pd` if of type 1, grant `need` and hold
+    /// `[va, va + len)`; the bytes are its region's.
+    pub fn check_remote_by(
+        &self,
+        rkey: u32,
+        pd: PdId,
+        qpn: u32,
+        va: u64,
+        len: usize,
+        need: AccessFlags,
+    ) -> Result<MrSlice, AccessError> {
+        self.check(rkey, pd, Some(Some(qpn)), va, len, need)
+    }
+
+    /// `remote`: `None` for a local access (an lkey: never a window's), `Some(qpn)` for a
+    /// remote one (by that QP, where known).
     #[inline]
-    fn check(&self, key: u32, pd: PdId, va: u64, len: usize, need: AccessFlags) -> Result<MrSlice, AccessError> {
+    fn check(
+        &self,
+        key: u32,
+        pd: PdId,
+        remote: Option<Option<u32>>,
+        va: u64,
+        len: usize,
+        need: AccessFlags,
+    ) -> Result<MrSlice, AccessError> {
         let table = self.table.read();
         let region = match table.slot(key).map(|s| &s.entry) {
             Some(Entry::Valid(region)) => region,
             Some(Entry::Invalid(_)) => return Err(AccessError::Invalidated { key }),
+            Some(Entry::Window(w)) => {
+                let Some(qpn) = remote else {
+                    return Err(AccessError::Window { key, why: "a window's key is an R_Key, never an L_Key" });
+                };
+                return w.check(&table, key, pd, qpn, va, len, need);
+            }
             Some(Entry::Free) | None => return Err(AccessError::BadKey { key }),
         };
         if region.pd != pd {
@@ -559,24 +648,33 @@ impl Mtpt {
         if !region.access.contains(need) {
             return Err(AccessError::AccessDenied { key, need, have: region.access });
         }
+        region.slice(key, va, len, (region.iova, region.len))
+    }
+}
+
+impl Region {
+    /// The bytes `[va, va + len)` of the region, which must lie inside `[start, start +
+    /// span)` (the region's own range, or a window's inside it), checked under `key`.
+    fn slice(&self, key: u32, va: u64, len: usize, (start, span): (u64, usize)) -> Result<MrSlice, AccessError> {
         // In u128 nothing here can overflow: every term is below 2^64.
-        let start = u128::from(va);
-        let end = start + u128::from(to_u64(len));
+        let first = u128::from(va);
+        let end = first + u128::from(to_u64(len));
         if end > 1u128 << 64 {
             return Err(AccessError::AddressOverflow { key, va, len });
         }
-        let region_start = u128::from(region.iova);
-        let region_end = region_start + u128::from(to_u64(region.len));
-        let out_of_bounds = AccessError::OutOfBounds { key, va, len, iova: region.iova, region_len: region.len };
-        if start < region_start || end > region_end {
+        let range_start = u128::from(start);
+        let range_end = range_start + u128::from(to_u64(span));
+        let out_of_bounds = AccessError::OutOfBounds { key, va, len, iova: start, region_len: span };
+        let region_end = u128::from(self.iova) + u128::from(to_u64(self.len));
+        if first < range_start || end > range_end || first < u128::from(self.iova) || end > region_end {
             return Err(out_of_bounds);
         }
-        // va - iova <= region.len, so it fits in usize and offset + it stays inside the block.
-        let offset = usize::try_from(va - region.iova)
+        // va - iova <= self.len, so it fits in usize and offset + it stays inside the block.
+        let offset = usize::try_from(va - self.iova)
             .ok()
-            .and_then(|rel| region.block_offset.checked_add(rel))
+            .and_then(|rel| self.block_offset.checked_add(rel))
             .ok_or(out_of_bounds)?;
-        Ok(MrSlice { block: Arc::clone(&region.block), offset, len })
+        Ok(MrSlice { block: Arc::clone(&self.block), offset, len })
     }
 }
 
@@ -712,12 +810,12 @@ mod tests {
     #[test]
     fn access_flags_values_and_names() {
         assert_eq!([LW.bits(), RW.bits(), RR.bits(), RA.bits()], [1, 2, 4, 8]);
-        assert_eq!(AccessFlags::REGISTRABLE, LW | RW | RR | RA | AccessFlags::FLUSH_GLOBAL);
+        assert_eq!(AccessFlags::REGISTRABLE, LW | RW | RR | RA | AccessFlags::MW_BIND | AccessFlags::FLUSH_GLOBAL);
         assert_eq!(format!("{:?}", LW | RR), "AccessFlags(LOCAL_WRITE | REMOTE_READ)");
         assert_eq!(AccessFlags::empty().to_string(), "(none)");
         assert_eq!(
             AccessFlags::REGISTRABLE.to_string(),
-            "LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC | FLUSH_GLOBAL"
+            "LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC | MW_BIND | FLUSH_GLOBAL"
         );
         assert!((LW | RR).contains(RR));
         assert!((LW | RR).contains(AccessFlags::empty()));
@@ -727,10 +825,10 @@ mod tests {
         let mut f = LW;
         f |= RA;
         assert_eq!(f.bits(), 9);
-        assert_eq!(AccessFlags::from_bits(0x10f), Some(AccessFlags::REGISTRABLE));
+        assert_eq!(AccessFlags::from_bits(0x11f), Some(AccessFlags::REGISTRABLE));
         assert_eq!(AccessFlags::from_bits(0x200), Some(AccessFlags::FLUSH_PERSISTENT));
-        assert_eq!(AccessFlags::from_bits(0x10), None); // IBV_ACCESS_MW_BIND
-        assert_eq!(AccessFlags::from_bits_truncate(0x15), LW | RR);
+        assert_eq!(AccessFlags::from_bits(0x10), Some(AccessFlags::MW_BIND)); // IBV_ACCESS_MW_BIND
+        assert_eq!(AccessFlags::from_bits_truncate(0x25), LW | RR);
     }
 
     #[test]

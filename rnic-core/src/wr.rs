@@ -79,11 +79,23 @@ pub enum SendOp {
         /// R_Key the responder invalidates.
         invalidate_rkey: u32,
     },
-    /// Invalidates a local memory region (lkey or rkey, they are equal); a local
-    /// operation that sends nothing and completes in order. `IBV_WR_LOCAL_INV`.
+    /// Invalidates a local memory region (lkey or rkey, they are equal) or a type 2
+    /// memory window; a local operation that sends nothing and completes in order.
+    /// `IBV_WR_LOCAL_INV`.
     LocalInv {
         /// The key to invalidate.
         rkey: u32,
+    },
+    /// Binds the memory window whose handle is `rkey >> 8` to a range of a region, with
+    /// the key `rkey` (the window's index; the low byte is the consumer's): a local
+    /// operation that sends nothing and completes in order (`IBV_WR_BIND_MW`, and
+    /// `ibv_bind_mw` for a type 1 window). Completes with `MW_BIND_ERR` where IBA 10.6.7.2
+    /// refuses the bind.
+    BindMw {
+        /// The window's new key.
+        rkey: u32,
+        /// What it is bound to (a zero length unbinds a type 1 window).
+        bind: crate::mr::Bind,
     },
     /// ATOMIC WRITE (IBA 1.5): the 8 bytes of `value` (host byte order, as
     /// `ibv_wr_atomic_write` copies them from memory) are written at once to
@@ -127,6 +139,7 @@ impl SendOp {
             SendOp::AtomicCmpSwap { .. } => WcOpcode::CompSwap,
             SendOp::AtomicFetchAdd { .. } => WcOpcode::FetchAdd,
             SendOp::LocalInv { .. } => WcOpcode::LocalInv,
+            SendOp::BindMw { .. } => WcOpcode::BindMw,
             SendOp::AtomicWrite { .. } => WcOpcode::AtomicWrite,
             SendOp::Flush { .. } => WcOpcode::Flush,
         }
@@ -167,6 +180,7 @@ impl SendOp {
             SendOp::AtomicFetchAdd { .. } => "ATOMIC_FETCH_AND_ADD",
             SendOp::SendWithInv { .. } => "SEND_WITH_INV",
             SendOp::LocalInv { .. } => "LOCAL_INV",
+            SendOp::BindMw { .. } => "BIND_MW",
             SendOp::AtomicWrite { .. } => "ATOMIC_WRITE",
             SendOp::Flush { .. } => "FLUSH",
         }
@@ -385,6 +399,8 @@ pub enum WcStatus {
     RnrRetryExcErr,
     /// The completion queue overflowed.
     GeneralErr,
+    /// A memory window bind was refused (IBA 10.6.7.2). `IBV_WC_MW_BIND_ERR`.
+    MwBindErr,
 }
 
 impl WcStatus {
@@ -404,6 +420,7 @@ impl WcStatus {
             WcStatus::RetryExcErr => "RETRY_EXC_ERR",
             WcStatus::RnrRetryExcErr => "RNR_RETRY_EXC_ERR",
             WcStatus::GeneralErr => "GENERAL_ERR",
+            WcStatus::MwBindErr => "MW_BIND_ERR",
         }
     }
 }
@@ -435,6 +452,8 @@ pub enum WcOpcode {
     FetchAdd,
     /// A LOCAL_INV completed.
     LocalInv,
+    /// A memory window bind completed.
+    BindMw,
     /// An ATOMIC WRITE completed at the requester.
     AtomicWrite,
     /// A FLUSH completed at the requester.
@@ -453,6 +472,7 @@ impl WcOpcode {
             WcOpcode::CompSwap => "COMP_SWAP",
             WcOpcode::FetchAdd => "FETCH_ADD",
             WcOpcode::LocalInv => "LOCAL_INV",
+            WcOpcode::BindMw => "BIND_MW",
             WcOpcode::AtomicWrite => "ATOMIC_WRITE",
             WcOpcode::Flush => "FLUSH",
         }

@@ -471,6 +471,7 @@ pub(crate) fn wc_status(s: WcStatus) -> ibv_wc_status {
         WcStatus::RemOpErr => IBV_WC_REM_OP_ERR,
         WcStatus::RetryExcErr => IBV_WC_RETRY_EXC_ERR,
         WcStatus::RnrRetryExcErr => IBV_WC_RNR_RETRY_EXC_ERR,
+        WcStatus::MwBindErr => IBV_WC_MW_BIND_ERR,
         _ => IBV_WC_GENERAL_ERR,
     }
 }
@@ -485,6 +486,7 @@ fn wc_opcode(o: WcOpcode) -> ibv_wc_opcode {
         WcOpcode::CompSwap => IBV_WC_COMP_SWAP,
         WcOpcode::FetchAdd => IBV_WC_FETCH_ADD,
         WcOpcode::LocalInv => IBV_WC_LOCAL_INV,
+        WcOpcode::BindMw => IBV_WC_BIND_MW,
         WcOpcode::AtomicWrite => IBV_WC_ATOMIC_WRITE,
         _ => IBV_WC_SEND,
     }

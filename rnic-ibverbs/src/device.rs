@@ -9,7 +9,7 @@
 //! can own a device's address and port 4791).
 
 use crate::ctx::{by_cmd_fd, ctx_of, dev_of, new_cmd_fd, Ctx, CtxShared, Dev};
-use crate::{ah, cq, mr, pd, qp};
+use crate::{ah, cq, mr, mw, pd, qp};
 use crate::{copy_cstr, diag, guard, set_errno};
 use libc::{c_char, c_int, c_void, size_t, ssize_t};
 use parking_lot::Mutex;
@@ -127,6 +127,9 @@ const OPS: verbs_context = {
     v.context.ops.post_send = Some(qp::post_send);
     v.context.ops.post_recv = Some(qp::post_recv);
     v.context.ops.post_srq_recv = Some(qp::post_srq_recv);
+    v.context.ops.alloc_mw = Some(mw::alloc_mw);
+    v.context.ops.dealloc_mw = Some(mw::dealloc_mw);
+    v.context.ops.bind_mw = Some(qp::bind_mw);
     v
 };
 

@@ -52,6 +52,7 @@ pub mod ctx;
 pub mod device;
 pub mod misc;
 pub mod mr;
+pub mod mw;
 pub mod pd;
 pub mod private;
 pub mod qp;

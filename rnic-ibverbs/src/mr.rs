@@ -5,9 +5,9 @@ use crate::ctx::CtxShared;
 use crate::pd::pd_of;
 use crate::{diag, guard, set_errno};
 use libc::{c_int, c_uint, c_void, size_t};
-use rnic_core::device::Device;
+use rnic_core::device::{Device, DeviceError};
 use rnic_core::mem::MemBlock;
-use rnic_core::mr::AccessFlags;
+use rnic_core::mr::{AccessFlags, MrError};
 use rnic_verbs_sys::*;
 use std::ptr::null_mut;
 use std::sync::Arc;
@@ -48,7 +48,8 @@ fn access_of(access: c_uint, what: &str) -> Result<AccessFlags, c_int> {
         diag(format!("{what}: remote write/atomic access needs IBV_ACCESS_LOCAL_WRITE too"));
         return Err(libc::EINVAL);
     }
-    Ok(AccessFlags::from_bits_truncate(access & 0xf))
+    // The low five bits are AccessFlags' (IBV_ACCESS_MW_BIND included).
+    Ok(AccessFlags::from_bits_truncate(access & 0x1f))
 }
 
 fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: size_t, iova: u64, access: c_uint) -> *mut ibv_mr {
@@ -131,6 +132,26 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     if mr.is_null() {
         return libc::EINVAL;
     }
+    // SAFETY: an MR we handed out.
+    let r = unsafe { &*mr.cast::<Mr>() };
+    let mut rc = 0;
+    if !r.imported {
+        // Work requests posted on it end in error from here on; when this returns the
+        // device no longer reaches the memory, which the program may then free.
+        match r.core.dereg_mr(r.ibv.lkey) {
+            Ok(()) => {}
+            Err(e @ DeviceError::Mr(MrError::WindowsBound { .. })) => {
+                // IBA 10.6.7.1: not while windows are bound to it; the region and its
+                // handle stay.
+                diag(format!("ibv_dereg_mr(lkey {:#x}): {e}", r.ibv.lkey));
+                return libc::EBUSY;
+            }
+            Err(e) => {
+                diag(format!("ibv_dereg_mr(lkey {:#x}): {e}", r.ibv.lkey));
+                rc = libc::EINVAL;
+            }
+        }
+    }
     // SAFETY: allocated by Box in ibv_reg_mr (or ibv_import_mr); the program does not use
     // it again.
     let m = unsafe { Box::from_raw(mr.cast::<Mr>()) };
@@ -143,15 +164,7 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         p.users.release();
     }
     m.ctx.mrs.lock().remove(&m.ibv.lkey);
-    // Work requests posted on it end in error from here on; when this returns the device
-    // no longer reaches the memory, which the program may then free.
-    match m.core.dereg_mr(m.ibv.lkey) {
-        Ok(()) => 0,
-        Err(e) => {
-            diag(format!("ibv_dereg_mr(lkey {:#x}): {e}", m.ibv.lkey));
-            libc::EINVAL
-        }
-    }
+    rc
 }
 
 /// Another handle on the MR `handle` (its lkey) of the contexts `pd`'s context shares its
@@ -316,5 +329,9 @@ pub unsafe extern "C" fn ibv_rereg_mr(
 pub(crate) fn free_with_context(ptr: usize) {
     // SAFETY: a live MR of the closing context, out of its table: nothing else frees it.
     let m = unsafe { Box::from_raw(ptr as *mut Mr) };
-    let _ = m.core.dereg_mr(m.ibv.lkey);
+    if m.core.dereg_mr(m.ibv.lkey).is_err() {
+        // Windows of the context are still bound to it: no peer reaches it through them
+        // once it is invalid (a window reaches a valid region only).
+        let _ = m.core.mtpt().invalidate(m.ibv.lkey);
+    }
 }

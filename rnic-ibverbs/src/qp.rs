@@ -11,7 +11,7 @@ use libc::{c_int, c_void, size_t};
 use parking_lot::Mutex;
 use rnic_core::device::{Device, DeviceError};
 use rnic_core::engine::qp::{validate_send_inline, QpAttr, QpCap, QpInit, QpShared};
-use rnic_core::mr::AccessFlags;
+use rnic_core::mr::{AccessFlags, Bind};
 use rnic_core::post::PostError;
 use rnic_core::qp_state::{QpAttrMask, QpState, QpType};
 use rnic_core::wr::{RecvWrRef, SendFlags, SendOp, SendWrRef, Sge, UdDest};
@@ -123,7 +123,11 @@ fn send_op(opcode: ibv_wr_opcode, w: &ibv_send_wr) -> Result<SendOp, &'static st
             SendOp::AtomicFetchAdd { remote_addr: atomic.remote_addr, rkey: atomic.rkey, add: atomic.compare_add }
         }
         IBV_WR_LOCAL_INV => SendOp::LocalInv { rkey: w.imm_data },
-        IBV_WR_BIND_MW => return Err("memory windows (IBV_WR_BIND_MW) are not supported"),
+        IBV_WR_BIND_MW => {
+            // SAFETY: the opcode says the program filled `bind_mw`.
+            let b = unsafe { w.bind_mw_tso.bind_mw };
+            bind_op(b.mw, b.rkey, &b.bind_info)?
+        }
         IBV_WR_TSO => return Err("TSO (IBV_WR_TSO) is only for raw packet QPs"),
         _ => return Err("unknown opcode"),
     })
@@ -330,6 +334,7 @@ fn create(context: *mut ibv_context, attr: &mut ibv_qp_init_attr_ex) -> Result<*
             | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
             | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
             | IBV_QP_EX_WITH_LOCAL_INV
+            | IBV_QP_EX_WITH_BIND_MW
             | IBV_QP_EX_WITH_SEND_WITH_INV;
         if attr.send_ops_flags & !ok != 0 {
             return Err(unsupported(&format!("send_ops_flags {:#x}", attr.send_ops_flags & !ok)));
@@ -782,8 +787,62 @@ unsafe extern "C" fn wr_atomic_fetch_add(qp: *mut ibv_qp_ex, rkey: u32, remote_a
 unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) {
     begin(qp, SendOp::LocalInv { rkey: invalidate_rkey });
 }
-unsafe extern "C" fn wr_bind_mw(qp: *mut ibv_qp_ex, _mw: *mut ibv_mw, _rkey: u32, _info: *const ibv_mw_bind_info) {
-    unsupported_wr(qp, "ibv_wr_bind_mw (memory windows)");
+unsafe extern "C" fn wr_bind_mw(qp: *mut ibv_qp_ex, mw: *mut ibv_mw, rkey: u32, info: *const ibv_mw_bind_info) {
+    // SAFETY: the program's bind info, or null.
+    let Some(info) = (unsafe { info.as_ref() }) else {
+        unsupported_wr(qp, "ibv_wr_bind_mw without bind info");
+        return;
+    };
+    match bind_op(mw, rkey, info) {
+        Ok(op) => begin(qp, op),
+        Err(why) => unsupported_wr(qp, why),
+    }
+}
+
+/// A BIND_MW of window `mw` with key `rkey` to what `info` says (the region's lkey is
+/// read from its `ibv_mw`/`ibv_mr`: rnic's handles are those structs). Whether the bind
+/// is allowed is the engine's to say, when it executes it (`MW_BIND_ERR`).
+fn bind_op(mw: *mut ibv_mw, rkey: u32, info: &ibv_mw_bind_info) -> Result<SendOp, &'static str> {
+    // SAFETY: a window we handed out (its first field is the ibv_mw), or null.
+    let Some(m) = (unsafe { mw.as_ref() }) else { return Err("IBV_WR_BIND_MW without a memory window") };
+    if rkey >> 8 != m.handle {
+        return Err("IBV_WR_BIND_MW: the new rkey must keep the window's index (change its low byte only)");
+    }
+    // SAFETY: an MR we handed out, or null (an unbind).
+    let mr_lkey = unsafe { info.mr.as_ref() }.map_or(0, |r| r.lkey);
+    let len = usize::try_from(info.length).map_err(|_| "IBV_WR_BIND_MW: length too large")?;
+    let access = AccessFlags::from_bits_truncate(info.mw_access_flags & 0x1f);
+    Ok(SendOp::BindMw { rkey, bind: Bind { mr_lkey, addr: info.addr, len, access } })
+}
+
+/// `ibv_bind_mw` (through `context->ops.bind_mw`; rdma-core checked the window is of
+/// type 1 and in the region's PD): a BIND_MW work request with the window's next key
+/// (`ibv_inc_rkey`), which is the window's `rkey` from now on, as rxe's provider does.
+pub(crate) unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, mw_bind: *mut ibv_mw_bind) -> c_int {
+    guard(libc::EINVAL, || {
+        // SAFETY: a QP we handed out.
+        let (Some(q), false, false) = (unsafe { qp_of(qp) }, mw.is_null(), mw_bind.is_null()) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: the program's window and bind request.
+        let (m, b) = unsafe { (&mut *mw, &*mw_bind) };
+        let rkey = (m.rkey & 0xffff_ff00) | (m.rkey.wrapping_add(1) & 0xff);
+        let op = match bind_op(mw, rkey, &b.bind_info) {
+            Ok(op) => op,
+            Err(why) => {
+                diag(format!("ibv_bind_mw: {why}"));
+                return libc::EINVAL;
+            }
+        };
+        let wr = SendWrRef { wr_id: b.wr_id, op, sg_list: &[], flags: flags_of(b.send_flags), ud: None };
+        match q.post(wr, None) {
+            Ok(()) => {
+                m.rkey = rkey;
+                0
+            }
+            Err(e) => e,
+        }
+    })
 }
 unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, _hdr: *mut c_void, _hdr_sz: u16, _mss: u16) {
     unsupported_wr(qp, "ibv_wr_send_tso");

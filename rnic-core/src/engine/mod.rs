@@ -294,6 +294,13 @@ impl Engine {
             let status = cx.mtpt.invalidate_for(rkey, qp.shared.pd).err().map(|_| WcStatus::LocQpOpErr);
             requester::queue_local(qp, wqe, status);
             qp.req.queued_local = true;
+        } else if let crate::wr::SendOp::BindMw { rkey, bind } = wqe.op {
+            // BIND_MW (IBA 10.6.7.2, rxe `rxe_bind_mw`): executed as LOCAL_INV is; a bind
+            // the checks refuse completes with MW_BIND_ERR and the QP enters the error state.
+            let (qpn, pd) = (qp.qpn().value(), qp.shared.pd);
+            let status = cx.mtpt.bind_mw(rkey >> 8, rkey, qpn, pd, bind).err().map(|_| WcStatus::MwBindErr);
+            requester::queue_local(qp, wqe, status);
+            qp.req.queued_local = true;
         } else {
             requester::queue(qp, wqe);
         }

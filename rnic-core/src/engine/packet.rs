@@ -54,7 +54,7 @@ fn operation_of(op: &SendOp) -> (Operation, Suffix) {
         SendOp::AtomicWrite { .. } => (Operation::AtomicWrite, Suffix::None),
         SendOp::Flush { .. } => (Operation::Flush, Suffix::None),
         // A local operation sends nothing; it never reaches a packet builder.
-        SendOp::LocalInv { .. } => (Operation::Send, Suffix::None),
+        SendOp::LocalInv { .. } | SendOp::BindMw { .. } => (Operation::Send, Suffix::None),
     }
 }
 

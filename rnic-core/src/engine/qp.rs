@@ -315,7 +315,7 @@ fn validate_extended_op(shared: &QpShared, wr: &SendWrRef<'_>) -> Result<Option<
             }
             WqeData::Inline(Box::default())
         }
-        SendOp::LocalInv { .. } => WqeData::Inline(Box::default()),
+        SendOp::LocalInv { .. } | SendOp::BindMw { .. } => WqeData::Inline(Box::default()),
         _ => return Ok(None),
     };
     if !wr.sg_list.is_empty() {

@@ -26,7 +26,8 @@ pub(super) fn flush_access(placement: u8) -> AccessFlags {
 }
 
 fn remote(qp: &Qp, mtpt: &Mtpt, rkey: u32, va: u64, len: usize, need: AccessFlags) -> Result<MrSlice, Refusal> {
-    mtpt.check_remote(rkey, qp.shared.pd, va, len, need).map_err(|a: AccessError| Refusal::RemoteAccess(Some(a)))
+    mtpt.check_remote_by(rkey, qp.shared.pd, qp.qpn().value(), va, len, need)
+        .map_err(|a: AccessError| Refusal::RemoteAccess(Some(a)))
 }
 
 /// A misaligned target is an invalid request (IBA 9.4.5; rxe `atomic_reply`: atomics need an 8-byte

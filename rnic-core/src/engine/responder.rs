@@ -380,7 +380,8 @@ fn execute_read(qp: &Qp, mtpt: &Mtpt, repr: &RoceRepr) -> Result<ReadResource, R
 /// The R_Key check of a remote access (key, PD, access right, bounds), refused as a
 /// remote access error.
 fn remote(qp: &Qp, mtpt: &Mtpt, rkey: u32, va: u64, len: usize, need: AccessFlags) -> Result<MrSlice, Refusal> {
-    mtpt.check_remote(rkey, qp.shared.pd, va, len, need).map_err(|a| Refusal::RemoteAccess(Some(a)))
+    mtpt.check_remote_by(rkey, qp.shared.pd, qp.qpn().value(), va, len, need)
+        .map_err(|a| Refusal::RemoteAccess(Some(a)))
 }
 
 /// Steps 8 and 9: completions, MSN, ePSN, acknowledgement (RC only), READ responses.
@@ -463,6 +464,7 @@ pub(crate) fn pump_reads(qp: &mut Qp, cx: &mut Ctx, budget: usize) -> (usize, bo
     }
     let Some(dst) = qp.attr.remote_ip else { return (0, false) };
     let (mtu, msn, sport, dest_qp) = (qp.mtu, qp.resp.msn, qp.src_port, qp.dest_qpn());
+    let (pd, qpn) = (qp.shared.pd, qp.qpn().value());
     let mut sent = 0;
     while sent < budget {
         let Some(res) = qp.resp.reads.iter_mut().find(|r| r.next < r.npkts) else { break };
@@ -475,7 +477,7 @@ pub(crate) fn pump_reads(qp: &mut Qp, cx: &mut Ctx, budget: usize) -> (usize, bo
             continue;
         }
         let slice = if res.len > 0 {
-            match mtpt.check_remote(res.rkey, qp.shared.pd, res.va, res.len, AccessFlags::REMOTE_READ) {
+            match mtpt.check_remote_by(res.rkey, pd, qpn, res.va, res.len, AccessFlags::REMOTE_READ) {
                 Ok(s) => Some(s),
                 Err(_) => {
                     // The region went away since the READ was accepted (deregistered or

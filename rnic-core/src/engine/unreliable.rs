@@ -46,7 +46,12 @@ pub(crate) fn transmit(qp: &mut Qp, cx: &mut Ctx, _now: Time) {
                 // the lkey gone, IB_WC_LOC_PROT_ERR and the QP to error.
                 let f = qp.req.sq.pop_front().expect("front exists");
                 qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
-                failed = Some(WorkCompletion::new(f.wqe.wr_id, WcStatus::LocProtErr, f.wqe.op.wc_opcode(), qp.qpn().value()));
+                failed = Some(WorkCompletion::new(
+                    f.wqe.wr_id,
+                    WcStatus::LocProtErr,
+                    f.wqe.op.wc_opcode(),
+                    qp.qpn().value(),
+                ));
                 break;
             }
             // Validation guarantees a route (UD destination, UC address vector in RTS) and an

@@ -77,9 +77,9 @@ int main(void)
 	CHECK(ibv_query_gid(a.ctx, 1, 5, &g) == -1, "query_gid index 5 -> -1");
 	struct ibv_qp_init_attr xa = { .send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_XRC_SEND, .cap = { 1, 1, 1, 1, 0 } };
 	CHECK(ibv_create_qp(a.pd, &xa) == NULL && errno == EOPNOTSUPP, "XRC QP -> EOPNOTSUPP");
-	CHECK(ibv_alloc_mw(a.pd, IBV_MW_TYPE_1) == NULL && errno == EOPNOTSUPP, "alloc_mw -> EOPNOTSUPP");
-	struct ibv_cq_init_attr_ex cqx = { .cqe = 4 };
-	CHECK(ibv_create_cq_ex(a.ctx, &cqx) == NULL && errno == EOPNOTSUPP, "create_cq_ex -> EOPNOTSUPP");
+	CHECK(ibv_alloc_mw(a.pd, (enum ibv_mw_type)3) == NULL && errno == EINVAL, "alloc_mw of type 3 -> EINVAL");
+	struct ibv_cq_init_attr_ex cqx = { .cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
+	CHECK(ibv_create_cq_ex(a.ctx, &cqx) == NULL && errno == EOPNOTSUPP, "create_cq_ex with timestamps -> EOPNOTSUPP");
 	CHECK(ibv_reg_mr(a.pd, a.buf, 64, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE) == NULL && errno == EOPNOTSUPP,
 	      "ODP reg_mr -> EOPNOTSUPP");
 	CHECK(ibv_reg_mr(a.pd, a.buf, 64, IBV_ACCESS_REMOTE_WRITE) == NULL && errno == EINVAL,
@@ -259,6 +259,53 @@ int main(void)
 	CHECK(wc.status == IBV_WC_LOC_PROT_ERR && wc.wr_id == 15, "LOC_PROT_ERR (status %d: %s)", wc.status,
 	      ibv_wc_status_str(wc.status));
 	OK("keys checked when the work runs: deregistered receive never written, unknown lkey LOC_PROT_ERR");
+
+	/* A type 2 memory window (IBA 10.6.7.2): b binds 64 bytes of a region with MW_BIND
+	 * to its QP (IBV_WR_BIND_MW, completion IBV_WC_BIND_MW), a WRITEs through the window's
+	 * key, b invalidates it (LOCAL_INV), and a's next WRITE is NAKed REM_ACCESS_ERR; the
+	 * region cannot be deregistered while the window is bound. */
+	CHECK(ibv_modify_qp(b.qp, &reset, IBV_QP_STATE) == 0 && ibv_modify_qp(a.qp, &reset, IBV_QP_STATE) == 0,
+	      "reset both QPs");
+	connect_qp(&a, &b);
+	connect_qp(&b, &a);
+	char *wbuf = aligned_alloc(4096, 4096);
+	memset(wbuf, 0, 4096);
+	struct ibv_mr *wmr = ibv_reg_mr(b.pd, wbuf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+	CHECK(wmr, "reg_mr with MW_BIND");
+	struct ibv_mw *mw = ibv_alloc_mw(b.pd, IBV_MW_TYPE_2);
+	CHECK(mw && mw->type == IBV_MW_TYPE_2, "alloc_mw type 2");
+	uint32_t wkey = ibv_inc_rkey(mw->rkey);
+	struct ibv_send_wr bw = { .wr_id = 16, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED };
+	bw.bind_mw.mw = mw;
+	bw.bind_mw.rkey = wkey;
+	bw.bind_mw.bind_info = (struct ibv_mw_bind_info){ wmr, (uintptr_t)wbuf + 128, 64, IBV_ACCESS_REMOTE_WRITE };
+	CHECK(ibv_post_send(b.qp, &bw, &bad_wr) == 0, "post BIND_MW");
+	wc = wait_wc(b.cq, "bind");
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_BIND_MW && wc.wr_id == 16, "bound (status %d opcode %d)",
+	      wc.status, wc.opcode);
+	CHECK(ibv_dereg_mr(wmr) == EBUSY, "dereg_mr of a region with a window bound -> EBUSY");
+	memset(a.buf, 0x3c, 64);
+	sge = (struct ibv_sge){ (uintptr_t)a.buf, 64, a.mr->lkey };
+	wr = (struct ibv_send_wr){ .wr_id = 17, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				   .send_flags = IBV_SEND_SIGNALED };
+	wr.wr.rdma.remote_addr = (uintptr_t)wbuf + 128;
+	wr.wr.rdma.rkey = wkey;
+	CHECK(ibv_post_send(a.qp, &wr, &bad_wr) == 0, "post WRITE through the window");
+	wc = wait_wc(a.cq, "WRITE through the window");
+	CHECK(wc.status == IBV_WC_SUCCESS && (unsigned char)wbuf[128] == 0x3c && (unsigned char)wbuf[191] == 0x3c &&
+	      wbuf[127] == 0 && wbuf[192] == 0, "the WRITE landed in the window (status %d)", wc.status);
+	struct ibv_send_wr iw = { .wr_id = 18, .opcode = IBV_WR_LOCAL_INV, .send_flags = IBV_SEND_SIGNALED };
+	iw.invalidate_rkey = wkey;
+	CHECK(ibv_post_send(b.qp, &iw, &bad_wr) == 0, "post LOCAL_INV of the window");
+	wc = wait_wc(b.cq, "invalidate");
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 18, "invalidated (status %d)", wc.status);
+	wr.wr_id = 19;
+	CHECK(ibv_post_send(a.qp, &wr, &bad_wr) == 0, "post WRITE through the invalidated window");
+	wc = wait_wc(a.cq, "WRITE through the invalidated window");
+	CHECK(wc.status == IBV_WC_REM_ACCESS_ERR && wc.wr_id == 19, "REM_ACCESS_ERR (status %d)", wc.status);
+	CHECK(ibv_dealloc_mw(mw) == 0 && ibv_dereg_mr(wmr) == 0, "dealloc_mw, then dereg_mr");
+	free(wbuf);
+	OK("memory window type 2: bound, written through, EBUSY dereg, invalidated, REM_ACCESS_ERR");
 
 	CHECK(ibv_destroy_qp(a.qp) == 0 && ibv_destroy_qp(b.qp) == 0, "destroy_qp");
 	CHECK(ibv_destroy_cq(a.cq) == 0 && ibv_destroy_cq(b.cq) == 0, "destroy_cq");

@@ -426,6 +426,7 @@ pub fn wc_status_from_ibv(s: u32) -> WcStatus {
         sys::IBV_WC_REM_OP_ERR => WcStatus::RemOpErr,
         sys::IBV_WC_RETRY_EXC_ERR => WcStatus::RetryExcErr,
         sys::IBV_WC_RNR_RETRY_EXC_ERR => WcStatus::RnrRetryExcErr,
+        sys::IBV_WC_MW_BIND_ERR => WcStatus::MwBindErr,
         _ => WcStatus::GeneralErr,
     }
 }
@@ -441,6 +442,7 @@ pub fn wc_opcode_from_ibv(op: u32) -> WcOpcode {
         sys::IBV_WC_COMP_SWAP => WcOpcode::CompSwap,
         sys::IBV_WC_FETCH_ADD => WcOpcode::FetchAdd,
         sys::IBV_WC_LOCAL_INV => WcOpcode::LocalInv,
+        sys::IBV_WC_BIND_MW => WcOpcode::BindMw,
         sys::IBV_WC_ATOMIC_WRITE => WcOpcode::AtomicWrite,
         sys::IBV_WC_RECV => WcOpcode::Recv,
         sys::IBV_WC_RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
