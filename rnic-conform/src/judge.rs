@@ -67,7 +67,14 @@ pub fn judge(want: &[Answer], seen: &[Answer]) -> Result<(), String> {
     let w: Vec<&Answer> = want.iter().filter(|a| !is_ack(a)).collect();
     let s: Vec<&Answer> = seen.iter().filter(|a| !is_ack(a)).collect();
     if w.len() != s.len() || w.iter().zip(&s).any(|(a, b)| !matches(a, b)) {
-        return Err(format!("expected {}, observed {}", list(&w), list(&s)));
+        let acks: Vec<&Answer> = seen.iter().filter(|a| is_ack(a)).collect();
+        let observed = if s.is_empty() && !acks.is_empty() {
+            // A request the rules refuse, acknowledged instead: say so, not "nothing".
+            format!("only ACKs: {}", list(&acks))
+        } else {
+            list(&s)
+        };
+        return Err(format!("expected {}, observed {observed}", list(&w)));
     }
     let wa: Vec<&Answer> = want.iter().filter(|a| is_ack(a)).collect();
     let mut at = 0;
@@ -129,5 +136,14 @@ mod tests {
         assert!(judge(std::slice::from_ref(&nak), std::slice::from_ref(&nak)).is_ok());
         let e = judge(std::slice::from_ref(&nak), &[nak.clone(), nak.clone()]).unwrap_err();
         assert!(e.contains("observed NAK PSN_SEQUENCE_ERROR psn=0x000005 msn=0; NAK"), "{e}");
+    }
+
+    #[test]
+    fn a_refused_request_acknowledged_instead_is_named() {
+        let nak = Answer::Nak { psn: Psn::new(9), code: NakCode::InvalidRequest, msn: 0 };
+        let e = judge(std::slice::from_ref(&nak), &[ack(9, 0, false)]).unwrap_err();
+        assert_eq!(e, "expected NAK INVALID_REQUEST psn=0x000009 msn=0, observed only ACKs: ACK psn=0x000009 msn=0 (may be coalesced)");
+        let e = judge(std::slice::from_ref(&nak), &[]).unwrap_err();
+        assert!(e.ends_with("observed nothing"), "{e}");
     }
 }

@@ -94,7 +94,7 @@ impl Link {
     pub fn send_bytes(&mut self, mut buf: Vec<u8>) -> io::Result<()> {
         let ctx = self.ctx_out();
         ctx.fill(&mut buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        self.records.push(Record { ts: now(), frame: frame(self.local, self.peer, 0, &buf) });
+        self.records.push(Record { ts: now(), frame: frame((self.local, ROCE_PORT), (self.peer, ROCE_PORT), 0, &buf) });
         self.sock.send_to(&buf, SocketAddr::new(self.peer, ROCE_PORT))?;
         Ok(())
     }
@@ -135,7 +135,10 @@ impl Link {
                     continue;
                 }
             };
-            self.records.push(Record { ts: now(), frame: frame(self.peer, self.local, ident, &bytes) });
+            // The peer's own UDP source port (any, RoCEv2 A17.2.2; rxe's is 0xC000 | a
+            // hash of the QPNs): the ICRC covers the UDP ports (A17.3.3), so a capture
+            // showing 4791 instead would hold a packet whose ICRC does not match.
+            self.records.push(Record { ts: now(), frame: frame((self.peer, from.port()), (self.local, ROCE_PORT), ident, &bytes) });
             return Some(Received { repr, payload });
         }
     }
@@ -163,8 +166,9 @@ fn mac_for(ip: IpAddr) -> MacAddr {
     MacAddr([0x02, 0x52, b[0], b[1], b[2], b[3]])
 }
 
-/// Wraps BTH..ICRC in Ethernet, IP (this IPv4 ID, DF, TTL 64) and UDP 4791 headers.
-fn frame(src: IpAddr, dst: IpAddr, ident: u16, roce: &[u8]) -> Vec<u8> {
+/// Wraps BTH..ICRC in Ethernet, IP (this IPv4 ID, DF, TTL 64) and UDP headers, from and
+/// to these addresses and ports.
+fn frame((src, sport): (IpAddr, u16), (dst, dport): (IpAddr, u16), ident: u16, roce: &[u8]) -> Vec<u8> {
     let udp_len = udp::HEADER_LEN + roce.len();
     let v4 = matches!((src, dst), (IpAddr::V4(_), IpAddr::V4(_)));
     let eth = EthernetRepr {
@@ -197,7 +201,7 @@ fn frame(src: IpAddr, dst: IpAddr, ident: u16, roce: &[u8]) -> Vec<u8> {
             .emit(&mut buf[eh..eh + ih], udp_len)
         }
     };
-    let u = udp::UdpRepr { src_port: ROCE_PORT, dst_port: ROCE_PORT, checksum: udp::UdpChecksum::Zero };
+    let u = udp::UdpRepr { src_port: sport, dst_port: dport, checksum: udp::UdpChecksum::Zero };
     let _ = u.emit(&mut buf[eh + ih..eh + ih + udp::HEADER_LEN], roce.len());
     buf[eh + ih + udp::HEADER_LEN..].copy_from_slice(roce);
     buf
@@ -221,4 +225,53 @@ pub fn pcap(records: &[Record]) -> Vec<u8> {
         out.extend_from_slice(&r.frame);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rnic_wire::aeth::{AethRepr, Syndrome};
+    use rnic_wire::bth::BthRepr;
+    use rnic_wire::roce::ExtHeaders;
+    use rnic_wire::{Opcode, Psn, Qpn};
+
+    /// A peer answering from its own UDP source port, as rxe does (49368 was one of rxe's
+    /// in the lab): the recorded frame carries that port, so its ICRC, recomputed from
+    /// the frame's own IP and UDP headers, is the one on the wire (what `check_pcap.sh`
+    /// checks). With 4791 written in its place it would not be.
+    #[test]
+    fn a_peers_packet_is_recorded_with_its_own_source_port() {
+        let (local, peer): (IpAddr, IpAddr) = ("127.0.107.1".parse().unwrap(), "127.0.107.2".parse().unwrap());
+        let mut link = Link::open(local, peer).unwrap();
+        let ack = RoceRepr {
+            bth: BthRepr {
+                opcode: Opcode::RC_ACKNOWLEDGE,
+                se: false,
+                migreq: false,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qp: Qpn::new(0xc0_0001),
+                ack_req: false,
+                psn: Psn::new(0x12_3456),
+            },
+            ext: ExtHeaders { aeth: Some(AethRepr { syndrome: Syndrome::Ack { credits: 31 }, msn: 7 }), ..ExtHeaders::default() },
+            payload_len: 0,
+        };
+        let mut buf = vec![0u8; ack.buffer_len()];
+        ack.emit(&mut buf, &[]).unwrap();
+        IcrcContext::new(peer, local, 49368, ROCE_PORT).fill(&mut buf).unwrap();
+        let sock = UdpSocket::bind(SocketAddr::new(peer, 49368)).unwrap();
+        sock.send_to(&buf, SocketAddr::new(local, ROCE_PORT)).unwrap();
+        let got = link.recv(Instant::now() + Duration::from_secs(5)).expect("the ACK passes the checks");
+        assert_eq!(got.repr.ext.aeth.map(|a| a.msn), Some(7));
+        let f = &link.records_since(0)[0].frame;
+        let (eh, ih) = (14, ipv4::HEADER_LEN);
+        let udp_hdr = &f[eh + ih..eh + ih + udp::HEADER_LEN];
+        assert_eq!(u16::from_be_bytes([udp_hdr[0], udp_hdr[1]]), 49368);
+        let roce = &f[eh + ih + udp::HEADER_LEN..];
+        let (body, icrc) = roce.split_at(roce.len() - 4);
+        let want = rnic_wire::icrc::compute(&f[eh..eh + ih], udp_hdr, body).unwrap();
+        assert_eq!(icrc, want.to_le_bytes());
+    }
 }
