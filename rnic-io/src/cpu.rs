@@ -23,6 +23,21 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     }
 }
 
+/// Moves the calling thread to real-time scheduling (`SCHED_FIFO`, priority 1, reset on
+/// fork) or back to the normal policy (`SCHED_OTHER`). Real time needs `CAP_SYS_NICE` or
+/// an `RLIMIT_RTPRIO` of at least 1: `EPERM` otherwise.
+pub fn set_realtime(realtime: bool) -> io::Result<()> {
+    let (policy, priority) =
+        if realtime { (libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, 1) } else { (libc::SCHED_OTHER, 0) };
+    let param = libc::sched_param { sched_priority: priority };
+    // SAFETY: `param` is a valid sched_param the call only reads; pid 0 is the caller.
+    if unsafe { libc::sched_setscheduler(0, policy, &param) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// How many CPUs the calling thread may run on (`sched_getaffinity`); 1 if that fails.
 pub fn available() -> usize {
     // SAFETY: an all-zero cpu_set_t is a valid empty set; sched_getaffinity writes at most

@@ -72,4 +72,11 @@ fn bad_environment_is_named() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("RNIC_SPIN_US=\"fast\""));
+    let out = rnic()
+        .args(["demo", "-q", "--ip", "127.0.49.5", "--peer-ip", "127.0.49.6"])
+        .env("RNIC_WAKE_BOOST", "yes")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("RNIC_WAKE_BOOST=\"yes\""));
 }
