@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 #[derive(Debug)]
 pub struct Cq {
     id: u32,
-    queue: ArrayQueue<WorkCompletion>,
+    /// The entries. Behind a lock only so that [`Cq::resize`] can replace the queue:
+    /// pushes and polls share it (the queue itself is lock-free), a resize takes it alone.
+    queue: parking_lot::RwLock<ArrayQueue<WorkCompletion>>,
     overflowed: AtomicBool,
     /// Completions pushed since the last notification request was armed (for events).
     armed: AtomicU32,
@@ -27,6 +29,19 @@ pub struct Cq {
     /// before the queue. `has_returned` keeps the common path free of the lock.
     returned: parking_lot::Mutex<std::collections::VecDeque<WorkCompletion>>,
     has_returned: AtomicBool,
+    /// Completions are stamped with the clock as they are pushed
+    /// ([`Cq::stamp_completions`]).
+    stamp: AtomicBool,
+}
+
+/// A resize below the completions waiting ([`Cq::resize`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{waiting} completions wait in the CQ, more than the {depth} asked for")]
+pub struct CqResizeError {
+    /// Entries asked for.
+    pub depth: usize,
+    /// Completions waiting.
+    pub waiting: usize,
 }
 
 /// A callback run on the progress thread when an armed notification fires: it must be
@@ -57,7 +72,7 @@ impl Cq {
     pub fn new(id: u32, depth: usize) -> Cq {
         Cq {
             id,
-            queue: ArrayQueue::new(depth.max(1)),
+            queue: parking_lot::RwLock::new(ArrayQueue::new(depth.max(1))),
             overflowed: AtomicBool::new(false),
             armed: AtomicU32::new(ARM_NONE),
             notify: parking_lot::Mutex::new(None),
@@ -65,6 +80,7 @@ impl Cq {
             events_unacked: AtomicU32::new(0),
             returned: parking_lot::Mutex::new(std::collections::VecDeque::new()),
             has_returned: AtomicBool::new(false),
+            stamp: AtomicBool::new(false),
         }
     }
 
@@ -109,17 +125,17 @@ impl Cq {
 
     /// Depth.
     pub fn capacity(&self) -> usize {
-        self.queue.capacity()
+        self.queue.read().capacity()
     }
 
     /// Completions waiting.
     pub fn len(&self) -> usize {
-        self.queue.len() + self.returned_len()
+        self.queue.read().len() + self.returned_len()
     }
 
     /// True when no completion waits.
     pub fn is_empty(&self) -> bool {
-        self.queue.is_empty() && self.returned_len() == 0
+        self.queue.read().is_empty() && self.returned_len() == 0
     }
 
     /// True once the CQ has overflowed (it stays in error).
@@ -129,11 +145,14 @@ impl Cq {
 
     /// Queues a completion (progress thread). On overflow the CQ enters the error state.
     #[inline]
-    pub fn push(&self, wc: WorkCompletion, solicited: bool) -> Result<(), CqOverflow> {
+    pub fn push(&self, mut wc: WorkCompletion, solicited: bool) -> Result<(), CqOverflow> {
         if self.overflowed() {
             return Err(CqOverflow { cq: self.id });
         }
-        if self.queue.push(wc).is_err() {
+        if self.stamp.load(Ordering::Relaxed) {
+            wc.timestamp_ns = rnic_io::time::monotonic_ns();
+        }
+        if self.queue.read().push(wc).is_err() {
             self.overflowed.store(true, Ordering::Release);
             return Err(CqOverflow { cq: self.id });
         }
@@ -156,7 +175,7 @@ impl Cq {
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
         while n < out.len() {
-            match self.take_returned().or_else(|| self.queue.pop()) {
+            match self.take_returned().or_else(|| self.queue.read().pop()) {
                 Some(wc) => {
                     out[n] = wc;
                     n += 1;
@@ -165,6 +184,33 @@ impl Cq {
             }
         }
         n
+    }
+
+    /// From now on every completion carries the time it entered the CQ
+    /// ([`WorkCompletion::timestamp_ns`]; `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`). Off by
+    /// default: a clock read per completion.
+    pub fn stamp_completions(&self) {
+        self.stamp.store(true, Ordering::Relaxed);
+    }
+
+    /// Gives the CQ room for `depth` completions (`ibv_resize_cq`), keeping those waiting,
+    /// in order. Refused when more than `depth` wait ([`CqResizeError`], EINVAL for
+    /// verbs: IBA 11.2.8.3 lets the new size be no smaller than the entries present).
+    /// Pushes and polls wait for the moment it takes.
+    pub fn resize(&self, depth: usize) -> Result<(), CqResizeError> {
+        let depth = depth.max(1);
+        let mut q = self.queue.write();
+        let waiting = q.len() + self.returned_len();
+        if waiting > depth {
+            return Err(CqResizeError { depth, waiting });
+        }
+        let bigger = ArrayQueue::new(depth);
+        while let Some(wc) = q.pop() {
+            // Cannot fail: depth >= waiting.
+            let _ = bigger.push(wc);
+        }
+        *q = bigger;
+        Ok(())
     }
 
     /// Removes QP `qpn`'s completions, keeping the others in their order; returns how
@@ -185,7 +231,7 @@ impl Cq {
 
     /// Takes one completion.
     pub fn poll_one(&self) -> Option<WorkCompletion> {
-        self.take_returned().or_else(|| self.queue.pop())
+        self.take_returned().or_else(|| self.queue.read().pop())
     }
 
     /// Arms a notification for the next completion (or the next solicited one); it is
@@ -223,5 +269,57 @@ impl Cq {
     /// Events delivered and not yet acknowledged.
     pub fn unacked_events(&self) -> u32 {
         self.events_unacked.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wr::{WcOpcode, WcStatus};
+
+    fn wc(id: u64, qpn: u32) -> WorkCompletion {
+        WorkCompletion::new(id, WcStatus::Success, WcOpcode::Send, qpn)
+    }
+
+    #[test]
+    fn a_resize_keeps_the_waiting_completions_in_order_and_refuses_less_room_than_they_need() {
+        let cq = Cq::new(1, 4);
+        for i in 0..3 {
+            cq.push(wc(i, 7), false).unwrap();
+        }
+        assert_eq!(cq.resize(2), Err(CqResizeError { depth: 2, waiting: 3 }));
+        assert_eq!(cq.capacity(), 4, "a refused resize changes nothing");
+        cq.resize(3).unwrap();
+        assert_eq!(cq.capacity(), 3);
+        assert!(cq.push(wc(3, 7), false).is_err(), "full at the new size: overflow, as IBA 11.4.2.1 says");
+        let cq = Cq::new(2, 2);
+        cq.push(wc(0, 7), false).unwrap();
+        cq.give_back(vec![wc(9, 7)]);
+        cq.resize(64).unwrap();
+        for i in 10..20 {
+            cq.push(wc(i, 7), false).unwrap();
+        }
+        let mut out = [WorkCompletion::default(); 16];
+        let n = cq.poll(&mut out);
+        let ids: Vec<u64> = out[..n].iter().map(|w| w.wr_id).collect();
+        assert_eq!(ids, [9, 0, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19], "given back first, then in order");
+    }
+
+    #[test]
+    fn completions_are_stamped_only_when_asked_and_purged_by_qp() {
+        let cq = Cq::new(3, 8);
+        cq.push(wc(1, 5), false).unwrap();
+        cq.stamp_completions();
+        let before = rnic_io::time::monotonic_ns();
+        cq.push(wc(2, 6), false).unwrap();
+        cq.push(wc(3, 5), false).unwrap();
+        let after = rnic_io::time::monotonic_ns();
+        assert_eq!(cq.purge_qp(6), 1);
+        let a = cq.poll_one().unwrap();
+        let b = cq.poll_one().unwrap();
+        assert_eq!((a.wr_id, a.timestamp_ns), (1, 0), "pushed before stamping was asked");
+        assert_eq!(b.wr_id, 3);
+        assert!((before..=after).contains(&b.timestamp_ns), "{before} <= {} <= {after}", b.timestamp_ns);
+        assert!(cq.poll_one().is_none());
     }
 }

@@ -376,6 +376,17 @@ impl Device {
         }
     }
 
+    /// Runs one round on the calling thread, waiting for the lock if a round is running:
+    /// work posted before the call has been handed to the wire (and an unreliable send
+    /// has completed) when it returns. For control-path verbs that look at what work
+    /// posted so far produced (`ibv_resize_cq` counts the completions waiting, which on
+    /// rxe the post itself produces). Never called on the progress thread.
+    pub fn settle(&self) {
+        let mut c = self.inner.core.lock();
+        let now = c.now();
+        let _ = c.round(false, now);
+    }
+
     /// How the UDP transport moves packets (GSO, GRO, spinning).
     pub fn transport(&self) -> TransportInfo {
         self.inner.transport

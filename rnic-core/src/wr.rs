@@ -519,6 +519,10 @@ pub struct WorkCompletion {
     /// Which L3 header fills the GRH area (UD receive completions; the kernel's
     /// `ib_wc.network_hdr_type`).
     pub network_hdr: NetworkHdr,
+    /// When the completion entered its CQ, in nanoseconds of `CLOCK_MONOTONIC` (the
+    /// device's clock: `hca_core_clock` 1 GHz); 0 unless the CQ stamps its completions
+    /// ([`Cq::stamp_completions`](crate::cq::Cq::stamp_completions)).
+    pub timestamp_ns: u64,
 }
 
 /// The L3 header a UD receive's 40-byte GRH area holds (`enum rdma_network_type`).
@@ -559,6 +563,7 @@ impl WorkCompletion {
             invalidated_rkey: 0,
             pkey_index: 0,
             network_hdr: NetworkHdr::None,
+            timestamp_ns: 0,
         }
     }
 }

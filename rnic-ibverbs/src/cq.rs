@@ -134,9 +134,13 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
         }
         // SAFETY: the caller's attributes.
         let a = unsafe { &*attr };
-        let unsupported = a.wc_flags & !IBV_WC_STANDARD_FLAGS;
+        let stamps = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+        let unsupported = a.wc_flags & !(IBV_WC_STANDARD_FLAGS | stamps);
         if unsupported != 0 {
-            diag(format!("ibv_create_cq_ex: wc_flags {unsupported:#x} are not supported (only IBV_WC_STANDARD_FLAGS)"));
+            diag(format!(
+                "ibv_create_cq_ex: wc_flags {unsupported:#x} are not supported (IBV_WC_STANDARD_FLAGS and the \
+                 completion timestamps are)"
+            ));
             set_errno(libc::EOPNOTSUPP);
             return null_mut();
         }
@@ -172,6 +176,12 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
         ex.read_slid = Some(read_slid);
         ex.read_sl = Some(read_sl);
         ex.read_dlid_path_bits = Some(read_dlid_path_bits);
+        if a.wc_flags & stamps != 0 {
+            // SAFETY: just made, not yet handed out.
+            unsafe { &*c }.cq.stamp_completions();
+            ex.read_completion_ts = Some(read_completion_ts);
+            ex.read_completion_wallclock_ns = Some(read_completion_wallclock_ns);
+        }
         c.cast()
     })
 }
@@ -356,6 +366,22 @@ unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {
     0
 }
 
+/// The completion's time on the device clock (`CLOCK_MONOTONIC` nanoseconds;
+/// `hca_core_clock` is 1 GHz in `ibv_query_device_ex`).
+unsafe extern "C" fn read_completion_ts(cq: *mut ibv_cq_ex) -> u64 {
+    // SAFETY: the caller's CQ.
+    unsafe { current(cq) }.timestamp_ns
+}
+
+/// The completion's time as nanoseconds since the epoch: the device clock's stamp moved
+/// by the present offset between the two clocks.
+unsafe extern "C" fn read_completion_wallclock_ns(cq: *mut ibv_cq_ex) -> u64 {
+    // SAFETY: the caller's CQ.
+    let ts = unsafe { current(cq) }.timestamp_ns;
+    let offset = rnic_io::time::realtime_ns().saturating_sub(rnic_io::time::monotonic_ns());
+    ts.saturating_add(offset)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     if cq.is_null() {
@@ -394,10 +420,33 @@ pub(crate) fn free_with_context(ptr: usize) {
     unsafe { Box::from_raw(ptr as *mut Cq) }.detach();
 }
 
-/// `ibv_resize_cq`: rnic's CQs have a fixed depth.
+/// `ibv_resize_cq`: room for `cqe` completions (the CQ's `cqe` then says so), keeping
+/// those waiting; EINVAL for a size outside 1..=max_cqe or below the completions waiting.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
-    libc::EOPNOTSUPP
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    guard(libc::EINVAL, || {
+        // SAFETY: a CQ we handed out.
+        let Some(c) = (unsafe { cq_of(cq) }) else { return libc::EINVAL };
+        let Some(depth) = u32::try_from(cqe).ok().filter(|d| (1..=MAX_CQE).contains(d)) else {
+            diag(format!("ibv_resize_cq: {cqe} entries asked, the device allows 1..={MAX_CQE}"));
+            return libc::EINVAL;
+        };
+        // What was posted so far completes first (rxe completes an unreliable send in
+        // the post), so that the completions waiting are counted.
+        c.core.settle();
+        match c.cq.resize(depth as usize) {
+            Ok(()) => {
+                // SAFETY: the program's CQ (our Cq's first field); verbs lets the
+                // provider report the new size there.
+                unsafe { (*cq).cqe = cqe };
+                0
+            }
+            Err(e) => {
+                diag(format!("ibv_resize_cq: {e}"));
+                libc::EINVAL
+            }
+        }
+    })
 }
 
 #[no_mangle]

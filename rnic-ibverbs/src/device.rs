@@ -121,6 +121,7 @@ const OPS: verbs_context = {
     v.query_device_ex = Some(query_device_ex);
     v.create_qp_ex = Some(qp::create_qp_ex);
     v.create_cq_ex = Some(cq::create_cq_ex);
+    v.query_rt_values = Some(query_rt_values);
     v.context.ops._compat_query_device = Some(ibv_query_device);
     v.context.ops.poll_cq = Some(cq::poll_cq);
     v.context.ops.req_notify_cq = Some(cq::req_notify_cq);
@@ -309,6 +310,26 @@ pub unsafe extern "C" fn ibv_query_device(context: *mut ibv_context, attr: *mut 
     0
 }
 
+/// `ibv_query_rt_values_ex`: the device clock (`CLOCK_MONOTONIC`, what completions are
+/// stamped with) as `raw_clock`; other values are not offered (their bits are cleared).
+unsafe extern "C" fn query_rt_values(context: *mut ibv_context, values: *mut ibv_values_ex) -> c_int {
+    // SAFETY: a context we handed out.
+    if unsafe { ctx_of(context) }.is_none() || values.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: the caller's struct.
+    let v = unsafe { &mut *values };
+    if v.comp_mask & !IBV_VALUES_MASK_RAW_CLOCK != 0 {
+        v.comp_mask &= IBV_VALUES_MASK_RAW_CLOCK;
+    }
+    if v.comp_mask & IBV_VALUES_MASK_RAW_CLOCK != 0 {
+        let ns = rnic_io::time::monotonic_ns();
+        v.raw_clock.tv_sec = (ns / 1_000_000_000) as libc::time_t;
+        v.raw_clock.tv_nsec = (ns % 1_000_000_000) as libc::c_long;
+    }
+    0
+}
+
 unsafe extern "C" fn query_device_ex(
     context: *mut ibv_context,
     _input: *const ibv_query_device_ex_input,
@@ -320,7 +341,15 @@ unsafe extern "C" fn query_device_ex(
     if attr.is_null() || attr_size < size_of::<ibv_device_attr>() {
         return libc::EINVAL;
     }
-    let ex = ibv_device_attr_ex { orig_attr: device_attr(ctx.sh.dev), phys_port_cnt_ex: 1, ..Default::default() };
+    let ex = ibv_device_attr_ex {
+        orig_attr: device_attr(ctx.sh.dev),
+        phys_port_cnt_ex: 1,
+        // Completions are stamped with CLOCK_MONOTONIC nanoseconds: a 1 GHz clock of
+        // 64 bits.
+        completion_timestamp_mask: u64::MAX,
+        hca_core_clock: 1_000_000,
+        ..Default::default()
+    };
     let n = attr_size.min(size_of::<ibv_device_attr_ex>());
     // SAFETY: the caller's struct holds `attr_size` bytes; we copy at most that many, and
     // zero anything past our struct (a newer header's fields: none supported).

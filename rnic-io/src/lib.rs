@@ -17,6 +17,7 @@ pub mod packet;
 pub mod share;
 pub mod udp;
 pub mod wait;
+pub mod time;
 
 pub use cpu::pin_current_thread;
 pub use packet::RawSocket;

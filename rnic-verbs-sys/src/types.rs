@@ -549,6 +549,10 @@ pub const IBV_WC_EX_WITH_SL: u64 = 1 << 5;
 pub const IBV_WC_EX_WITH_DLID_PATH_BITS: u64 = 1 << 6;
 /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`.
 pub const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
+/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`.
+pub const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK: u64 = 1 << 11;
+/// `IBV_VALUES_MASK_RAW_CLOCK` (`ibv_values_ex::comp_mask`).
+pub const IBV_VALUES_MASK_RAW_CLOCK: u32 = 1 << 0;
 /// `IBV_WC_STANDARD_FLAGS`: byte length, immediate, QP number, source QP, SLID, SL,
 /// DLID path bits.
 pub const IBV_WC_STANDARD_FLAGS: u64 = IBV_WC_EX_WITH_BYTE_LEN
