@@ -469,6 +469,8 @@ pub fn wc_from_ibv(wc: &ibv_wc) -> WorkCompletion {
         // `struct ibv_wc` does not carry the kernel's network_hdr_type (only mlx5 encodes
         // it in `sl`); the GRH area itself says which header it holds.
         network_hdr: NetworkHdr::None,
+        // `struct ibv_wc` carries no timestamp (an extended CQ would).
+        timestamp_ns: 0,
     }
 }
 
