@@ -189,6 +189,46 @@ impl CompletionQueue {
         }
     }
 
+    /// Gives the CQ room for `depth` completions (`ibv_resize_cq`), keeping those
+    /// waiting; refused with [`Error::InvalidArgument`] below their number (work posted
+    /// before the call counts once it completed: the device settles first). On hardware
+    /// it is [`Error::Unsupported`].
+    pub fn resize(&self, depth: usize) -> Result<()> {
+        match &self.b {
+            CqBackend::Emu(cq) => {
+                if let Ok(e) = self.ctx.emu("resize_cq") {
+                    e.dev.settle();
+                }
+                cq.resize(depth).map_err(|e| Error::InvalidArgument { op: "resize_cq", why: e.to_string() })
+            }
+            #[cfg(feature = "hw")]
+            CqBackend::Hw(_) => Err(Error::Unsupported {
+                op: "resize_cq",
+                device: self.ctx.name().to_string(),
+                why: "the hardware backend does not resize CQs".into(),
+            }),
+        }
+    }
+
+    /// Stamps every completion from now on with the time it entered the CQ
+    /// ([`WorkCompletion::timestamp_ns`], `CLOCK_MONOTONIC` nanoseconds; what
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` gives). On hardware it is
+    /// [`Error::Unsupported`].
+    pub fn stamp_completions(&self) -> Result<()> {
+        match &self.b {
+            CqBackend::Emu(cq) => {
+                cq.stamp_completions();
+                Ok(())
+            }
+            #[cfg(feature = "hw")]
+            CqBackend::Hw(_) => Err(Error::Unsupported {
+                op: "stamp_completions",
+                device: self.ctx.name().to_string(),
+                why: "the hardware backend polls ibv_cq, which carries no timestamp".into(),
+            }),
+        }
+    }
+
     /// Destroys this handle, checking as `ibv_destroy_cq` does that every delivered event
     /// was acknowledged (the CQ itself goes when its last handle and QP are gone; a plain
     /// drop does not check, as Rust's `Drop` cannot report).

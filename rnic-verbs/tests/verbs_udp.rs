@@ -382,3 +382,46 @@ fn memory_deregistered_under_posted_work_is_never_reached() {
     assert!(b.cq.poll_one().unwrap().is_none(), "the peer received the SEND");
     drop(qb);
 }
+
+/// Memory windows through the Rust API: a type 2 window bound on B's QP lends A 64 bytes
+/// of a region with no remote right of its own; A READs them; the window refuses a WRITE
+/// (no write right) and, once B invalidated it (LOCAL_INV), the READ; a bind of a region
+/// without MW_BIND completes with MW_BIND_ERR. CQ resize and completion stamps ride along.
+#[test]
+fn a_memory_window_lends_a_range_and_takes_it_back() {
+    let a = end("rnic0", "127.0.20.1", 4096);
+    let b = end("rnic1", "127.0.20.2", 4096);
+    let region = b.pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND).unwrap();
+    region.write(1024, &bytes(7, 64)).unwrap();
+    let (qa, qb) = pair(&a, &b, PathMtu::Mtu1024);
+    let mw = b.pd.alloc_mw(MwType::Two).unwrap();
+    let before = mw.rkey();
+    let rkey = mw.bind(&qb, 1, &region, 1024, 64, AccessFlags::REMOTE_READ).unwrap();
+    assert_eq!((rkey >> 8, rkey != before, mw.rkey()), (before >> 8, true, rkey), "same index, next key");
+    let w = b.cq.wait(1, T).unwrap()[0];
+    assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::BindMw));
+    a.cq.stamp_completions().unwrap();
+    let read = |id, len: u32| {
+        let op = SendOp::RdmaRead { remote_addr: region.addr() + 1024, rkey };
+        qa.post_send(&SendWr::new(id, op, vec![a.mr.sge(0, len)])).unwrap();
+        a.cq.wait(1, T).unwrap()[0]
+    };
+    let w = read(2, 64);
+    assert_eq!(w.status, WcStatus::Success);
+    assert!(w.timestamp_ns > 0, "the stamped CQ stamps");
+    let mut got = vec![0; 64];
+    a.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, bytes(7, 64));
+    // B takes the loan back; the same READ is now refused.
+    qb.post_send(&SendWr::local_inv(3, rkey)).unwrap();
+    assert_eq!(b.cq.wait(1, T).unwrap()[0].status, WcStatus::Success);
+    assert_eq!(read(4, 64).status, WcStatus::RemAccessErr, "invalidated");
+    // A region without MW_BIND cannot be lent.
+    let (_qa, qb) = pair(&a, &b, PathMtu::Mtu1024);
+    let mw1 = b.pd.alloc_mw(MwType::One).unwrap();
+    mw1.bind(&qb, 6, &b.mr, 0, 64, AccessFlags::REMOTE_READ).unwrap();
+    assert_eq!(b.cq.wait(1, T).unwrap()[0].status, WcStatus::MwBindErr);
+    // Resize: room for at least what waits.
+    b.cq.resize(8).unwrap();
+    assert!(b.cq.resize(0).is_ok(), "an empty CQ shrinks to one entry");
+}
