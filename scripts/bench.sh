@@ -1,11 +1,16 @@
 #!/bin/bash
-# Latency where users measure it: stock perftest (Debian's, unmodified, under `rnic exec`,
-# server on rnic0 and client on rnic1, two processes) next to `rnic perf`'s same test and
-# the plain-UDP ping-pong baseline `rnic perf` measures beside itself, in interleaved
-# rounds. Per test it prints the median typical latency of each with its spread, and the
-# medians of the per-round quotients stock/rnic-perf and stock/UDP.
+# Speed where users measure it (issue 33's table): stock perftest (Debian's, unmodified,
+# under `rnic exec`, server on rnic0 and client on rnic1, two processes) next to `rnic
+# perf`'s same test and the plain-UDP baseline `rnic perf` measures beside itself, plus
+# rnic perf's QP scaling and 64-byte message rate, in interleaved rounds. Per test it
+# prints the median of each figure with its spread, and the medians of the per-round
+# quotients stock/rnic-perf and rnic-perf/UDP.
 #
 #   scripts/bench.sh [ROUNDS] [TESTS...]    default 5 rounds; tests: write send read atomic
+#                                           (latency), bw (stock ib_write_bw -s 65536 next to
+#                                           rnic perf write_bw), q1 q16 q256 (rnic perf write_bw
+#                                           with that many QPs), rate (rnic perf send_bw -s 64
+#                                           -t 1024, messages/s); default: all of them
 #   RNIC_SPIN_US=... scripts/bench.sh       the environment reaches every run
 #   RNIC=other/target/release/rnic scripts/bench.sh   another build (its own libraries,
 #                                           which `rnic exec` finds beside its target folder)
@@ -23,7 +28,7 @@ command -v ib_write_lat >/dev/null || { echo "bench: perftest is not installed (
 rounds=${1:-5}
 shift || true
 tests=("$@")
-[ ${#tests[@]} -gt 0 ] || tests=(write send read atomic)
+[ ${#tests[@]} -gt 0 ] || tests=(write send read atomic bw q1 q16 q256 rate)
 out=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
 port=19320
@@ -55,11 +60,59 @@ except Exception:
     print("nan nan")'
 }
 
+# Stock ib_write_bw, 64 KiB messages for 2 s: perftest's BW average (MB/sec, its unit).
+stock_bw() {
+    port=$((port + 1))
+    timeout 60 "$rnic" exec -- ib_write_bw -d rnic0 -s 65536 -D 2 -p $port >"$out/srv" 2>&1 &
+    local srv=$!
+    sleep 0.3
+    timeout 60 "$rnic" exec -- ib_write_bw -d rnic1 -s 65536 -D 2 -p $port 127.0.0.1 >"$out/cli" 2>&1 || true
+    wait $srv 2>/dev/null || true
+    # The row: #bytes #iterations BW_peak BW_average MsgRate
+    awk '/BW average/ {h=1; next} h && NF >= 4 && $1 ~ /^[0-9]+$/ {print $4; exit}' "$out/cli" | grep . || echo nan
+}
+
+# rnic perf with its same-run UDP baseline, one round: "<figure> <baseline figure>" from
+# the JSON fields named (bandwidth in MB/s, or the message rate in M/s).
+perf() { # field baseline_field args...
+    local f=$1 bf=$2
+    shift 2
+    timeout 120 "$rnic" perf "$@" --rounds 1 --json 2>/dev/null | tail -1 |
+        python3 -c 'import json,sys
+try:
+    d = json.loads(sys.stdin.read()); print(d[sys.argv[1]], d.get(sys.argv[2], "nan"))
+except Exception:
+    print("nan nan")' "$f" "$bf"
+}
+
+# One row per test and round: "round test figure own-figure baseline": for the latency
+# tests stock and rnic perf typical latencies (us) and the UDP ping-pong; for bw stock
+# ib_write_bw and rnic perf write_bw (MB/s) and the UDP stream; for qN and rate rnic perf
+# alone (the figure repeated) and its baseline.
+row() { # t
+    case "$1" in
+    bw)
+        local s
+        s=$(stock_bw)
+        read -r o b <<<"$(perf bw_avg_mbps baseline write_bw -s 65536 -D 2)"
+        echo "$s $o $b" ;;
+    q1 | q16 | q256)
+        read -r o b <<<"$(perf bw_avg_mbps baseline write_bw -s 65536 -D 2 -q "${1#q}")"
+        echo "$o $o $b" ;;
+    rate)
+        read -r o b <<<"$(perf msg_rate_mpps baseline_msg_rate_mpps send_bw -s 64 -t 1024 -D 2)"
+        echo "$o $o $b" ;;
+    *)
+        local s
+        s=$(stock "$1")
+        read -r o b <<<"$(own "$1")"
+        echo "$s $o $b" ;;
+    esac
+}
+
 for r in $(seq "$rounds"); do
     for t in "${tests[@]}"; do
-        s=$(stock "$t")
-        read -r o b <<<"$(own "$t")"
-        echo "$r $t $s $o $b" | tee -a "$out/rows" >&2
+        echo "$r $t $(row "$t")" | tee -a "$out/rows" >&2
     done
 done
 
@@ -74,10 +127,14 @@ def med(xs):
     return (st.median(xs), min(xs), max(xs)) if xs else (math.nan, math.nan, math.nan)
 def f(m):
     return f"{m[0]:8.2f} [{m[1]:.2f}-{m[2]:.2f}]"
-print(f"{'test':8} {'stock ib_*_lat us':>24} {'rnic perf us':>24} {'UDP baseline us':>24} {'stock/rnic perf':>24} {'stock/UDP':>24}")
+units = {"bw": "MB/s", "q1": "MB/s", "q16": "MB/s", "q256": "MB/s", "rate": "M msg/s"}
+print(f"{'test':8} {'unit':>8} {'stock perftest':>24} {'rnic perf':>24} {'UDP baseline':>24} {'stock/rnic perf':>24} {'rnic perf/UDP':>24}")
 for t, v in rows.items():
     s = med([x[0] for x in v]); o = med([x[1] for x in v]); b = med([x[2] for x in v])
-    q1 = med([x[0] / x[1] for x in v]); q2 = med([x[0] / x[2] for x in v])
-    print(f"{t:8} {f(s):>24} {f(o):>24} {f(b):>24} {f(q1):>24} {f(q2):>24}")
-print(f"medians [min-max] of {len(next(iter(rows.values())))} interleaved rounds; latencies are typical (median) one-way")
+    q1 = med([x[0] / x[1] for x in v]); q2 = med([x[1] / x[2] for x in v])
+    stock = f(s) if t not in ("q1", "q16", "q256", "rate") else "-"
+    ratio = f(q1) if t not in ("q1", "q16", "q256", "rate") else "-"
+    print(f"{t:8} {units.get(t, 'us'):>8} {stock:>24} {f(o):>24} {f(b):>24} {ratio:>24} {f(q2):>24}")
+print(f"medians [min-max] of {len(next(iter(rows.values())))} interleaved rounds; latencies are typical (median) one-way;")
+print("rnic perf/UDP: below 1 is slower than the baseline for bandwidth and rate, above 1 for latency")
 EOF
