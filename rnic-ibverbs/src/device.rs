@@ -276,14 +276,18 @@ fn device_attr(dev: &Dev) -> ibv_device_attr {
     a.hw_ver = c.hw_ver;
     a.max_qp = int(c.max_qp);
     a.max_qp_wr = int(c.max_qp_wr);
-    // BAD_PKEY_CNTR | BAD_QKEY_CNTR | SYS_IMAGE_GUID | RC_RNR_NAK_GEN | N_NOTIFY_CQ
-    a.device_cap_flags = (1 << 1) | (1 << 2) | (1 << 11) | (1 << 12) | (1 << 14);
+    // BAD_PKEY_CNTR | BAD_QKEY_CNTR | SYS_IMAGE_GUID | RC_RNR_NAK_GEN | N_NOTIFY_CQ |
+    // MEM_WINDOW | MEM_MGT_EXTENSIONS (LOCAL_INV, SEND with Invalidate) |
+    // MEM_WINDOW_TYPE_2B (rxe's set of the same)
+    a.device_cap_flags = (1 << 1) | (1 << 2) | (1 << 11) | (1 << 12) | (1 << 14) | (1 << 17) | (1 << 21) | (1 << 24);
     a.max_sge = int(c.max_sge);
     a.max_sge_rd = int(c.max_sge_rd);
     a.max_cq = int(c.max_cq);
     a.max_cqe = int(c.max_cqe);
     a.max_mr = int(c.max_mr);
     a.max_pd = int(c.max_pd);
+    // Windows live in the MTPT beside the regions (rnic_core::mr::Mtpt::alloc_mw).
+    a.max_mw = int(c.max_mr);
     a.max_qp_rd_atom = int(c.max_qp_rd_atom);
     a.max_res_rd_atom = int(c.max_res_rd_atom);
     a.max_qp_init_rd_atom = int(c.max_qp_init_rd_atom);
@@ -344,6 +348,7 @@ unsafe extern "C" fn query_device_ex(
     let ex = ibv_device_attr_ex {
         orig_attr: device_attr(ctx.sh.dev),
         phys_port_cnt_ex: 1,
+        device_cap_flags_ex: u64::from(device_attr(ctx.sh.dev).device_cap_flags),
         // Completions are stamped with CLOCK_MONOTONIC nanoseconds: a 1 GHz clock of
         // 64 bits.
         completion_timestamp_mask: u64::MAX,
