@@ -144,9 +144,19 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
             set_errno(libc::EOPNOTSUPP);
             return null_mut();
         }
-        if a.comp_mask & !IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 {
-            diag("ibv_create_cq_ex: a parent domain (IBV_CQ_INIT_ATTR_MASK_PD) is not supported");
-            set_errno(libc::EOPNOTSUPP);
+        if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
+            diag(format!("ibv_create_cq_ex: unknown comp_mask bits {:#x}", a.comp_mask));
+            set_errno(libc::EINVAL);
+            return null_mut();
+        }
+        // A CQ of a parent domain (its allocators, which rnic never calls: its CQs are
+        // its own memory); the domain must be one, of this context (EINVAL, as mlx5).
+        // SAFETY: a PD we handed out, or null.
+        if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0
+            && !unsafe { crate::pd::pd_of(a.parent_domain) }.is_some_and(|p| p.is_parent_domain() && p.ibv.context == context)
+        {
+            diag("ibv_create_cq_ex: IBV_CQ_INIT_ATTR_MASK_PD needs a parent domain of this context");
+            set_errno(libc::EINVAL);
             return null_mut();
         }
         let flags = if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 { a.flags } else { 0 };

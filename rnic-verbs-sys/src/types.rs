@@ -39,8 +39,6 @@ opaque!(
     ibv_counters_init_attr,
     /// `struct ibv_counter_attach_attr`.
     ibv_counter_attach_attr,
-    /// `struct ibv_parent_domain_init_attr`.
-    ibv_parent_domain_init_attr,
     /// `struct ibv_ops_wr` (tag matching).
     ibv_ops_wr,
     /// `struct ibv_wq`.
@@ -1018,6 +1016,29 @@ pub struct ibv_td_init_attr {
 pub struct ibv_td {
     /// The device.
     pub context: *mut ibv_context,
+}
+
+/// `IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS`.
+pub const IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS: u32 = 1 << 0;
+/// `IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT`.
+pub const IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT: u32 = 1 << 1;
+
+/// `struct ibv_parent_domain_init_attr`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ibv_parent_domain_init_attr {
+    /// The protection domain (never NULL).
+    pub pd: *mut ibv_pd,
+    /// A thread domain, or NULL.
+    pub td: *mut ibv_td,
+    /// `enum ibv_parent_domain_init_attr_mask`.
+    pub comp_mask: u32,
+    /// Custom allocator of the provider's buffers.
+    pub alloc: Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, size_t, size_t, u64) -> *mut c_void>,
+    /// Its free.
+    pub free: Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64)>,
+    /// Passed to both.
+    pub pd_context: *mut c_void,
 }
 
 /// `struct ibv_xrcd_init_attr`.

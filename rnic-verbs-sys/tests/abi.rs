@@ -89,6 +89,7 @@ fn layouts() -> Vec<Layout> {
         struct ibv_pd { context, handle }
         struct ibv_td_init_attr { comp_mask }
         struct ibv_td { context }
+        struct ibv_parent_domain_init_attr { pd, td, comp_mask, alloc, free, pd_context }
         struct ibv_xrcd_init_attr { comp_mask, fd, oflags }
         struct ibv_xrcd { context }
         struct ibv_mr { context, pd, addr, length, handle, lkey, rkey }
@@ -383,6 +384,8 @@ fn constants() -> Vec<(&'static str, i128)> {
         IBV_SEND_IP_CSUM,
         IBV_CQ_INIT_ATTR_MASK_FLAGS,
         IBV_CQ_INIT_ATTR_MASK_PD,
+        IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS,
+        IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT,
         IBV_WC_EX_WITH_BYTE_LEN,
         IBV_WC_EX_WITH_IMM,
         IBV_WC_EX_WITH_QP_NUM,
