@@ -123,6 +123,7 @@ const OPS: verbs_context = {
     v.create_cq_ex = Some(cq::create_cq_ex);
     v.query_rt_values = Some(query_rt_values);
     v.alloc_parent_domain = Some(pd::alloc_parent_domain);
+    v.advise_mr = Some(mr::advise_mr);
     v.alloc_td = Some(pd::alloc_td);
     v.dealloc_td = Some(pd::dealloc_td);
     v.context.ops._compat_query_device = Some(ibv_query_device);
@@ -356,6 +357,25 @@ unsafe extern "C" fn query_device_ex(
         // 64 bits.
         completion_timestamp_mask: u64::MAX,
         hca_core_clock: 1_000_000,
+        // Every region is on demand: nothing is pinned, the device touches the program's
+        // pages as the program does (implicit regions, the whole address space, are not
+        // offered).
+        odp_caps: {
+            let all = IBV_ODP_SUPPORT_SEND
+                | IBV_ODP_SUPPORT_RECV
+                | IBV_ODP_SUPPORT_WRITE
+                | IBV_ODP_SUPPORT_READ
+                | IBV_ODP_SUPPORT_ATOMIC
+                | IBV_ODP_SUPPORT_SRQ_RECV;
+            ibv_odp_caps {
+                general_caps: IBV_ODP_SUPPORT,
+                per_transport_caps: ibv_odp_caps_per_transport {
+                    rc_odp_caps: all,
+                    uc_odp_caps: all & !(IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC),
+                    ud_odp_caps: IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV,
+                },
+            }
+        },
         ..Default::default()
     };
     let n = attr_size.min(size_of::<ibv_device_attr_ex>());

@@ -35,12 +35,11 @@ fn access_of(access: c_uint, what: &str) -> Result<AccessFlags, c_int> {
     // Optional flags (IBV_ACCESS_OPTIONAL_RANGE, relaxed ordering) may be ignored by
     // definition.
     let access = access & !(0x3ff << 20);
-    if access & IBV_ACCESS_ON_DEMAND != 0 {
-        diag(format!("{what}: on-demand paging (IBV_ACCESS_ON_DEMAND) is not supported"));
-        return Err(libc::EOPNOTSUPP);
-    }
-    if access & !(known | IBV_ACCESS_HUGETLB) != 0 {
-        diag(format!("{what}: unknown access flags {:#x}", access & !known));
+    // On-demand paging: rnic pins nothing (the device reads and writes the program's
+    // pages as the program does, faulting them in), so every region is one; the flag
+    // asks for nothing more. Implicit regions (the whole address space) are not offered.
+    if access & !(known | IBV_ACCESS_HUGETLB | IBV_ACCESS_ON_DEMAND) != 0 {
+        diag(format!("{what}: unknown access flags {:#x}", access & !(known | IBV_ACCESS_HUGETLB | IBV_ACCESS_ON_DEMAND)));
         return Err(libc::EINVAL);
     }
     // IBA 10.6.3.1 (and ib_check_mr_access): remote write or atomic needs local write.
@@ -66,6 +65,11 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: size_t, iova: u64, access: c_
                 return null_mut();
             }
         };
+        if addr.is_null() && length == usize::MAX && access & IBV_ACCESS_ON_DEMAND != 0 {
+            diag("ibv_reg_mr: implicit on-demand regions (the whole address space) are not supported");
+            set_errno(libc::EOPNOTSUPP);
+            return null_mut();
+        }
         if length == 0 || addr.is_null() {
             set_errno(libc::EINVAL);
             return null_mut();
@@ -319,6 +323,66 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         if translation {
             m.ibv.addr = addr;
             m.ibv.length = length;
+        }
+        0
+    })
+}
+
+/// `ibv_advise_mr` (through `verbs_context.advise_mr`): each SGE is checked as a work
+/// request's would be (its lkey a region of `pd`, the range inside it; a write prefetch
+/// needs local write: EINVAL otherwise), then PREFETCH and PREFETCH_WRITE fault the
+/// pages in by reading one byte of each, through the region, as an on-demand NIC asks
+/// the kernel for them; PREFETCH_NO_FAULT maps nothing that is not mapped, so nothing is
+/// done. The work is done when the call returns, with or without IBV_ADVISE_MR_FLAG_FLUSH.
+pub(crate) unsafe extern "C" fn advise_mr(
+    pd: *mut ibv_pd,
+    advice: ibv_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    guard(libc::EINVAL, || {
+        // SAFETY: a PD we handed out.
+        let Some(p) = (unsafe { pd_of(pd) }) else { return libc::EINVAL };
+        let need = match advice {
+            IBV_ADVISE_MR_ADVICE_PREFETCH | IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => AccessFlags::empty(),
+            IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE => AccessFlags::LOCAL_WRITE,
+            other => {
+                diag(format!("ibv_advise_mr: unknown advice {other}"));
+                return libc::EINVAL;
+            }
+        };
+        if flags & !IBV_ADVISE_MR_FLAG_FLUSH != 0 || sg_list.is_null() || num_sge == 0 {
+            diag("ibv_advise_mr: flags other than IBV_ADVISE_MR_FLAG_FLUSH, or no SGE");
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller's `num_sge` SGEs.
+        let sges = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
+        let mut slices = Vec::with_capacity(sges.len());
+        for (i, s) in sges.iter().enumerate() {
+            match p.core.mtpt().check_local(s.lkey, p.id, s.addr, s.length as usize, need) {
+                Ok(slice) => slices.push(slice),
+                Err(e) => {
+                    diag(format!("ibv_advise_mr: SGE {i}: {e}"));
+                    return libc::EINVAL;
+                }
+            }
+        }
+        if advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT {
+            const PAGE: u64 = 4096;
+            for s in &slices {
+                let mut b = [0u8; 1];
+                let mut at = 0;
+                // The slice's first byte, to find page boundaries.
+                let base = s.block().addr() + s.block_offset() as u64;
+                while at < s.len() {
+                    // Reading faults the page in (never a write: the program may be
+                    // writing the same byte).
+                    let _ = s.read(at, &mut b);
+                    let to_next = PAGE - (base + at as u64) % PAGE;
+                    at += usize::try_from(to_next).unwrap_or(usize::MAX);
+                }
+            }
         }
         0
     })

@@ -2009,6 +2009,30 @@ pub struct ibv_alloc_dm_attr {
 
 /// `enum ibv_advise_mr_advice`.
 pub type ibv_advise_mr_advice = c_uint;
+/// `IBV_ADVISE_MR_ADVICE_PREFETCH`.
+pub const IBV_ADVISE_MR_ADVICE_PREFETCH: ibv_advise_mr_advice = 0;
+/// `IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE`.
+pub const IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE: ibv_advise_mr_advice = 1;
+/// `IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT`.
+pub const IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT: ibv_advise_mr_advice = 2;
+/// `IBV_ADVISE_MR_FLAG_FLUSH`.
+pub const IBV_ADVISE_MR_FLAG_FLUSH: u32 = 1 << 0;
+/// `IBV_ODP_SUPPORT` (`ibv_odp_caps::general_caps`).
+pub const IBV_ODP_SUPPORT: u64 = 1 << 0;
+/// `IBV_ODP_SUPPORT_IMPLICIT`.
+pub const IBV_ODP_SUPPORT_IMPLICIT: u64 = 1 << 1;
+/// `IBV_ODP_SUPPORT_SEND` (`per_transport_caps`).
+pub const IBV_ODP_SUPPORT_SEND: u32 = 1 << 0;
+/// `IBV_ODP_SUPPORT_RECV`.
+pub const IBV_ODP_SUPPORT_RECV: u32 = 1 << 1;
+/// `IBV_ODP_SUPPORT_WRITE`.
+pub const IBV_ODP_SUPPORT_WRITE: u32 = 1 << 2;
+/// `IBV_ODP_SUPPORT_READ`.
+pub const IBV_ODP_SUPPORT_READ: u32 = 1 << 3;
+/// `IBV_ODP_SUPPORT_ATOMIC`.
+pub const IBV_ODP_SUPPORT_ATOMIC: u32 = 1 << 4;
+/// `IBV_ODP_SUPPORT_SRQ_RECV`.
+pub const IBV_ODP_SUPPORT_SRQ_RECV: u32 = 1 << 5;
 
 /// `struct verbs_context`: the extended context that a provider allocates, with the
 /// `ibv_context` programs see as its last field. New verbs "grow up" (are added at the

@@ -284,7 +284,7 @@ fn ucx_finds_the_devices_and_moves_data() {
 }
 
 /// rdma-core's own test suite (the installed python3-pyverbs suite, `run_tests.py`) under
-/// `rnic exec`: no failure and no error, at least 103 tests passing, among them the
+/// `rnic exec`: no failure and no error, at least 114 tests passing, among them the
 /// rdma_cm tests (`test_rdmacm.py`, on rnic's librdmacm.so.1: synchronous and asynchronous
 /// connections, READ and WRITE traffic, a rejection with its private data, an external QP
 /// through `rdma_init_qp_attr`/`rdma_establish`, UD through SIDR; multicast skips as on a
@@ -295,7 +295,9 @@ fn ucx_finds_the_devices_and_moves_data() {
 /// polled through `ibv_start_poll`/`ibv_next_poll`) and memory windows (`MWTest`: type 1
 /// and 2, bound, used, invalidated locally, remotely and by deallocation) and parent
 /// domains (`test_parent_domain`: RC and UD traffic with and without custom allocators,
-/// an SRQ and an extended CQ of the domain). What rnic does not have skips, as on a
+/// an SRQ and an extended CQ of the domain) and on-demand paging (`test_odp`: explicit
+/// on-demand regions for SEND, RECV, WRITE, READ, atomics, SRQ and UD, with
+/// `ibv_advise_mr` prefetches). What rnic does not have skips, as on a
 /// device without it. The rdma_cm tests fork their passive and active sides, which start
 /// the shared device at the same moment.
 #[test]
@@ -347,23 +349,25 @@ fn rdma_cores_test_suite_passes() {
     let (cm, shared_pd, cqex) = (passed("test_rdmacm."), passed("test_shared_pd."), passed("test_cqex."));
     let mw = passed("test_mr.MWTest.");
     let parent = passed("test_parent_domain.");
+    let odp = passed("test_odp.");
     // The one-line ones (a test with a docstring prints its "ok" on the docstring's line).
     let rereg = all.lines().filter(|l| l.contains("test_mr_rereg") && l.trim_end().ends_with("... ok")).count();
     // The whole suite: no failure and no error (unittest's "OK"), and at least what it
-    // passed when this test was written (103 of 273, 2026-11-27; Linux rxe 6.1: 86).
+    // passed when this test was written (114 of 273, 2026-11-27; Linux rxe 6.1: 86).
     assert!(
         out.status.success()
             && all.contains("\nOK")
-            && ok >= 103
+            && ok >= 114
             && cm >= 7
             && shared_pd >= 1
             && rereg >= 2
             && cqex >= 2
             && mw >= 6
-            && parent >= 5,
-        "{ok} of rdma-core's tests passed (103 expected), {cm} rdma_cm (7), {shared_pd} shared PD (1), \
+            && parent >= 5
+            && odp >= 11,
+        "{ok} of rdma-core's tests passed (114 expected), {cm} rdma_cm (7), {shared_pd} shared PD (1), \
          {rereg} MR re-registrations (2: access, translation), {cqex} extended CQ (2), {mw} memory windows (6), \
-         {parent} parent domain (5):\n{all}"
+         {parent} parent domain (5), {odp} on-demand paging (11):\n{all}"
     );
     eprintln!("{ok} of rdma-core's tests pass on rnic ({cm} of them rdma_cm's)");
 }

@@ -78,13 +78,16 @@ int main(void)
 	struct ibv_qp_init_attr xa = { .send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_XRC_SEND, .cap = { 1, 1, 1, 1, 0 } };
 	CHECK(ibv_create_qp(a.pd, &xa) == NULL && errno == EOPNOTSUPP, "XRC QP -> EOPNOTSUPP");
 	CHECK(ibv_alloc_mw(a.pd, (enum ibv_mw_type)3) == NULL && errno == EINVAL, "alloc_mw of type 3 -> EINVAL");
-	struct ibv_cq_init_attr_ex cqx = { .cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
-	CHECK(ibv_create_cq_ex(a.ctx, &cqx) == NULL && errno == EOPNOTSUPP, "create_cq_ex with timestamps -> EOPNOTSUPP");
-	CHECK(ibv_reg_mr(a.pd, a.buf, 64, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE) == NULL && errno == EOPNOTSUPP,
-	      "ODP reg_mr -> EOPNOTSUPP");
+	struct ibv_cq_init_attr_ex cqx = { .cqe = 4, .wc_flags = IBV_WC_EX_WITH_CVLAN };
+	CHECK(ibv_create_cq_ex(a.ctx, &cqx) == NULL && errno == EOPNOTSUPP, "create_cq_ex with CVLAN -> EOPNOTSUPP");
+	struct ibv_mr *odp = ibv_reg_mr(a.pd, a.buf, 64, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE);
+	CHECK(odp && ibv_dereg_mr(odp) == 0, "an on-demand region (nothing is pinned anyway)");
+	CHECK(ibv_reg_mr(a.pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE) == NULL && errno == EOPNOTSUPP,
+	      "implicit ODP reg_mr -> EOPNOTSUPP");
 	CHECK(ibv_reg_mr(a.pd, a.buf, 64, IBV_ACCESS_REMOTE_WRITE) == NULL && errno == EINVAL,
 	      "remote write without local write -> EINVAL");
-	CHECK(ibv_resize_cq(a.cq, 128) == EOPNOTSUPP, "resize_cq -> EOPNOTSUPP");
+	CHECK(ibv_resize_cq(a.cq, 0) == EINVAL && ibv_resize_cq(a.cq, 128) == 0 && a.cq->cqe == 128,
+	      "resize_cq: 0 -> EINVAL, 128 -> cqe 128");
 	struct ibv_qp_attr bad_attr = { .qp_state = IBV_QPS_RTR };
 	CHECK(ibv_modify_qp(a.qp, &bad_attr, IBV_QP_STATE) == EINVAL, "RTS -> RTR refused with EINVAL");
 	OK("bad and unsupported calls return EINVAL / EOPNOTSUPP");
