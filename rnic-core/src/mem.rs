@@ -197,6 +197,13 @@ impl MemBlock {
         self.revoked.load(Ordering::Acquire)
     }
 
+    /// The first byte, as a pointer (null for an empty owned block): for a view of part
+    /// of the block made with [`from_raw`](Self::from_raw), whose contract the caller then
+    /// upholds (the block outlives the view's use).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
     /// Virtual address of the first byte (what the application would use as a pointer).
     pub fn addr(&self) -> u64 {
         to_u64(self.ptr as usize)

@@ -153,7 +153,8 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
         // its own memory); the domain must be one, of this context (EINVAL, as mlx5).
         // SAFETY: a PD we handed out, or null.
         if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0
-            && !unsafe { crate::pd::pd_of(a.parent_domain) }.is_some_and(|p| p.is_parent_domain() && p.ibv.context == context)
+            && !unsafe { crate::pd::pd_of(a.parent_domain) }
+                .is_some_and(|p| p.is_parent_domain() && p.ibv.context == context)
         {
             diag("ibv_create_cq_ex: IBV_CQ_INIT_ATTR_MASK_PD needs a parent domain of this context");
             set_errno(libc::EINVAL);

@@ -139,6 +139,9 @@ pub struct CtxShared {
     pub pds: Mutex<HashMap<u32, usize>>,
     /// Address handles (usize pointers to ours).
     pub ahs: Mutex<HashSet<usize>>,
+    /// Device memory by handle (`ibv_import_dm` finds it there), and the next handle.
+    pub dms: Mutex<HashMap<u32, Arc<rnic_core::mem::MemBlock>>>,
+    pub next_dm: std::sync::atomic::AtomicU32,
 }
 
 impl CtxShared {
@@ -157,6 +160,8 @@ impl CtxShared {
             mrs: Mutex::default(),
             pds: Mutex::default(),
             ahs: Mutex::default(),
+            dms: Mutex::default(),
+            next_dm: std::sync::atomic::AtomicU32::new(1),
         }
     }
 

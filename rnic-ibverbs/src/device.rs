@@ -9,7 +9,7 @@
 //! can own a device's address and port 4791).
 
 use crate::ctx::{by_cmd_fd, ctx_of, dev_of, new_cmd_fd, Ctx, CtxShared, Dev};
-use crate::{ah, cq, mr, mw, pd, qp};
+use crate::{ah, cq, dm, mr, mw, pd, qp};
 use crate::{copy_cstr, diag, guard, set_errno};
 use libc::{c_char, c_int, c_void, size_t, ssize_t};
 use parking_lot::Mutex;
@@ -124,6 +124,9 @@ const OPS: verbs_context = {
     v.query_rt_values = Some(query_rt_values);
     v.alloc_parent_domain = Some(pd::alloc_parent_domain);
     v.advise_mr = Some(mr::advise_mr);
+    v.alloc_dm = Some(dm::alloc_dm);
+    v.free_dm = Some(dm::free_dm);
+    v.reg_dm_mr = Some(dm::reg_dm_mr);
     v.alloc_td = Some(pd::alloc_td);
     v.dealloc_td = Some(pd::dealloc_td);
     v.context.ops._compat_query_device = Some(ibv_query_device);
@@ -357,6 +360,7 @@ unsafe extern "C" fn query_device_ex(
         // 64 bits.
         completion_timestamp_mask: u64::MAX,
         hca_core_clock: 1_000_000,
+        max_dm_size: dm::MAX_DM_SIZE,
         // Every region is on demand: nothing is pinned, the device touches the program's
         // pages as the program does (implicit regions, the whole address space, are not
         // offered).

@@ -50,6 +50,7 @@ pub mod cma;
 pub mod cq;
 pub mod ctx;
 pub mod device;
+pub mod dm;
 pub mod misc;
 pub mod mr;
 pub mod mw;

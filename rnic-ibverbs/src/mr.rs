@@ -3,7 +3,7 @@
 
 use crate::ctx::CtxShared;
 use crate::pd::pd_of;
-use crate::{diag, guard, set_errno};
+use crate::{diag, guard, set_errno, Users};
 use libc::{c_int, c_uint, c_void, size_t};
 use rnic_core::device::{Device, DeviceError};
 use rnic_core::mem::MemBlock;
@@ -21,6 +21,9 @@ pub struct Mr {
     /// An import of another context's MR (`ibv_import_mr`): freeing it frees this handle
     /// only; the registration is its maker's.
     imported: bool,
+    /// The use counter of the device memory it registers (`ibv_reg_dm_mr`), given back
+    /// when it is deregistered.
+    dm_users: Option<usize>,
 }
 
 /// Access flags rnic understands; the rest are refused with the reason, as a device
@@ -39,7 +42,10 @@ fn access_of(access: c_uint, what: &str) -> Result<AccessFlags, c_int> {
     // pages as the program does, faulting them in), so every region is one; the flag
     // asks for nothing more. Implicit regions (the whole address space) are not offered.
     if access & !(known | IBV_ACCESS_HUGETLB | IBV_ACCESS_ON_DEMAND) != 0 {
-        diag(format!("{what}: unknown access flags {:#x}", access & !(known | IBV_ACCESS_HUGETLB | IBV_ACCESS_ON_DEMAND)));
+        diag(format!(
+            "{what}: unknown access flags {:#x}",
+            access & !(known | IBV_ACCESS_HUGETLB | IBV_ACCESS_ON_DEMAND)
+        ));
         return Err(libc::EINVAL);
     }
     // IBA 10.6.3.1 (and ib_check_mr_access): remote write or atomic needs local write.
@@ -79,29 +85,66 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: size_t, iova: u64, access: c_
         // mapped read/write until ibv_dereg_mr, and the NIC may read and write it while
         // work that names the region is outstanding. The block never frees it.
         let block = Arc::new(unsafe { MemBlock::from_raw(addr.cast(), length) });
-        match p.core.reg_mr(p.id, block, 0, length, iova, flags) {
-            Ok(keys) => {
-                let ibv = ibv_mr {
-                    context: p.ibv.context,
-                    pd,
-                    addr,
-                    length,
-                    handle: keys.lkey,
-                    lkey: keys.lkey,
-                    rkey: keys.rkey,
-                };
-                p.users.hold();
-                let m = Box::into_raw(Box::new(Mr { ibv, core: p.core.clone(), ctx: p.ctx.clone(), imported: false }));
-                p.ctx.mrs.lock().insert(keys.lkey, m as usize);
-                m.cast()
-            }
-            Err(e) => {
-                diag(format!("ibv_reg_mr of {length} bytes at {addr:p}: {e}"));
-                set_errno(libc::ENOMEM);
-                null_mut()
-            }
-        }
+        register(p, pd, block, flags, iova, addr, "ibv_reg_mr")
     })
+}
+
+/// Registers `block` (all of it, at `iova`, with `flags`) in `p` (which is `pd`) and
+/// makes its `ibv_mr` (`addr` is what the program sees there); NULL with errno set.
+pub(crate) fn register(
+    p: &crate::pd::Pd,
+    pd: *mut ibv_pd,
+    block: Arc<MemBlock>,
+    flags: AccessFlags,
+    iova: u64,
+    addr: *mut c_void,
+    verb: &str,
+) -> *mut ibv_mr {
+    let length = block.len();
+    match p.core.reg_mr(p.id, block, 0, length, iova, flags) {
+        Ok(keys) => {
+            let ibv = ibv_mr {
+                context: p.ibv.context,
+                pd,
+                addr,
+                length,
+                handle: keys.lkey,
+                lkey: keys.lkey,
+                rkey: keys.rkey,
+            };
+            p.users.hold();
+            let m = Box::into_raw(Box::new(Mr {
+                ibv,
+                core: p.core.clone(),
+                ctx: p.ctx.clone(),
+                imported: false,
+                dm_users: None,
+            }));
+            p.ctx.mrs.lock().insert(keys.lkey, m as usize);
+            m.cast()
+        }
+        Err(e) => {
+            diag(format!("{verb} of {length} bytes at {addr:p}: {e}"));
+            set_errno(libc::ENOMEM);
+            null_mut()
+        }
+    }
+}
+
+/// Checks `access` as `ibv_reg_mr` does (for `ibv_reg_dm_mr`).
+pub(crate) fn access_flags(access: c_uint, verb: &str) -> Result<AccessFlags, c_int> {
+    access_of(access, verb)
+}
+
+/// The region `mr` registers device memory whose uses `users` counts: its
+/// deregistration gives the use back.
+///
+/// # Safety
+/// `mr` was just made by [`register`]; `users` outlives it (the device memory is not
+/// freed while it has users).
+pub(crate) unsafe fn set_dm_users(mr: *mut ibv_mr, users: &Users) {
+    // SAFETY: an MR we made (the caller's promise).
+    unsafe { (*mr.cast::<Mr>()).dm_users = Some(std::ptr::from_ref(users) as usize) };
 }
 
 #[no_mangle]
@@ -168,6 +211,10 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         p.users.release();
     }
     m.ctx.mrs.lock().remove(&m.ibv.lkey);
+    if let Some(users) = m.dm_users {
+        // SAFETY: the device memory's counter (set_dm_users), alive while it has users.
+        unsafe { &*(users as *const Users) }.release();
+    }
     rc
 }
 
@@ -197,7 +244,7 @@ pub unsafe extern "C" fn ibv_import_mr(pd: *mut ibv_pd, handle: u32) -> *mut ibv
             return null_mut();
         }
         let ibv = ibv_mr { context: p.ibv.context, pd, ..o.ibv };
-        let m = Mr { ibv, core: o.core.clone(), ctx: p.ctx.clone(), imported: true };
+        let m = Mr { ibv, core: o.core.clone(), ctx: p.ctx.clone(), imported: true, dm_users: None };
         Box::into_raw(Box::new(m)).cast()
     })
 }

@@ -189,16 +189,15 @@ pub unsafe extern "C" fn ibv_import_pd(context: *mut ibv_context, handle: u32) -
         // SAFETY: a live PD of the table (removed from it before it is freed).
         let o = unsafe { &*(orig as *const Pd) };
         let ibv = ibv_pd { context, handle };
-        let p =
-            Pd {
-                ibv,
-                id: o.id,
-                core: o.core.clone(),
-                ctx: ctx.sh.clone(),
-                users: Users::default(),
-                imported: true,
-                parent: None,
-            };
+        let p = Pd {
+            ibv,
+            id: o.id,
+            core: o.core.clone(),
+            ctx: ctx.sh.clone(),
+            users: Users::default(),
+            imported: true,
+            parent: None,
+        };
         Box::into_raw(Box::new(p)).cast()
     })
 }

@@ -60,16 +60,6 @@ pub extern "C" fn ibv_query_qp_data_in_order(_qp: *mut ibv_qp, _op: c_int, _flag
     0
 }
 
-/// Device memory (rnic has none), so there is none to import.
-#[no_mangle]
-pub extern "C" fn ibv_import_dm(_context: *mut ibv_context, _handle: u32) -> *mut c_void {
-    set_errno(libc::EOPNOTSUPP);
-    null_mut()
-}
-
-#[no_mangle]
-pub extern "C" fn ibv_unimport_dm(_dm: *mut c_void) {}
-
 /// Conversions from and to the kernel's uverbs structs, which librdmacm calls after its
 /// kernel commands (`/dev/infiniband/rdma_cm`). No kernel command ever succeeds with rnic
 /// (there is no such device), so librdmacm never reaches them: they leave their output

@@ -23,8 +23,6 @@ macro_rules! opaque {
 }
 
 opaque!(
-    /// `struct ibv_dm` (device memory; not used by rnic).
-    ibv_dm,
     /// `struct ibv_flow`.
     ibv_flow,
     /// `struct ibv_flow_attr`.
@@ -998,6 +996,22 @@ pub struct ibv_mw_bind_info {
 pub struct ibv_pd {
     /// The device.
     pub context: *mut ibv_context,
+    /// Kernel handle.
+    pub handle: u32,
+}
+
+/// `struct ibv_dm`: device memory, reached by the provider's copy functions.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ibv_dm {
+    /// The device.
+    pub context: *mut ibv_context,
+    /// `ibv_memcpy_to_dm`.
+    pub memcpy_to_dm: Option<unsafe extern "C" fn(*mut ibv_dm, u64, *const c_void, size_t) -> c_int>,
+    /// `ibv_memcpy_from_dm`.
+    pub memcpy_from_dm: Option<unsafe extern "C" fn(*mut c_void, *mut ibv_dm, u64, size_t) -> c_int>,
+    /// Compatibility mask.
+    pub comp_mask: u32,
     /// Kernel handle.
     pub handle: u32,
 }

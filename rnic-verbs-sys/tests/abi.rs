@@ -89,6 +89,7 @@ fn layouts() -> Vec<Layout> {
         struct ibv_pd { context, handle }
         struct ibv_td_init_attr { comp_mask }
         struct ibv_td { context }
+        struct ibv_dm { context, memcpy_to_dm, memcpy_from_dm, comp_mask, handle }
         struct ibv_parent_domain_init_attr { pd, td, comp_mask, alloc, free, pd_context }
         struct ibv_xrcd_init_attr { comp_mask, fd, oflags }
         struct ibv_xrcd { context }

@@ -284,7 +284,7 @@ fn ucx_finds_the_devices_and_moves_data() {
 }
 
 /// rdma-core's own test suite (the installed python3-pyverbs suite, `run_tests.py`) under
-/// `rnic exec`: no failure and no error, at least 114 tests passing, among them the
+/// `rnic exec`: no failure and no error, at least 128 tests passing, among them the
 /// rdma_cm tests (`test_rdmacm.py`, on rnic's librdmacm.so.1: synchronous and asynchronous
 /// connections, READ and WRITE traffic, a rejection with its private data, an external QP
 /// through `rdma_init_qp_attr`/`rdma_establish`, UD through SIDR; multicast skips as on a
@@ -297,7 +297,10 @@ fn ucx_finds_the_devices_and_moves_data() {
 /// domains (`test_parent_domain`: RC and UD traffic with and without custom allocators,
 /// an SRQ and an extended CQ of the domain) and on-demand paging (`test_odp`: explicit
 /// on-demand regions for SEND, RECV, WRITE, READ, atomics, SRQ and UD, with
-/// `ibv_advise_mr` prefetches). What rnic does not have skips, as on a
+/// `ibv_advise_mr` prefetches) and device memory (`DMTest`, `SharedDMTest`,
+/// `DeviceMemoryAPITest`, `DeviceMemoryTest`: allocation, copies and their bad flows,
+/// zero-based MRs over it with local and remote traffic, an import by handle). What rnic
+/// does not have skips, as on a
 /// device without it. The rdma_cm tests fork their passive and active sides, which start
 /// the shared device at the same moment.
 #[test]
@@ -350,24 +353,27 @@ fn rdma_cores_test_suite_passes() {
     let mw = passed("test_mr.MWTest.");
     let parent = passed("test_parent_domain.");
     let odp = passed("test_odp.");
+    let dm = passed("test_mr.DeviceMemory");
     // The one-line ones (a test with a docstring prints its "ok" on the docstring's line).
     let rereg = all.lines().filter(|l| l.contains("test_mr_rereg") && l.trim_end().ends_with("... ok")).count();
     // The whole suite: no failure and no error (unittest's "OK"), and at least what it
-    // passed when this test was written (114 of 273, 2026-11-27; Linux rxe 6.1: 86).
+    // passed when this test was written (128 of 273, 2026-11-27; Linux rxe 6.1: 86).
     assert!(
         out.status.success()
             && all.contains("\nOK")
-            && ok >= 114
+            && ok >= 128
             && cm >= 7
             && shared_pd >= 1
             && rereg >= 2
             && cqex >= 2
             && mw >= 6
             && parent >= 5
-            && odp >= 11,
-        "{ok} of rdma-core's tests passed (114 expected), {cm} rdma_cm (7), {shared_pd} shared PD (1), \
+            && odp >= 11
+            && dm >= 3,
+        "{ok} of rdma-core's tests passed (128 expected), {cm} rdma_cm (7), {shared_pd} shared PD (1), \
          {rereg} MR re-registrations (2: access, translation), {cqex} extended CQ (2), {mw} memory windows (6), \
-         {parent} parent domain (5), {odp} on-demand paging (11):\n{all}"
+         {parent} parent domain (5), {odp} on-demand paging (11), \
+         {dm} device memory MRs (3 with one-line names):\n{all}"
     );
     eprintln!("{ok} of rdma-core's tests pass on rnic ({cm} of them rdma_cm's)");
 }
