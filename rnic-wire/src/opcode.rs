@@ -27,11 +27,14 @@ pub enum HeaderKind {
     Ieth,
     /// The 16 reserved bytes of a RoCEv2 congestion notification packet.
     CnpBody,
+    /// XRC extended transport header (IBA A14.6.2): 8 reserved bits and the 24-bit
+    /// number of the XRC SRQ the request is for. 4 bytes, first after the BTH.
+    Xrceth,
 }
 
 impl HeaderKind {
     /// Number of header kinds, for tables indexed by kind.
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
 
     /// Every kind, in index order.
     pub const ALL: [HeaderKind; Self::COUNT] = [
@@ -44,6 +47,7 @@ impl HeaderKind {
         HeaderKind::ImmDt,
         HeaderKind::Ieth,
         HeaderKind::CnpBody,
+        HeaderKind::Xrceth,
     ];
 
     /// Length on the wire.
@@ -58,6 +62,7 @@ impl HeaderKind {
             HeaderKind::ImmDt => crate::small::IMMDT_LEN,
             HeaderKind::Ieth => crate::small::IETH_LEN,
             HeaderKind::CnpBody => crate::small::CNP_BODY_LEN,
+            HeaderKind::Xrceth => crate::small::XRCETH_LEN,
         }
     }
 
@@ -78,6 +83,7 @@ impl HeaderKind {
             HeaderKind::ImmDt => "ImmDt",
             HeaderKind::Ieth => "IETH",
             HeaderKind::CnpBody => "CNP",
+            HeaderKind::Xrceth => "XRCETH",
         }
     }
 }
@@ -91,6 +97,9 @@ pub enum Transport {
     Uc,
     /// Unreliable datagram.
     Ud,
+    /// Extended reliable connected (IBA Annex A14): RC's operations, opcodes `0b101xxxxx`,
+    /// every request carrying an XRCETH.
+    Xrc,
     /// RoCEv2 congestion notification (0x81, Annex A17.9.3).
     Cnp,
 }
@@ -263,6 +272,29 @@ opcodes! {
     UC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0x29,
     UC_RDMA_WRITE_ONLY = 0x2a,
     UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0x2b,
+    XRC_SEND_FIRST = 0xa0,
+    XRC_SEND_MIDDLE = 0xa1,
+    XRC_SEND_LAST = 0xa2,
+    XRC_SEND_LAST_WITH_IMMEDIATE = 0xa3,
+    XRC_SEND_ONLY = 0xa4,
+    XRC_SEND_ONLY_WITH_IMMEDIATE = 0xa5,
+    XRC_RDMA_WRITE_FIRST = 0xa6,
+    XRC_RDMA_WRITE_MIDDLE = 0xa7,
+    XRC_RDMA_WRITE_LAST = 0xa8,
+    XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0xa9,
+    XRC_RDMA_WRITE_ONLY = 0xaa,
+    XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0xab,
+    XRC_RDMA_READ_REQUEST = 0xac,
+    XRC_RDMA_READ_RESPONSE_FIRST = 0xad,
+    XRC_RDMA_READ_RESPONSE_MIDDLE = 0xae,
+    XRC_RDMA_READ_RESPONSE_LAST = 0xaf,
+    XRC_RDMA_READ_RESPONSE_ONLY = 0xb0,
+    XRC_ACKNOWLEDGE = 0xb1,
+    XRC_ATOMIC_ACKNOWLEDGE = 0xb2,
+    XRC_COMPARE_SWAP = 0xb3,
+    XRC_FETCH_ADD = 0xb4,
+    XRC_SEND_LAST_WITH_INVALIDATE = 0xb6,
+    XRC_SEND_ONLY_WITH_INVALIDATE = 0xb7,
     UD_SEND_ONLY = 0x64,
     UD_SEND_ONLY_WITH_IMMEDIATE = 0x65,
     CNP = 0x81,
@@ -436,6 +468,39 @@ const OTHERS: [OpcodeInfo; 16] = [
     entry(0x81, "CNP", T::Cnp, O::Cnp, P::Only, &[H::CnpBody]),
 ];
 
+/// XRC (IBA Annex A14, Table 35's `101` rows): RC's opcodes with the transport bits
+/// `101`. Every request carries an XRCETH right after the BTH, before its RETH,
+/// AtomicETH, ImmDt or IETH (IBA A14.6.2, and Wireshark's dissector); responses are RC's
+/// and carry none.
+const XRC: [OpcodeInfo; 23] = {
+    use HeaderKind::Xrceth as X;
+    [
+        entry(0xa0, "XRC_SEND_FIRST", T::Xrc, O::Send, P::First, &[X]),
+        entry(0xa1, "XRC_SEND_MIDDLE", T::Xrc, O::Send, P::Middle, &[X]),
+        entry(0xa2, "XRC_SEND_LAST", T::Xrc, O::Send, P::Last, &[X]),
+        entry(0xa3, "XRC_SEND_LAST_WITH_IMMEDIATE", T::Xrc, O::Send, P::Last, &[X, H::ImmDt]),
+        entry(0xa4, "XRC_SEND_ONLY", T::Xrc, O::Send, P::Only, &[X]),
+        entry(0xa5, "XRC_SEND_ONLY_WITH_IMMEDIATE", T::Xrc, O::Send, P::Only, &[X, H::ImmDt]),
+        entry(0xa6, "XRC_RDMA_WRITE_FIRST", T::Xrc, O::RdmaWrite, P::First, &[X, H::Reth]),
+        entry(0xa7, "XRC_RDMA_WRITE_MIDDLE", T::Xrc, O::RdmaWrite, P::Middle, &[X]),
+        entry(0xa8, "XRC_RDMA_WRITE_LAST", T::Xrc, O::RdmaWrite, P::Last, &[X]),
+        entry(0xa9, "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE", T::Xrc, O::RdmaWrite, P::Last, &[X, H::ImmDt]),
+        entry(0xaa, "XRC_RDMA_WRITE_ONLY", T::Xrc, O::RdmaWrite, P::Only, &[X, H::Reth]),
+        entry(0xab, "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", T::Xrc, O::RdmaWrite, P::Only, &[X, H::Reth, H::ImmDt]),
+        entry(0xac, "XRC_RDMA_READ_REQUEST", T::Xrc, O::RdmaReadRequest, P::Only, &[X, H::Reth]),
+        entry(0xad, "XRC_RDMA_READ_RESPONSE_FIRST", T::Xrc, O::RdmaReadResponse, P::First, &[H::Aeth]),
+        entry(0xae, "XRC_RDMA_READ_RESPONSE_MIDDLE", T::Xrc, O::RdmaReadResponse, P::Middle, &[]),
+        entry(0xaf, "XRC_RDMA_READ_RESPONSE_LAST", T::Xrc, O::RdmaReadResponse, P::Last, &[H::Aeth]),
+        entry(0xb0, "XRC_RDMA_READ_RESPONSE_ONLY", T::Xrc, O::RdmaReadResponse, P::Only, &[H::Aeth]),
+        entry(0xb1, "XRC_ACKNOWLEDGE", T::Xrc, O::Acknowledge, P::Only, &[H::Aeth]),
+        entry(0xb2, "XRC_ATOMIC_ACKNOWLEDGE", T::Xrc, O::AtomicAcknowledge, P::Only, &[H::Aeth, H::AtomicAckEth]),
+        entry(0xb3, "XRC_COMPARE_SWAP", T::Xrc, O::CompareSwap, P::Only, &[X, H::AtomicEth]),
+        entry(0xb4, "XRC_FETCH_ADD", T::Xrc, O::FetchAdd, P::Only, &[X, H::AtomicEth]),
+        entry(0xb6, "XRC_SEND_LAST_WITH_INVALIDATE", T::Xrc, O::Send, P::Last, &[X, H::Ieth]),
+        entry(0xb7, "XRC_SEND_ONLY_WITH_INVALIDATE", T::Xrc, O::Send, P::Only, &[X, H::Ieth]),
+    ]
+};
+
 const fn build_table() -> [Option<OpcodeInfo>; 256] {
     let mut t = [None; 256];
     let rc = send_write_family(T::Rc);
@@ -449,6 +514,11 @@ const fn build_table() -> [Option<OpcodeInfo>; 256] {
     i = 0;
     while i < OTHERS.len() {
         t[OTHERS[i].opcode.0 as usize] = Some(OTHERS[i]);
+        i += 1;
+    }
+    i = 0;
+    while i < XRC.len() {
+        t[XRC[i].opcode.0 as usize] = Some(XRC[i]);
         i += 1;
     }
     t
@@ -482,7 +552,7 @@ impl Suffix {
     }
 }
 
-const N_TRANSPORT: usize = 4;
+const N_TRANSPORT: usize = 5;
 const N_OPERATION: usize = 11;
 const N_POSITION: usize = 4;
 // A new operation or transport must grow the composition table with it.
@@ -586,6 +656,7 @@ mod tests {
                 Transport::Rc => "RC_",
                 Transport::Uc => "UC_",
                 Transport::Ud => "UD_",
+                Transport::Xrc => "XRC_",
                 Transport::Cnp => "CNP",
             };
             assert!(info.name.starts_with(prefix), "{}", info.name);
@@ -594,6 +665,7 @@ mod tests {
                 Transport::Rc => 0,
                 Transport::Uc => 1,
                 Transport::Ud => 3,
+                Transport::Xrc => 5,
                 Transport::Cnp => 4,
             };
             assert_eq!(top, want_top, "{}", info.name);
@@ -640,8 +712,23 @@ mod tests {
             assert_eq!(info.has(HeaderKind::Aeth), aeth_expected, "{}", info.name);
             // Only UD carries a DETH, and every UD opcode does.
             assert_eq!(info.has(HeaderKind::Deth), info.transport == Transport::Ud);
+            // An XRCETH on every XRC request, first after the BTH, and nowhere else
+            // (IBA A14.6.2).
+            let xrc_request = info.transport == Transport::Xrc && info.request;
+            assert_eq!(info.has(HeaderKind::Xrceth), xrc_request, "{}", info.name);
+            if xrc_request {
+                assert_eq!(info.offset_of(HeaderKind::Xrceth), Some(12), "{}", info.name);
+            }
+            // XRC is RC with the transport bits 101: the same operation at the same
+            // position, the XRCETH aside (IBA A14.6.1).
+            if info.transport == Transport::Xrc {
+                let rc = Opcode(op & 0x1f).info().unwrap();
+                assert_eq!((rc.operation, rc.position, rc.request), (info.operation, info.position, info.request));
+                let rest: Vec<_> = info.headers.iter().filter(|&&h| h != HeaderKind::Xrceth).collect();
+                assert_eq!(rest, rc.headers.iter().collect::<Vec<_>>(), "{}", info.name);
+            }
             // UC has no responses; UD has only ONLY packets.
-            if info.transport != Transport::Rc {
+            if !matches!(info.transport, Transport::Rc | Transport::Xrc) {
                 assert!(info.request);
             }
             if info.transport == Transport::Ud {
@@ -658,8 +745,8 @@ mod tests {
             }
             assert_eq!(info.payload_offset() % 4, 0);
         }
-        // 12 RC send/write + 12 UC + 16 others.
-        assert_eq!(n, 40);
+        // 12 RC send/write + 12 UC + 16 others + 23 XRC.
+        assert_eq!(n, 63);
     }
 
     #[test]
@@ -675,7 +762,16 @@ mod tests {
         assert!(!f.payload);
         let cnp = Opcode::CNP.info().unwrap();
         assert_eq!(cnp.payload_offset(), 28);
+        let x = Opcode::XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE.info().unwrap();
+        assert_eq!(x.offset_of(HeaderKind::Xrceth), Some(12));
+        assert_eq!(x.offset_of(HeaderKind::Reth), Some(16));
+        assert_eq!(x.offset_of(HeaderKind::ImmDt), Some(32));
+        assert_eq!(x.payload_offset(), 36);
+        let x = Opcode::XRC_FETCH_ADD.info().unwrap();
+        assert_eq!(x.offset_of(HeaderKind::AtomicEth), Some(16));
+        assert_eq!(Opcode::XRC_ACKNOWLEDGE.info().unwrap().payload_offset(), 16);
         assert_eq!(Opcode(0x15).info(), None);
+        assert_eq!(Opcode(0xb5).info(), None);
         assert_eq!(Opcode(0xff).name(), "UNKNOWN");
     }
 }

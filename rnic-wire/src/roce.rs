@@ -11,7 +11,7 @@ use crate::bth::{self, BthRepr};
 use crate::deth::{self, DethRepr};
 use crate::opcode::HeaderKind;
 use crate::reth::{self, RethRepr};
-use crate::small::{FethRepr, Word};
+use crate::small::{FethRepr, Word, XRC_SRQN_MAX};
 use crate::{Error, OpcodeInfo, Result, ICRC_LEN};
 use core::fmt;
 
@@ -147,6 +147,8 @@ pub struct ExtHeaders {
     pub imm_data: Option<u32>,
     /// R_Key to invalidate (IETH).
     pub ieth: Option<u32>,
+    /// The XRC SRQ number of an XRC request (XRCETH, 24 bits).
+    pub xrc_srqn: Option<u32>,
 }
 
 impl ExtHeaders {
@@ -162,6 +164,7 @@ impl ExtHeaders {
             HeaderKind::ImmDt => self.imm_data.is_some(),
             HeaderKind::Ieth => self.ieth.is_some(),
             HeaderKind::CnpBody => true,
+            HeaderKind::Xrceth => self.xrc_srqn.is_some(),
         }
     }
 }
@@ -208,6 +211,7 @@ impl RoceRepr {
             atomic_ack_eth: None,
             imm_data: None,
             ieth: None,
+            xrc_srqn: None,
         },
         payload_len: 0,
     };
@@ -247,6 +251,8 @@ impl RoceRepr {
                 HeaderKind::ImmDt => ext.imm_data = Some(Word::new_unchecked(h).value()),
                 HeaderKind::Ieth => ext.ieth = Some(Word::new_unchecked(h).value()),
                 HeaderKind::CnpBody => {}
+                // IBA A14.6.2: the top byte is reserved (sent as zero, ignored).
+                HeaderKind::Xrceth => ext.xrc_srqn = Some(Word::new_unchecked(h).value() & XRC_SRQN_MAX),
             }
         }
         out.payload_len = p.payload().len();
@@ -285,6 +291,9 @@ impl RoceRepr {
             if aeth::Syndrome::from_byte(a.syndrome.to_byte()) != a.syndrome {
                 return Err(Error::FieldRange { field: "AETH syndrome" });
             }
+        }
+        if self.ext.xrc_srqn.is_some_and(|n| n > XRC_SRQN_MAX) {
+            return Err(Error::FieldRange { field: "XRCETH XRC SRQ number" });
         }
         if let Some(f) = self.ext.feth {
             if f.placement_type > 0xf || f.selectivity > 3 {
@@ -386,6 +395,7 @@ impl RoceRepr {
                 HeaderKind::ImmDt => Word::new_unchecked(h).set_value(self.ext.imm_data.unwrap_or(0)),
                 HeaderKind::Ieth => Word::new_unchecked(h).set_value(self.ext.ieth.unwrap_or(0)),
                 HeaderKind::CnpBody => h.fill(0),
+                HeaderKind::Xrceth => Word::new_unchecked(h).set_value(self.ext.xrc_srqn.unwrap_or(0)),
             }
         }
     }
@@ -406,6 +416,9 @@ impl fmt::Display for RoceRepr {
             write!(f, " ecn={}{}", if b.fecn { "F" } else { "" }, if b.becn { "B" } else { "" })?;
         }
         let e = &self.ext;
+        if let Some(n) = e.xrc_srqn {
+            write!(f, " xrcsrq={n}")?;
+        }
         if let Some(d) = e.deth {
             write!(f, " qkey={:#010x} srcqp={}", d.qkey, d.src_qp)?;
         }
@@ -501,6 +514,68 @@ mod tests {
         let mut b = [0u8; 20];
         b[0] = 0x0c;
         assert!(matches!(RocePacket::new_checked(&b[..]), Err(Error::Truncated { what: "RETH", .. })));
+    }
+
+    /// An XRC RDMA WRITE ONLY with immediate, byte for byte (IBA A14.6.2, Table 35): the
+    /// BTH (opcode 0xab), the XRCETH (a reserved zero byte and the 24-bit SRQ number)
+    /// first, then the RETH and the ImmDt, then 2 payload bytes, 2 pad bytes and the ICRC.
+    #[test]
+    fn xrc_golden_bytes() {
+        let repr = RoceRepr {
+            bth: BthRepr {
+                opcode: Opcode::XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+                se: true,
+                migreq: false,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qp: Qpn::new(0x00_0123),
+                ack_req: true,
+                psn: Psn::new(0x00_0456),
+            },
+            ext: ExtHeaders {
+                xrc_srqn: Some(0x00_abcdef),
+                reth: Some(RethRepr { va: 0x1122_3344_5566_7788, rkey: 0x99aa_bbcc, dma_len: 2 }),
+                imm_data: Some(0xdead_beef),
+                ..ExtHeaders::default()
+            },
+            payload_len: 2,
+        };
+        let mut buf = [0xa5u8; 44];
+        assert_eq!(repr.emit(&mut buf, b"hi"), Ok(44));
+        #[rustfmt::skip]
+        let want: [u8; 44] = [
+            0xab, 0xa0, 0xff, 0xff, 0x00, 0x00, 0x01, 0x23, 0x80, 0x00, 0x04, 0x56, // BTH: SE, pad 2, AckReq
+            0x00, 0xab, 0xcd, 0xef,                                                 // XRCETH
+            0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, // RETH: VA, R_Key
+            0x00, 0x00, 0x00, 0x02,                                                 //       DMA length
+            0xde, 0xad, 0xbe, 0xef,                                                 // ImmDt
+            b'h', b'i', 0x00, 0x00,                                                 // payload, pad
+            0x00, 0x00, 0x00, 0x00,                                                 // ICRC (left to fill)
+        ];
+        assert_eq!(buf, want);
+        let p = RocePacket::new_checked(&buf[..]).unwrap();
+        assert_eq!(RoceRepr::parse(&p), Ok(repr));
+        assert_eq!(p.header(HeaderKind::Xrceth), Some(&[0x00, 0xab, 0xcd, 0xef][..]));
+        assert_eq!(
+            repr.to_string(),
+            "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE qp=0x000123 psn=1110 A SE xrcsrq=11259375 va=0x1122334455667788 \
+             rkey=0x99aabbcc dmalen=2 imm=0xdeadbeef len=2"
+        );
+        // The reserved byte is ignored on receipt; an SRQ number over 24 bits is refused.
+        let mut b = buf;
+        b[12] = 0x7f;
+        assert_eq!(RoceRepr::parse(&RocePacket::new_checked(&b[..]).unwrap()).unwrap().ext.xrc_srqn, Some(0xabcdef));
+        let mut r = repr;
+        r.ext.xrc_srqn = Some(0x0100_0000);
+        assert!(r.emit(&mut buf, b"hi").is_err());
+        // An XRC request without its XRCETH, or an XRC response with one, does not emit.
+        r.ext.xrc_srqn = None;
+        assert_eq!(r.emit(&mut buf, b"hi"), Err(Error::HeaderMismatch { opcode: 0xab, header: "XRCETH" }));
+        // An XRC SEND cut inside its XRCETH names it.
+        let mut b = [0u8; 16];
+        b[0] = 0xa4;
+        assert!(matches!(RocePacket::new_checked(&b[..]), Err(Error::Truncated { what: "XRCETH", .. })));
     }
 
     #[test]

@@ -82,8 +82,8 @@ fn ext_for(info: &'static OpcodeInfo) -> impl Strategy<Value = ExtHeaders> {
     });
     let aeth = (any::<u8>(), 0u32..1 << 24).prop_map(|(s, msn)| AethRepr { syndrome: Syndrome::from_byte(s), msn });
     let atomic_ack = any::<u64>().prop_map(|orig_remote_data| AtomicAckEthRepr { orig_remote_data });
-    (deth, reth, feth, atomic, aeth, atomic_ack, any::<u32>(), any::<u32>()).prop_map(
-        move |(deth, reth, feth, atomic_eth, aeth, atomic_ack_eth, imm, inv)| {
+    (deth, reth, feth, atomic, aeth, atomic_ack, any::<u32>(), any::<u32>(), 0u32..1 << 24).prop_map(
+        move |(deth, reth, feth, atomic_eth, aeth, atomic_ack_eth, imm, inv, srqn)| {
             let keep = |kind| info.has(kind);
             ExtHeaders {
                 deth: keep(HeaderKind::Deth).then_some(deth),
@@ -94,6 +94,7 @@ fn ext_for(info: &'static OpcodeInfo) -> impl Strategy<Value = ExtHeaders> {
                 atomic_ack_eth: keep(HeaderKind::AtomicAckEth).then_some(atomic_ack_eth),
                 imm_data: keep(HeaderKind::ImmDt).then_some(imm),
                 ieth: keep(HeaderKind::Ieth).then_some(inv),
+                xrc_srqn: keep(HeaderKind::Xrceth).then_some(srqn),
             }
         },
     )
@@ -336,6 +337,9 @@ fn dont_care_mask(info: &OpcodeInfo, pad: usize, len: usize) -> Vec<u8> {
     if let Some(off) = info.offset_of(HeaderKind::CnpBody) {
         m[off..off + HeaderKind::CnpBody.wire_len()].fill(0xff);
     }
+    if let Some(off) = info.offset_of(HeaderKind::Xrceth) {
+        m[off] = 0xff; // XRCETH reserved byte
+    }
     m[len - ICRC_LEN - pad..].fill(0xff);
     m
 }
@@ -512,6 +516,7 @@ fn sample_repr(info: &'static OpcodeInfo, payload_len: usize) -> RoceRepr {
             atomic_ack_eth: keep(HeaderKind::AtomicAckEth).then_some(AtomicAckEthRepr { orig_remote_data: 3 }),
             imm_data: keep(HeaderKind::ImmDt).then_some(0x0102_0304),
             ieth: keep(HeaderKind::Ieth).then_some(0x0506_0708),
+            xrc_srqn: keep(HeaderKind::Xrceth).then_some(0x00ab_cdef),
         },
         payload_len,
     }

@@ -183,6 +183,7 @@ fn check_fields(name: &str, v: &Value, p: &frame::ParsedPacket<'_>) {
             }
             HeaderKind::ImmDt => assert_eq!(u64::from(e.imm_data.unwrap()), u(j, "imm_data")),
             HeaderKind::Ieth => assert_eq!(u64::from(e.ieth.unwrap()), u(j, "rkey")),
+            HeaderKind::Xrceth => assert_eq!(u64::from(e.xrc_srqn.unwrap()), u(j, "xrc_srqn")),
             HeaderKind::Deth => {
                 let d = e.deth.unwrap();
                 assert_eq!(u64::from(d.qkey), u(j, "qkey"));

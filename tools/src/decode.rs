@@ -455,6 +455,8 @@ enum JsonExt {
     ImmDt { imm_data: u32, hex: String },
     #[serde(rename = "IETH")]
     Ieth { rkey: u32, hex: String },
+    #[serde(rename = "XRCETH")]
+    Xrceth { xrc_srqn: u32, hex: String },
 }
 
 fn json_packet(number: u64, p: &ParsedPacket<'_>) -> JsonPacket {
@@ -538,6 +540,7 @@ fn ext_headers(p: &ParsedPacket<'_>) -> Vec<JsonExt> {
             }
             HeaderKind::ImmDt => e.imm_data.map(|imm_data| JsonExt::ImmDt { imm_data, hex }),
             HeaderKind::Ieth => e.ieth.map(|rkey| JsonExt::Ieth { rkey, hex }),
+            HeaderKind::Xrceth => e.xrc_srqn.map(|xrc_srqn| JsonExt::Xrceth { xrc_srqn, hex }),
             // The CNP's 16 reserved bytes are not an extension header in the vectors.
             HeaderKind::CnpBody => None,
         };

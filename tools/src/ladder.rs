@@ -212,11 +212,12 @@ struct Builder {
 
 fn short_name(op: Opcode) -> String {
     let n = op.name();
-    let n = n.strip_prefix("RC_").or_else(|| n.strip_prefix("UC_")).or_else(|| n.strip_prefix("UD_")).unwrap_or(n);
+    let n = ["RC_", "UC_", "UD_", "XRC_"].iter().find_map(|p| n.strip_prefix(p)).unwrap_or(n);
     let n = n.replace("RDMA_", "").replace("_WITH_IMMEDIATE", "_IMM").replace("_WITH_INVALIDATE", "_INV");
     match op.info().map(|i| i.transport) {
         Some(Transport::Uc) => format!("UC {n}"),
         Some(Transport::Ud) => format!("UD {n}"),
+        Some(Transport::Xrc) => format!("XRC {n}"),
         _ => n,
     }
 }

@@ -160,6 +160,7 @@ pub fn run_as(data: &[u8], qp_type: QpType) {
                         }
                         HeaderKind::ImmDt => ext.imm_data = Some(u32::from(flags)),
                         HeaderKind::Ieth => ext.ieth = Some(rkey),
+                        HeaderKind::Xrceth => ext.xrc_srqn = Some(u32::from(flags)),
                         HeaderKind::Feth => {
                             ext.feth = Some(rnic_wire::small::FethRepr {
                                 placement_type: 1 + flags % 2,
