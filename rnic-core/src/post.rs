@@ -102,6 +102,13 @@ pub enum PostError {
         /// The QP type.
         qp_type: QpType,
     },
+    /// An XRC initiator's work request names no remote XRC SRQ, or one no XRCETH can
+    /// carry (24 bits).
+    #[error("an XRC_SEND work request needs the remote XRC SRQ number (24 bits), got {srqn:?}")]
+    NoXrcSrq {
+        /// What the work request named.
+        srqn: Option<u32>,
+    },
     /// A UD message must fit one packet (IBA 9.8.1: UD messages are single-packet).
     #[error("UD message of {len} bytes exceeds the port MTU of {mtu} bytes (UD messages are one packet)")]
     UdMessageTooLong {
@@ -117,11 +124,20 @@ pub enum PostError {
 pub const PORT_MTU: usize = 4096;
 
 /// Checks that the QP's transport carries `op` (IBA 9.8 / 9.9 and rxe `rxe_opcode` masks):
-/// RC everything, UC SEND and RDMA WRITE (no READ, no atomics), UD SEND only. Also checks
-/// the presence of a UD destination.
-pub(crate) fn check_transport(qp_type: QpType, op: &SendOp, ud: Option<&UdDest>) -> Result<(), PostError> {
+/// RC everything, UC SEND and RDMA WRITE (no READ, no atomics), UD SEND only, an XRC
+/// initiator RC's operations that have XRC opcodes (IBA Annex A14: no ATOMIC WRITE nor
+/// FLUSH), an XRC target nothing (it has no send queue, IBA Annex A14). Also checks the
+/// presence of a UD destination and of an XRC initiator's remote SRQ number.
+pub(crate) fn check_transport(
+    qp_type: QpType,
+    op: &SendOp,
+    ud: Option<&UdDest>,
+    xrc_srqn: Option<u32>,
+) -> Result<(), PostError> {
     let carried = match qp_type {
         QpType::Rc => true,
+        QpType::XrcSend => !matches!(op, SendOp::AtomicWrite { .. } | SendOp::Flush { .. }),
+        QpType::XrcRecv => false,
         QpType::Uc => matches!(
             op,
             SendOp::Send | SendOp::SendWithImm { .. } | SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }
@@ -131,9 +147,16 @@ pub(crate) fn check_transport(qp_type: QpType, op: &SendOp, ud: Option<&UdDest>)
     if !carried {
         return Err(PostError::NotSupported { op: op.name(), qp_type });
     }
+    let remote = !matches!(op, SendOp::LocalInv { .. } | SendOp::BindMw { .. });
     match (qp_type, ud) {
         (QpType::Ud, None) => Err(PostError::NoDestination),
-        (QpType::Rc | QpType::Uc, Some(_)) => Err(PostError::DestinationNotAllowed { qp_type }),
+        (QpType::Rc | QpType::Uc | QpType::XrcSend | QpType::XrcRecv, Some(_)) => {
+            Err(PostError::DestinationNotAllowed { qp_type })
+        }
+        // IBA Annex A14: every XRC request names its XRC SRQ in 24 bits.
+        (QpType::XrcSend, None) if remote && xrc_srqn.is_none_or(|n| n > rnic_wire::small::XRC_SRQN_MAX) => {
+            Err(PostError::NoXrcSrq { srqn: xrc_srqn })
+        }
         _ => Ok(()),
     }
 }
@@ -305,11 +328,52 @@ pub struct SendWqe {
     pub(crate) fence: bool,
     pub(crate) data: WqeData,
     pub(crate) len: usize,
-    /// UD: where the message goes.
-    pub(crate) ud: Option<UdDest>,
+    /// Where the message goes beyond the QP's connection: a UD destination, or an XRC
+    /// initiator's remote XRC SRQ.
+    pub(crate) dest: WqeDest,
     /// A local operation (LOCAL_INV, no packets) that failed with this status when the
     /// engine executed it; it completes with it when it reaches the front of the queue.
     pub(crate) local_err: Option<crate::wr::WcStatus>,
+}
+
+/// Where a send WQE goes beyond its QP's connection. One field for the two, which no QP
+/// has both of, keeps [`SendWqe`] (and the send queue's entries) small.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WqeDest {
+    /// RC, UC: the connection says it all.
+    Connected,
+    /// UD: the address, QP and Q_Key.
+    Ud(UdDest),
+    /// XRC initiator: the remote XRC SRQ (every packet's XRCETH).
+    Xrc(u32),
+}
+
+impl WqeDest {
+    /// From a work request's UD destination and XRC SRQ number (at most one of which
+    /// `check_transport` let through for the QP).
+    pub(crate) fn of(ud: Option<UdDest>, xrc_srqn: Option<u32>) -> WqeDest {
+        match (ud, xrc_srqn) {
+            (Some(d), _) => WqeDest::Ud(d),
+            (None, Some(n)) => WqeDest::Xrc(n),
+            (None, None) => WqeDest::Connected,
+        }
+    }
+
+    /// The UD destination.
+    pub(crate) fn ud(&self) -> Option<UdDest> {
+        match self {
+            WqeDest::Ud(d) => Some(*d),
+            _ => None,
+        }
+    }
+
+    /// The XRC SRQ number.
+    pub(crate) fn xrc_srqn(&self) -> Option<u32> {
+        match self {
+            WqeDest::Xrc(n) => Some(*n),
+            _ => None,
+        }
+    }
 }
 
 /// A validated receive work request.

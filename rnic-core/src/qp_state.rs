@@ -91,11 +91,17 @@ pub enum QpType {
     Uc,
     /// Unreliable datagram.
     Ud,
+    /// XRC initiator (`IBV_QPT_XRC_SEND`, IBA Annex A14): RC's requester, each message to
+    /// the XRC SRQ its work request names; no receive queue.
+    XrcSend,
+    /// XRC target (`IBV_QPT_XRC_RECV`, IBA Annex A14): RC's responder in an XRC domain,
+    /// taking each message's receive WQE from the XRC SRQ its XRCETH names; no send queue.
+    XrcRecv,
 }
 
 impl QpType {
     /// Every type.
-    pub const ALL: [QpType; 3] = [QpType::Rc, QpType::Uc, QpType::Ud];
+    pub const ALL: [QpType; 5] = [QpType::Rc, QpType::Uc, QpType::Ud, QpType::XrcSend, QpType::XrcRecv];
 
     /// From the `ibv_qp_type` value (`IBV_QPT_RC` = 2, `IBV_QPT_UC` = 3, `IBV_QPT_UD` = 4).
     pub const fn from_ibv(value: u32) -> Option<QpType> {
@@ -103,6 +109,8 @@ impl QpType {
             2 => Some(QpType::Rc),
             3 => Some(QpType::Uc),
             4 => Some(QpType::Ud),
+            9 => Some(QpType::XrcSend),
+            10 => Some(QpType::XrcRecv),
             _ => None,
         }
     }
@@ -113,6 +121,8 @@ impl QpType {
             QpType::Rc => 2,
             QpType::Uc => 3,
             QpType::Ud => 4,
+            QpType::XrcSend => 9,
+            QpType::XrcRecv => 10,
         }
     }
 
@@ -122,7 +132,24 @@ impl QpType {
             QpType::Rc => "RC",
             QpType::Uc => "UC",
             QpType::Ud => "UD",
+            QpType::XrcSend => "XRC_SEND",
+            QpType::XrcRecv => "XRC_RECV",
         }
+    }
+
+    /// RC's reliable protocol (PSNs, acknowledgements, retries): RC and both XRC halves.
+    pub const fn reliable(self) -> bool {
+        matches!(self, QpType::Rc | QpType::XrcSend | QpType::XrcRecv)
+    }
+
+    /// The QP sends requests (has a send queue): all but the XRC target.
+    pub const fn has_send_queue(self) -> bool {
+        !matches!(self, QpType::XrcRecv)
+    }
+
+    /// The QP takes requests (has a receive side): all but the XRC initiator.
+    pub const fn has_receive_side(self) -> bool {
+        !matches!(self, QpType::XrcSend)
     }
 }
 
@@ -242,7 +269,9 @@ pub const fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<T
         match t {
             QpType::Ud => ud,
             QpType::Uc => uc,
-            QpType::Rc => rc,
+            // Linux's qp_state_table gives XRC_INI and XRC_TGT RC's cells except at
+            // RTR->RTS (below).
+            QpType::Rc | QpType::XrcSend | QpType::XrcRecv => rc,
         }
     }
     type A = QpAttrMask;
@@ -288,6 +317,8 @@ pub const fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<T
                 m(&[A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX]),
             ),
         ),
+        // An XRC target sends no requests: no retry counts nor READ credits to set.
+        (Rtr, Rts) if matches!(qp_type, QpType::XrcRecv) => (m(&[A::TIMEOUT, A::SQ_PSN]), to_rts_opt),
         (Rtr, Rts) => (
             per_type(
                 qp_type,

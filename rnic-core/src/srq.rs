@@ -1,16 +1,20 @@
 //! Shared receive queues (`ibv_srq`): one pool of receive WQEs that several QPs' responders
-//! take from, with the SRQ limit event.
+//! take from, with the SRQ limit event; and XRC domains (IBA Annex A14), whose XRC SRQs
+//! an XRC target QP takes receive WQEs from by the number a request's XRCETH names.
 //!
 //! The application posts from its own thread straight into a lock-free bounded queue (the
 //! SGEs are checked on the posting thread, as for a QP's receive queue); the progress thread
 //! takes the oldest WQE when a SEND (or WRITE with immediate) starts on a QP attached to the
 //! SRQ (rxe `get_srq_wqe`). No lock is shared between the two.
 
+use crate::cq::Cq;
 use crate::mr::{AccessFlags, Mtpt, PdId};
 use crate::post::{PostError, RecvWqe};
 use crate::wr::RecvWrRef;
 use crossbeam_queue::ArrayQueue;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, RwLock, Weak};
 
 /// Why modifying an SRQ failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,6 +41,46 @@ pub struct Srq {
     limit: AtomicU32,
     /// SGEs' keys are checked when a WQE is used ([`Srq::check_keys_at_execution`]).
     keys_at_execution: std::sync::atomic::AtomicBool,
+    /// An XRC SRQ: its domain and the CQ its receives complete in.
+    xrc: Option<XrcSrq>,
+}
+
+#[derive(Debug)]
+struct XrcSrq {
+    xrcd: u32,
+    cq: Arc<Cq>,
+}
+
+/// An XRC domain (`ibv_xrcd`, IBA Annex A14): the XRC SRQs and XRC target QPs that belong
+/// together. A target QP takes a request's receive WQE from the SRQ whose number the
+/// request's XRCETH carries, and only from one of its own domain (IBA Annex A14).
+#[derive(Debug)]
+pub struct Xrcd {
+    id: u32,
+    srqs: RwLock<HashMap<u32, Weak<Srq>>>,
+}
+
+impl Xrcd {
+    /// An empty domain.
+    pub fn new(id: u32) -> Xrcd {
+        Xrcd { id, srqs: RwLock::new(HashMap::new()) }
+    }
+
+    /// The domain's id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The XRC SRQ numbered `srqn` if it is alive and in this domain (the responder's
+    /// look-up for an XRCETH).
+    pub fn srq(&self, srqn: u32) -> Option<Arc<Srq>> {
+        self.srqs.read().unwrap_or_else(|e| e.into_inner()).get(&srqn).and_then(Weak::upgrade)
+    }
+
+    /// XRC SRQs alive in the domain.
+    pub fn srq_count(&self) -> usize {
+        self.srqs.read().unwrap_or_else(|e| e.into_inner()).values().filter(|w| w.strong_count() > 0).count()
+    }
 }
 
 impl Srq {
@@ -49,7 +93,30 @@ impl Srq {
             queue: ArrayQueue::new(usize::try_from(max_wr.max(1)).unwrap_or(1)),
             limit: AtomicU32::new(0),
             keys_at_execution: std::sync::atomic::AtomicBool::new(false),
+            xrc: None,
         }
+    }
+
+    /// An XRC SRQ (`ibv_create_srq_ex` with `IBV_SRQT_XRC`) in `xrcd`, its receives
+    /// checked against `pd` and completed in `cq`; numbered `id` (`ibv_get_srq_num`),
+    /// which the domain finds it by.
+    pub fn new_xrc(id: u32, pd: PdId, max_wr: u32, max_sge: u32, xrcd: &Xrcd, cq: Arc<Cq>) -> Arc<Srq> {
+        let srq = Arc::new(Srq { xrc: Some(XrcSrq { xrcd: xrcd.id, cq }), ..Srq::new(id, pd, max_wr, max_sge) });
+        let mut srqs = xrcd.srqs.write().unwrap_or_else(|e| e.into_inner());
+        srqs.retain(|_, w| w.strong_count() > 0);
+        srqs.insert(id, Arc::downgrade(&srq));
+        srq
+    }
+
+    /// The XRC domain of an XRC SRQ.
+    pub fn xrcd(&self) -> Option<u32> {
+        self.xrc.as_ref().map(|x| x.xrcd)
+    }
+
+    /// The CQ an XRC SRQ's receives complete in (a plain SRQ's complete in the CQ of the
+    /// QP that took them).
+    pub fn cq(&self) -> Option<&Arc<Cq>> {
+        self.xrc.as_ref().map(|x| &x.cq)
     }
 
     /// From now on a receive posted with a key it may not use is accepted, and fails

@@ -261,11 +261,15 @@ pub struct SendWrRef<'a> {
     pub flags: SendFlags,
     /// UD only: the destination.
     pub ud: Option<UdDest>,
+    /// XRC initiator only: the number of the remote XRC SRQ the message is for
+    /// (`qp_type.xrc.remote_srqn`, `ibv_wr_set_xrc_srqn`), carried in every request
+    /// packet's XRCETH.
+    pub xrc_srqn: Option<u32>,
 }
 
 impl<'a> From<&'a SendWr> for SendWrRef<'a> {
     fn from(w: &'a SendWr) -> SendWrRef<'a> {
-        SendWrRef { wr_id: w.wr_id, op: w.op, sg_list: &w.sg_list, flags: w.flags, ud: w.ud }
+        SendWrRef { wr_id: w.wr_id, op: w.op, sg_list: &w.sg_list, flags: w.flags, ud: w.ud, xrc_srqn: None }
     }
 }
 

@@ -27,7 +27,7 @@ pub enum HeaderKind {
     Ieth,
     /// The 16 reserved bytes of a RoCEv2 congestion notification packet.
     CnpBody,
-    /// XRC extended transport header (IBA A14.6.2): 8 reserved bits and the 24-bit
+    /// XRC extended transport header (IBA Annex A14): 8 reserved bits and the 24-bit
     /// number of the XRC SRQ the request is for. 4 bytes, first after the BTH.
     Xrceth,
 }
@@ -470,7 +470,7 @@ const OTHERS: [OpcodeInfo; 16] = [
 
 /// XRC (IBA Annex A14, Table 35's `101` rows): RC's opcodes with the transport bits
 /// `101`. Every request carries an XRCETH right after the BTH, before its RETH,
-/// AtomicETH, ImmDt or IETH (IBA A14.6.2, and Wireshark's dissector); responses are RC's
+/// AtomicETH, ImmDt or IETH (IBA Annex A14, and Wireshark's dissector); responses are RC's
 /// and carry none.
 const XRC: [OpcodeInfo; 23] = {
     use HeaderKind::Xrceth as X;
@@ -713,14 +713,14 @@ mod tests {
             // Only UD carries a DETH, and every UD opcode does.
             assert_eq!(info.has(HeaderKind::Deth), info.transport == Transport::Ud);
             // An XRCETH on every XRC request, first after the BTH, and nowhere else
-            // (IBA A14.6.2).
+            // (IBA Annex A14).
             let xrc_request = info.transport == Transport::Xrc && info.request;
             assert_eq!(info.has(HeaderKind::Xrceth), xrc_request, "{}", info.name);
             if xrc_request {
                 assert_eq!(info.offset_of(HeaderKind::Xrceth), Some(12), "{}", info.name);
             }
             // XRC is RC with the transport bits 101: the same operation at the same
-            // position, the XRCETH aside (IBA A14.6.1).
+            // position, the XRCETH aside (IBA Annex A14).
             if info.transport == Transport::Xrc {
                 let rc = Opcode(op & 0x1f).info().unwrap();
                 assert_eq!((rc.operation, rc.position, rc.request), (info.operation, info.position, info.request));

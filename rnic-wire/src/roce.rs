@@ -251,7 +251,7 @@ impl RoceRepr {
                 HeaderKind::ImmDt => ext.imm_data = Some(Word::new_unchecked(h).value()),
                 HeaderKind::Ieth => ext.ieth = Some(Word::new_unchecked(h).value()),
                 HeaderKind::CnpBody => {}
-                // IBA A14.6.2: the top byte is reserved (sent as zero, ignored).
+                // IBA Annex A14: the top byte is reserved (sent as zero, ignored).
                 HeaderKind::Xrceth => ext.xrc_srqn = Some(Word::new_unchecked(h).value() & XRC_SRQN_MAX),
             }
         }
@@ -516,7 +516,7 @@ mod tests {
         assert!(matches!(RocePacket::new_checked(&b[..]), Err(Error::Truncated { what: "RETH", .. })));
     }
 
-    /// An XRC RDMA WRITE ONLY with immediate, byte for byte (IBA A14.6.2, Table 35): the
+    /// An XRC RDMA WRITE ONLY with immediate, byte for byte (IBA Annex A14, Table 35): the
     /// BTH (opcode 0xab), the XRCETH (a reserved zero byte and the 24-bit SRQ number)
     /// first, then the RETH and the ImmDt, then 2 payload bytes, 2 pad bytes and the ICRC.
     #[test]

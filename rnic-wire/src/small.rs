@@ -6,7 +6,7 @@ use crate::field::{fixed_view, set_u32, u32_at};
 pub const IMMDT_LEN: usize = 4;
 /// Length of the IETH.
 pub const IETH_LEN: usize = 4;
-/// Length of the XRCETH (IBA A14.6.2).
+/// Length of the XRCETH (IBA Annex A14).
 pub const XRCETH_LEN: usize = 4;
 /// The largest XRC SRQ number an XRCETH carries (24 bits).
 pub const XRC_SRQN_MAX: u32 = 0x00FF_FFFF;

@@ -249,7 +249,7 @@ impl Ctx {
     pub(crate) fn push_wc(&mut self, qp: &mut Qp, side: CqSide, wc: WorkCompletion, solicited: bool) {
         let cq = match side {
             CqSide::Send => &qp.send_cq,
-            CqSide::Recv => &qp.recv_cq,
+            CqSide::Recv => qp.resp_cq(),
         };
         if cq.push(wc, solicited).is_ok() {
             return;
@@ -305,9 +305,11 @@ impl Ctx {
             Some(super::qp::InProgress::Send { rwqe, .. }) => Some(rwqe),
             _ => None,
         };
+        // An XRC target's WQEs came from the XRC SRQ: they flush to its CQ.
+        let rcq = qp.resp_cq().clone();
         for r in in_progress.into_iter().chain(qp.resp.rq.drain(..)) {
             qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
-            push(&qp.recv_cq, flush_wc(r.wr_id, WcOpcode::Recv, qpn));
+            push(&rcq, flush_wc(r.wr_id, WcOpcode::Recv, qpn));
         }
     }
 
@@ -377,7 +379,7 @@ impl Ctx {
     /// Queues the SRQ-limit event the responder of the QP noted, if any.
     pub(crate) fn raise_srq_events(&mut self, qp: &mut Qp) {
         if std::mem::take(&mut qp.resp.srq_limit_hit) {
-            if let Some(srq) = qp.shared.srq.as_ref().map(|s| s.id()) {
+            if let Some(srq) = qp.resp.xrc_srq.as_ref().or(qp.shared.srq.as_ref()).map(|s| s.id()) {
                 self.events.push_back(AsyncEvent::SrqLimitReached { srq });
             }
         }

@@ -174,7 +174,22 @@ impl Engine {
     /// Creates a QP in the RESET state. Its responder takes receive WQEs from
     /// `init.srq` when there is one (which must belong to the same protection domain).
     pub fn create_qp(&mut self, init: QpInit) -> Result<Arc<QpShared>, EngineError> {
-        let QpInit { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq, conduct } = init;
+        let QpInit { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq, xrcd, conduct } = init;
+        // IBA Annex A14: an XRC target lives in an XRC domain and takes its receive WQEs from
+        // the domain's XRC SRQs; no other QP has a domain; no QP names an XRC SRQ.
+        match (qp_type, &xrcd, &srq) {
+            (QpType::XrcRecv, None, _) => return Err(EngineError::BadAttr("an XRC_RECV QP needs an XRC domain".into())),
+            (QpType::XrcRecv | QpType::XrcSend, _, Some(_)) => {
+                return Err(EngineError::BadAttr(format!("an {qp_type} QP takes no SRQ")))
+            }
+            (QpType::Rc | QpType::Uc | QpType::Ud | QpType::XrcSend, Some(_), _) => {
+                return Err(EngineError::BadAttr(format!("an {qp_type} QP has no XRC domain")))
+            }
+            _ => {}
+        }
+        if let Some(s) = srq.as_ref().filter(|s| s.xrcd().is_some()) {
+            return Err(EngineError::BadAttr(format!("SRQ {} is an XRC SRQ: only XRC targets reach it", s.id())));
+        }
         if let Some(s) = &srq {
             if s.pd() != pd {
                 return Err(EngineError::BadAttr(format!(
@@ -191,7 +206,7 @@ impl Engine {
         let mut shared = None;
         self.qps
             .insert(|qpn| {
-                let s = Arc::new(QpShared::new(qpn, qp_type, pd, cap, sq_sig_all, srq, conduct));
+                let s = Arc::new(QpShared::new(qpn, qp_type, pd, cap, sq_sig_all, srq, xrcd, conduct));
                 shared = Some(s.clone());
                 Qp::new(s, send_cq, recv_cq)
             })
@@ -400,7 +415,7 @@ impl Engine {
         }
         if info.transport == rnic_wire::opcode::Transport::Cnp {
             // The reaction point (DCQCN): a CNP from the QP's peer cuts its rate.
-            let p = cx.config.cc.filter(|_| qp_type == QpType::Rc && peer_ok);
+            let p = cx.config.cc.filter(|_| qp_type.reliable() && qp_type.has_send_queue() && peer_ok);
             match (p, qp.req.cc.as_mut()) {
                 (Some(p), Some(c)) => {
                     c.rate.on_cnp(now, &p);
@@ -421,6 +436,7 @@ impl Engine {
             (QpType::Rc, rnic_wire::opcode::Transport::Rc)
                 | (QpType::Uc, rnic_wire::opcode::Transport::Uc)
                 | (QpType::Ud, rnic_wire::opcode::Transport::Ud)
+                | (QpType::XrcSend | QpType::XrcRecv, rnic_wire::opcode::Transport::Xrc)
         );
         if !transport_ok || !peer_ok || matches!(qp.state, QpState::Reset | QpState::Init) {
             cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
@@ -432,7 +448,7 @@ impl Engine {
             return;
         }
         if !info.request {
-            if qp_type == QpType::Rc {
+            if qp_type.reliable() && qp_type.has_send_queue() {
                 requester::handle_response(qp, cx, now, repr, pkt.payload());
                 cx.account_inflight(qp);
                 cx.note_timers(qp);
@@ -453,10 +469,15 @@ impl Engine {
         }
         match qp_type {
             QpType::Ud => ud::handle_request(qp, cx, src, repr, pkt.payload(), data.len()),
-            QpType::Rc | QpType::Uc => responder::handle_request(qp, cx, now, repr, pkt.payload()),
+            QpType::Rc | QpType::Uc | QpType::XrcRecv => responder::handle_request(qp, cx, now, repr, pkt.payload()),
+            // IBA Annex A14: an XRC initiator has no responder; a request to it is dropped.
+            QpType::XrcSend => {
+                cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
         }
         cx.raise_srq_events(qp);
-        if qp_type == QpType::Rc {
+        if qp_type.reliable() {
             cx.note_timers(qp);
         }
     }
@@ -816,7 +837,7 @@ fn reset_qp(qp: &mut Qp) {
 
 /// Sends what the QP's window allows.
 fn progress(qp: &mut Qp, cx: &mut Ctx, now: Time) {
-    if qp.shared.qp_type != QpType::Rc {
+    if !qp.shared.qp_type.reliable() {
         unreliable::transmit(qp, cx, now);
     } else {
         requester::transmit(qp, cx, now);

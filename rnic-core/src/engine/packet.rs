@@ -92,10 +92,13 @@ pub(crate) fn ack_aeth(msn: u32) -> AethRepr {
     AethRepr { syndrome: Syndrome::Ack { credits: CREDITS_INVALID }, msn }
 }
 
-/// An ACKNOWLEDGE packet (ACK, NAK or RNR NAK) for `psn`.
-pub(crate) fn ack_repr(dest_qp: Qpn, psn: Psn, aeth: AethRepr) -> RoceRepr {
+/// An ACKNOWLEDGE packet (ACK, NAK or RNR NAK) for `psn`, of RC or XRC (IBA Annex A14:
+/// an XRC target answers with XRC's responses).
+pub(crate) fn ack_repr(transport: Transport, dest_qp: Qpn, psn: Psn, aeth: AethRepr) -> RoceRepr {
+    let opcode = Opcode::compose(transport, Operation::Acknowledge, Position::Only, Suffix::None)
+        .unwrap_or(Opcode::RC_ACKNOWLEDGE);
     RoceRepr {
-        bth: response_bth(Opcode::RC_ACKNOWLEDGE, dest_qp, psn),
+        bth: response_bth(opcode, dest_qp, psn),
         ext: ExtHeaders { aeth: Some(aeth), ..ExtHeaders::default() },
         payload_len: 0,
     }
@@ -103,8 +106,9 @@ pub(crate) fn ack_repr(dest_qp: Qpn, psn: Psn, aeth: AethRepr) -> RoceRepr {
 
 /// Packet `k` (`pos`, `plen` payload bytes) of a SEND or RDMA WRITE message on
 /// `transport`: a RETH on the first packet of a WRITE, the immediate or the R_Key to
-/// invalidate on the last, the DETH on every UD packet, SE on the last packet when the
-/// opcode allows it. `None` when the transport does not carry the operation.
+/// invalidate on the last, the DETH on every UD packet, the XRCETH on every XRC packet
+/// (IBA Annex A14), SE on the last packet when the opcode allows it. `None` when the
+/// transport does not carry the operation.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub(crate) fn data_request(
@@ -118,7 +122,8 @@ pub(crate) fn data_request(
     deth: Option<DethRepr>,
 ) -> Option<RoceRepr> {
     let opcode = opcode_for(transport, &wqe.op, pos)?;
-    let mut ext = ExtHeaders { deth, ..ExtHeaders::default() };
+    let xrc_srqn = wqe.dest.xrc_srqn().filter(|_| transport == Transport::Xrc);
+    let mut ext = ExtHeaders { deth, xrc_srqn, ..ExtHeaders::default() };
     match wqe.op {
         SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaWriteWithImm { remote_addr, rkey, .. }
             if pos.starts() =>
@@ -139,9 +144,10 @@ pub(crate) fn data_request(
 }
 
 /// The request packet of a READ (asking for the responses from `read_got` on), an
-/// atomic, an ATOMIC WRITE or a FLUSH: one packet, AckReq set.
-pub(crate) fn rd_atomic_request(f: &InFlight, mtu: usize, dest_qpn: u32, psn: Psn) -> RoceRepr {
-    let mut ext = ExtHeaders::default();
+/// atomic, an ATOMIC WRITE or a FLUSH: one packet, AckReq set; on XRC with its XRCETH.
+pub(crate) fn rd_atomic_request(transport: Transport, f: &InFlight, mtu: usize, dest_qpn: u32, psn: Psn) -> RoceRepr {
+    let xrc_srqn = f.wqe.dest.xrc_srqn().filter(|_| transport == Transport::Xrc);
+    let mut ext = ExtHeaders { xrc_srqn, ..ExtHeaders::default() };
     let mut payload_len = 0;
     match f.wqe.op {
         SendOp::AtomicCmpSwap { remote_addr, rkey, compare, swap } => {
@@ -168,15 +174,25 @@ pub(crate) fn rd_atomic_request(f: &InFlight, mtu: usize, dest_qpn: u32, psn: Ps
         }
         _ => {}
     }
-    // Every one of these operations has exactly one (ONLY) request opcode on RC.
-    let opcode = opcode_for(Transport::Rc, &f.wqe.op, Position::Only).unwrap_or(Opcode::RC_RDMA_READ_REQUEST);
+    // Every one of these operations has exactly one (ONLY) request opcode on RC; on XRC
+    // all but ATOMIC WRITE and FLUSH, which an XRC initiator refuses at post.
+    let opcode = opcode_for(transport, &f.wqe.op, Position::Only).unwrap_or(Opcode::RC_RDMA_READ_REQUEST);
     RoceRepr { bth: request_bth(opcode, dest_qpn, psn, true, false), ext, payload_len }
 }
 
 /// READ response packet `k` (`pos`, `plen` bytes) for the READ at `first_psn`. IBA
 /// 9.7.5.1.2: FIRST, LAST and ONLY carry an AETH, MIDDLE none.
-pub(crate) fn read_response(dest_qp: Qpn, first_psn: Psn, k: u32, pos: Position, plen: usize, msn: u32) -> RoceRepr {
-    let opcode = Opcode::compose(Transport::Rc, Operation::RdmaReadResponse, pos, Suffix::None)
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn read_response(
+    transport: Transport,
+    dest_qp: Qpn,
+    first_psn: Psn,
+    k: u32,
+    pos: Position,
+    plen: usize,
+    msn: u32,
+) -> RoceRepr {
+    let opcode = Opcode::compose(transport, Operation::RdmaReadResponse, pos, Suffix::None)
         .unwrap_or(Opcode::RC_RDMA_READ_RESPONSE_ONLY);
     let aeth = (pos != Position::Middle).then(|| ack_aeth(msn));
     RoceRepr {
@@ -189,13 +205,15 @@ pub(crate) fn read_response(dest_qp: Qpn, first_psn: Psn, k: u32, pos: Position,
 /// The answer to an executed (or duplicate) atomic, ATOMIC WRITE or FLUSH: an ATOMIC
 /// ACKNOWLEDGE with the saved original value, or a zero-length RDMA READ RESPONSE ONLY
 /// (rxe `send_read_response_ack`). Sent through the responder's paced reply queue.
-pub(crate) fn rd_atomic_reply(res: &ReadResource, dest_qp: Qpn, msn: u32) -> RoceRepr {
-    let (opcode, atomic_ack_eth) = match res.kind {
+pub(crate) fn rd_atomic_reply(transport: Transport, res: &ReadResource, dest_qp: Qpn, msn: u32) -> RoceRepr {
+    let (operation, atomic_ack_eth) = match res.kind {
         ResourceKind::Atomic { orig } => {
-            (Opcode::RC_ATOMIC_ACKNOWLEDGE, Some(AtomicAckEthRepr { orig_remote_data: orig }))
+            (Operation::AtomicAcknowledge, Some(AtomicAckEthRepr { orig_remote_data: orig }))
         }
-        _ => (Opcode::RC_RDMA_READ_RESPONSE_ONLY, None),
+        _ => (Operation::RdmaReadResponse, None),
     };
+    let opcode =
+        Opcode::compose(transport, operation, Position::Only, Suffix::None).unwrap_or(Opcode::RC_ATOMIC_ACKNOWLEDGE);
     RoceRepr {
         bth: response_bth(opcode, dest_qp, res.psn),
         ext: ExtHeaders { aeth: Some(ack_aeth(msn)), atomic_ack_eth, ..ExtHeaders::default() },

@@ -4,10 +4,11 @@
 
 use crate::cq::Cq;
 use crate::mr::{AccessFlags, Mtpt, PdId};
-use crate::post::{check_transport, check_ud_len, reserve, WqeData};
+use crate::post::{check_transport, check_ud_len, reserve, WqeData, WqeDest};
 use crate::qp_state::{QpState, QpType};
-use crate::srq::Srq;
+use crate::srq::{Srq, Xrcd};
 use crate::wr::{RecvWrRef, SendFlags, SendOp, SendWrRef, UdDest};
+use rnic_wire::opcode::Transport;
 use rnic_wire::Qpn;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -68,6 +69,8 @@ pub struct QpInit {
     pub recv_cq: Arc<Cq>,
     /// The shared receive queue the responder takes receive WQEs from.
     pub srq: Option<Arc<Srq>>,
+    /// An XRC target's domain: the XRC SRQs its requests' XRCETHs may name.
+    pub xrcd: Option<Arc<Xrcd>>,
     /// Where the QP behaves as one verbs provider rather than another.
     pub conduct: QpConduct,
 }
@@ -96,8 +99,19 @@ impl QpInit {
             send_cq,
             recv_cq,
             srq: None,
+            xrcd: None,
             conduct: QpConduct::default(),
         }
+    }
+
+    /// An XRC target QP (`IBV_QPT_XRC_RECV`) in `xrcd`. It has neither a PD nor CQs of
+    /// its own (IBA Annex A14): a request's memory is checked against the PD of the XRC
+    /// SRQ its XRCETH names, and its receive completes in that SRQ's CQ. The CQ it is
+    /// given is one of its own that nothing completes in (it has no send queue, and every
+    /// receive WQE it holds came from an XRC SRQ).
+    pub fn xrc_target(xrcd: Arc<Xrcd>) -> QpInit {
+        let none = Arc::new(Cq::new(u32::MAX, 1));
+        QpInit { xrcd: Some(xrcd), ..QpInit::new(QpType::XrcRecv, PdId(0), none.clone(), none) }
     }
 
     /// With these queue limits.
@@ -162,6 +176,8 @@ pub struct QpShared {
     pub sq_sig_all: bool,
     /// The shared receive queue the responder takes receive WQEs from, if any.
     pub srq: Option<Arc<Srq>>,
+    /// An XRC target's domain.
+    pub xrcd: Option<Arc<Xrcd>>,
     /// Where it behaves as one provider rather than another.
     pub conduct: QpConduct,
     state: AtomicU32,
@@ -179,6 +195,7 @@ impl QpShared {
         cap: QpCap,
         sq_sig_all: bool,
         srq: Option<Arc<Srq>>,
+        xrcd: Option<Arc<Xrcd>>,
         conduct: QpConduct,
     ) -> QpShared {
         QpShared {
@@ -188,6 +205,7 @@ impl QpShared {
             cap,
             sq_sig_all,
             srq,
+            xrcd,
             conduct,
             state: AtomicU32::new(QpState::Reset.to_ibv()),
             sq_outstanding: AtomicU32::new(0),
@@ -236,7 +254,7 @@ pub(crate) fn validate_send_into(
     if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
         return Err(PostError::BadState { queue: "send", state });
     }
-    check_transport(shared.qp_type, &wr.op, wr.ud.as_ref())?;
+    check_transport(shared.qp_type, &wr.op, wr.ud.as_ref(), wr.xrc_srqn)?;
     if wr.sg_list.len() > shared.cap.max_send_sge as usize {
         return Err(PostError::TooManySges { given: wr.sg_list.len(), max: shared.cap.max_send_sge });
     }
@@ -286,7 +304,7 @@ fn send_wqe(shared: &QpShared, wr: &SendWrRef<'_>, data: WqeData, len: usize) ->
         fence: wr.flags.contains(SendFlags::FENCE),
         data,
         len,
-        ud: wr.ud,
+        dest: WqeDest::of(wr.ud, wr.xrc_srqn),
         local_err: None,
     }
 }
@@ -334,7 +352,7 @@ fn validate_extended_op(shared: &QpShared, wr: &SendWrRef<'_>) -> Result<Option<
         fence: wr.flags.contains(SendFlags::FENCE),
         data,
         len,
-        ud: None,
+        dest: WqeDest::of(None, wr.xrc_srqn),
         local_err: None,
     }))
 }
@@ -354,7 +372,7 @@ pub fn validate_send_inline(
     if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
         return Err(PostError::BadState { queue: "send", state });
     }
-    check_transport(shared.qp_type, &op, ud.as_ref())?;
+    check_transport(shared.qp_type, &op, ud.as_ref(), None)?;
     check_ud_len(shared.qp_type, bytes.len())?;
     if op.writes_local() {
         return Err(PostError::InlineNotAllowed { op: op.name() });
@@ -371,7 +389,7 @@ pub fn validate_send_inline(
         fence: false,
         data: WqeData::Inline(bytes.into()),
         len: bytes.len(),
-        ud,
+        dest: WqeDest::of(ud, None),
         local_err: None,
     })
 }
@@ -402,6 +420,11 @@ pub(crate) fn validate_recv_into(
     if let Some(srq) = &shared.srq {
         return Err(PostError::HasSrq { srq: srq.id() });
     }
+    // IBA Annex A14: an XRC initiator has no receive queue, and a target's receive WQEs are
+    // posted to the XRC SRQs of its domain.
+    if matches!(shared.qp_type, QpType::XrcSend | QpType::XrcRecv) {
+        return Err(PostError::NotSupported { op: "RECV", qp_type: shared.qp_type });
+    }
     if wr.sg_list.len() > shared.cap.max_recv_sge as usize {
         return Err(PostError::TooManySges { given: wr.sg_list.len(), max: shared.cap.max_recv_sge });
     }
@@ -425,6 +448,8 @@ pub(crate) struct Qp {
     pub(crate) src_port: u16,
     /// The deadline this QP has in the engine's timer heap, if any.
     pub(crate) timer_key: Option<u64>,
+    /// The transport its packets carry (RC, UC, UD, or XRC for both XRC halves).
+    pub(crate) transport: Transport,
     /// Requester and completer.
     pub(crate) req: ReqState,
     /// Responder.
@@ -446,6 +471,12 @@ impl Qp {
             // flow's port when the address vector is given, UD keeps it.
             src_port: ud_udp_sport(qpn),
             timer_key: None,
+            transport: match qp_type {
+                QpType::Rc => Transport::Rc,
+                QpType::Uc => Transport::Uc,
+                QpType::Ud => Transport::Ud,
+                QpType::XrcSend | QpType::XrcRecv => Transport::Xrc,
+            },
             req: ReqState::new(),
             resp: RespState::new(),
         }
@@ -457,6 +488,18 @@ impl Qp {
 
     pub(crate) fn dest_qpn(&self) -> Qpn {
         Qpn::new(self.attr.dest_qpn)
+    }
+
+    /// The protection domain a request's memory is checked against: an XRC target's is
+    /// the PD of the XRC SRQ the request names (IBA Annex A14), everyone else's its own.
+    pub(crate) fn resp_pd(&self) -> PdId {
+        self.resp.xrc_srq.as_ref().map_or(self.shared.pd, |s| s.pd())
+    }
+
+    /// Where the responder's receives complete: an XRC SRQ's CQ for an XRC target, the
+    /// QP's receive CQ otherwise.
+    pub(crate) fn resp_cq(&self) -> &Arc<Cq> {
+        self.resp.xrc_srq.as_ref().and_then(|s| s.cq()).unwrap_or(&self.recv_cq)
     }
 
     /// IBA 10.3.1 (rxe `check_type_state`): a QP takes incoming requests in RTR, RTS and

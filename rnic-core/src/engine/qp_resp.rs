@@ -31,6 +31,9 @@ pub(crate) struct RespState {
     /// The responder took a WQE from the SRQ that crossed its limit: the engine raises
     /// the event.
     pub(crate) srq_limit_hit: bool,
+    /// XRC target: the XRC SRQ the request being handled names (its XRCETH), whose PD
+    /// its memory is checked against and whose CQ its receive completes in.
+    pub(crate) xrc_srq: Option<std::sync::Arc<crate::srq::Srq>>,
 }
 
 impl RespState {
@@ -47,6 +50,7 @@ impl RespState {
             reads_queued: false,
             halted: false,
             srq_limit_hit: false,
+            xrc_srq: None,
         }
     }
 }
@@ -67,6 +71,9 @@ pub(crate) struct ReadResource {
     pub(crate) va: u64,
     pub(crate) rkey: u32,
     pub(crate) len: usize,
+    /// The protection domain its memory is checked against (an XRC target's requests
+    /// name SRQs of different PDs).
+    pub(crate) pd: crate::mr::PdId,
     /// The next response packet to send (`npkts` once all are out): responses are paced
     /// out a burst at a time, not queued all at once.
     pub(crate) next: u32,

@@ -143,7 +143,7 @@ mod tests {
         let cq = Arc::new(Cq::new(1, 1));
         t.insert(|qpn| {
             let s =
-                Arc::new(QpShared::new(qpn, QpType::Rc, PdId(1), QpCap::default(), false, None, Default::default()));
+                Arc::new(QpShared::new(qpn, QpType::Rc, PdId(1), QpCap::default(), false, None, None, Default::default()));
             Qp::new(s, cq.clone(), cq)
         })
         .unwrap()

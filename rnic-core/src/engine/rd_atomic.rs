@@ -26,7 +26,7 @@ pub(super) fn flush_access(placement: u8) -> AccessFlags {
 }
 
 fn remote(qp: &Qp, mtpt: &Mtpt, rkey: u32, va: u64, len: usize, need: AccessFlags) -> Result<MrSlice, Refusal> {
-    mtpt.check_remote_by(rkey, qp.shared.pd, qp.qpn().value(), va, len, need)
+    mtpt.check_remote_by(rkey, qp.resp_pd(), qp.qpn().value(), va, len, need)
         .map_err(|a: AccessError| Refusal::RemoteAccess(Some(a)))
 }
 
@@ -60,6 +60,7 @@ pub(super) fn execute_atomic(qp: &Qp, mtpt: &Mtpt, repr: &RoceRepr, op: Operatio
         va: a.va,
         rkey: a.rkey,
         len: 8,
+        pd: qp.resp_pd(),
         next: 0,
         kind: ResourceKind::Atomic { orig },
     })
@@ -91,6 +92,7 @@ pub(super) fn execute_atomic_write(
         va: reth.va,
         rkey: reth.rkey,
         len: 8,
+        pd: qp.resp_pd(),
         kind: ResourceKind::Acked,
         next: 0,
     })
@@ -104,7 +106,7 @@ pub(super) fn execute_flush(qp: &Qp, mtpt: &Mtpt, repr: &RoceRepr) -> Result<Rea
     let (Some(feth), Some(reth)) = (repr.ext.feth, repr.ext.reth) else { return Err(Refusal::InvalidRequest) };
     let need = flush_access(feth.placement_type);
     if feth.selectivity == 1 {
-        mtpt.check_remote_whole(reth.rkey, qp.shared.pd, need).map_err(|a| Refusal::RemoteAccess(Some(a)))?;
+        mtpt.check_remote_whole(reth.rkey, qp.resp_pd(), need).map_err(|a| Refusal::RemoteAccess(Some(a)))?;
     } else {
         remote(qp, mtpt, reth.rkey, reth.va, reth.dma_len as usize, need)?;
     }
@@ -115,6 +117,7 @@ pub(super) fn execute_flush(qp: &Qp, mtpt: &Mtpt, repr: &RoceRepr) -> Result<Rea
         va: reth.va,
         rkey: reth.rkey,
         len: reth.dma_len as usize,
+        pd: qp.resp_pd(),
         kind: ResourceKind::Acked,
         next: 0,
     })

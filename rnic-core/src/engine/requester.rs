@@ -9,7 +9,7 @@ use super::qp::{InFlight, Qp, SendWqe};
 use crate::qp_state::{local_ack_timeout_ns, rnr_timer_ns, QpState, RNR_RETRY_INFINITE};
 use crate::wr::{SendOp, WcStatus, WorkCompletion};
 use rnic_wire::aeth::{AethRepr, NakCode, Syndrome};
-use rnic_wire::opcode::{Operation, Position, Transport};
+use rnic_wire::opcode::{Operation, Position};
 use rnic_wire::roce::RoceRepr;
 use rnic_wire::Psn;
 use std::net::IpAddr;
@@ -164,7 +164,7 @@ fn send_rd_atomic(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, idx: usize)
         return false;
     }
     let f = &mut qp.req.sq[idx];
-    let repr = packet::rd_atomic_request(f, qp.mtu, qp.attr.dest_qpn, psn);
+    let repr = packet::rd_atomic_request(qp.transport, f, qp.mtu, qp.attr.dest_qpn, psn);
     let data = &f.wqe.data;
     let with_payload = repr.payload_len > 0;
     cx.out.emit(&cx.counters, dst, qp.src_port, &repr, |p| {
@@ -238,7 +238,7 @@ fn send_data(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, idx: usize) -> (
         if ack_req {
             qp.req.pkts_since_ackreq = 0;
         }
-        let Some(repr) = packet::data_request(Transport::Rc, &f.wqe, pos, plen, qp.attr.dest_qpn, psn, ack_req, None)
+        let Some(repr) = packet::data_request(qp.transport, &f.wqe, pos, plen, qp.attr.dest_qpn, psn, ack_req, None)
         else {
             // Validation lets only packet-carrying operations reach here.
             return (sent_any, false);

@@ -44,7 +44,7 @@ fn send_ack(qp: &mut Qp, cx: &mut Ctx, psn: Psn, aeth: AethRepr) {
 
 fn emit_ack(qp: &mut Qp, cx: &mut Ctx, psn: Psn, aeth: AethRepr) {
     let Some(dst) = qp.attr.remote_ip else { return };
-    let repr = ack_repr(qp.dest_qpn(), psn, aeth);
+    let repr = ack_repr(qp.transport, qp.dest_qpn(), psn, aeth);
     cx.out.emit(&cx.counters, dst, qp.src_port, &repr, |_| {});
 }
 
@@ -74,6 +74,12 @@ pub(crate) fn handle_request(qp: &mut Qp, cx: &mut Ctx, now: Time, repr: &RoceRe
     } else {
         if !check_psn(qp, cx, now, repr, info) {
             return;
+        }
+        if qp.shared.qp_type == QpType::XrcRecv {
+            if let Err(refusal) = check_xrc_srq(qp, repr) {
+                nak(qp, cx, repr.bth.psn, refusal);
+                return;
+            }
         }
         // RC takes an SRQ's WQE as soon as the PSN is the expected one.
         take_srq_wqe(qp, info);
@@ -136,6 +142,21 @@ fn check_psn(qp: &mut Qp, cx: &mut Ctx, now: Time, repr: &RoceRepr, info: &Opcod
     }
     qp.resp.nak_seq_sent = false;
     true
+}
+
+/// XRC target, after the PSN check: the XRCETH must name an XRC SRQ of the target QP's
+/// XRC domain (IBA Annex A14: else the request is an invalid request, NAKed and the QP
+/// to the error state, as any RC invalid request, IBA 9.9.3.1). A message continues with the SRQ it started with. The SRQ is
+/// the request's from now on: its PD checks the memory, its CQ takes the completion.
+fn check_xrc_srq(qp: &mut Qp, repr: &RoceRepr) -> Result<(), Refusal> {
+    let srqn = repr.ext.xrc_srqn.ok_or(Refusal::InvalidRequest)?;
+    let srq = qp.shared.xrcd.as_ref().and_then(|d| d.srq(srqn)).ok_or(Refusal::InvalidRequest)?;
+    let holding = !qp.resp.rq.is_empty() || qp.resp.cur.is_some();
+    if holding && qp.resp.xrc_srq.as_ref().is_some_and(|s| s.id() != srqn) {
+        return Err(Refusal::InvalidRequest);
+    }
+    qp.resp.xrc_srq = Some(srq);
+    Ok(())
 }
 
 /// Check 1: PSN, UC (IBA 9.8.3.1, rxe `check_psn` for UC): after a gap, or while a message is
@@ -283,7 +304,7 @@ fn execute_send(
         return Ok(None);
     }
     if let Some(rkey) = repr.ext.ieth {
-        if mtpt.invalidate_for(rkey, qp.shared.pd).is_err() {
+        if mtpt.invalidate_for(rkey, qp.resp_pd()).is_err() {
             qp.resp.cur = Some(InProgress::Send { rwqe, offset });
             return Err(Refusal::InvalidateRkey);
         }
@@ -372,6 +393,7 @@ fn execute_read(qp: &Qp, mtpt: &Mtpt, repr: &RoceRepr) -> Result<ReadResource, R
         va: reth.va,
         rkey: reth.rkey,
         len,
+        pd: qp.resp_pd(),
         next: 0,
         kind: ResourceKind::Read,
     })
@@ -380,7 +402,7 @@ fn execute_read(qp: &Qp, mtpt: &Mtpt, repr: &RoceRepr) -> Result<ReadResource, R
 /// The R_Key check of a remote access (key, PD, access right, bounds), refused as a
 /// remote access error.
 fn remote(qp: &Qp, mtpt: &Mtpt, rkey: u32, va: u64, len: usize, need: AccessFlags) -> Result<MrSlice, Refusal> {
-    mtpt.check_remote_by(rkey, qp.shared.pd, qp.qpn().value(), va, len, need)
+    mtpt.check_remote_by(rkey, qp.resp_pd(), qp.qpn().value(), va, len, need)
         .map_err(|a| Refusal::RemoteAccess(Some(a)))
 }
 
@@ -443,7 +465,8 @@ fn abandon(qp: &mut Qp, counters: &Counters) {
 /// starts and the QP holds none (rxe `get_srq_wqe`); the WQE is then the QP's, counted in
 /// its receive queue. Crossing the armed SRQ limit is noted for the engine's event.
 pub(super) fn take_srq_wqe(qp: &mut Qp, info: &OpcodeInfo) {
-    let Some(srq) = &qp.shared.srq else { return };
+    // An XRC target's SRQ is the one its request named (`check_xrc_srq`).
+    let Some(srq) = qp.resp.xrc_srq.as_ref().or(qp.shared.srq.as_ref()) else { return };
     if !info.consumes_rwqe || !qp.resp.rq.is_empty() || matches!(qp.resp.cur, Some(InProgress::Send { .. })) {
         return;
     }
@@ -464,20 +487,20 @@ pub(crate) fn pump_reads(qp: &mut Qp, cx: &mut Ctx, budget: usize) -> (usize, bo
     }
     let Some(dst) = qp.attr.remote_ip else { return (0, false) };
     let (mtu, msn, sport, dest_qp) = (qp.mtu, qp.resp.msn, qp.src_port, qp.dest_qpn());
-    let (pd, qpn) = (qp.shared.pd, qp.qpn().value());
+    let (qpn, transport) = (qp.qpn().value(), qp.transport);
     let mut sent = 0;
     while sent < budget {
         let Some(res) = qp.resp.reads.iter_mut().find(|r| r.next < r.npkts) else { break };
         if res.kind != ResourceKind::Read {
             // One packet: the atomic acknowledgement or the zero-length response.
-            let repr = rd_atomic_reply(res, dest_qp, msn);
+            let repr = rd_atomic_reply(transport, res, dest_qp, msn);
             out.emit(counters, dst, sport, &repr, |_| {});
             res.next = res.npkts;
             sent += 1;
             continue;
         }
         let slice = if res.len > 0 {
-            match mtpt.check_remote_by(res.rkey, pd, qpn, res.va, res.len, AccessFlags::REMOTE_READ) {
+            match mtpt.check_remote_by(res.rkey, res.pd, qpn, res.va, res.len, AccessFlags::REMOTE_READ) {
                 Ok(s) => Some(s),
                 Err(_) => {
                     // The region went away since the READ was accepted (deregistered or
@@ -499,7 +522,7 @@ pub(crate) fn pump_reads(qp: &mut Qp, cx: &mut Ctx, budget: usize) -> (usize, bo
             let k = res.next;
             let pos = position(k, res.npkts);
             let (offset, plen) = segment(k, res.len, mtu);
-            let repr = read_response(dest_qp, res.psn, k, pos, plen, msn);
+            let repr = read_response(transport, dest_qp, res.psn, k, pos, plen, msn);
             let s = slice.as_ref();
             match s.filter(|_| plen >= ZERO_COPY_MIN) {
                 Some(s) => {

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 /// Where the front WQE goes: destination address, destination QP, DETH (UD), payload limit.
 fn route(qp: &Qp, f: &InFlight) -> Option<(IpAddr, u32, Option<DethRepr>, usize)> {
     if qp.shared.qp_type == QpType::Ud {
-        let d = f.wqe.ud?;
+        let d = f.wqe.dest.ud()?;
         // IBA C10-15: a WR Q_Key with the high bit set means the QP's own Q_Key.
         let deth = DethRepr { qkey: d.wire_qkey(qp.attr.qkey), src_qp: qp.qpn() };
         Some((d.dst, d.remote_qpn, Some(deth), PORT_MTU))
