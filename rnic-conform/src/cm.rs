@@ -71,10 +71,7 @@ fn send_mad(link: &mut Link, psn: &mut u32, msg: &CmMessage, tid: u64) -> Result
             ack_req: false,
             psn: Psn::new(*psn),
         },
-        ext: ExtHeaders {
-            deth: Some(DethRepr { qkey: GSI_QKEY, src_qp: Qpn::new(GSI_QPN) }),
-            ..ExtHeaders::default()
-        },
+        ext: ExtHeaders { deth: Some(DethRepr { qkey: GSI_QKEY, src_qp: Qpn::new(GSI_QPN) }), ..ExtHeaders::default() },
         payload_len: MAD_LEN,
     };
     *psn = psn.wrapping_add(1) & 0xff_ffff;

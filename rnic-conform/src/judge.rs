@@ -87,7 +87,10 @@ pub fn judge(want: &[Answer], seen: &[Answer]) -> Result<(), String> {
             }
             None => {
                 let allowed: Vec<&Answer> = wa.get(at..).unwrap_or(&[]).to_vec();
-                return Err(format!("{a} acknowledges nothing the rules allow at that point (allowed: {})", list(&allowed)));
+                return Err(format!(
+                    "{a} acknowledges nothing the rules allow at that point (allowed: {})",
+                    list(&allowed)
+                ));
             }
         }
     }
@@ -104,7 +107,11 @@ pub fn judge(want: &[Answer], seen: &[Answer]) -> Result<(), String> {
     if let Some(r) = required {
         if reached.is_none_or(|k| k < r) {
             let seen_acks: Vec<&Answer> = seen.iter().filter(|a| is_ack(a)).collect();
-            return Err(format!("expected {} (or a later ACK covering it), observed ACKs: {}", wa[r], list(&seen_acks)));
+            return Err(format!(
+                "expected {} (or a later ACK covering it), observed ACKs: {}",
+                wa[r],
+                list(&seen_acks)
+            ));
         }
     }
     Ok(())

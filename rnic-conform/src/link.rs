@@ -127,7 +127,8 @@ impl Link {
                     continue;
                 }
             };
-            let parsed = RocePacket::new_checked(&bytes[..]).and_then(|p| Ok((RoceRepr::parse(&p)?, p.payload().to_vec())));
+            let parsed =
+                RocePacket::new_checked(&bytes[..]).and_then(|p| Ok((RoceRepr::parse(&p)?, p.payload().to_vec())));
             let (repr, payload) = match parsed {
                 Ok(r) => r,
                 Err(_) => {
@@ -138,7 +139,10 @@ impl Link {
             // The peer's own UDP source port (any, RoCEv2 A17.2.2; rxe's is 0xC000 | a
             // hash of the QPNs): the ICRC covers the UDP ports (A17.3.3), so a capture
             // showing 4791 instead would hold a packet whose ICRC does not match.
-            self.records.push(Record { ts: now(), frame: frame((self.peer, from.port()), (self.local, ROCE_PORT), ident, &bytes) });
+            self.records.push(Record {
+                ts: now(),
+                frame: frame((self.peer, from.port()), (self.local, ROCE_PORT), ident, &bytes),
+            });
             return Some(Received { repr, payload });
         }
     }
@@ -255,7 +259,10 @@ mod tests {
                 ack_req: false,
                 psn: Psn::new(0x12_3456),
             },
-            ext: ExtHeaders { aeth: Some(AethRepr { syndrome: Syndrome::Ack { credits: 31 }, msn: 7 }), ..ExtHeaders::default() },
+            ext: ExtHeaders {
+                aeth: Some(AethRepr { syndrome: Syndrome::Ack { credits: 31 }, msn: 7 }),
+                ..ExtHeaders::default()
+            },
             payload_len: 0,
         };
         let mut buf = vec![0u8; ack.buffer_len()];

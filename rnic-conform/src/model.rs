@@ -172,7 +172,18 @@ impl Responder {
     /// A responder whose expected PSN is `epsn`, with `recvs` receive WQEs of `recv_len`
     /// bytes posted, path MTU `pmtu` bytes, and these regions.
     pub fn new(epsn: Psn, recvs: u32, recv_len: u64, pmtu: usize, regions: Vec<Region>) -> Responder {
-        Responder { epsn, msn: 0, nak_seq_sent: false, msg: None, recvs, recv_len, pmtu, regions, done: Vec::new(), dead: false }
+        Responder {
+            epsn,
+            msn: 0,
+            nak_seq_sent: false,
+            msg: None,
+            recvs,
+            recv_len,
+            pmtu,
+            regions,
+            done: Vec::new(),
+            dead: false,
+        }
     }
 
     /// The expected PSN.

@@ -108,7 +108,10 @@ impl Env {
         self.req(op, k, ack_req, ExtHeaders::default(), vec![0x5a; len])
     }
     fn write(&self, op: Opcode, k: u32, reth: Option<(u64, u32, u32)>, payload: Vec<u8>) -> Request {
-        let ext = ExtHeaders { reth: reth.map(|(va, rkey, dma_len)| RethRepr { va, rkey, dma_len }), ..ExtHeaders::default() };
+        let ext = ExtHeaders {
+            reth: reth.map(|(va, rkey, dma_len)| RethRepr { va, rkey, dma_len }),
+            ..ExtHeaders::default()
+        };
         self.req(op, k, true, ext, payload)
     }
     fn read(&self, k: u32, va: u64, rkey: u32, len: u32) -> Request {
@@ -116,8 +119,10 @@ impl Env {
         self.req(Opcode::RC_RDMA_READ_REQUEST, k, true, ext, Vec::new())
     }
     fn fetch_add(&self, k: u32, va: u64, rkey: u32, add: u64) -> Request {
-        let ext =
-            ExtHeaders { atomic_eth: Some(AtomicEthRepr { va, rkey, swap_add: add, compare: 0 }), ..ExtHeaders::default() };
+        let ext = ExtHeaders {
+            atomic_eth: Some(AtomicEthRepr { va, rkey, swap_add: add, compare: 0 }),
+            ..ExtHeaders::default()
+        };
         self.req(Opcode::RC_FETCH_ADD, k, true, ext, Vec::new())
     }
 }

@@ -81,7 +81,11 @@ fn responder(libs: &Path, exe: &Path, ip: &str, port: u16, faults: Option<&str>)
 fn run_all(local: &str, peer: &str, port: u16) -> Vec<Outcome> {
     let mut link = Link::open(local.parse().unwrap(), peer.parse().unwrap()).unwrap();
     let o = Options { port, ..Options::default() };
-    scenario::all().iter().enumerate().map(|(n, s)| scenario::run(&mut link, s, u32::try_from(n).unwrap(), &o)).collect()
+    scenario::all()
+        .iter()
+        .enumerate()
+        .map(|(n, s)| scenario::run(&mut link, s, u32::try_from(n).unwrap(), &o))
+        .collect()
 }
 
 #[test]

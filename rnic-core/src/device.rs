@@ -36,7 +36,7 @@ use crate::faults::{FaultHandle, Faults};
 use crate::mem::MemBlock;
 use crate::mr::{AccessFlags, MrKeys, Mtpt, PdId};
 use crate::qp_state::PathMtu;
-use crate::srq::Srq;
+use crate::srq::{Srq, Xrcd};
 use crate::transport::faulty::Faulty;
 pub use crate::transport::raw::Interface;
 use crate::transport::raw::Packet;
@@ -513,6 +513,12 @@ impl Device {
     /// Creates a shared receive queue of `max_wr` WQEs of up to `max_sge` SGEs in `pd`.
     pub fn create_srq(&self, pd: PdId, max_wr: u32, max_sge: u32) -> Arc<Srq> {
         Arc::new(Srq::new(self.inner.next_srq.fetch_add(1, Ordering::Relaxed), pd, max_wr, max_sge))
+    }
+
+    /// Creates an XRC SRQ in `xrcd` (IBA Annex A14), numbered as every SRQ of the device
+    /// (the number an XRCETH names it by), its receives completing in `cq`.
+    pub fn create_xrc_srq(&self, pd: PdId, max_wr: u32, max_sge: u32, xrcd: &Xrcd, cq: Arc<Cq>) -> Arc<Srq> {
+        Srq::new_xrc(self.inner.next_srq.fetch_add(1, Ordering::Relaxed), pd, max_wr, max_sge, xrcd, cq)
     }
 
     /// Posts a receive WQE to a shared receive queue (validated on the calling thread,

@@ -9,7 +9,7 @@
 //! can own a device's address and port 4791).
 
 use crate::ctx::{by_cmd_fd, ctx_of, dev_of, new_cmd_fd, Ctx, CtxShared, Dev};
-use crate::{ah, cq, dm, mr, mw, pd, qp};
+use crate::{ah, cq, dm, mr, mw, pd, qp, xrcd};
 use crate::{copy_cstr, diag, guard, set_errno};
 use libc::{c_char, c_int, c_void, size_t, ssize_t};
 use parking_lot::Mutex;
@@ -129,6 +129,10 @@ const OPS: verbs_context = {
     v.reg_dm_mr = Some(dm::reg_dm_mr);
     v.alloc_td = Some(pd::alloc_td);
     v.dealloc_td = Some(pd::dealloc_td);
+    v.open_xrcd = Some(xrcd::open_xrcd);
+    v.close_xrcd = Some(xrcd::close_xrcd);
+    v.create_srq_ex = Some(qp::create_srq_ex);
+    v.get_srq_num = Some(qp::get_srq_num);
     v.context.ops._compat_query_device = Some(ibv_query_device);
     v.context.ops.poll_cq = Some(cq::poll_cq);
     v.context.ops.req_notify_cq = Some(cq::req_notify_cq);

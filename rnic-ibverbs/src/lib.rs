@@ -58,6 +58,7 @@ pub mod pd;
 pub mod private;
 pub mod qp;
 pub mod unsupported;
+pub mod xrcd;
 
 use libc::c_int;
 

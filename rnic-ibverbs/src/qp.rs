@@ -6,6 +6,7 @@ use crate::ah::ah_of;
 use crate::cq::cq_of;
 use crate::ctx::{carries_link_local, ctx_of, ip_of_gid, CtxShared, MAX_INLINE, MAX_QP_WR, MAX_SGE};
 use crate::pd::pd_of;
+use crate::xrcd::xrcd_of;
 use crate::{diag, guard, set_errno, Users};
 use libc::{c_int, c_void, size_t};
 use parking_lot::Mutex;
@@ -40,6 +41,8 @@ pub struct Qp {
     /// The Q_Key set by modify (for a UD send whose Q_Key has its high bit set).
     qkey: Mutex<u32>,
     batch: Mutex<(Vec<Building>, Option<c_int>)>,
+    /// An XRC target's domain (NULL for every other QP).
+    xrcd: *mut ibv_xrcd,
 }
 
 unsafe fn qp_of<'a>(qp: *mut ibv_qp) -> Option<&'a Qp> {
@@ -57,6 +60,8 @@ pub struct Srq {
     ctx: Arc<CtxShared>,
     /// The QPs that take their receive WQEs from it.
     users: Users,
+    /// An XRC SRQ's domain and CQ, held while it lives.
+    xrc: Option<(*mut ibv_xrcd, *mut ibv_cq)>,
 }
 
 unsafe fn srq_of<'a>(srq: *mut ibv_srq) -> Option<&'a Srq> {
@@ -211,7 +216,10 @@ pub(crate) unsafe extern "C" fn post_send(
             } else {
                 None
             };
-            let wr = SendWrRef { wr_id: w.wr_id, op, sg_list: &sg_list, flags, ud };
+            // SAFETY: the XRC member, read as plain data; it means something on an XRC
+            // initiator only.
+            let xrc_srqn = (q.shared.qp_type == QpType::XrcSend).then(|| unsafe { w.qp_type.xrc.remote_srqn });
+            let wr = SendWrRef { wr_id: w.wr_id, op, sg_list: &sg_list, flags, ud, xrc_srqn };
             q.post(wr, inline.as_deref())
         })();
         if let Err(e) = r {
@@ -315,12 +323,10 @@ fn create(context: *mut ibv_context, attr: &mut ibv_qp_init_attr_ex) -> Result<*
         diag(format!("ibv_create_qp: {what} is not supported"));
         libc::EOPNOTSUPP
     };
-    if attr.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
-        return Err(libc::EINVAL);
-    }
-    let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    let known =
+        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
     if attr.comp_mask & !known != 0 {
-        return Err(unsupported("XRC, TSO, RSS and indirection tables"));
+        return Err(unsupported("TSO, RSS and indirection tables"));
     }
     if attr.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && attr.create_flags != 0 {
         return Err(unsupported(&format!("create_flags {:#x}", attr.create_flags)));
@@ -344,10 +350,26 @@ fn create(context: *mut ibv_context, attr: &mut ibv_qp_init_attr_ex) -> Result<*
         IBV_QPT_RC => QpType::Rc,
         IBV_QPT_UC => QpType::Uc,
         IBV_QPT_UD => QpType::Ud,
-        t => return Err(unsupported(&format!("QP type {t} (rnic has RC, UC and UD)"))),
+        IBV_QPT_XRC_SEND => QpType::XrcSend,
+        IBV_QPT_XRC_RECV => QpType::XrcRecv,
+        t => return Err(unsupported(&format!("QP type {t} (rnic has RC, UC, UD, XRC_SEND and XRC_RECV)"))),
     };
+    if qp_type == QpType::XrcRecv {
+        return create_xrc_target(context, ctx, attr);
+    }
+    if attr.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+        return Err(libc::EINVAL);
+    }
     // SAFETY: a PD we handed out.
     let pd = unsafe { pd_of(attr.pd) }.ok_or(libc::EINVAL)?;
+    if qp_type == QpType::XrcSend {
+        // An XRC initiator has no receive side (IBA Annex A14): the receive CQ and SRQ
+        // are ignored, as the kernel ignores them for IB_QPT_XRC_INI.
+        attr.recv_cq = attr.send_cq;
+        attr.srq = null_mut();
+        attr.cap.max_recv_wr = 0;
+        attr.cap.max_recv_sge = 0;
+    }
     // SAFETY: CQs we handed out.
     let (scq, rcq) = unsafe { (cq_of(attr.send_cq), cq_of(attr.recv_cq)) };
     let (Some(scq), Some(rcq)) = (scq, rcq) else {
@@ -386,6 +408,64 @@ fn create(context: *mut ibv_context, attr: &mut ibv_qp_init_attr_ex) -> Result<*
     })?;
     // Report what the QP got, as the kernel writes back the actual capabilities.
     attr.cap.max_inline_data = cap.max_inline_data;
+    if qp_type == QpType::XrcSend {
+        attr.recv_cq = null_mut();
+    }
+    let p = qp_object(context, attr, shared, pd.core.clone(), &ctx.sh, null_mut());
+    pd.users.hold();
+    scq.users.hold();
+    if qp_type != QpType::XrcSend {
+        rcq.users.hold();
+    }
+    if let Some(s) = srq {
+        s.users.hold();
+    }
+    Ok(p)
+}
+
+/// An XRC target QP (`IBV_QPT_XRC_RECV`): in the XRC domain `attr.xrcd`, with no PD, CQ
+/// or SRQ of its own (IBA Annex A14: its requests' XRCETHs name the XRC SRQs it uses).
+fn create_xrc_target(
+    context: *mut ibv_context,
+    ctx: &crate::ctx::Ctx,
+    attr: &mut ibv_qp_init_attr_ex,
+) -> Result<*mut ibv_qp, c_int> {
+    // SAFETY: an XRCD we handed out (or NULL).
+    let xrcd = (attr.comp_mask & IBV_QP_INIT_ATTR_XRCD != 0).then(|| unsafe { xrcd_of(attr.xrcd) }).flatten();
+    let Some(xrcd) = xrcd else {
+        diag("ibv_create_qp_ex: an XRC_RECV QP needs an XRC domain (IBV_QP_INIT_ATTR_XRCD)");
+        return Err(libc::EINVAL);
+    };
+    if !Arc::ptr_eq(&xrcd.ctx, &ctx.sh) {
+        diag("ibv_create_qp_ex: the XRC domain belongs to another context");
+        return Err(libc::EINVAL);
+    }
+    let core = ctx.sh.core()?;
+    let init = QpInit::xrc_target(xrcd.xrcd.clone()).keys_at_execution(true).purge_cqs_on_reset(true);
+    let shared = core.create_qp(init).map_err(|e| {
+        diag(format!("ibv_create_qp_ex: {e}"));
+        driver_errno(&e)
+    })?;
+    attr.pd = null_mut();
+    attr.send_cq = null_mut();
+    attr.recv_cq = null_mut();
+    attr.srq = null_mut();
+    attr.cap = ibv_qp_cap::default();
+    let p = qp_object(context, attr, shared, core, &ctx.sh, attr.xrcd);
+    xrcd.users.hold();
+    Ok(p)
+}
+
+/// The `ibv_qp_ex` of a QP the engine made, with the `ibv_wr_*` table, in the context's
+/// table of QPs.
+fn qp_object(
+    context: *mut ibv_context,
+    attr: &ibv_qp_init_attr_ex,
+    shared: Arc<QpShared>,
+    core: Device,
+    sh: &Arc<CtxShared>,
+    xrcd: *mut ibv_xrcd,
+) -> *mut ibv_qp {
     let qpn = shared.qpn.value();
     let mut ex: ibv_qp_ex = unsafe {
         // SAFETY: all-zero is a valid ibv_qp_ex (pointers, integers, Options, glibc's zero
@@ -425,22 +505,17 @@ fn create(context: *mut ibv_context, attr: &mut ibv_qp_init_attr_ex) -> Result<*
     let q = Qp {
         ex,
         shared,
-        core: pd.core.clone(),
-        ctx: ctx.sh.clone(),
+        core,
+        ctx: sh.clone(),
         cap: attr.cap,
         sq_sig_all: attr.sq_sig_all,
         qkey: Mutex::new(0),
         batch: Mutex::new((Vec::new(), None)),
+        xrcd,
     };
-    pd.users.hold();
-    scq.users.hold();
-    rcq.users.hold();
-    if let Some(s) = srq {
-        s.users.hold();
-    }
     let p = Box::into_raw(Box::new(q));
-    ctx.sh.qps.lock().insert(qpn, p as usize);
-    Ok(p.cast())
+    sh.qps.lock().insert(qpn, p as usize);
+    p.cast()
 }
 
 #[no_mangle]
@@ -663,6 +738,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         if let Some(s) = srq_of(b.srq) {
             s.users.release();
         }
+        if let Some(x) = xrcd_of(q.xrcd) {
+            x.users.release();
+        }
     }
     match q.core.destroy_qp(q.shared.qpn) {
         Ok(()) => 0,
@@ -704,7 +782,7 @@ fn begin(qp: *mut ibv_qp_ex, op: SendOp) {
     let (wr_id, flags) = (q.ex.wr_id, q.ex.wr_flags);
     let mut b = q.batch.lock();
     b.0.push(Building {
-        wr: SendWrRef { wr_id, op, sg_list: &[], flags: flags_of(flags), ud: None },
+        wr: SendWrRef { wr_id, op, sg_list: &[], flags: flags_of(flags), ud: None, xrc_srqn: None },
         sg: Sges::new(),
         inline: None,
     });
@@ -834,7 +912,8 @@ pub(crate) unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, mw_bin
                 return libc::EINVAL;
             }
         };
-        let wr = SendWrRef { wr_id: b.wr_id, op, sg_list: &[], flags: flags_of(b.send_flags), ud: None };
+        let wr =
+            SendWrRef { wr_id: b.wr_id, op, sg_list: &[], flags: flags_of(b.send_flags), ud: None, xrc_srqn: None };
         match q.post(wr, None) {
             Ok(()) => {
                 m.rkey = rkey;
@@ -847,8 +926,8 @@ pub(crate) unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, mw_bin
 unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, _hdr: *mut c_void, _hdr_sz: u16, _mss: u16) {
     unsupported_wr(qp, "ibv_wr_send_tso");
 }
-unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, _srqn: u32) {
-    unsupported_wr(qp, "ibv_wr_set_xrc_srqn (XRC)");
+unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, srqn: u32) {
+    with_last(qp, |w| w.wr.xrc_srqn = Some(srqn));
 }
 unsafe extern "C" fn wr_set_ud_addr(qp: *mut ibv_qp_ex, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) {
     // SAFETY: see qx.
@@ -918,42 +997,151 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init
         };
         // SAFETY: the caller's attributes.
         let i = unsafe { &mut *init };
-        let a = i.attr;
-        if a.max_wr == 0 || a.max_wr > MAX_QP_WR || a.max_sge > MAX_SGE {
-            diag(format!(
-                "ibv_create_srq: max_wr {} / max_sge {} not within 1..={MAX_QP_WR} / ..={MAX_SGE}",
-                a.max_wr, a.max_sge
-            ));
-            set_errno(libc::EINVAL);
-            return null_mut();
-        }
-        let srq = p.core.create_srq(p.id, a.max_wr, a.max_sge.max(1));
-        srq.check_keys_at_execution();
-        if a.srq_limit > 0 {
-            if let Err(e) = srq.set_limit(a.srq_limit) {
-                diag(format!("ibv_create_srq: srq_limit {}: {e}", a.srq_limit));
-                set_errno(libc::EINVAL);
-                return null_mut();
+        match new_srq(pd, p, i.srq_context, i.attr, None, |max_wr, max_sge| p.core.create_srq(p.id, max_wr, max_sge)) {
+            Ok(s) => s,
+            Err(e) => {
+                set_errno(e);
+                null_mut()
             }
         }
-        // SAFETY: all-zero is a valid ibv_srq.
-        let mut ibv: ibv_srq = unsafe { std::mem::zeroed() };
-        ibv.context = p.ibv.context;
-        ibv.srq_context = i.srq_context;
-        ibv.pd = pd;
-        ibv.handle = srq.id();
-        let id = srq.id();
-        p.users.hold();
-        let ptr = Box::into_raw(Box::new(Srq {
-            ibv,
-            srq,
-            core: p.core.clone(),
-            ctx: p.ctx.clone(),
-            users: Users::default(),
-        }));
-        p.ctx.srqs.lock().insert(id, ptr as usize);
-        ptr.cast()
     })
+}
+
+/// An SRQ object in `pd` of the size `a` asks for (checked as `ibv_create_srq` checks
+/// it), made by `make`; an XRC SRQ's domain and CQ are held while it lives.
+fn new_srq(
+    pd: *mut ibv_pd,
+    p: &crate::pd::Pd,
+    srq_context: *mut c_void,
+    a: ibv_srq_attr,
+    xrc: Option<(&crate::xrcd::Xrcd, *mut ibv_xrcd, &crate::cq::Cq, *mut ibv_cq)>,
+    make: impl FnOnce(u32, u32) -> Arc<rnic_core::srq::Srq>,
+) -> Result<*mut ibv_srq, c_int> {
+    if a.max_wr == 0 || a.max_wr > MAX_QP_WR || a.max_sge > MAX_SGE {
+        diag(format!(
+            "ibv_create_srq: max_wr {} / max_sge {} not within 1..={MAX_QP_WR} / ..={MAX_SGE}",
+            a.max_wr, a.max_sge
+        ));
+        return Err(libc::EINVAL);
+    }
+    let srq = make(a.max_wr, a.max_sge.max(1));
+    srq.check_keys_at_execution();
+    if a.srq_limit > 0 {
+        if let Err(e) = srq.set_limit(a.srq_limit) {
+            diag(format!("ibv_create_srq: srq_limit {}: {e}", a.srq_limit));
+            return Err(libc::EINVAL);
+        }
+    }
+    // SAFETY: all-zero is a valid ibv_srq.
+    let mut ibv: ibv_srq = unsafe { std::mem::zeroed() };
+    ibv.context = p.ibv.context;
+    ibv.srq_context = srq_context;
+    ibv.pd = pd;
+    ibv.handle = srq.id();
+    let id = srq.id();
+    p.users.hold();
+    if let Some((x, _, c, _)) = xrc {
+        x.users.hold();
+        c.users.hold();
+    }
+    let ptr = Box::into_raw(Box::new(Srq {
+        ibv,
+        srq,
+        core: p.core.clone(),
+        ctx: p.ctx.clone(),
+        users: Users::default(),
+        xrc: xrc.map(|(_, xp, _, cp)| (xp, cp)),
+    }));
+    p.ctx.srqs.lock().insert(id, ptr as usize);
+    Ok(ptr.cast())
+}
+
+/// `ibv_create_srq_ex` (through `verbs_context.create_srq_ex`; the header calls
+/// `ibv_create_srq` itself for a basic SRQ with a PD and nothing more): a basic SRQ, or
+/// an XRC SRQ (`IBV_SRQT_XRC`) in an XRC domain with its PD and CQ (IBA Annex A14: an XRC
+/// target takes receive WQEs from it and its receives complete in its CQ). Tag matching
+/// is `EOPNOTSUPP`.
+pub(crate) unsafe extern "C" fn create_srq_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
+    guard(null_mut(), || {
+        // SAFETY: a context we handed out, the caller's attributes.
+        let (Some(ctx), false) = (unsafe { ctx_of(context) }, attr.is_null()) else {
+            set_errno(libc::EINVAL);
+            return null_mut();
+        };
+        // SAFETY: the caller's attributes.
+        let a = unsafe { &*attr };
+        match create_srq_ex_checked(ctx, a) {
+            Ok(s) => s,
+            Err(e) => {
+                set_errno(e);
+                null_mut()
+            }
+        }
+    })
+}
+
+fn create_srq_ex_checked(ctx: &crate::ctx::Ctx, a: &ibv_srq_init_attr_ex) -> Result<*mut ibv_srq, c_int> {
+    let known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_TM != 0 {
+        diag("ibv_create_srq_ex: tag matching SRQs are not supported");
+        return Err(libc::EOPNOTSUPP);
+    }
+    if a.comp_mask & !known != 0 {
+        diag(format!("ibv_create_srq_ex: comp_mask {:#x} has unknown bits", a.comp_mask & !known));
+        return Err(libc::EINVAL);
+    }
+    let srq_type = if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 { a.srq_type } else { IBV_SRQT_BASIC };
+    // SAFETY: objects we handed out (or NULL).
+    let pd = (a.comp_mask & IBV_SRQ_INIT_ATTR_PD != 0).then(|| unsafe { pd_of(a.pd) }).flatten();
+    let Some(p) = pd else {
+        diag("ibv_create_srq_ex: an SRQ needs a PD (IBV_SRQ_INIT_ATTR_PD)");
+        return Err(libc::EINVAL);
+    };
+    if !Arc::ptr_eq(&p.ctx, &ctx.sh) {
+        diag("ibv_create_srq_ex: the PD belongs to another context");
+        return Err(libc::EINVAL);
+    }
+    match srq_type {
+        IBV_SRQT_BASIC => new_srq(a.pd, p, a.srq_context, a.attr, None, |w, s| p.core.create_srq(p.id, w, s)),
+        IBV_SRQT_XRC => {
+            // SAFETY: objects we handed out (or NULL).
+            let xrcd = (a.comp_mask & IBV_SRQ_INIT_ATTR_XRCD != 0).then(|| unsafe { xrcd_of(a.xrcd) }).flatten();
+            // SAFETY: as above.
+            let cq = (a.comp_mask & IBV_SRQ_INIT_ATTR_CQ != 0).then(|| unsafe { cq_of(a.cq) }).flatten();
+            let (Some(x), Some(c)) = (xrcd, cq) else {
+                diag("ibv_create_srq_ex: an XRC SRQ needs an XRC domain and a CQ (IBV_SRQ_INIT_ATTR_XRCD, _CQ)");
+                return Err(libc::EINVAL);
+            };
+            if !Arc::ptr_eq(&x.ctx, &ctx.sh) || !Arc::ptr_eq(&c.ctx, &ctx.sh) {
+                diag("ibv_create_srq_ex: the XRC domain or the CQ belongs to another context");
+                return Err(libc::EINVAL);
+            }
+            new_srq(a.pd, p, a.srq_context, a.attr, Some((x, a.xrcd, c, a.cq)), |w, s| {
+                p.core.create_xrc_srq(p.id, w, s, &x.xrcd, c.cq.clone())
+            })
+        }
+        IBV_SRQT_TM => {
+            diag("ibv_create_srq_ex: tag matching SRQs are not supported");
+            Err(libc::EOPNOTSUPP)
+        }
+        t => {
+            diag(format!("ibv_create_srq_ex: SRQ type {t} is unknown"));
+            Err(libc::EINVAL)
+        }
+    }
+}
+
+/// `ibv_get_srq_num` (through `verbs_context.get_srq_num`): the number an XRC request's
+/// XRCETH names the SRQ by (the device's SRQ number, as mlx5 gives its `srqn`).
+pub(crate) unsafe extern "C" fn get_srq_num(srq: *mut ibv_srq, num: *mut u32) -> c_int {
+    // SAFETY: an SRQ we handed out.
+    let (Some(s), false) = (unsafe { srq_of(srq) }, num.is_null()) else { return libc::EINVAL };
+    // SAFETY: the caller's out-parameter.
+    unsafe { num.write(s.srq.id()) };
+    0
 }
 
 #[no_mangle]
@@ -1001,6 +1189,17 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     // SAFETY: the SRQ's PD, alive while it has users.
     if let Some(p) = unsafe { pd_of(s.ibv.pd) } {
         p.users.release();
+    }
+    if let Some((x, c)) = s.xrc {
+        // SAFETY: the XRC SRQ's domain and CQ, alive while it holds them.
+        unsafe {
+            if let Some(x) = xrcd_of(x) {
+                x.users.release();
+            }
+            if let Some(c) = cq_of(c) {
+                c.users.release();
+            }
+        }
     }
     0
 }

@@ -335,6 +335,22 @@ pub const IBV_SRQ_LIMIT: ibv_srq_attr_mask = 1 << 1;
 
 /// `enum ibv_srq_type`.
 pub type ibv_srq_type = c_uint;
+/// `IBV_SRQ_INIT_ATTR_TYPE`.
+pub const IBV_SRQ_INIT_ATTR_TYPE: u32 = 1 << 0;
+/// `IBV_SRQ_INIT_ATTR_PD`.
+pub const IBV_SRQ_INIT_ATTR_PD: u32 = 1 << 1;
+/// `IBV_SRQ_INIT_ATTR_XRCD`.
+pub const IBV_SRQ_INIT_ATTR_XRCD: u32 = 1 << 2;
+/// `IBV_SRQ_INIT_ATTR_CQ`.
+pub const IBV_SRQ_INIT_ATTR_CQ: u32 = 1 << 3;
+/// `IBV_SRQ_INIT_ATTR_TM`.
+pub const IBV_SRQ_INIT_ATTR_TM: u32 = 1 << 4;
+/// `IBV_XRCD_INIT_ATTR_FD`.
+pub const IBV_XRCD_INIT_ATTR_FD: u32 = 1 << 0;
+/// `IBV_XRCD_INIT_ATTR_OFLAGS`.
+pub const IBV_XRCD_INIT_ATTR_OFLAGS: u32 = 1 << 1;
+/// `IBV_XRCD_INIT_ATTR_RESERVED`.
+pub const IBV_XRCD_INIT_ATTR_RESERVED: u32 = 1 << 2;
 /// `IBV_SRQT_BASIC`.
 pub const IBV_SRQT_BASIC: ibv_srq_type = 0;
 /// `IBV_SRQT_XRC`.

@@ -481,7 +481,9 @@ fn workspace() -> BTreeMap<String, Vec<Crate>> {
 #[test]
 fn no_crate_has_an_import_circle() {
     let ws = workspace();
-    for c in ["rnic-wire", "rnic-io", "rnic-core", "rnic-conform", "rnic-verbs-sys", "rnic-verbs", "rnic-ibverbs", "tools"] {
+    for c in
+        ["rnic-wire", "rnic-io", "rnic-core", "rnic-conform", "rnic-verbs-sys", "rnic-verbs", "rnic-ibverbs", "tools"]
+    {
         assert!(ws.contains_key(c), "{c} is not a workspace member: {:?}", ws.keys());
     }
     for &(c, ..) in ALLOWED {

@@ -178,7 +178,9 @@ impl Engine {
         // IBA Annex A14: an XRC target lives in an XRC domain and takes its receive WQEs from
         // the domain's XRC SRQs; no other QP has a domain; no QP names an XRC SRQ.
         match (qp_type, &xrcd, &srq) {
-            (QpType::XrcRecv, None, _) => return Err(EngineError::BadAttr("an XRC_RECV QP needs an XRC domain".into())),
+            (QpType::XrcRecv, None, _) => {
+                return Err(EngineError::BadAttr("an XRC_RECV QP needs an XRC domain".into()))
+            }
             (QpType::XrcRecv | QpType::XrcSend, _, Some(_)) => {
                 return Err(EngineError::BadAttr(format!("an {qp_type} QP takes no SRQ")))
             }

@@ -142,8 +142,16 @@ mod tests {
     fn add(t: &mut QpTable) -> Qpn {
         let cq = Arc::new(Cq::new(1, 1));
         t.insert(|qpn| {
-            let s =
-                Arc::new(QpShared::new(qpn, QpType::Rc, PdId(1), QpCap::default(), false, None, None, Default::default()));
+            let s = Arc::new(QpShared::new(
+                qpn,
+                QpType::Rc,
+                PdId(1),
+                QpCap::default(),
+                false,
+                None,
+                None,
+                Default::default(),
+            ));
             Qp::new(s, cq.clone(), cq)
         })
         .unwrap()
