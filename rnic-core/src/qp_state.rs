@@ -269,8 +269,8 @@ pub const fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<T
         match t {
             QpType::Ud => ud,
             QpType::Uc => uc,
-            // Linux's qp_state_table gives XRC_INI and XRC_TGT RC's cells except at
-            // RTR->RTS (below).
+            // Linux's qp_state_table gives XRC_INI and XRC_TGT RC's cells except INIT->RTR
+            // (initiator) and RTR->RTS (target), below.
             QpType::Rc | QpType::XrcSend | QpType::XrcRecv => rc,
         }
     }
@@ -302,6 +302,11 @@ pub const fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<T
                 m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]),
                 m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]),
             ),
+        ),
+        // An XRC initiator has no responder: no READ credits nor RNR timer to give.
+        (Init, Rtr) if matches!(qp_type, QpType::XrcSend) => (
+            m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]),
+            m(&[A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX]),
         ),
         (Init, Rtr) => (
             per_type(
