@@ -304,10 +304,9 @@ pub const fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<T
             ),
         ),
         // An XRC initiator has no responder: no READ credits nor RNR timer to give.
-        (Init, Rtr) if matches!(qp_type, QpType::XrcSend) => (
-            m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]),
-            m(&[A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX]),
-        ),
+        (Init, Rtr) if matches!(qp_type, QpType::XrcSend) => {
+            (m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]), m(&[A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX]))
+        }
         (Init, Rtr) => (
             per_type(
                 qp_type,
@@ -825,15 +824,23 @@ mod tests {
     }
 
     fn expected(t: QpType, from: QpState, to: QpState) -> Option<(&'static str, &'static str)> {
+        // Linux's qp_state_table: XRC_INI and XRC_TGT have RC's cells but these two.
+        match (t, from, to) {
+            (XrcSend, Init, Rtr) => return Some(("AV|PATH_MTU|RQ_PSN|DEST_QPN", "ACCESS_FLAGS|PKEY_INDEX|ALT_PATH")),
+            (XrcRecv, Rtr, Rts) => {
+                return Some(("TIMEOUT|SQ_PSN", "CUR_STATE|ACCESS_FLAGS|ALT_PATH|MIN_RNR_TIMER|PATH_MIG_STATE"))
+            }
+            _ => {}
+        }
         let col = match t {
             Ud => 0,
             Uc => 2,
-            Rc => 4,
+            Rc | XrcSend | XrcRecv => 4,
         };
         TABLE.iter().find(|(f, to_, _)| *f == from && *to_ == to).map(|(_, _, cells)| (cells[col], cells[col + 1]))
     }
 
-    /// Every cell of the 3 x 7 x 7 table: legal transitions accept exactly their required
+    /// Every cell of the 5 x 7 x 7 table: legal transitions accept exactly their required
     /// attributes (plus STATE), each optional one, and nothing less or more; illegal ones
     /// refuse every mask.
     #[test]

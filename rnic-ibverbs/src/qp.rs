@@ -218,7 +218,7 @@ pub(crate) unsafe extern "C" fn post_send(
             };
             // SAFETY: the XRC member, read as plain data; it means something on an XRC
             // initiator only.
-            let xrc_srqn = (q.shared.qp_type == QpType::XrcSend).then(|| unsafe { w.qp_type.xrc.remote_srqn });
+            let xrc_srqn = (q.shared.qp_type == QpType::XrcSend).then_some(unsafe { w.qp_type.xrc.remote_srqn });
             let wr = SendWrRef { wr_id: w.wr_id, op, sg_list: &sg_list, flags, ud, xrc_srqn };
             q.post(wr, inline.as_deref())
         })();

@@ -33,11 +33,14 @@ pub(crate) unsafe fn xrcd_of<'a>(x: *mut ibv_xrcd) -> Option<&'a Xrcd> {
     (!x.is_null()).then(|| unsafe { &*x.cast::<Xrcd>() })
 }
 
-/// The domains of inodes: (device, inode) to the domain, while it lives.
-static BY_INODE: Mutex<Vec<((u64, u64), Weak<CoreXrcd>)>> = Mutex::new(Vec::new());
+/// A file's identity: its device and inode.
+type Inode = (u64, u64);
+
+/// The domains of inodes, while they live.
+static BY_INODE: Mutex<Vec<(Inode, Weak<CoreXrcd>)>> = Mutex::new(Vec::new());
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
 
-fn inode_of(fd: c_int) -> Result<(u64, u64), c_int> {
+fn inode_of(fd: c_int) -> Result<Inode, c_int> {
     // SAFETY: an all-zero stat is valid output space for fstat.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat writes only into `st`; a bad fd is its EBADF.

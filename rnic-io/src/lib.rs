@@ -15,9 +15,9 @@
 pub mod cpu;
 pub mod packet;
 pub mod share;
+pub mod time;
 pub mod udp;
 pub mod wait;
-pub mod time;
 
 pub use cpu::pin_current_thread;
 pub use packet::RawSocket;

@@ -206,6 +206,7 @@ fn lists_of_borrowed_work_requests_post_in_one_call() {
             sg_list: std::slice::from_ref(s),
             flags,
             ud: None,
+            xrc_srqn: None,
         })
         .collect();
     assert_eq!(qa.post_send_list(sends.iter()).unwrap(), 4);
@@ -230,6 +231,7 @@ fn lists_of_borrowed_work_requests_post_in_one_call() {
             sg_list: &src[..1],
             flags,
             ud: None,
+            xrc_srqn: None,
         },
         SendWrRef {
             wr_id: 21,
@@ -237,6 +239,7 @@ fn lists_of_borrowed_work_requests_post_in_one_call() {
             sg_list: &src[..1],
             flags,
             ud: None,
+            xrc_srqn: None,
         },
         SendWrRef {
             wr_id: 22,
@@ -244,6 +247,7 @@ fn lists_of_borrowed_work_requests_post_in_one_call() {
             sg_list: &too_many,
             flags,
             ud: None,
+            xrc_srqn: None,
         },
     ];
     let e = qa.post_send_list(bad).unwrap_err();

@@ -174,10 +174,10 @@ impl Engine {
     /// Creates a QP in the RESET state. Its responder takes receive WQEs from
     /// `init.srq` when there is one (which must belong to the same protection domain).
     pub fn create_qp(&mut self, init: QpInit) -> Result<Arc<QpShared>, EngineError> {
-        let QpInit { qp_type, pd, cap, sq_sig_all, send_cq, recv_cq, srq, xrcd, conduct } = init;
+        let QpInit { qp_type, pd, ref srq, ref xrcd, .. } = init;
         // IBA Annex A14: an XRC target lives in an XRC domain and takes its receive WQEs from
         // the domain's XRC SRQs; no other QP has a domain; no QP names an XRC SRQ.
-        match (qp_type, &xrcd, &srq) {
+        match (qp_type, xrcd, srq) {
             (QpType::XrcRecv, None, _) => {
                 return Err(EngineError::BadAttr("an XRC_RECV QP needs an XRC domain".into()))
             }
@@ -208,9 +208,9 @@ impl Engine {
         let mut shared = None;
         self.qps
             .insert(|qpn| {
-                let s = Arc::new(QpShared::new(qpn, qp_type, pd, cap, sq_sig_all, srq, xrcd, conduct));
+                let s = Arc::new(QpShared::new(qpn, &init));
                 shared = Some(s.clone());
-                Qp::new(s, send_cq, recv_cq)
+                Qp::new(s, init.send_cq.clone(), init.recv_cq.clone())
             })
             .ok_or(EngineError::TooManyQps(max_qp))?;
         shared.ok_or(EngineError::TooManyQps(max_qp))

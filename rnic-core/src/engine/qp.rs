@@ -188,25 +188,17 @@ pub struct QpShared {
 }
 
 impl QpShared {
-    pub(crate) fn new(
-        qpn: Qpn,
-        qp_type: QpType,
-        pd: PdId,
-        cap: QpCap,
-        sq_sig_all: bool,
-        srq: Option<Arc<Srq>>,
-        xrcd: Option<Arc<Xrcd>>,
-        conduct: QpConduct,
-    ) -> QpShared {
+    /// The shared part of QP `qpn` made of `init`.
+    pub(crate) fn new(qpn: Qpn, init: &QpInit) -> QpShared {
         QpShared {
             qpn,
-            qp_type,
-            pd,
-            cap,
-            sq_sig_all,
-            srq,
-            xrcd,
-            conduct,
+            qp_type: init.qp_type,
+            pd: init.pd,
+            cap: init.cap,
+            sq_sig_all: init.sq_sig_all,
+            srq: init.srq.clone(),
+            xrcd: init.xrcd.clone(),
+            conduct: init.conduct,
             state: AtomicU32::new(QpState::Reset.to_ibv()),
             sq_outstanding: AtomicU32::new(0),
             rq_outstanding: AtomicU32::new(0),

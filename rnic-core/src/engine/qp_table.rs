@@ -134,7 +134,7 @@ impl QpTable {
 mod tests {
     use super::*;
     use crate::cq::Cq;
-    use crate::engine::qp::{QpCap, QpShared};
+    use crate::engine::qp::{QpInit, QpShared};
     use crate::mr::PdId;
     use crate::qp_state::QpType;
     use std::sync::Arc;
@@ -142,16 +142,7 @@ mod tests {
     fn add(t: &mut QpTable) -> Qpn {
         let cq = Arc::new(Cq::new(1, 1));
         t.insert(|qpn| {
-            let s = Arc::new(QpShared::new(
-                qpn,
-                QpType::Rc,
-                PdId(1),
-                QpCap::default(),
-                false,
-                None,
-                None,
-                Default::default(),
-            ));
+            let s = Arc::new(QpShared::new(qpn, &QpInit::new(QpType::Rc, PdId(1), cq.clone(), cq.clone())));
             Qp::new(s, cq.clone(), cq)
         })
         .unwrap()
