@@ -913,7 +913,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(legal, 3 * TABLE.len());
+        assert_eq!(legal, QpType::ALL.len() * TABLE.len());
     }
 
     #[test]
