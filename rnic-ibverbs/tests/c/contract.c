@@ -76,7 +76,11 @@ int main(void)
 	union ibv_gid g;
 	CHECK(ibv_query_gid(a.ctx, 1, 5, &g) == -1, "query_gid index 5 -> -1");
 	struct ibv_qp_init_attr xa = { .send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_XRC_SEND, .cap = { 1, 1, 1, 1, 0 } };
-	CHECK(ibv_create_qp(a.pd, &xa) == NULL && errno == EOPNOTSUPP, "XRC QP -> EOPNOTSUPP");
+	struct ibv_qp *xq = ibv_create_qp(a.pd, &xa);
+	CHECK(xq && xq->qp_type == IBV_QPT_XRC_SEND && xq->recv_cq == NULL && ibv_destroy_qp(xq) == 0,
+	      "XRC_SEND QP through ibv_create_qp: no receive side");
+	struct ibv_qp_init_attr ra = { .send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_RAW_PACKET, .cap = { 1, 1, 1, 1, 0 } };
+	CHECK(ibv_create_qp(a.pd, &ra) == NULL && errno == EOPNOTSUPP, "raw packet QP -> EOPNOTSUPP");
 	CHECK(ibv_alloc_mw(a.pd, (enum ibv_mw_type)3) == NULL && errno == EINVAL, "alloc_mw of type 3 -> EINVAL");
 	struct ibv_cq_init_attr_ex cqx = { .cqe = 4, .wc_flags = IBV_WC_EX_WITH_CVLAN };
 	CHECK(ibv_create_cq_ex(a.ctx, &cqx) == NULL && errno == EOPNOTSUPP, "create_cq_ex with CVLAN -> EOPNOTSUPP");
