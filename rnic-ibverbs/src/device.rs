@@ -289,8 +289,9 @@ fn device_attr(dev: &Dev) -> ibv_device_attr {
     a.max_qp_wr = int(c.max_qp_wr);
     // BAD_PKEY_CNTR | BAD_QKEY_CNTR | SYS_IMAGE_GUID | RC_RNR_NAK_GEN | N_NOTIFY_CQ |
     // MEM_WINDOW | MEM_MGT_EXTENSIONS (LOCAL_INV, SEND with Invalidate) |
-    // MEM_WINDOW_TYPE_2B (rxe's set of the same)
-    a.device_cap_flags = (1 << 1) | (1 << 2) | (1 << 11) | (1 << 12) | (1 << 14) | (1 << 17) | (1 << 21) | (1 << 24);
+    // MEM_WINDOW_TYPE_2B (rxe's set of the same) | XRC
+    a.device_cap_flags =
+        (1 << 1) | (1 << 2) | (1 << 11) | (1 << 12) | (1 << 14) | (1 << 17) | (1 << 20) | (1 << 21) | (1 << 24);
     a.max_sge = int(c.max_sge);
     a.max_sge_rd = int(c.max_sge_rd);
     a.max_cq = int(c.max_cq);
@@ -384,6 +385,12 @@ unsafe extern "C" fn query_device_ex(
                 },
             }
         },
+        // XRC's operations are RC's, over the same on-demand regions.
+        xrc_odp_caps: IBV_ODP_SUPPORT_SEND
+            | IBV_ODP_SUPPORT_WRITE
+            | IBV_ODP_SUPPORT_READ
+            | IBV_ODP_SUPPORT_ATOMIC
+            | IBV_ODP_SUPPORT_SRQ_RECV,
         ..Default::default()
     };
     let n = attr_size.min(size_of::<ibv_device_attr_ex>());
