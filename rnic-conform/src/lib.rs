@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cm;
+pub mod fuzz;
 pub mod judge;
 pub mod link;
 pub mod model;
