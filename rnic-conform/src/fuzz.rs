@@ -35,6 +35,7 @@ use rnic_wire::atomic::AtomicEthRepr;
 use rnic_wire::opcode::OpcodeInfo;
 use rnic_wire::roce::ExtHeaders;
 use rnic_wire::{Opcode, Psn};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// A small deterministic generator (splitmix64): the same seed and index give the same
@@ -46,12 +47,12 @@ impl Rng {
     /// The generator of mutant `index` of `seed`.
     pub fn new(seed: u64, index: u32) -> Rng {
         let mut r = Rng(seed ^ u64::from(index).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        r.next();
+        r.next_u64();
         r
     }
 
     /// The next 64 bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -64,7 +65,7 @@ impl Rng {
         if n == 0 {
             0
         } else {
-            self.next() % n
+            self.next_u64() % n
         }
     }
 
@@ -325,7 +326,7 @@ fn draw(seed: u64, index: u32, model: &Responder, env: &Env) -> Mutant {
     // Targets in the read/write region, leaving room for three PMTUs and 8-aligned.
     let room = u64::from(rlen).saturating_sub(3 * u64::try_from(p).unwrap_or(0)).max(8);
     let va = rva + (rng.below(room) & !7);
-    let bytes = |rng: &mut Rng, n: usize| -> Vec<u8> { (0..n).map(|_| rng.next().to_le_bytes()[0]).collect() };
+    let bytes = |rng: &mut Rng, n: usize| -> Vec<u8> { (0..n).map(|_| rng.next_u64().to_le_bytes()[0]).collect() };
     let u32_of = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     let (original, probe): (Vec<Request>, (u64, u32)) = match base {
         Base::SendOnly => {
@@ -362,7 +363,7 @@ fn draw(seed: u64, index: u32, model: &Responder, env: &Env) -> Mutant {
             let n = 1 + rng.index(2 * p);
             (vec![e.read(0, va, rkey, u32_of(n))], (va, 16))
         }
-        Base::FetchAdd => (vec![e.fetch_add(0, va, rkey, rng.next())], (va, 8)),
+        Base::FetchAdd => (vec![e.fetch_add(0, va, rkey, rng.next_u64())], (va, 8)),
         Base::CmpSwap => {
             // Half the time the compare value is the one the model says is there.
             let at = usize::try_from(va - rva).unwrap_or(0);
@@ -371,9 +372,9 @@ fn draw(seed: u64, index: u32, model: &Responder, env: &Env) -> Mutant {
                 w.copy_from_slice(b);
                 u64::from_le_bytes(w)
             });
-            let compare = if rng.below(2) == 0 { now } else { rng.next() };
+            let compare = if rng.below(2) == 0 { now } else { rng.next_u64() };
             let ext = ExtHeaders {
-                atomic_eth: Some(AtomicEthRepr { va, rkey, swap_add: rng.next(), compare }),
+                atomic_eth: Some(AtomicEthRepr { va, rkey, swap_add: rng.next_u64(), compare }),
                 ..ExtHeaders::default()
             };
             (vec![e.req(Opcode::RC_COMPARE_SWAP, 0, true, ext, Vec::new())], (va, 8))
@@ -532,7 +533,7 @@ fn mutate(
             } else {
                 {
                     let mis = old + 1 + rng.below(7);
-                    rng.pick(&[mis, end - 8, end, end - 4, 0, u64::MAX & !7, e.ad.ro.0, rva])
+                    rng.pick(&[mis, end - 8, end, end - 4, 0, !7u64, e.ad.ro.0, rva])
                 }
             };
             put(w, at, &new.to_be_bytes());
@@ -556,7 +557,7 @@ fn mutate(
             format!("DMA length {old} -> {new}")
         }
         Rule::AtomicOperands => {
-            let (swap, cmp) = (rng.next(), rng.next());
+            let (swap, cmp) = (rng.next_u64(), rng.next_u64());
             put(w, 24, &swap.to_be_bytes());
             put(w, 32, &cmp.to_be_bytes());
             format!("swap/add {swap:#x}, compare {cmp:#x}")
@@ -687,9 +688,13 @@ struct Live {
     env: Env,
 }
 
-fn connect(link: &mut Link, n: &mut u32, o: &Options) -> Result<Live, String> {
-    *n += 1;
-    let (c, model, env) = scenario::open(link, 0x00d0_0000 + *n, 0x800 + *n, 0x50_0000, o)?;
+/// Connections made by this process's fuzzers: each its own QPN and communication ID, so
+/// a replay right after a run is no duplicate REQ to the peer's CM.
+static CONNECTIONS: AtomicU32 = AtomicU32::new(0);
+
+fn connect(link: &mut Link, o: &Options) -> Result<Live, String> {
+    let n = CONNECTIONS.fetch_add(1, Ordering::Relaxed) & 0xf_ffff;
+    let (c, model, env) = scenario::open(link, 0x00d0_0000 + n, 0x1000 + n, 0x50_0000, o)?;
     Ok(Live { c, model, env })
 }
 
@@ -927,7 +932,6 @@ pub fn run(link: &mut Link, o: &Options, f: &FuzzOptions) -> FuzzReport {
         FuzzReport { seed: f.seed, per_rule: RULES.iter().map(|&r| (r, 0, 0)).collect(), ..FuzzReport::default() };
     let indices: Vec<u32> = f.only.clone().unwrap_or_else(|| (0..f.count).collect());
     let fresh_each = f.only.is_some();
-    let mut n = 0u32;
     let mut live: Option<Live> = None;
     for index in indices {
         let stale = live.as_ref().is_some_and(|l| fresh_each || l.model.recvs() < 4);
@@ -937,7 +941,7 @@ pub fn run(link: &mut Link, o: &Options, f: &FuzzOptions) -> FuzzReport {
             }
         }
         if live.is_none() {
-            match connect(link, &mut n, o) {
+            match connect(link, o) {
                 Ok(l) => {
                     rep.connections += 1;
                     live = Some(l);
