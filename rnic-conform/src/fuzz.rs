@@ -933,6 +933,7 @@ pub fn run(link: &mut Link, o: &Options, f: &FuzzOptions) -> FuzzReport {
     let indices: Vec<u32> = f.only.clone().unwrap_or_else(|| (0..f.count).collect());
     let fresh_each = f.only.is_some();
     let mut live: Option<Live> = None;
+    let mut last: Option<u32> = None;
     for index in indices {
         let stale = live.as_ref().is_some_and(|l| fresh_each || l.model.recvs() < 4);
         if stale {
@@ -947,8 +948,8 @@ pub fn run(link: &mut Link, o: &Options, f: &FuzzOptions) -> FuzzReport {
                     live = Some(l);
                 }
                 Err(e) => {
-                    rep.stopped = Some(match rep.failures.last() {
-                        Some(last) => format!("after mutant {}, the peer takes no new connection: {e}", last.index),
+                    rep.stopped = Some(match last {
+                        Some(i) => format!("after mutant {i}, the peer takes no new connection: {e}"),
                         None => format!("no connection: {e}"),
                     });
                     break;
@@ -958,6 +959,7 @@ pub fn run(link: &mut Link, o: &Options, f: &FuzzOptions) -> FuzzReport {
         let Some(l) = live.as_mut() else { break };
         let m = draw(f.seed, index, &l.model, &l.env);
         let (out, keep) = play(link, l, &m, index, o, f);
+        last = Some(index);
         rep.played += 1;
         let slot = rep.per_rule.iter_mut().find(|(r, _, _)| *r == m.rule);
         if let Some(s) = slot {

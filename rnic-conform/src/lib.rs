@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cm;
+pub mod cm_scenario;
 pub mod fuzz;
 pub mod judge;
 pub mod link;

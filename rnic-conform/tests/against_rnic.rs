@@ -12,6 +12,7 @@
 //! Needs cc, the rdma-core headers and scripts/build-ibverbs.sh; without them each test
 //! says why it is skipped.
 
+use rnic_conform::cm_scenario;
 use rnic_conform::fuzz::{FuzzOptions, FuzzReport};
 use rnic_conform::link::Link;
 use rnic_conform::scenario::{self, Options, Outcome, Verdict};
@@ -87,11 +88,13 @@ fn responder(libs: &Path, exe: &Path, ip: &str, port: u16, faults: Option<&str>)
 fn run_all(local: &str, peer: &str, port: u16) -> Vec<Outcome> {
     let mut link = Link::open(local.parse().unwrap(), peer.parse().unwrap()).unwrap();
     let o = Options { port, ..Options::default() };
-    scenario::all()
+    let mut out: Vec<Outcome> = scenario::all()
         .iter()
         .enumerate()
         .map(|(n, s)| scenario::run(&mut link, s, u32::try_from(n).unwrap(), &o))
-        .collect()
+        .collect();
+    out.extend(cm_scenario::all().iter().map(|s| cm_scenario::run(&mut link, s, &o)));
+    out
 }
 
 #[test]
@@ -104,7 +107,7 @@ fn rnic_passes_every_scenario() {
     let out = run_all("127.0.105.1", "127.0.105.2", 7471);
     let report = scenario::report(&out);
     println!("{report}");
-    assert_eq!(out.len(), scenario::all().len());
+    assert_eq!(out.len(), scenario::all().len() + cm_scenario::all().len());
     assert!(out.iter().all(|o| o.verdict == Verdict::Pass), "{report}");
 }
 
@@ -213,4 +216,42 @@ fn the_fuzzer_finds_a_responder_that_answers_twice() {
         assert!(out.status.success() && text.contains(", 0 bad"), "check_pcap.sh: {text}");
     }
     let _ = std::fs::remove_file(&pcap);
+}
+
+/// The peer killed in the middle of a run: the mutant then under way is "peer stopped
+/// answering" (or the next connection is refused), the run ends with the reason, bounded
+/// by the waits, never hung.
+#[test]
+fn a_peer_that_dies_ends_the_fuzzer_with_a_verdict() {
+    let (libs, exe) = match setup() {
+        Ok(x) => x,
+        Err(why) => return eprintln!("skipped: {why}"),
+    };
+    let r = responder(&libs, &exe, "127.0.110.2", 7475, None);
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        drop(r);
+    });
+    let f = FuzzOptions { seed: 0x5eed, count: 100_000, only: None, grace: Duration::from_millis(30), eager: false };
+    let o = Options {
+        port: 7475,
+        cm_wait: Duration::from_secs(2),
+        answer_wait: Duration::from_secs(1),
+        ..Options::default()
+    };
+    let mut link = Link::open("127.0.110.1".parse().unwrap(), "127.0.110.2".parse().unwrap()).unwrap();
+    let rep = rnic_conform::fuzz::run(&mut link, &o, &f);
+    killer.join().unwrap();
+    let report = rnic_conform::fuzz::report(&rep);
+    println!("{report}");
+    assert!(rep.played > 0 && rep.played < 100_000, "{report}");
+    let why = rep.stopped.as_deref().unwrap_or_default();
+    assert!(why.contains("no REP"), "{report}");
+    // At most the mutant under way when it died fails: answered in part (diverges) or not
+    // at all (peer stopped answering), and it is the last one played.
+    assert!(rep.failures.len() <= 1, "{report}");
+    if let Some(m) = rep.failures.first() {
+        assert!(matches!(m.verdict, Verdict::NoAnswer(_) | Verdict::Diverges(_)), "{report}");
+        assert!(why.contains(&format!("after mutant {}", m.index)), "{report}");
+    }
 }

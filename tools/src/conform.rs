@@ -4,6 +4,7 @@
 //! (`<dir>/<scenario>.pcap`, for `rnic ladder` and `rnic decode`).
 
 use clap::Parser;
+use rnic_conform::cm_scenario;
 use rnic_conform::fuzz::{self, FuzzOptions};
 use rnic_conform::link::{pcap, Link};
 use rnic_conform::scenario::{self, Options, Verdict};
@@ -88,6 +89,9 @@ pub fn run(a: &Args) -> ExitCode {
         for s in &all {
             println!("{:<24} {}", s.name, s.rule);
         }
+        for s in cm_scenario::all() {
+            println!("{:<24} {}", s.name, s.rule);
+        }
         return ExitCode::SUCCESS;
     }
     let mut link = match Link::open(a.local, a.peer) {
@@ -121,6 +125,12 @@ pub fn run(a: &Args) -> ExitCode {
             continue;
         }
         outcomes.push(scenario::run(&mut link, s, u32::try_from(n).unwrap_or(0), &o));
+    }
+    for s in &cm_scenario::all() {
+        if a.only.as_deref().is_some_and(|f| !s.name.contains(f)) {
+            continue;
+        }
+        outcomes.push(cm_scenario::run(&mut link, s, &o));
     }
     print!("{}", scenario::report(&outcomes));
     if link.malformed > 0 {
