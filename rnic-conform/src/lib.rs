@@ -18,3 +18,4 @@ pub mod judge;
 pub mod link;
 pub mod model;
 pub mod scenario;
+pub mod uc;

@@ -656,3 +656,125 @@ pub fn classify(bytes: &[u8], qpn: u32) -> Vec<View> {
         Err(e) => vec![View::Unjudged(format!("the codec does not read it: {e}"))],
     }
 }
+
+/// A receive completion at a UC responder, as the model has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UcRecv {
+    /// The message's bytes.
+    pub data: Vec<u8>,
+}
+
+/// The model of a conforming UC responder (IBA 9.8.3, unverified clause numbers): no
+/// ACK, no NAK, ever; a packet at a PSN other than the expected one ends the message in
+/// progress, which is dropped, and only a FIRST or ONLY (at any PSN) starts the next; an
+/// RDMA WRITE whose R_Key, access or bounds fail is dropped (the whole message), the QP
+/// staying as it was. What it did shows in its memory and its receive completions.
+#[derive(Debug, Clone)]
+pub struct UcResponder {
+    epsn: Psn,
+    dropping: bool,
+    msg: Option<InMsg>,
+    send_data: Vec<u8>,
+    recvs: u32,
+    recv_len: u64,
+    regions: Vec<Region>,
+    /// The receive completions, in order.
+    pub completions: Vec<UcRecv>,
+}
+
+impl UcResponder {
+    /// A UC responder expecting `epsn`, with `recvs` receives of `recv_len` bytes.
+    pub fn new(epsn: Psn, recvs: u32, recv_len: u64, regions: Vec<Region>) -> UcResponder {
+        UcResponder {
+            epsn,
+            dropping: false,
+            msg: None,
+            send_data: Vec::new(),
+            recvs,
+            recv_len,
+            regions,
+            completions: Vec::new(),
+        }
+    }
+
+    /// Region `i` as the model has it.
+    pub fn region(&self, i: usize) -> Option<&Region> {
+        self.regions.get(i)
+    }
+
+    /// Takes `req` (a UC request); a UC responder answers nothing.
+    pub fn handle(&mut self, req: &Request) {
+        let Some(info) = req.repr.info() else { return };
+        let psn = req.repr.bth.psn;
+        let starts = matches!(info.position, Position::First | Position::Only);
+        if psn != self.epsn || self.dropping {
+            // The message in progress is lost; resynchronise on a FIRST or ONLY.
+            self.msg = None;
+            if !starts {
+                self.dropping = true;
+                self.epsn = psn.next();
+                return;
+            }
+            self.dropping = false;
+        }
+        self.epsn = psn.next();
+        let last = matches!(info.position, Position::Last | Position::Only);
+        match info.operation {
+            Operation::Send => {
+                if starts {
+                    // A new message: one in progress is abandoned (its receive WQE not
+                    // consumed).
+                    self.msg = Some(InMsg::Send { bytes: 0 });
+                    self.send_data.clear();
+                } else if !matches!(self.msg, Some(InMsg::Send { .. })) {
+                    self.dropping = true;
+                    return;
+                }
+                self.send_data.extend_from_slice(&req.payload);
+                if last {
+                    self.msg = None;
+                    let n = u64::try_from(self.send_data.len()).unwrap_or(u64::MAX);
+                    if self.recvs > 0 && n <= self.recv_len {
+                        self.recvs -= 1;
+                        self.completions.push(UcRecv { data: std::mem::take(&mut self.send_data) });
+                    }
+                }
+            }
+            Operation::RdmaWrite => {
+                let (region, va, left) = match (starts, self.msg, req.repr.ext.reth) {
+                    (true, _, Some(r)) => {
+                        let len = u64::from(r.dma_len);
+                        match self.regions.iter().enumerate().find(|(_, g)| g.rkey == r.rkey && g.write) {
+                            Some((i, g)) if g.offset(r.va, len).is_some() => (i, r.va, len),
+                            _ => {
+                                // IBA 9.8.3 (unverified clause): dropped, no NAK.
+                                self.msg = None;
+                                self.dropping = !last;
+                                return;
+                            }
+                        }
+                    }
+                    (false, Some(InMsg::Write { region, va, left }), _) => (region, va, left),
+                    _ => {
+                        self.msg = None;
+                        self.dropping = !last;
+                        return;
+                    }
+                };
+                let n = u64::try_from(req.payload.len()).unwrap_or(u64::MAX);
+                if n > left || (last && n != left) {
+                    self.msg = None;
+                    self.dropping = !last;
+                    return;
+                }
+                if let Some(r) = self.regions.get_mut(region) {
+                    if let Some(o) = r.offset(va, n) {
+                        r.data[o..o + req.payload.len()].copy_from_slice(&req.payload);
+                    }
+                }
+                self.msg = if last { None } else { Some(InMsg::Write { region, va: va + n, left: left - n }) };
+            }
+            _ => {}
+        }
+    }
+}

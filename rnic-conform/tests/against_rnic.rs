@@ -16,6 +16,7 @@ use rnic_conform::cm_scenario;
 use rnic_conform::fuzz::{FuzzOptions, FuzzReport};
 use rnic_conform::link::Link;
 use rnic_conform::scenario::{self, Options, Outcome, Verdict};
+use rnic_conform::uc;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -94,6 +95,7 @@ fn run_all(local: &str, peer: &str, port: u16) -> Vec<Outcome> {
         .map(|(n, s)| scenario::run(&mut link, s, u32::try_from(n).unwrap(), &o))
         .collect();
     out.extend(cm_scenario::all().iter().map(|s| cm_scenario::run(&mut link, s, &o)));
+    out.extend(uc::all().iter().map(|s| uc::run(&mut link, s, &o)));
     out
 }
 
@@ -107,7 +109,7 @@ fn rnic_passes_every_scenario() {
     let out = run_all("127.0.105.1", "127.0.105.2", 7471);
     let report = scenario::report(&out);
     println!("{report}");
-    assert_eq!(out.len(), scenario::all().len() + cm_scenario::all().len());
+    assert_eq!(out.len(), scenario::all().len() + cm_scenario::all().len() + uc::all().len());
     assert!(out.iter().all(|o| o.verdict == Verdict::Pass), "{report}");
 }
 
