@@ -226,6 +226,23 @@ pub fn all() -> Vec<UcScenario> {
             check: &[(8192 + 2048, 1024), (16384, 200)],
         },
         UcScenario {
+            name: "uc-after-write-gap",
+            rule: "IBA 9.8.3 (unverified clause): after a WRITE dropped at a PSN gap every later message starts afresh: two WRITE ONLYs land and a SEND ONLY completes",
+            build: |e| {
+                let (va, rkey, _) = e.rw;
+                let p = e.pmtu;
+                let len = u32::try_from(3 * p).unwrap_or(0);
+                vec![
+                    e.req(O::UC_RDMA_WRITE_FIRST, 0, Some((va + 24576, rkey, len)), data(14, p)),
+                    e.req(O::UC_RDMA_WRITE_LAST, 2, None, data(15, p)),
+                    e.req(O::UC_RDMA_WRITE_ONLY, 3, Some((va + 32768, rkey, 64)), data(16, 64)),
+                    e.req(O::UC_RDMA_WRITE_ONLY, 4, Some((va + 32768 + 64, rkey, 64)), data(17, 64)),
+                    e.req(O::UC_SEND_ONLY, 5, None, data(18, 24)),
+                ]
+            },
+            check: &[(32768, 128)],
+        },
+        UcScenario {
             name: "uc-write-bad-rkey",
             rule: "IBA 9.8.3 / 10.6.3.1 (unverified clauses): a UC WRITE with an R_Key naming no region is dropped silently, the QP staying up: the next WRITE and SEND complete",
             build: |e| {
