@@ -6,7 +6,7 @@
 
 use crate::link::{Link, Received};
 use rnic_wire::bth::BthRepr;
-use rnic_wire::cm::{self, CmDreq, CmIds, CmMessage, CmPath, CmReq, CmTransport, CmaHeader};
+use rnic_wire::cm::{self, CmDreq, CmIds, CmMessage, CmPath, CmRep, CmReq, CmTransport, CmaHeader};
 use rnic_wire::deth::DethRepr;
 use rnic_wire::mad::{GSI_QKEY, GSI_QPN, MAD_LEN};
 use rnic_wire::roce::{ExtHeaders, RoceRepr};
@@ -86,15 +86,14 @@ fn cm_of(p: &Received) -> Option<CmMessage> {
     CmMessage::from_mad(&p.payload).ok().and_then(|(_, m)| m)
 }
 
-/// Connects to the rdma_cm listener on `req.port`: REQ (sent again every second, four
-/// times at most), REP, RTU. The peer's answer is bounded: no REP in `wait` is an error
-/// saying so; a REJ names its reason.
-pub fn connect(link: &mut Link, req: Request, wait: Duration) -> Result<Connection, String> {
+/// The REQ the tester sends for `req` (rdma_cm's header in its private data), with
+/// `transport` as its transport service type.
+pub fn req_message(link: &Link, req: Request, transport: CmTransport) -> Result<CmMessage, String> {
     let mut pd = [0u8; cm::private_len::REQ];
     CmaHeader { src_port: 0x4791, src: link.local(), dst: link.peer() }
         .emit(&mut pd)
         .ok_or("the rdma_cm header does not fit the REQ")?;
-    let m = CmMessage::Req(Box::new(CmReq {
+    Ok(CmMessage::Req(Box::new(CmReq {
         local_comm_id: req.comm_id,
         service_id: cm::service_id(cm::port_space::TCP, req.port),
         local_ca_guid: 0x0252_ffff_fe00_c0f0,
@@ -105,7 +104,7 @@ pub fn connect(link: &mut Link, req: Request, wait: Duration) -> Result<Connecti
         initiator_depth: 4,
         remote_eecn: 0,
         remote_cm_response_timeout: 20,
-        transport: CmTransport::Rc,
+        transport,
         end_to_end_flow_control: false,
         starting_psn: req.psn & 0xff_ffff,
         local_cm_response_timeout: 20,
@@ -129,7 +128,67 @@ pub fn connect(link: &mut Link, req: Request, wait: Duration) -> Result<Connecti
         alternate: CmPath::default(),
         sap_supported: false,
         private_data: pd,
-    }));
+    })))
+}
+
+/// The transaction ID of the tester's MADs of a communication (`k` tells them apart).
+pub fn tid(comm_id: u32, k: u8) -> u64 {
+    u64::from(comm_id) << 8 | u64::from(k)
+}
+
+/// Sends `msg` from QP1 to the peer's QP1 (the GSI PSN counted in `psn`).
+pub fn send(link: &mut Link, psn: &mut u32, msg: &CmMessage, tid: u64) -> Result<(), String> {
+    send_mad(link, psn, msg, tid)
+}
+
+/// The next CM message from the peer before `until`.
+pub fn next(link: &mut Link, until: Instant) -> Option<CmMessage> {
+    while let Some(p) = link.recv(until) {
+        if let Some(m) = cm_of(&p) {
+            return Some(m);
+        }
+    }
+    None
+}
+
+/// The RTU for a REP.
+pub fn rtu(local_comm_id: u32, remote_comm_id: u32) -> CmMessage {
+    CmMessage::Rtu(Box::new(CmIds { local_comm_id, remote_comm_id, private_data: [0; cm::private_len::RTU] }))
+}
+
+/// The DREQ of a connection (or of any pair of communication IDs).
+pub fn dreq(local_comm_id: u32, remote_comm_id: u32, remote_qpn: u32) -> CmMessage {
+    CmMessage::Dreq(Box::new(CmDreq {
+        ids: CmIds { local_comm_id, remote_comm_id, private_data: [0; cm::private_len::DREQ] },
+        remote_qpn,
+    }))
+}
+
+impl Connection {
+    /// The connection a REP to `req` settles.
+    pub fn from_rep(req: Request, rep: &CmRep) -> Connection {
+        Connection {
+            local_qpn: req.qpn & 0xff_ffff,
+            remote_qpn: rep.local_qpn & 0xff_ffff,
+            start_psn: rep.starting_psn & 0xff_ffff,
+            mtu_code: req.mtu_code,
+            private_data: rep.private_data.to_vec(),
+            local_comm_id: req.comm_id,
+            remote_comm_id: rep.local_comm_id,
+        }
+    }
+
+    /// The tester's and the peer's communication IDs.
+    pub fn comm_ids(&self) -> (u32, u32) {
+        (self.local_comm_id, self.remote_comm_id)
+    }
+}
+
+/// Connects to the rdma_cm listener on `req.port`: REQ (sent again every second, four
+/// times at most), REP, RTU. The peer's answer is bounded: no REP in `wait` is an error
+/// saying so; a REJ names its reason.
+pub fn connect(link: &mut Link, req: Request, wait: Duration) -> Result<Connection, String> {
+    let m = req_message(link, req, CmTransport::Rc)?;
     let tid = u64::from(req.comm_id) << 8 | 0x10;
     let mut psn = req.comm_id & 0xff_ffff;
     let give_up = Instant::now() + wait;
@@ -151,34 +210,14 @@ pub fn connect(link: &mut Link, req: Request, wait: Duration) -> Result<Connecti
             }
         }
     };
-    let rtu = CmMessage::Rtu(Box::new(CmIds {
-        local_comm_id: req.comm_id,
-        remote_comm_id: rep.local_comm_id,
-        private_data: [0; cm::private_len::RTU],
-    }));
-    send_mad(link, &mut psn, &rtu, tid + 1)?;
-    Ok(Connection {
-        local_qpn: req.qpn & 0xff_ffff,
-        remote_qpn: rep.local_qpn & 0xff_ffff,
-        start_psn: rep.starting_psn & 0xff_ffff,
-        mtu_code: req.mtu_code,
-        private_data: rep.private_data.to_vec(),
-        local_comm_id: req.comm_id,
-        remote_comm_id: rep.local_comm_id,
-    })
+    send_mad(link, &mut psn, &rtu(req.comm_id, rep.local_comm_id), tid + 1)?;
+    Ok(Connection::from_rep(req, &rep))
 }
 
 /// Sends a DREQ (IBA 12.6.10) and waits up to `wait` for the DREP; a peer that does not
 /// answer is left to its own timers.
 pub fn disconnect(link: &mut Link, c: &Connection, wait: Duration) {
-    let m = CmMessage::Dreq(Box::new(CmDreq {
-        ids: CmIds {
-            local_comm_id: c.local_comm_id,
-            remote_comm_id: c.remote_comm_id,
-            private_data: [0; cm::private_len::DREQ],
-        },
-        remote_qpn: c.remote_qpn,
-    }));
+    let m = dreq(c.local_comm_id, c.remote_comm_id, c.remote_qpn);
     let mut psn = 0x5000;
     if send_mad(link, &mut psn, &m, u64::from(c.local_comm_id) << 8 | 0x15).is_err() {
         return;

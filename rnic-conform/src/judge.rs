@@ -43,13 +43,16 @@ fn is_ack(a: &Answer) -> bool {
 }
 
 /// Whether `seen` is the answer `want` describes.
-fn matches(want: &Answer, seen: &Answer) -> bool {
+pub fn matches(want: &Answer, seen: &Answer) -> bool {
     match (want, seen) {
         (Answer::Ack { lo, hi, msn, .. }, Answer::Ack { lo: p, msn: m, .. }) => {
             lo.distance(*p) >= 0 && p.distance(*hi) >= 0 && msn == m
         }
         (Answer::Read { opcode, psn, msn, data }, Answer::Read { opcode: o, psn: p, msn: m, data: d }) => {
             opcode == o && psn == p && data == d && msn.is_none_or(|x| m == &Some(x))
+        }
+        (Answer::NakOneOf { psn, codes, msn }, Answer::Nak { psn: p, code, msn: m }) => {
+            psn == p && msn == m && codes.contains(code)
         }
         (w, s) => w == s,
     }
@@ -80,7 +83,10 @@ pub fn judge(want: &[Answer], seen: &[Answer]) -> Result<(), String> {
     let mut at = 0;
     let mut reached: Option<usize> = None;
     for a in seen.iter().filter(|a| is_ack(a)) {
-        match (at..wa.len()).find(|&k| matches(wa[k], a)) {
+        // An ACK the same as the one before it (a duplicate's, acknowledged again) is the
+        // next one the rules allow before it is the same one again.
+        let next = reached.map_or(at, |k| k + 1);
+        match (next..wa.len()).find(|&k| matches(wa[k], a)).or_else(|| (at..wa.len()).find(|&k| matches(wa[k], a))) {
             Some(k) => {
                 at = k;
                 reached = Some(k);
@@ -138,6 +144,14 @@ mod tests {
     }
 
     #[test]
+    fn a_duplicate_acknowledged_again_passes() {
+        // A WRITE, its duplicate: two ACKs with the same PSN and MSN, both required.
+        let want = [ack(5, 3, true), ack(5, 3, true)];
+        assert!(judge(&want, &[ack(5, 3, false), ack(5, 3, false)]).is_ok());
+        assert!(judge(&want, &[ack(5, 3, false)]).is_err());
+    }
+
+    #[test]
     fn a_nak_sent_twice_diverges() {
         let nak = Answer::Nak { psn: Psn::new(5), code: NakCode::PsnSequenceError, msn: 0 };
         assert!(judge(std::slice::from_ref(&nak), std::slice::from_ref(&nak)).is_ok());
@@ -152,5 +166,19 @@ mod tests {
         assert_eq!(e, "expected NAK INVALID_REQUEST psn=0x000009 msn=0, observed only ACKs: ACK psn=0x000009 msn=0 (may be coalesced)");
         let e = judge(std::slice::from_ref(&nak), &[]).unwrap_err();
         assert!(e.ends_with("observed nothing"), "{e}");
+    }
+
+    #[test]
+    fn either_nak_of_a_double_violation_passes_and_no_other() {
+        let want = [Answer::NakOneOf {
+            psn: Psn::new(4),
+            codes: vec![NakCode::RemoteAccessError, NakCode::InvalidRequest],
+            msn: 2,
+        }];
+        let nak = |code| Answer::Nak { psn: Psn::new(4), code, msn: 2 };
+        assert!(judge(&want, &[nak(NakCode::RemoteAccessError)]).is_ok());
+        assert!(judge(&want, &[nak(NakCode::InvalidRequest)]).is_ok());
+        assert!(judge(&want, &[nak(NakCode::RemoteOperationalError)]).is_err());
+        assert!(judge(&want, &[nak(NakCode::InvalidRequest), nak(NakCode::InvalidRequest)]).is_err());
     }
 }

@@ -12,7 +12,10 @@
 #![forbid(unsafe_code)]
 
 pub mod cm;
+pub mod cm_scenario;
+pub mod fuzz;
 pub mod judge;
 pub mod link;
 pub mod model;
 pub mod scenario;
+pub mod uc;

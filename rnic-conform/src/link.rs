@@ -91,9 +91,20 @@ impl Link {
     }
 
     /// Sends BTH..ICRC after filling its ICRC; recorded first, with the time before the send.
-    pub fn send_bytes(&mut self, mut buf: Vec<u8>) -> io::Result<()> {
+    pub fn send_bytes(&mut self, buf: Vec<u8>) -> io::Result<()> {
+        self.send_raw(buf, false)
+    }
+
+    /// [`Link::send_bytes`], with the ICRC made wrong (one bit of it flipped) when
+    /// `bad_icrc`: a packet a conforming receiver drops silently (IBA C9-3).
+    pub fn send_raw(&mut self, mut buf: Vec<u8>, bad_icrc: bool) -> io::Result<()> {
         let ctx = self.ctx_out();
         ctx.fill(&mut buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        if bad_icrc {
+            if let Some(b) = buf.last_mut() {
+                *b ^= 0x01;
+            }
+        }
         self.records.push(Record { ts: now(), frame: frame((self.local, ROCE_PORT), (self.peer, ROCE_PORT), 0, &buf) });
         self.sock.send_to(&buf, SocketAddr::new(self.peer, ROCE_PORT))?;
         Ok(())

@@ -12,8 +12,8 @@
 //! IBA says it must be answered) or not; see [`crate::judge`] for how answers are compared.
 
 use rnic_wire::aeth::NakCode;
-use rnic_wire::opcode::{Operation, Position};
-use rnic_wire::roce::RoceRepr;
+use rnic_wire::opcode::{Operation, Position, Transport};
+use rnic_wire::roce::{RocePacket, RoceRepr};
 use rnic_wire::{Opcode, Psn};
 
 /// One answer of a responder.
@@ -37,6 +37,16 @@ pub enum Answer {
         psn: Psn,
         /// Code.
         code: NakCode,
+        /// MSN.
+        msn: u32,
+    },
+    /// A NAK with one of these codes: a request that breaks two rules whose order the IBA
+    /// leaves open (a WRITE out of bounds whose payload is not its DMA length, for one).
+    NakOneOf {
+        /// PSN.
+        psn: Psn,
+        /// Codes, any one conforms.
+        codes: Vec<NakCode>,
         /// MSN.
         msn: u32,
     },
@@ -82,6 +92,10 @@ impl std::fmt::Display for Answer {
                 }
             }
             Answer::Nak { psn, code, msn } => write!(f, "NAK {} psn={:#08x} msn={msn}", code.name(), psn.value()),
+            Answer::NakOneOf { psn, codes, msn } => {
+                let names: Vec<&str> = codes.iter().map(|c| c.name()).collect();
+                write!(f, "NAK {} psn={:#08x} msn={msn}", names.join(" or "), psn.value())
+            }
             Answer::Rnr { psn, msn } => write!(f, "RNR NAK psn={:#08x} msn={msn}", psn.value()),
             Answer::Read { opcode, psn, msn, data } => {
                 write!(f, "{} psn={:#08x}", opcode.name(), psn.value())?;
@@ -152,6 +166,7 @@ pub struct Responder {
     regions: Vec<Region>,
     done: Vec<Done>,
     dead: bool,
+    unsure: Option<String>,
 }
 
 /// A request as the tester sends it.
@@ -183,12 +198,42 @@ impl Responder {
             regions,
             done: Vec::new(),
             dead: false,
+            unsure: None,
         }
     }
 
     /// The expected PSN.
     pub fn epsn(&self) -> Psn {
         self.epsn
+    }
+
+    /// Receive WQEs left.
+    pub fn recvs(&self) -> u32 {
+        self.recvs
+    }
+
+    /// The QP is in the Error state (a fatal NAK was due): it answers nothing more.
+    pub fn is_dead(&self) -> bool {
+        self.dead
+    }
+
+    /// A multi-packet message is in progress.
+    pub fn in_message(&self) -> bool {
+        self.msg.is_some()
+    }
+
+    /// Set once a request reached a case the IBA leaves to the responder (a duplicate READ
+    /// whose PSN is not one the model saw a READ at, for one): from then on the model no
+    /// longer knows the peer's state. Says what it was.
+    pub fn unsure(&self) -> Option<&str> {
+        self.unsure.as_deref()
+    }
+
+    fn give_up(&mut self, why: &str) -> Vec<Answer> {
+        if self.unsure.is_none() {
+            self.unsure = Some(why.to_string());
+        }
+        Vec::new()
     }
 
     /// The bytes of region `i` as the model has them.
@@ -203,6 +248,21 @@ impl Responder {
         vec![Answer::Nak { psn, code, msn: self.msn }]
     }
 
+    /// A request breaking both an access rule and a length rule: the IBA does not order
+    /// the two checks (unverified: no responder check order found in 9.7.5), so either NAK
+    /// conforms.
+    fn fatal_either(&mut self, psn: Psn, access: bool, length: bool) -> Vec<Answer> {
+        match (access, length) {
+            (true, true) => {
+                self.dead = true;
+                let codes = vec![NakCode::RemoteAccessError, NakCode::InvalidRequest];
+                vec![Answer::NakOneOf { psn, codes, msn: self.msn }]
+            }
+            (true, false) => self.fatal(psn, NakCode::RemoteAccessError),
+            _ => self.fatal(psn, NakCode::InvalidRequest),
+        }
+    }
+
     fn find(&self, rkey: u32, va: u64, len: u64, want: fn(&Region) -> bool) -> Option<(usize, usize)> {
         let (i, r) = self.regions.iter().enumerate().find(|(_, r)| r.rkey == rkey)?;
         if !want(r) {
@@ -214,7 +274,7 @@ impl Responder {
     /// The answers a conforming responder gives to `req`, and the state it leaves.
     pub fn handle(&mut self, req: &Request) -> Vec<Answer> {
         // IBA 9.9.3.1 / 10.3.1: a QP in the Error state takes no request.
-        if self.dead {
+        if self.dead || self.unsure.is_some() {
             return Vec::new();
         }
         let Some(info) = req.repr.info() else { return Vec::new() };
@@ -269,6 +329,27 @@ impl Responder {
         }
     }
 
+    /// A packet whose headers the transport cannot take ([`View::Invalid`]): at the
+    /// expected PSN an invalid request (IBA 9.9.3.1, class C); ahead of it the PSN rule
+    /// first (9.7.5.1.2); behind it, a duplicate of what the IBA does not say.
+    pub fn invalid(&mut self, psn: Psn) -> Vec<Answer> {
+        if self.dead || self.unsure.is_some() {
+            return Vec::new();
+        }
+        let d = self.epsn.distance(psn);
+        if d > 0 {
+            if self.nak_seq_sent {
+                return Vec::new();
+            }
+            self.nak_seq_sent = true;
+            return vec![Answer::Nak { psn: self.epsn, code: NakCode::PsnSequenceError, msn: self.msn }];
+        }
+        if d < 0 {
+            return self.give_up("a malformed duplicate");
+        }
+        self.fatal(psn, NakCode::InvalidRequest)
+    }
+
     fn ack(&mut self, psn: Psn, last: bool, ack_req: bool) -> Vec<Answer> {
         self.epsn = psn.next();
         if last {
@@ -307,6 +388,10 @@ impl Responder {
     fn write(&mut self, req: &Request, pos: Position) -> Vec<Answer> {
         let psn = req.repr.bth.psn;
         let n = u64::try_from(req.payload.len()).unwrap_or(u64::MAX);
+        let last = matches!(pos, Position::Last | Position::Only);
+        // IBA 9.7.5.1.4 / C9-? (length): the payloads add up to the RETH's DMA length,
+        // exactly at the last packet.
+        let len_bad = |left: u64| n > left || (last && n != left) || (!last && n == left);
         let (region, va, left) = match (self.msg, req.repr.ext.reth) {
             (Some(InMsg::Write { region, va, left }), _) => (region, va, left),
             (_, Some(reth)) => {
@@ -319,17 +404,23 @@ impl Responder {
                     // access and the range lies within it, else a remote access error.
                     match self.find(reth.rkey, reth.va, len, |r| r.write) {
                         Some((i, _)) => (i, reth.va, len),
-                        None => return self.fatal(psn, NakCode::RemoteAccessError),
+                        None => return self.fatal_either(psn, true, len_bad(len)),
                     }
                 }
             }
             (_, None) => return self.fatal(psn, NakCode::InvalidRequest),
         };
-        let last = matches!(pos, Position::Last | Position::Only);
-        // IBA 9.7.5.1.4 / C9-? (length): the payloads add up to the RETH's DMA length,
-        // exactly at the last packet.
-        if n > left || (last && n != left) || (!last && n == left) {
+        if len_bad(left) {
             return self.fatal(psn, NakCode::InvalidRequest);
+        }
+        // IBA 9.4.3 / 9.7.5.2.8: an RDMA WRITE with immediate consumes a receive WQE at its
+        // last packet; none posted is an RNR NAK, nothing done (unverified: C9-? number).
+        let imm = req.repr.info().is_some_and(|i| i.immediate());
+        if last && imm {
+            if self.recvs == 0 {
+                return vec![Answer::Rnr { psn, msn: self.msn }];
+            }
+            self.recvs -= 1;
         }
         if n > 0 {
             if let Some(r) = self.regions.get_mut(region) {
@@ -389,10 +480,11 @@ impl Responder {
         let Some(a) = req.repr.ext.atomic_eth else { return self.fatal(psn, NakCode::InvalidRequest) };
         // IBA 9.4.5: the target is 8 bytes, 8-aligned, in a region with atomic access
         // (C9-? misalignment is an invalid request; access and bounds a remote access error).
+        let found = self.find(a.rkey, a.va, 8, |r| r.atomic);
         if a.va % 8 != 0 {
-            return self.fatal(psn, NakCode::InvalidRequest);
+            return self.fatal_either(psn, found.is_none(), true);
         }
-        let Some((i, o)) = self.find(a.rkey, a.va, 8, |r| r.atomic) else {
+        let Some((i, o)) = found else {
             return self.fatal(psn, NakCode::RemoteAccessError);
         };
         let r = &mut self.regions[i];
@@ -422,32 +514,267 @@ impl Responder {
             Operation::RdmaReadRequest => {
                 for d in self.done.iter().rev() {
                     if let Done::Read { psn: p, region, va, len } = *d {
-                        let off = p.distance(psn);
+                        if p == psn {
+                            let same = req.repr.ext.reth.is_some_and(|r| r.va == va && r.dma_len == len);
+                            if !same {
+                                return self.give_up("a duplicate READ whose RETH is not the original's");
+                            }
+                            return self.read_answers(psn, region, va, len, 0, None);
+                        }
                         let pmtu = u32::try_from(self.pmtu).unwrap_or(u32::MAX).max(1);
                         let npkts = i64::from(len.div_ceil(pmtu).max(1));
-                        if off >= 0 && i64::from(off) < npkts {
-                            let from = u32::try_from(off).unwrap_or(0);
-                            let skip = u64::from(from) * u64::from(pmtu);
-                            let len2 = len - u32::try_from(skip).unwrap_or(0);
-                            // The replay's packets are those of a READ of what is left
-                            // (the scenarios replay whole READs only, so the opcodes of
-                            // a replay from the middle are not judged yet).
-                            return self.read_answers(psn, region, va + skip, len2, 0, None);
+                        let off = i64::from(p.distance(psn));
+                        if off > 0 && off < npkts {
+                            // A replay from inside the original: the requester asks for the
+                            // rest with a RETH of its own (IBA 9.7.5.1.5); this one kept the
+                            // original's, which the IBA does not settle.
+                            return self.give_up("a duplicate READ from inside an earlier READ's responses");
                         }
                     }
                 }
-                Vec::new()
+                self.give_up("a duplicate READ at a PSN no READ was seen at")
             }
-            Operation::CompareSwap | Operation::FetchAdd => self
-                .done
-                .iter()
-                .rev()
-                .find_map(|d| match *d {
-                    Done::Atomic { psn: p, orig } if p == psn => Some(vec![Answer::Atomic { psn, orig }]),
+            Operation::CompareSwap | Operation::FetchAdd => {
+                let orig = self.done.iter().rev().find_map(|d| match *d {
+                    Done::Atomic { psn: p, orig } if p == psn => Some(orig),
                     _ => None,
-                })
-                .unwrap_or_default(),
-            _ => vec![Answer::Ack { lo: psn, hi: self.epsn.sub(1), msn: self.msn, required: true }],
+                });
+                match orig {
+                    Some(orig) => vec![Answer::Atomic { psn, orig }],
+                    None => self.give_up("a duplicate atomic at a PSN no atomic was seen at"),
+                }
+            }
+            _ => {
+                // A duplicate SEND or WRITE at the PSN of a READ or atomic the model saw:
+                // which request it duplicates is not settled by the IBA.
+                let clash = self.done.iter().any(|d| match *d {
+                    Done::Atomic { psn: p, .. } => p == psn,
+                    Done::Read { psn: p, len, .. } => {
+                        let pmtu = u32::try_from(self.pmtu).unwrap_or(u32::MAX).max(1);
+                        let off = p.distance(psn);
+                        off >= 0 && i64::from(off) < i64::from(len.div_ceil(pmtu).max(1))
+                    }
+                });
+                if clash {
+                    return self.give_up("a duplicate SEND or WRITE at the PSN of an earlier READ or atomic");
+                }
+                vec![Answer::Ack { lo: psn, hi: self.epsn.sub(1), msn: self.msn, required: true }]
+            }
+        }
+    }
+}
+
+/// What a responder makes of a packet, before its transport rules (9.7.5) see it.
+#[derive(Debug, Clone)]
+pub enum View {
+    /// Silently dropped, for this rule.
+    Drop(&'static str),
+    /// A request for the transport's rules ([`Responder::handle`]).
+    Request(Request),
+    /// A packet the transport refuses as an invalid request (when its PSN is the expected
+    /// one: [`Responder::invalid`]), for this rule.
+    Invalid {
+        /// Its PSN.
+        psn: Psn,
+        /// Why.
+        why: &'static str,
+    },
+    /// A packet the model does not judge (an optional operation): why.
+    Unjudged(String),
+}
+
+/// What a conforming RC responder whose QP is `qpn` makes of `bytes` (BTH..ICRC, the ICRC
+/// good: a bad one is dropped before anything else, IBA C9-3): the header checks of IBA
+/// 9.6 (a packet failing one is silently dropped, no NAK), then the request its headers
+/// describe. Where the IBA leaves a choice (a reserved opcode: drop it or NAK it), every
+/// choice is listed.
+pub fn classify(bytes: &[u8], qpn: u32) -> Vec<View> {
+    const BTH: usize = 12;
+    const ICRC: usize = 4;
+    let psn = Psn::new(u32::from_be_bytes([
+        0,
+        bytes.get(9).copied().unwrap_or(0),
+        bytes.get(10).copied().unwrap_or(0),
+        bytes.get(11).copied().unwrap_or(0),
+    ]));
+    let fatal_or_drop = |why: &'static str| vec![View::Drop(why), View::Invalid { psn, why }];
+    if bytes.len() < BTH + ICRC {
+        return vec![View::Drop("shorter than a BTH (IBA 9.6, malformed; unverified clause)")];
+    }
+    // IBA 9.6.1 (BTH checks, unverified clause numbers): TVer 0, the P_Key of the QP's
+    // partition (C9-42/43: RoCE's one default partition, low 15 bits all ones), the
+    // destination QP this one; a packet failing one is dropped silently.
+    if bytes[1] & 0x0f != 0 {
+        return vec![View::Drop("TVer not 0 (IBA 9.6.1.1, unverified)")];
+    }
+    if u16::from_be_bytes([bytes[2], bytes[3]]) & 0x7fff != 0x7fff {
+        return vec![View::Drop("P_Key not the QP's partition (IBA C9-42/43)")];
+    }
+    if u32::from_be_bytes([0, bytes[5], bytes[6], bytes[7]]) != qpn {
+        return vec![View::Drop("destination QP not this connection's")];
+    }
+    // IBA 9.6.1 (unverified clause): the opcode's transport (its top three bits) must be
+    // the QP's service type.
+    let op = Opcode(bytes[0]);
+    if op.0 >> 5 != 0 {
+        return vec![View::Drop("opcode of another transport than RC (IBA 9.6.1, unverified)")];
+    }
+    let Some(info) = op.info() else {
+        // An RC opcode the IBA reserves: unverified whether a responder drops it or NAKs it
+        // as an invalid request (class C, 9.9.3.1): both listed, the NAK unjudged.
+        return fatal_or_drop("a reserved RC opcode");
+    };
+    if info.transport != Transport::Rc {
+        return vec![View::Drop("opcode of another transport than RC (IBA 9.6.1, unverified)")];
+    }
+    if !info.request {
+        // A response reaching the peer's requester, which has nothing outstanding: a
+        // ghost response is dropped (IBA 9.7.6.1, unverified clause).
+        return vec![View::Drop("a response opcode, nothing outstanding at the peer's requester")];
+    }
+    if info.invalidate() || matches!(info.operation, Operation::Flush | Operation::AtomicWrite) {
+        return vec![View::Unjudged(format!("{}: an optional operation the model does not judge", info.name))];
+    }
+    let headers_end = info.payload_offset();
+    if bytes.len() < headers_end + ICRC {
+        return vec![View::Drop("shorter than its opcode's headers (IBA 9.6, malformed; unverified clause)")];
+    }
+    if bytes.len() % 4 != 0 {
+        return vec![View::Drop("not a whole number of 4-byte words (IBA 9.2.2)")];
+    }
+    let available = bytes.len() - headers_end - ICRC;
+    let pad = usize::from((bytes[1] >> 4) & 3);
+    if pad > available {
+        return fatal_or_drop("a PadCnt larger than the payload");
+    }
+    if !info.payload && available > 0 {
+        return fatal_or_drop("a payload on an opcode that carries none");
+    }
+    let parsed = RocePacket::new_checked(bytes).and_then(|p| Ok((RoceRepr::parse(&p)?, p.payload().to_vec())));
+    match parsed {
+        Ok((repr, payload)) => vec![View::Request(Request { repr, payload, pad: None, settle: false })],
+        Err(e) => vec![View::Unjudged(format!("the codec does not read it: {e}"))],
+    }
+}
+
+/// A receive completion at a UC responder, as the model has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UcRecv {
+    /// The message's bytes.
+    pub data: Vec<u8>,
+}
+
+/// The model of a conforming UC responder (IBA 9.8.3, unverified clause numbers): no
+/// ACK, no NAK, ever; a packet at a PSN other than the expected one ends the message in
+/// progress, which is dropped, and only a FIRST or ONLY (at any PSN) starts the next; an
+/// RDMA WRITE whose R_Key, access or bounds fail is dropped (the whole message), the QP
+/// staying as it was. What it did shows in its memory and its receive completions.
+#[derive(Debug, Clone)]
+pub struct UcResponder {
+    epsn: Psn,
+    dropping: bool,
+    msg: Option<InMsg>,
+    send_data: Vec<u8>,
+    recvs: u32,
+    recv_len: u64,
+    regions: Vec<Region>,
+    /// The receive completions, in order.
+    pub completions: Vec<UcRecv>,
+}
+
+impl UcResponder {
+    /// A UC responder expecting `epsn`, with `recvs` receives of `recv_len` bytes.
+    pub fn new(epsn: Psn, recvs: u32, recv_len: u64, regions: Vec<Region>) -> UcResponder {
+        UcResponder {
+            epsn,
+            dropping: false,
+            msg: None,
+            send_data: Vec::new(),
+            recvs,
+            recv_len,
+            regions,
+            completions: Vec::new(),
+        }
+    }
+
+    /// Region `i` as the model has it.
+    pub fn region(&self, i: usize) -> Option<&Region> {
+        self.regions.get(i)
+    }
+
+    /// Takes `req` (a UC request); a UC responder answers nothing.
+    pub fn handle(&mut self, req: &Request) {
+        let Some(info) = req.repr.info() else { return };
+        let psn = req.repr.bth.psn;
+        let starts = matches!(info.position, Position::First | Position::Only);
+        if psn != self.epsn || self.dropping {
+            // The message in progress is lost; resynchronise on a FIRST or ONLY.
+            self.msg = None;
+            if !starts {
+                self.dropping = true;
+                self.epsn = psn.next();
+                return;
+            }
+            self.dropping = false;
+        }
+        self.epsn = psn.next();
+        let last = matches!(info.position, Position::Last | Position::Only);
+        match info.operation {
+            Operation::Send => {
+                if starts {
+                    // A new message: one in progress is abandoned (its receive WQE not
+                    // consumed).
+                    self.msg = Some(InMsg::Send { bytes: 0 });
+                    self.send_data.clear();
+                } else if !matches!(self.msg, Some(InMsg::Send { .. })) {
+                    self.dropping = true;
+                    return;
+                }
+                self.send_data.extend_from_slice(&req.payload);
+                if last {
+                    self.msg = None;
+                    let n = u64::try_from(self.send_data.len()).unwrap_or(u64::MAX);
+                    if self.recvs > 0 && n <= self.recv_len {
+                        self.recvs -= 1;
+                        self.completions.push(UcRecv { data: std::mem::take(&mut self.send_data) });
+                    }
+                }
+            }
+            Operation::RdmaWrite => {
+                let (region, va, left) = match (starts, self.msg, req.repr.ext.reth) {
+                    (true, _, Some(r)) => {
+                        let len = u64::from(r.dma_len);
+                        match self.regions.iter().enumerate().find(|(_, g)| g.rkey == r.rkey && g.write) {
+                            Some((i, g)) if g.offset(r.va, len).is_some() => (i, r.va, len),
+                            _ => {
+                                // IBA 9.8.3 (unverified clause): dropped, no NAK.
+                                self.msg = None;
+                                self.dropping = !last;
+                                return;
+                            }
+                        }
+                    }
+                    (false, Some(InMsg::Write { region, va, left }), _) => (region, va, left),
+                    _ => {
+                        self.msg = None;
+                        self.dropping = !last;
+                        return;
+                    }
+                };
+                let n = u64::try_from(req.payload.len()).unwrap_or(u64::MAX);
+                if n > left || (last && n != left) {
+                    self.msg = None;
+                    self.dropping = !last;
+                    return;
+                }
+                if let Some(r) = self.regions.get_mut(region) {
+                    if let Some(o) = r.offset(va, n) {
+                        r.data[o..o + req.payload.len()].copy_from_slice(&req.payload);
+                    }
+                }
+                self.msg = if last { None } else { Some(InMsg::Write { region, va: va + n, left: left - n }) };
+            }
+            _ => {}
         }
     }
 }

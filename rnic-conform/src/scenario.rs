@@ -90,7 +90,7 @@ pub struct Env {
 
 impl Env {
     /// A request with opcode `op` at PSN `psn + k`.
-    fn req(&self, op: Opcode, k: u32, ack_req: bool, ext: ExtHeaders, payload: Vec<u8>) -> Request {
+    pub(crate) fn req(&self, op: Opcode, k: u32, ack_req: bool, ext: ExtHeaders, payload: Vec<u8>) -> Request {
         let bth = BthRepr {
             opcode: op,
             se: false,
@@ -104,21 +104,21 @@ impl Env {
         };
         Request { repr: RoceRepr { bth, ext, payload_len: payload.len() }, payload, pad: None, settle: false }
     }
-    fn send(&self, op: Opcode, k: u32, ack_req: bool, len: usize) -> Request {
+    pub(crate) fn send(&self, op: Opcode, k: u32, ack_req: bool, len: usize) -> Request {
         self.req(op, k, ack_req, ExtHeaders::default(), vec![0x5a; len])
     }
-    fn write(&self, op: Opcode, k: u32, reth: Option<(u64, u32, u32)>, payload: Vec<u8>) -> Request {
+    pub(crate) fn write(&self, op: Opcode, k: u32, reth: Option<(u64, u32, u32)>, payload: Vec<u8>) -> Request {
         let ext = ExtHeaders {
             reth: reth.map(|(va, rkey, dma_len)| RethRepr { va, rkey, dma_len }),
             ..ExtHeaders::default()
         };
         self.req(op, k, true, ext, payload)
     }
-    fn read(&self, k: u32, va: u64, rkey: u32, len: u32) -> Request {
+    pub(crate) fn read(&self, k: u32, va: u64, rkey: u32, len: u32) -> Request {
         let ext = ExtHeaders { reth: Some(RethRepr { va, rkey, dma_len: len }), ..ExtHeaders::default() };
         self.req(Opcode::RC_RDMA_READ_REQUEST, k, true, ext, Vec::new())
     }
-    fn fetch_add(&self, k: u32, va: u64, rkey: u32, add: u64) -> Request {
+    pub(crate) fn fetch_add(&self, k: u32, va: u64, rkey: u32, add: u64) -> Request {
         let ext = ExtHeaders {
             atomic_eth: Some(AtomicEthRepr { va, rkey, swap_add: add, compare: 0 }),
             ..ExtHeaders::default()
@@ -391,6 +391,35 @@ impl Default for Options {
     }
 }
 
+/// Connects as QP `qpn` (`n` makes the communication ID; the tester says it expects the
+/// peer's PSNs to start at `start_psn`) and reads the responder's REP: the connection, a
+/// model of the responder as it stands, and what requests are built from.
+pub fn open(
+    link: &mut Link,
+    qpn: u32,
+    n: u32,
+    start_psn: u32,
+    o: &Options,
+) -> Result<(Connection, Responder, Env), String> {
+    let comm_id = (std::process::id() << 12) ^ (n + 1) ^ 0x7000_0000;
+    let req = cm::Request { port: o.port, qpn, psn: start_psn, mtu_code: o.mtu_code, comm_id };
+    let c: Connection = cm::connect(link, req, o.cm_wait)?;
+    let Some(ad) = Advert::parse(&c.private_data) else {
+        cm::disconnect(link, &c, o.quiet);
+        return Err("the REP's private data is not rnic's responder's (no \"RNCF\")".into());
+    };
+    let pmtu = 128usize << o.mtu_code;
+    let rw_len = usize::try_from(ad.rw.2).unwrap_or(0);
+    let ro_len = usize::try_from(ad.ro.2).unwrap_or(0);
+    let regions = vec![
+        Region { va: ad.rw.0, rkey: ad.rw.1, write: true, read: true, atomic: true, data: rw_pattern(rw_len) },
+        Region { va: ad.ro.0, rkey: ad.ro.1, write: false, read: true, atomic: false, data: ro_pattern(ro_len) },
+    ];
+    let model = Responder::new(Psn::new(c.start_psn), ad.recvs, u64::from(ad.recv_len), pmtu, regions);
+    let env = Env { dest: c.remote_qpn, psn: c.start_psn, pmtu, ad };
+    Ok((c, model, env))
+}
+
 /// Runs one scenario on a connection of its own. `n` makes its QPN and communication ID.
 pub fn run(link: &mut Link, s: &Scenario, n: u32, o: &Options) -> Outcome {
     let mut out = Outcome {
@@ -401,29 +430,13 @@ pub fn run(link: &mut Link, s: &Scenario, n: u32, o: &Options) -> Outcome {
         observed: Vec::new(),
         capture: Vec::new(),
     };
-    let comm_id = (std::process::id() << 12) ^ (n + 1) ^ 0x7000_0000;
-    let req = cm::Request { port: o.port, qpn: 0x00c0_0000 + n, psn: s.start_psn, mtu_code: o.mtu_code, comm_id };
-    let c: Connection = match cm::connect(link, req, o.cm_wait) {
-        Ok(c) => c,
+    let (c, mut model, env) = match open(link, 0x00c0_0000 + n, n, s.start_psn, o) {
+        Ok(x) => x,
         Err(e) => {
             out.verdict = Verdict::NotRun(e);
             return out;
         }
     };
-    let Some(ad) = Advert::parse(&c.private_data) else {
-        out.verdict = Verdict::NotRun("the REP's private data is not rnic's responder's (no \"RNCF\")".into());
-        cm::disconnect(link, &c, o.quiet);
-        return out;
-    };
-    let pmtu = 128usize << o.mtu_code;
-    let rw_len = usize::try_from(ad.rw.2).unwrap_or(0);
-    let ro_len = usize::try_from(ad.ro.2).unwrap_or(0);
-    let regions = vec![
-        Region { va: ad.rw.0, rkey: ad.rw.1, write: true, read: true, atomic: true, data: rw_pattern(rw_len) },
-        Region { va: ad.ro.0, rkey: ad.ro.1, write: false, read: true, atomic: false, data: ro_pattern(ro_len) },
-    ];
-    let mut model = Responder::new(Psn::new(c.start_psn), ad.recvs, u64::from(ad.recv_len), pmtu, regions);
-    let env = Env { dest: c.remote_qpn, psn: c.start_psn, pmtu, ad };
     let reqs = (s.build)(&env);
     let mark = link.mark();
     let mut want: Vec<Answer> = Vec::new();

@@ -5,15 +5,23 @@
 //! breaks IBA 9.7.5.1.2, a READ answered twice breaks the one-response-per-PSN rule) must
 //! fail exactly those scenarios: the oracle judges, it does not echo.
 //!
+//! The fuzzer (`fuzz.rs`) the same way: a seed's mutants all conform against rnic, and
+//! the responder that answers twice is found out, a divergence made again from its seed
+//! and index.
+//!
 //! Needs cc, the rdma-core headers and scripts/build-ibverbs.sh; without them each test
 //! says why it is skipped.
 
+use rnic_conform::cm_scenario;
+use rnic_conform::fuzz::{FuzzOptions, FuzzReport};
 use rnic_conform::link::Link;
 use rnic_conform::scenario::{self, Options, Outcome, Verdict};
+use rnic_conform::uc;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 fn root() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
@@ -81,11 +89,14 @@ fn responder(libs: &Path, exe: &Path, ip: &str, port: u16, faults: Option<&str>)
 fn run_all(local: &str, peer: &str, port: u16) -> Vec<Outcome> {
     let mut link = Link::open(local.parse().unwrap(), peer.parse().unwrap()).unwrap();
     let o = Options { port, ..Options::default() };
-    scenario::all()
+    let mut out: Vec<Outcome> = scenario::all()
         .iter()
         .enumerate()
         .map(|(n, s)| scenario::run(&mut link, s, u32::try_from(n).unwrap(), &o))
-        .collect()
+        .collect();
+    out.extend(cm_scenario::all().iter().map(|s| cm_scenario::run(&mut link, s, &o)));
+    out.extend(uc::all().iter().map(|s| uc::run(&mut link, s, &o)));
+    out
 }
 
 #[test]
@@ -98,7 +109,7 @@ fn rnic_passes_every_scenario() {
     let out = run_all("127.0.105.1", "127.0.105.2", 7471);
     let report = scenario::report(&out);
     println!("{report}");
-    assert_eq!(out.len(), scenario::all().len());
+    assert_eq!(out.len(), scenario::all().len() + cm_scenario::all().len() + uc::all().len());
     assert!(out.iter().all(|o| o.verdict == Verdict::Pass), "{report}");
 }
 
@@ -136,4 +147,114 @@ fn a_responder_that_answers_twice_fails_the_rules_it_breaks() {
         assert!(r.status.success() && text.contains(", 0 bad"), "check_pcap.sh: {text}");
     }
     let _ = std::fs::remove_file(&pcap);
+}
+
+fn fuzz(local: &str, peer: &str, port: u16, f: &FuzzOptions) -> FuzzReport {
+    let mut link = Link::open(local.parse().unwrap(), peer.parse().unwrap()).unwrap();
+    let o = Options { port, ..Options::default() };
+    rnic_conform::fuzz::run(&mut link, &o, f)
+}
+
+/// The fuzzer against rnic: every mutant of a fixed seed is answered as the model says
+/// (or is one the model does not judge), every rule among them.
+#[test]
+fn rnic_passes_the_fuzzer() {
+    let (libs, exe) = match setup() {
+        Ok(x) => x,
+        Err(why) => return eprintln!("skipped: {why}"),
+    };
+    let _r = responder(&libs, &exe, "127.0.107.2", 7473, None);
+    let f = FuzzOptions { seed: 0x5eed, count: 200, only: None, grace: Duration::from_millis(30), eager: false };
+    let r = fuzz("127.0.107.1", "127.0.107.2", 7473, &f);
+    let report = rnic_conform::fuzz::report(&r);
+    println!("{report}");
+    assert_eq!(r.played, 200, "{report}");
+    assert!(r.failures.is_empty() && r.stopped.is_none(), "{report}");
+    assert_eq!(r.passed + r.unjudged, 200);
+    // Nearly all are judged: "not judged" is for what the IBA leaves open, not a way out.
+    assert!(r.unjudged <= 10, "{report}");
+    for (rule, played, passed) in &r.per_rule {
+        assert!(*played > 0 && *passed > 0, "{} not exercised:\n{report}", rule.name());
+    }
+}
+
+/// The same responder answering every packet twice (`RNIC_FAULTS=dup=1`): the fuzzer
+/// reports divergences, each with its capture, and `--fuzz-only` makes one again.
+#[test]
+fn the_fuzzer_finds_a_responder_that_answers_twice() {
+    let (libs, exe) = match setup() {
+        Ok(x) => x,
+        Err(why) => return eprintln!("skipped: {why}"),
+    };
+    let _r = responder(&libs, &exe, "127.0.108.2", 7474, Some("dup=1"));
+    let f = FuzzOptions { seed: 0x5eed, count: 30, only: None, grace: Duration::from_millis(30), eager: false };
+    let r = fuzz("127.0.108.1", "127.0.108.2", 7474, &f);
+    let report = rnic_conform::fuzz::report(&r);
+    println!("{report}");
+    assert!(r.stopped.is_none(), "{report}");
+    assert!(r.failures.len() >= 20, "{report}");
+    for m in &r.failures {
+        assert!(matches!(m.verdict, Verdict::Diverges(_)), "{report}");
+        assert!(!m.capture.is_empty(), "mutant {}: no capture", m.index);
+    }
+    // Made again alone, from its seed and index, on a fresh connection.
+    let first = &r.failures[0];
+    let again = FuzzOptions { only: Some(vec![first.index]), ..f };
+    let r2 = fuzz("127.0.108.1", "127.0.108.2", 7474, &again);
+    assert_eq!(r2.played, 1);
+    assert_eq!(r2.failures.len(), 1, "{}", rnic_conform::fuzz::report(&r2));
+    // The same mutation (absolute PSNs and addresses are the new connection's).
+    assert_eq!((r2.failures[0].rule, r2.failures[0].base), (first.rule, first.base));
+    // A divergence whose packets are all well formed decodes with every ICRC right
+    // (when tshark is installed): the capture is the mutant's exchange alone.
+    use rnic_conform::fuzz::Rule;
+    let clean = [Rule::Duplicate, Rule::Drop, Rule::Reorder, Rule::AckReq, Rule::AtomicOperands, Rule::PayloadBitFlip];
+    let Some(m) = r.failures.iter().find(|m| clean.contains(&m.rule)) else { return };
+    let pcap = std::env::temp_dir().join(format!("rnic-conform-fuzz-{}.pcap", std::process::id()));
+    std::fs::write(&pcap, rnic_conform::link::pcap(&m.capture)).unwrap();
+    if Command::new("tshark").arg("--version").stdout(Stdio::null()).status().is_ok_and(|s| s.success()) {
+        let check = root().join("../shared/vectors/check_pcap.sh");
+        let out = Command::new(check).arg(&pcap).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains(", 0 bad"), "check_pcap.sh: {text}");
+    }
+    let _ = std::fs::remove_file(&pcap);
+}
+
+/// The peer killed in the middle of a run: the mutant then under way is "peer stopped
+/// answering" (or the next connection is refused), the run ends with the reason, bounded
+/// by the waits, never hung.
+#[test]
+fn a_peer_that_dies_ends_the_fuzzer_with_a_verdict() {
+    let (libs, exe) = match setup() {
+        Ok(x) => x,
+        Err(why) => return eprintln!("skipped: {why}"),
+    };
+    let r = responder(&libs, &exe, "127.0.110.2", 7475, None);
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        drop(r);
+    });
+    let f = FuzzOptions { seed: 0x5eed, count: 100_000, only: None, grace: Duration::from_millis(30), eager: false };
+    let o = Options {
+        port: 7475,
+        cm_wait: Duration::from_secs(2),
+        answer_wait: Duration::from_secs(1),
+        ..Options::default()
+    };
+    let mut link = Link::open("127.0.110.1".parse().unwrap(), "127.0.110.2".parse().unwrap()).unwrap();
+    let rep = rnic_conform::fuzz::run(&mut link, &o, &f);
+    killer.join().unwrap();
+    let report = rnic_conform::fuzz::report(&rep);
+    println!("{report}");
+    assert!(rep.played > 0 && rep.played < 100_000, "{report}");
+    let why = rep.stopped.as_deref().unwrap_or_default();
+    assert!(why.contains("no REP"), "{report}");
+    // At most the mutant under way when it died fails: answered in part (diverges) or not
+    // at all (peer stopped answering), and it is the last one played.
+    assert!(rep.failures.len() <= 1, "{report}");
+    if let Some(m) = rep.failures.first() {
+        assert!(matches!(m.verdict, Verdict::NoAnswer(_) | Verdict::Diverges(_)), "{report}");
+        assert!(why.contains(&format!("after mutant {}", m.index)), "{report}");
+    }
 }

@@ -9,10 +9,25 @@
  * Byte i of the rw region is (7i + 3) mod 256, of the ro region (5i + 1) mod 256.
  * It stays up, serving connections one after another and side by side, until killed.
  *
+ * UC (rdma_cm connects RC QPs only on RoCE: its UC port space is IPoIB's): the same port
+ * number in TCP takes one UC session at a time. The tester sends
+ *   "RNUC", version 1, its QPN, path MTU code (1..5), its GID (16 bytes)
+ * and the responder makes a UC QP (RTR with the tester's QPN and GID, the GID index of
+ * the RoCE v2 GID of the address the TCP connection came to), a region with remote write
+ * access filled as the rw region above, posts RECVS receives of RECV_LEN, and answers
+ *   "RNUC", version 1, its QPN, the PSN it expects, rw VA (u64), rw R_Key, rw length,
+ *   receives posted, receive length
+ * UC answers nothing on the wire, so what its receiver did is told over TCP: 'C' gets
+ * the receive completions so far (a count, then wr_id, status, opcode, byte_len, imm,
+ * flags: six u32 each), 'M' with offset and length (u32 each) gets those bytes of the
+ * region. The session ends when the tester closes the socket. All big-endian.
+ *
  * Build: cc -O2 -o responder responder.c -lrdmacm -libverbs
  * Run:   responder [PORT] [BIND_ADDRESS]    (port 7471 by default)
  */
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -138,6 +153,221 @@ fail:
 	return -1;
 }
 
+/* ---- UC sessions over TCP ---- */
+
+static int read_all(int fd, void *buf, size_t n)
+{
+	uint8_t *p = buf;
+	while (n) {
+		ssize_t r = read(fd, p, n);
+		if (r <= 0) {
+			if (r < 0 && errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+	const uint8_t *p = buf;
+	while (n) {
+		ssize_t r = write(fd, p, n);
+		if (r <= 0) {
+			if (r < 0 && errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return be32toh(v); }
+
+/* The device and GID index of the RoCE v2 GID that is `gid`, or -1. */
+static int find_gid(const uint8_t gid[16], struct ibv_context **out)
+{
+	int n = 0;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	for (int d = 0; list && d < n; d++) {
+		struct ibv_context *ctx = ibv_open_device(list[d]);
+		struct ibv_port_attr pa;
+		if (!ctx)
+			continue;
+		if (ibv_query_port(ctx, 1, &pa) == 0) {
+			for (int i = 0; i < pa.gid_tbl_len; i++) {
+				struct ibv_gid_entry e;
+				if (ibv_query_gid_ex(ctx, 1, i, &e, 0) || memcmp(e.gid.raw, gid, 16) ||
+				    e.gid_type != IBV_GID_TYPE_ROCE_V2)
+					continue;
+				*out = ctx;
+				ibv_free_device_list(list);
+				return i;
+			}
+		}
+		ibv_close_device(ctx);
+	}
+	if (list)
+		ibv_free_device_list(list);
+	return -1;
+}
+
+static void gid_of(const struct sockaddr_storage *a, uint8_t gid[16])
+{
+	memset(gid, 0, 16);
+	if (a->ss_family == AF_INET) {
+		const struct sockaddr_in *s = (const void *)a;
+		gid[10] = gid[11] = 0xff;
+		memcpy(gid + 12, &s->sin_addr, 4);
+	} else {
+		const struct sockaddr_in6 *s = (const void *)a;
+		memcpy(gid, &s->sin6_addr, 16);
+	}
+}
+
+/* One UC session on the accepted socket `fd`, served until the tester closes it. */
+static void uc_session(int fd)
+{
+	uint8_t hello[32], gid[16], rep[44];
+	struct sockaddr_storage me;
+	socklen_t ml = sizeof me;
+	struct ibv_context *ctx = NULL;
+	struct ibv_pd *pd = NULL;
+	struct ibv_cq *cq = NULL;
+	struct ibv_qp *qp = NULL;
+	struct ibv_mr *rw = NULL, *rx = NULL;
+	uint8_t *rw_buf = NULL, *rx_buf = NULL;
+	int idx;
+
+	if (read_all(fd, hello, sizeof hello) || memcmp(hello, "RNUC", 4) || get32(hello + 4) != 1) {
+		fprintf(stderr, "responder: not a UC session hello\n");
+		return;
+	}
+	uint32_t peer_qpn = get32(hello + 8), mtu = get32(hello + 12);
+	if (getsockname(fd, (struct sockaddr *)&me, &ml) || mtu < 1 || mtu > 5)
+		return;
+	gid_of(&me, gid);
+	idx = find_gid(gid, &ctx);
+	if (idx < 0) {
+		fprintf(stderr, "responder: no RoCE v2 GID for the address the UC session came to\n");
+		return;
+	}
+	pd = ibv_alloc_pd(ctx);
+	cq = pd ? ibv_create_cq(ctx, 2 * RECVS + 16, NULL, NULL, 0) : NULL;
+	struct ibv_qp_init_attr qa = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UC,
+		.cap = { .max_send_wr = 4, .max_recv_wr = RECVS, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	qp = cq ? ibv_create_qp(pd, &qa) : NULL;
+	if (!qp || posix_memalign((void **)&rw_buf, 4096, RW_LEN) || posix_memalign((void **)&rx_buf, 4096, RECVS * RECV_LEN)) {
+		perror("responder: UC QP");
+		goto out;
+	}
+	for (int i = 0; i < RW_LEN; i++)
+		rw_buf[i] = (uint8_t)(7 * i + 3);
+	memset(rx_buf, 0, RECVS * RECV_LEN);
+	rw = ibv_reg_mr(pd, rw_buf, RW_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	rx = ibv_reg_mr(pd, rx_buf, RECVS * RECV_LEN, IBV_ACCESS_LOCAL_WRITE);
+	if (!rw || !rx)
+		goto out;
+	uint32_t psn = 0x00a5a5u ^ (uint32_t)(getpid() & 0xffff);
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		goto fail;
+	for (int i = 0; i < RECVS; i++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)(rx_buf + i * RECV_LEN), .length = RECV_LEN, .lkey = rx->lkey };
+		struct ibv_recv_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1 }, *bad;
+		if (ibv_post_recv(qp, &wr, &bad))
+			goto fail;
+	}
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = (enum ibv_mtu)mtu;
+	a.dest_qp_num = peer_qpn;
+	a.rq_psn = psn;
+	a.ah_attr.is_global = 1;
+	memcpy(a.ah_attr.grh.dgid.raw, hello + 16, 16);
+	a.ah_attr.grh.sgid_index = (uint8_t)idx;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN))
+		goto fail;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = psn;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN))
+		goto fail;
+	memcpy(rep, "RNUC", 4);
+	put32(rep + 4, 1);
+	put32(rep + 8, qp->qp_num);
+	put32(rep + 12, psn);
+	put64(rep + 16, (uintptr_t)rw_buf);
+	put32(rep + 24, rw->rkey);
+	put32(rep + 28, RW_LEN);
+	put32(rep + 32, RECVS);
+	put32(rep + 36, RECV_LEN);
+	put32(rep + 40, 0);
+	if (write_all(fd, rep, sizeof rep))
+		goto out;
+	uint8_t log[(RECVS + 16) * 24];
+	uint32_t logged = 0;
+	for (;;) {
+		uint8_t cmd;
+		if (read_all(fd, &cmd, 1))
+			break;
+		if (cmd == 'C') {
+			struct ibv_wc wc[16];
+			int k;
+			while ((k = ibv_poll_cq(cq, 16, wc)) > 0)
+				for (int i = 0; i < k && logged < RECVS + 16; i++, logged++) {
+					uint8_t *e = log + logged * 24;
+					put32(e, (uint32_t)wc[i].wr_id);
+					put32(e + 4, wc[i].status);
+					put32(e + 8, wc[i].opcode);
+					put32(e + 12, wc[i].byte_len);
+					put32(e + 16, be32toh(wc[i].imm_data));
+					put32(e + 20, wc[i].wc_flags);
+				}
+			uint8_t n[4];
+			put32(n, logged);
+			if (write_all(fd, n, 4) || write_all(fd, log, logged * 24))
+				break;
+		} else if (cmd == 'M' || cmd == 'R') {
+			uint8_t q[8];
+			if (read_all(fd, q, 8))
+				break;
+			uint32_t off = get32(q), len = get32(q + 4);
+			/* 'M': the write region; 'R': the receive buffers. */
+			uint8_t *base = cmd == 'M' ? rw_buf : rx_buf;
+			uint32_t size = cmd == 'M' ? RW_LEN : RECVS * RECV_LEN;
+			if (off > size || len > size - off)
+				break;
+			if (write_all(fd, base + off, len))
+				break;
+		} else {
+			break;
+		}
+	}
+	goto out;
+fail:
+	perror("responder: UC QP setup");
+out:
+	if (qp) ibv_destroy_qp(qp);
+	if (rw) ibv_dereg_mr(rw);
+	if (rx) ibv_dereg_mr(rx);
+	if (cq) ibv_destroy_cq(cq);
+	if (pd) ibv_dealloc_pd(pd);
+	if (ctx) ibv_close_device(ctx);
+	free(rw_buf);
+	free(rx_buf);
+}
+
 int main(int argc, char **argv)
 {
 	int port = argc > 1 ? atoi(argv[1]) : 7471;
@@ -154,6 +384,13 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+	int one = 1, tcp = socket(AF_INET, SOCK_STREAM, 0);
+	if (tcp < 0 || setsockopt(tcp, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+	    bind(tcp, (struct sockaddr *)&sin, sizeof sin) || listen(tcp, 4)) {
+		perror("responder: TCP listen (UC sessions)");
+		return 1;
+	}
+	fcntl(tcp, F_SETFL, fcntl(tcp, F_GETFL) | O_NONBLOCK);
 	printf("responder: listening on port %d\n", port);
 	fflush(stdout);
 	for (;;) {
@@ -181,7 +418,14 @@ int main(int argc, char **argv)
 				while (ibv_poll_cq(conns[i]->cq, 16, wc) > 0)
 					;
 		}
-		struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
-		poll(&pfd, 1, 5);
+		/* A UC session is served to its end; RC connections wait meanwhile. */
+		int s = accept(tcp, NULL, NULL);
+		if (s >= 0) {
+			fcntl(s, F_SETFL, fcntl(s, F_GETFL) & ~O_NONBLOCK);
+			uc_session(s);
+			close(s);
+		}
+		struct pollfd pfd[2] = { { .fd = ch->fd, .events = POLLIN }, { .fd = tcp, .events = POLLIN } };
+		poll(pfd, 2, 5);
 	}
 }

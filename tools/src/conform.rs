@@ -4,8 +4,11 @@
 //! (`<dir>/<scenario>.pcap`, for `rnic ladder` and `rnic decode`).
 
 use clap::Parser;
+use rnic_conform::cm_scenario;
+use rnic_conform::fuzz::{self, FuzzOptions};
 use rnic_conform::link::{pcap, Link};
 use rnic_conform::scenario::{self, Options, Verdict};
+use rnic_conform::uc;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,6 +40,47 @@ pub struct Args {
     /// List the scenarios and their rules, and stop.
     #[arg(long)]
     pub list: bool,
+    /// Mutation fuzzing instead of the scenarios: this many mutants of valid requests on a
+    /// live connection, each judged by the model (rnic-conform's fuzz.rs).
+    #[arg(long, value_name = "N")]
+    pub fuzz: Option<u32>,
+    /// The fuzzer's seed (decimal or 0x hex): mutant i of seed s is always the same.
+    #[arg(long, default_value = "0x5eed", value_parser = parse_seed)]
+    pub seed: u64,
+    /// Only these mutants (comma-separated indices), each on a fresh connection: how a
+    /// divergence is made again.
+    #[arg(long, value_delimiter = ',', value_name = "I,J,...")]
+    pub fuzz_only: Option<Vec<u32>>,
+    /// After the answer the model expects last, how long (ms) to wait for more.
+    #[arg(long, default_value_t = 30)]
+    pub grace_ms: u64,
+    /// Send each mutant, its retransmission and the probe in one burst instead of waiting
+    /// for the answers in between.
+    #[arg(long)]
+    pub fuzz_eager: bool,
+}
+
+fn parse_seed(s: &str) -> Result<u64, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|e| format!("{s}: {e}"))
+}
+
+/// Writes each capture of `list` (name, records) to the captures folder.
+fn write_captures<'a>(dir: &std::path::Path, list: impl Iterator<Item = (String, &'a [rnic_conform::link::Record])>) {
+    for (name, recs) in list {
+        if recs.is_empty() {
+            continue;
+        }
+        let path = dir.join(format!("{name}.pcap"));
+        let written = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, pcap(recs)));
+        match written {
+            Ok(()) => println!("{name}: capture in {0} (rnic ladder {0})", path.display()),
+            Err(e) => eprintln!("rnic conform: writing {}: {e}", path.display()),
+        }
+    }
 }
 
 /// Runs the scenarios; 0 when every one passes, 1 when one does not, 2 on a setup error.
@@ -44,6 +88,12 @@ pub fn run(a: &Args) -> ExitCode {
     let all = scenario::all();
     if a.list {
         for s in &all {
+            println!("{:<24} {}", s.name, s.rule);
+        }
+        for s in cm_scenario::all() {
+            println!("{:<24} {}", s.name, s.rule);
+        }
+        for s in uc::all() {
             println!("{:<24} {}", s.name, s.rule);
         }
         return ExitCode::SUCCESS;
@@ -56,6 +106,23 @@ pub fn run(a: &Args) -> ExitCode {
         }
     };
     let o = Options { port: a.port, mtu_code: a.mtu, quiet: Duration::from_millis(a.quiet_ms), ..Options::default() };
+    if a.fuzz.is_some() || a.fuzz_only.is_some() {
+        let f = FuzzOptions {
+            seed: a.seed,
+            count: a.fuzz.unwrap_or(0),
+            only: a.fuzz_only.clone(),
+            grace: Duration::from_millis(a.grace_ms),
+            eager: a.fuzz_eager,
+        };
+        let r = fuzz::run(&mut link, &o, &f);
+        print!("{}", fuzz::report(&r));
+        if link.malformed > 0 {
+            println!("{} packets from the peer failed the ICRC or structure checks and were dropped", link.malformed);
+        }
+        let caps = r.failures.iter().map(|m| (format!("fuzz-{:x}-{}", r.seed, m.index), &m.capture[..]));
+        write_captures(&a.captures, caps);
+        return if r.failures.is_empty() && r.stopped.is_none() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+    }
     let mut outcomes = Vec::new();
     for (n, s) in all.iter().enumerate() {
         if a.only.as_deref().is_some_and(|f| !s.name.contains(f)) {
@@ -63,26 +130,26 @@ pub fn run(a: &Args) -> ExitCode {
         }
         outcomes.push(scenario::run(&mut link, s, u32::try_from(n).unwrap_or(0), &o));
     }
+    for s in &cm_scenario::all() {
+        if a.only.as_deref().is_some_and(|f| !s.name.contains(f)) {
+            continue;
+        }
+        outcomes.push(cm_scenario::run(&mut link, s, &o));
+    }
+    for s in &uc::all() {
+        if a.only.as_deref().is_some_and(|f| !s.name.contains(f)) {
+            continue;
+        }
+        outcomes.push(uc::run(&mut link, s, &o));
+    }
     print!("{}", scenario::report(&outcomes));
     if link.malformed > 0 {
         println!("{} packets from the peer failed the ICRC or structure checks and were dropped", link.malformed);
     }
-    let mut failed = false;
-    for o in &outcomes {
-        if matches!(o.verdict, Verdict::Pass) {
-            continue;
-        }
-        failed = true;
-        if o.capture.is_empty() {
-            continue;
-        }
-        let path = a.captures.join(format!("{}.pcap", o.name));
-        let written = std::fs::create_dir_all(&a.captures).and_then(|()| std::fs::write(&path, pcap(&o.capture)));
-        match written {
-            Ok(()) => println!("{}: capture in {1} (rnic ladder {1})", o.name, path.display()),
-            Err(e) => eprintln!("rnic conform: writing {}: {e}", path.display()),
-        }
-    }
+    let failed = outcomes.iter().any(|o| !matches!(o.verdict, Verdict::Pass));
+    let caps =
+        outcomes.iter().filter(|o| !matches!(o.verdict, Verdict::Pass)).map(|o| (o.name.to_string(), &o.capture[..]));
+    write_captures(&a.captures, caps);
     if failed {
         ExitCode::FAILURE
     } else {

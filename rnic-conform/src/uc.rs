@@ -1,0 +1,359 @@
+//! UC scenarios (IBA 9.8.3, the UC responder; clause numbers unverified): a UC responder
+//! answers nothing on the wire, so what it did is read from the lab responder over a TCP
+//! control connection (`tools/conform/responder.c`, the same port number in TCP): its
+//! receive completions and the bytes of its region and receive buffers. rdma_cm has no
+//! UC port space on RoCE (its UC service is IPoIB's), so the same TCP connection sets the
+//! UC QPs up: the tester sends its QPN, path MTU and GID, the responder answers with its
+//! QPN, the PSN it expects and its region.
+//!
+//! Each scenario's packets go through the UC model ([`UcResponder`]); then the tester
+//! checks that nothing came back on the wire, that the completions are the model's (count,
+//! status, length, data) and that the memory the scenario names is the model's.
+
+use crate::link::Link;
+use crate::model::{Region, Request, UcResponder};
+use crate::scenario::{rw_pattern, Options, Outcome, Verdict};
+use rnic_wire::bth::BthRepr;
+use rnic_wire::reth::RethRepr;
+use rnic_wire::roce::{ExtHeaders, RoceRepr};
+use rnic_wire::{Opcode, Psn, Qpn};
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// A receive completion as the responder reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The receive's wr_id (its buffer's index).
+    pub wr_id: u32,
+    /// `ibv_wc_status` (0: success).
+    pub status: u32,
+    /// `ibv_wc_opcode`.
+    pub opcode: u32,
+    /// Bytes received.
+    pub byte_len: u32,
+}
+
+/// The responder's side of a UC session.
+#[derive(Debug)]
+pub struct UcPeer {
+    tcp: TcpStream,
+    /// Its QPN.
+    pub qpn: u32,
+    /// The PSN it expects first.
+    pub epsn: u32,
+    /// Its region: VA, R_Key, length.
+    pub rw: (u64, u32, u32),
+    /// Receives posted.
+    pub recvs: u32,
+    /// Bytes each.
+    pub recv_len: u32,
+}
+
+fn be32(b: &[u8], o: usize) -> u32 {
+    b.get(o..o + 4).map_or(0, |x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
+}
+
+fn gid(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
+    }
+}
+
+impl UcPeer {
+    /// Opens a UC session with the responder at `link.peer()`, TCP port `port`: its UC QP
+    /// connected to the tester's QP `qpn`. Every wait is bounded by `wait`.
+    pub fn open(link: &Link, port: u16, qpn: u32, mtu_code: u8, wait: Duration) -> Result<UcPeer, String> {
+        let to = SocketAddr::new(link.peer(), port);
+        let mut tcp = TcpStream::connect_timeout(&to, wait).map_err(|e| format!("TCP {to} (the UC session): {e}"))?;
+        tcp.set_read_timeout(Some(wait)).map_err(|e| e.to_string())?;
+        tcp.set_write_timeout(Some(wait)).map_err(|e| e.to_string())?;
+        let mut hello = Vec::with_capacity(32);
+        hello.extend_from_slice(b"RNUC");
+        hello.extend_from_slice(&1u32.to_be_bytes());
+        hello.extend_from_slice(&(qpn & 0xff_ffff).to_be_bytes());
+        hello.extend_from_slice(&u32::from(mtu_code).to_be_bytes());
+        hello.extend_from_slice(&gid(link.local()));
+        tcp.write_all(&hello).map_err(|e| format!("the UC session hello: {e}"))?;
+        let mut rep = [0u8; 44];
+        tcp.read_exact(&mut rep).map_err(|e| format!("no UC session answer from {to}: {e}"))?;
+        if &rep[0..4] != b"RNUC" || be32(&rep, 4) != 1 {
+            return Err("the UC session answer is not rnic's responder's (no \"RNUC\")".into());
+        }
+        let va = u64::from(be32(&rep, 16)) << 32 | u64::from(be32(&rep, 20));
+        Ok(UcPeer {
+            tcp,
+            qpn: be32(&rep, 8) & 0xff_ffff,
+            epsn: be32(&rep, 12) & 0xff_ffff,
+            rw: (va, be32(&rep, 24), be32(&rep, 28)),
+            recvs: be32(&rep, 32),
+            recv_len: be32(&rep, 36),
+        })
+    }
+
+    /// The receive completions so far.
+    pub fn completions(&mut self) -> Result<Vec<Completion>, String> {
+        self.tcp.write_all(b"C").map_err(|e| e.to_string())?;
+        let mut n = [0u8; 4];
+        self.tcp.read_exact(&mut n).map_err(|e| format!("completions: {e}"))?;
+        let n = u32::from_be_bytes(n).min(4096);
+        let mut b = vec![0u8; usize::try_from(n).unwrap_or(0) * 24];
+        self.tcp.read_exact(&mut b).map_err(|e| format!("completions: {e}"))?;
+        Ok(b.chunks(24)
+            .map(|e| Completion { wr_id: be32(e, 0), status: be32(e, 4), opcode: be32(e, 8), byte_len: be32(e, 12) })
+            .collect())
+    }
+
+    fn bytes(&mut self, cmd: u8, off: u32, len: u32) -> Result<Vec<u8>, String> {
+        let mut q = vec![cmd];
+        q.extend_from_slice(&off.to_be_bytes());
+        q.extend_from_slice(&len.to_be_bytes());
+        self.tcp.write_all(&q).map_err(|e| e.to_string())?;
+        let mut b = vec![0u8; usize::try_from(len).unwrap_or(0)];
+        self.tcp.read_exact(&mut b).map_err(|e| format!("memory: {e}"))?;
+        Ok(b)
+    }
+
+    /// `len` bytes of the region from `off`.
+    pub fn memory(&mut self, off: u32, len: u32) -> Result<Vec<u8>, String> {
+        self.bytes(b'M', off, len)
+    }
+
+    /// `len` bytes of receive buffer `wr_id`.
+    pub fn receive_buffer(&mut self, wr_id: u32, len: u32) -> Result<Vec<u8>, String> {
+        self.bytes(b'R', wr_id.saturating_mul(self.recv_len), len)
+    }
+}
+
+/// What a UC scenario's requests are built from.
+#[derive(Debug, Clone, Copy)]
+pub struct UcEnv {
+    /// The peer's QPN.
+    pub dest: u32,
+    /// The PSN it expects.
+    pub psn: u32,
+    /// Path MTU in bytes.
+    pub pmtu: usize,
+    /// Its region.
+    pub rw: (u64, u32, u32),
+}
+
+impl UcEnv {
+    fn req(&self, op: Opcode, k: u32, reth: Option<(u64, u32, u32)>, payload: Vec<u8>) -> Request {
+        let bth = BthRepr {
+            opcode: op,
+            se: false,
+            migreq: false,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: Qpn::new(self.dest),
+            ack_req: false,
+            psn: Psn::new(self.psn).add(k),
+        };
+        let ext = ExtHeaders {
+            reth: reth.map(|(va, rkey, dma_len)| RethRepr { va, rkey, dma_len }),
+            ..ExtHeaders::default()
+        };
+        Request { repr: RoceRepr { bth, ext, payload_len: payload.len() }, payload, pad: None, settle: false }
+    }
+}
+
+fn data(seed: u8, n: usize) -> Vec<u8> {
+    (0..n).map(|i| seed.wrapping_add((i % 253).to_le_bytes()[0]).wrapping_mul(3)).collect()
+}
+
+/// One UC scenario: the rule, the requests, and the region ranges whose bytes are
+/// checked against the model (offset, length).
+#[derive(Debug, Clone, Copy)]
+pub struct UcScenario {
+    /// Short name.
+    pub name: &'static str,
+    /// The rule and where the IBA states it.
+    pub rule: &'static str,
+    /// The requests, in order.
+    pub build: fn(&UcEnv) -> Vec<Request>,
+    /// Region ranges to compare (offset, length).
+    pub check: &'static [(u32, u32)],
+}
+
+/// Every UC scenario.
+pub fn all() -> Vec<UcScenario> {
+    use Opcode as O;
+    vec![
+        UcScenario {
+            name: "uc-send-in-order",
+            rule: "IBA 9.8.3 (unverified clause): UC SENDs in sequence each complete a receive with their bytes; nothing is sent back (no ACK on UC)",
+            build: |e| {
+                vec![
+                    e.req(O::UC_SEND_ONLY, 0, None, data(1, 16)),
+                    e.req(O::UC_SEND_FIRST, 1, None, data(2, e.pmtu)),
+                    e.req(O::UC_SEND_LAST, 2, None, data(3, 100)),
+                    e.req(O::UC_SEND_ONLY, 3, None, data(4, 1000)),
+                ]
+            },
+            check: &[],
+        },
+        UcScenario {
+            name: "uc-psn-gap-send",
+            rule: "IBA 9.8.3 (unverified clause): a PSN gap drops the message in progress (a SEND whose MIDDLE was lost completes nothing); a FIRST or ONLY at any PSN starts the next, which completes",
+            build: |e| {
+                vec![
+                    e.req(O::UC_SEND_FIRST, 0, None, data(5, e.pmtu)),
+                    e.req(O::UC_SEND_LAST, 2, None, data(6, 64)),
+                    e.req(O::UC_SEND_ONLY, 7, None, data(7, 48)),
+                ]
+            },
+            check: &[],
+        },
+        UcScenario {
+            name: "uc-psn-gap-write",
+            rule: "IBA 9.8.3 (unverified clause): a WRITE whose MIDDLE was lost is dropped from the gap on (its LAST writes nothing); a WRITE ONLY at a later PSN lands",
+            build: |e| {
+                let (va, rkey, _) = e.rw;
+                let p = e.pmtu;
+                let len = u32::try_from(3 * p).unwrap_or(0);
+                vec![
+                    e.req(O::UC_RDMA_WRITE_FIRST, 0, Some((va + 8192, rkey, len)), data(8, p)),
+                    e.req(O::UC_RDMA_WRITE_LAST, 2, None, data(9, p)),
+                    e.req(O::UC_RDMA_WRITE_ONLY, 9, Some((va + 16384, rkey, 200)), data(10, 200)),
+                ]
+            },
+            // The LAST's range (not written) and the ONLY's; the FIRST's range may hold its
+            // bytes or not (placed before the gap was seen).
+            check: &[(8192 + 2048, 1024), (16384, 200)],
+        },
+        UcScenario {
+            name: "uc-after-write-gap",
+            rule: "IBA 9.8.3 (unverified clause): after a WRITE dropped at a PSN gap every later message starts afresh: two WRITE ONLYs land and a SEND ONLY completes",
+            build: |e| {
+                let (va, rkey, _) = e.rw;
+                let p = e.pmtu;
+                let len = u32::try_from(3 * p).unwrap_or(0);
+                vec![
+                    e.req(O::UC_RDMA_WRITE_FIRST, 0, Some((va + 24576, rkey, len)), data(14, p)),
+                    e.req(O::UC_RDMA_WRITE_LAST, 2, None, data(15, p)),
+                    e.req(O::UC_RDMA_WRITE_ONLY, 3, Some((va + 32768, rkey, 64)), data(16, 64)),
+                    e.req(O::UC_RDMA_WRITE_ONLY, 4, Some((va + 32768 + 64, rkey, 64)), data(17, 64)),
+                    e.req(O::UC_SEND_ONLY, 5, None, data(18, 24)),
+                ]
+            },
+            check: &[(32768, 128)],
+        },
+        UcScenario {
+            name: "uc-write-bad-rkey",
+            rule: "IBA 9.8.3 / 10.6.3.1 (unverified clauses): a UC WRITE with an R_Key naming no region is dropped silently, the QP staying up: the next WRITE and SEND complete",
+            build: |e| {
+                let (va, rkey, _) = e.rw;
+                vec![
+                    e.req(O::UC_RDMA_WRITE_ONLY, 0, Some((va + 4096, rkey ^ 0x0080_0000, 64)), data(11, 64)),
+                    e.req(O::UC_RDMA_WRITE_ONLY, 1, Some((va + 4096 + 64, rkey, 64)), data(12, 64)),
+                    e.req(O::UC_SEND_ONLY, 2, None, data(13, 32)),
+                ]
+            },
+            check: &[(4096, 128)],
+        },
+    ]
+}
+
+static SESSIONS: AtomicU32 = AtomicU32::new(0);
+
+/// Runs one UC scenario on a UC session of its own.
+pub fn run(link: &mut Link, s: &UcScenario, o: &Options) -> Outcome {
+    let mut out = Outcome {
+        name: s.name,
+        rule: s.rule,
+        verdict: Verdict::Pass,
+        expected: Vec::new(),
+        observed: Vec::new(),
+        capture: Vec::new(),
+    };
+    let n = SESSIONS.fetch_add(1, Ordering::Relaxed) & 0xffff;
+    let qpn = 0x00f0_0000 + n;
+    let mut peer = match UcPeer::open(link, o.port, qpn, o.mtu_code, o.cm_wait) {
+        Ok(p) => p,
+        Err(e) => {
+            out.verdict = Verdict::NotRun(e);
+            return out;
+        }
+    };
+    let pmtu = 128usize << o.mtu_code;
+    let rw_len = usize::try_from(peer.rw.2).unwrap_or(0);
+    let region =
+        Region { va: peer.rw.0, rkey: peer.rw.1, write: true, read: false, atomic: false, data: rw_pattern(rw_len) };
+    let mut model = UcResponder::new(Psn::new(peer.epsn), peer.recvs, u64::from(peer.recv_len), vec![region]);
+    let env = UcEnv { dest: peer.qpn, psn: peer.epsn, pmtu, rw: peer.rw };
+    let mark = link.mark();
+    for r in (s.build)(&env) {
+        model.handle(&r);
+        if let Err(e) = link.send_with(&r.repr, &r.payload, |_| ()) {
+            out.verdict = Verdict::NotRun(format!("sending: {e}"));
+            return out;
+        }
+    }
+    // UC answers nothing: whatever comes to the tester's QP in `quiet` is a divergence.
+    let mut back = Vec::new();
+    let end = Instant::now() + o.quiet;
+    while let Some(p) = link.recv(end) {
+        if p.repr.bth.dest_qp.value() == qpn && p.repr.bth.opcode != Opcode::CNP {
+            back.push(format!("{} psn={:#08x}", p.repr.bth.opcode.name(), p.repr.bth.psn.value()));
+        }
+    }
+    out.capture = link.records_since(mark).to_vec();
+    let want: Vec<String> =
+        model.completions.iter().map(|c| format!("receive completion: success, {} bytes", c.data.len())).collect();
+    out.expected = want.clone();
+    let got = match peer.completions() {
+        Ok(c) => c,
+        Err(e) => {
+            out.verdict = Verdict::NoAnswer(format!("the responder's completions: {e}"));
+            return out;
+        }
+    };
+    out.observed = got
+        .iter()
+        .map(|c| format!("receive completion: status {}, {} bytes (wr_id {})", c.status, c.byte_len, c.wr_id))
+        .collect();
+    out.observed.extend(back.iter().map(|b| format!("on the wire: {b}")));
+    let mut why: Vec<String> = Vec::new();
+    if !back.is_empty() {
+        why.push(format!("a UC responder sent {} packet(s) back", back.len()));
+    }
+    let ok_list = got.len() == model.completions.len()
+        && got
+            .iter()
+            .zip(&model.completions)
+            .all(|(g, w)| g.status == 0 && usize::try_from(g.byte_len).ok() == Some(w.data.len()));
+    if !ok_list {
+        why.push("the receive completions are not the model's".into());
+    } else {
+        for (g, w) in got.iter().zip(&model.completions) {
+            let len = u32::try_from(w.data.len()).unwrap_or(0);
+            match peer.receive_buffer(g.wr_id, len) {
+                Ok(b) if b == w.data => {}
+                Ok(_) => why.push(format!("receive buffer {} does not hold the message's bytes", g.wr_id)),
+                Err(e) => why.push(e),
+            }
+        }
+    }
+    for &(off, len) in s.check {
+        let want = model.region(0).and_then(|r| r.data.get(off as usize..(off + len) as usize)).map(<[u8]>::to_vec);
+        out.expected.push(format!("region bytes {off}..{} as the model has them", off + len));
+        match peer.memory(off, len) {
+            Ok(b) if Some(&b) == want.as_ref() => {
+                out.observed.push(format!("region bytes {off}..{}: as the model", off + len))
+            }
+            Ok(_) => {
+                out.observed.push(format!("region bytes {off}..{}: not as the model", off + len));
+                why.push(format!("region bytes {off}..{} differ from the model's", off + len));
+            }
+            Err(e) => why.push(e),
+        }
+    }
+    if !why.is_empty() {
+        out.verdict = Verdict::Diverges(why.join("; "));
+    }
+    out
+}
