@@ -54,6 +54,12 @@ pub struct DeviceCaps {
     pub max_srq_sge: u32,
     /// Largest inline send, bytes.
     pub max_inline_data: u32,
+    /// Most multicast groups (each a socket joined to its IP group on UDP).
+    pub max_mcast_grp: u32,
+    /// Most QPs attached to one multicast group.
+    pub max_mcast_qp_attach: u32,
+    /// Most multicast attachments over all groups.
+    pub max_total_mcast_qp_attach: u32,
     /// P_Key table length.
     pub max_pkeys: u16,
     /// The CA's ACK delay (4.096 us x 2^n), what rxe reports.
@@ -77,6 +83,13 @@ impl DeviceCaps {
     pub const MAX_RD_ATOMIC: u8 = 16;
     /// Most CQs, PDs, SRQs and AHs.
     pub const MAX_OBJECTS: u32 = 65536;
+    /// Most multicast groups: fewer than rxe's 8192, since each costs a socket per
+    /// process on UDP.
+    pub const MAX_MCAST_GRP: u32 = 64;
+    /// Most QPs per multicast group (rxe's `RXE_MAX_MCAST_QP_ATTACH`).
+    pub const MAX_MCAST_QP_ATTACH: u32 = 56;
+    /// Most multicast attachments in all.
+    pub const MAX_TOTAL_MCAST_QP_ATTACH: u32 = Self::MAX_MCAST_GRP * Self::MAX_MCAST_QP_ATTACH;
 
     /// The caps of a device opened with `config` (its MTPT size is configured).
     pub fn of(config: &DeviceConfig) -> DeviceCaps {
@@ -109,6 +122,9 @@ impl DeviceCaps {
             max_srq_wr: Self::MAX_QP_WR,
             max_srq_sge: Self::MAX_SGE,
             max_inline_data: Self::MAX_INLINE,
+            max_mcast_grp: Self::MAX_MCAST_GRP,
+            max_mcast_qp_attach: Self::MAX_MCAST_QP_ATTACH,
+            max_total_mcast_qp_attach: Self::MAX_TOTAL_MCAST_QP_ATTACH,
             max_pkeys: 1,
             local_ca_ack_delay: 15,
             phys_port_cnt: 1,

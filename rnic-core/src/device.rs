@@ -72,9 +72,23 @@ enum Cmd {
     },
     PostSend(Qpn, SendWqe),
     PostRecv(Qpn, RecvWqe),
+    /// Attaches a QP to a multicast group (`attach`) or detaches it.
+    Mcast {
+        qpn: Qpn,
+        group: std::net::IpAddr,
+        attach: bool,
+        reply: Sender<Result<(), McastRefusal>>,
+    },
     /// A call on the device's Communication Manager (QP1), run on the progress thread.
     Cm(CmCall),
     Shutdown,
+}
+
+/// Why a multicast attach or detach was refused: by the engine, or by the host when the
+/// transport joined the group.
+enum McastRefusal {
+    Engine(EngineError),
+    Wire(std::io::Error),
 }
 
 /// A call on the CM agent, with the device's clock.
@@ -89,6 +103,7 @@ impl std::fmt::Debug for Cmd {
             Cmd::DestroyQp { .. } => "DestroyQp",
             Cmd::PostSend(..) => "PostSend",
             Cmd::PostRecv(..) => "PostRecv",
+            Cmd::Mcast { .. } => "Mcast",
             Cmd::Cm(_) => "Cm",
             Cmd::Shutdown => "Shutdown",
         })
@@ -575,9 +590,33 @@ impl Device {
         Ok(self.call(|reply| Cmd::QueryQp { qpn, reply })??)
     }
 
-    /// Destroys a QP.
+    /// Destroys a QP (detaching it from its multicast groups).
     pub fn destroy_qp(&self, qpn: Qpn) -> Result<(), DeviceError> {
         Ok(self.call(|reply| Cmd::DestroyQp { qpn, reply })??)
+    }
+
+    /// Attaches UD QP `qpn` to the multicast group at IP address `group`
+    /// (`ibv_attach_mcast`; a RoCEv2 multicast GID maps to it): the device joins the group
+    /// on the wire when it is the group's first QP here, and every datagram to the group
+    /// with DestQP 0xFFFFFF reaches the QP. Attaching twice is no error. Refused: a QP
+    /// that is not UD, an address that is not multicast (`Engine` errors), a group of the
+    /// other address family or one the host will not join (`Io`), past the limits
+    /// (`EngineError::Limit`).
+    pub fn attach_mcast(&self, qpn: Qpn, group: std::net::IpAddr) -> Result<(), DeviceError> {
+        self.mcast(qpn, group, true)
+    }
+
+    /// Detaches QP `qpn` from `group` (`ibv_detach_mcast`); the device leaves the group
+    /// when no QP of it is left there. A QP not attached is refused.
+    pub fn detach_mcast(&self, qpn: Qpn, group: std::net::IpAddr) -> Result<(), DeviceError> {
+        self.mcast(qpn, group, false)
+    }
+
+    fn mcast(&self, qpn: Qpn, group: std::net::IpAddr, attach: bool) -> Result<(), DeviceError> {
+        self.call(|reply| Cmd::Mcast { qpn, group, attach, reply })?.map_err(|r| match r {
+            McastRefusal::Engine(e) => DeviceError::Engine(e),
+            McastRefusal::Wire(source) => DeviceError::Io { name: self.name().to_string(), source },
+        })
     }
 
     /// Validates a send WR on the calling thread and hands it to the engine.
@@ -1029,7 +1068,7 @@ impl Core {
         for _ in 0..max {
             match self.cmds.try_recv() {
                 Ok(c) => {
-                    self.shutdown |= handle(&mut self.engine, t, c);
+                    self.shutdown |= handle(&mut self.engine, self.link.as_mut(), t, c);
                     took = true;
                 }
                 Err(crossbeam_channel::TryRecvError::Empty) => break,
@@ -1196,7 +1235,7 @@ fn progress_loop(
     }
 }
 
-fn handle(engine: &mut Engine, now: u64, cmd: Cmd) -> bool {
+fn handle(engine: &mut Engine, link: &mut dyn Transport, now: u64, cmd: Cmd) -> bool {
     match cmd {
         Cmd::CreateQp { init, reply } => {
             let _ = reply.send(engine.create_qp(init));
@@ -1208,7 +1247,30 @@ fn handle(engine: &mut Engine, now: u64, cmd: Cmd) -> bool {
             let _ = reply.send(engine.query_qp(qpn));
         }
         Cmd::DestroyQp { qpn, reply } => {
+            for group in engine.detach_all_mcast(qpn) {
+                link.leave(group);
+            }
             let _ = reply.send(engine.destroy_qp(qpn));
+        }
+        Cmd::Mcast { qpn, group, attach: true, reply } => {
+            let r = match engine.attach_mcast(qpn, group) {
+                Ok(true) => link.join(group).map_err(|e| {
+                    // Not on the wire: not attached either.
+                    let _ = engine.detach_mcast(qpn, group);
+                    McastRefusal::Wire(e)
+                }),
+                Ok(false) => Ok(()),
+                Err(e) => Err(McastRefusal::Engine(e)),
+            };
+            let _ = reply.send(r);
+        }
+        Cmd::Mcast { qpn, group, attach: false, reply } => {
+            let r = engine.detach_mcast(qpn, group).map(|last| {
+                if last {
+                    link.leave(group);
+                }
+            });
+            let _ = reply.send(r.map_err(McastRefusal::Engine));
         }
         Cmd::PostSend(qpn, wqe) => engine.post_send(now, qpn, wqe),
         Cmd::PostRecv(qpn, wqe) => engine.post_recv(qpn, wqe),

@@ -227,6 +227,20 @@ impl Fabric {
 
     fn deliver(&mut self, pkt: Wire) {
         let now = self.now;
+        if pkt.dst.is_multicast() {
+            // A multicast datagram reaches every node whose QPs joined the group, its
+            // sender's too (as IP_MULTICAST_LOOP does on a host).
+            let ctx = IcrcContext::new(pkt.src, pkt.dst, pkt.src_port, rnic_wire::ROCEV2_UDP_PORT);
+            let good = ctx.verify(&pkt.data).is_ok();
+            for e in self.engines.iter_mut().filter(|e| e.is_mcast_member(pkt.dst)) {
+                if good {
+                    e.handle_multicast(now, pkt.src, pkt.dst, &pkt.data, pkt.ce);
+                } else {
+                    e.counters().icrc_err.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            return;
+        }
         let Some(e) = self.engines.iter_mut().find(|e| e.config().local_ip == pkt.dst) else { return };
         let ctx = IcrcContext::new(pkt.src, pkt.dst, pkt.src_port, rnic_wire::ROCEV2_UDP_PORT);
         if ctx.verify(&pkt.data).is_err() {

@@ -256,14 +256,46 @@ enum Kind {
     AddrResolved,
     AddrError(c_int),
     RouteResolved,
-    ConnectRequest { dev: c_int, conn: u32, req: Request },
+    ConnectRequest {
+        dev: c_int,
+        conn: u32,
+        req: Request,
+    },
     ConnectReply(Box<RepInfo>),
     Established,
-    Rejected { reason: u16, private_data: Vec<u8> },
-    Disconnected { private_data: Vec<u8> },
+    Rejected {
+        reason: u16,
+        private_data: Vec<u8>,
+    },
+    Disconnected {
+        private_data: Vec<u8>,
+    },
     Unreachable,
-    SidrReply { status: SidrStatus, qpn: u32, qkey: u32, private_data: Vec<u8> },
+    SidrReply {
+        status: SidrStatus,
+        qpn: u32,
+        qkey: u32,
+        private_data: Vec<u8>,
+    },
     TimewaitExit,
+    /// A multicast join (`rdma_join_multicast`) the program has not taken yet: the
+    /// join's number in the id's list.
+    McJoin(u64),
+}
+
+/// A multicast group an id joined (librdmacm's `cma_multicast`).
+struct McJoin {
+    /// Its number (ids' joins are told apart by it, as librdmacm's by pointer).
+    n: u64,
+    /// The address joined, as the program gave it.
+    addr: SocketAddr,
+    /// The group's GID: the address as RoCEv2 maps it (the kernel's `cma_iboe_set_mgid`:
+    /// `::ffff:a.b.c.d` for IPv4).
+    mgid: [u8; 16],
+    context: usize,
+    join_flags: u32,
+    /// The QP was attached when the program took the join event.
+    attached: bool,
 }
 
 /// A request for a listener: a REQ (connected ids) or a SIDR_REQ (UD ids).
@@ -395,6 +427,9 @@ struct IdState {
     /// business (the kernel's RDMA_CM_DISCONNECT state).
     disconnected: bool,
     path: Option<Box<ibv_sa_path_rec>>,
+    /// Multicast groups joined, and the next join's number.
+    mcast: Vec<McJoin>,
+    next_mc: u64,
 }
 
 /// An `rdma_cm_id`: the program sees `id`.
@@ -476,6 +511,8 @@ fn new_id(channel: *mut rdma_event_channel, context: *mut c_void, ps: c_int, qp_
         connect_error: false,
         disconnected: false,
         path: None,
+        mcast: Vec::new(),
+        next_mc: 0,
     };
     Box::into_raw(Box::new(CmId { id, st: Mutex::new(st), acked: Condvar::new() }))
 }
@@ -732,6 +769,16 @@ pub unsafe extern "C" fn rnic_cm_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
 
 fn destroy(cid: &CmId) {
     let p = cid.ptr();
+    // The kernel leaves an id's multicast groups when it is destroyed
+    // (`cma_leave_mc_groups`): the QP, if it is still there, no longer receives from them.
+    let joined = std::mem::take(&mut cid.st.lock().mcast);
+    if !cid.id.qp.is_null() {
+        for m in joined.iter().filter(|m| m.attached) {
+            let g = ibv_gid { raw: m.mgid };
+            // SAFETY: the id's QP, one of this library's.
+            unsafe { crate::qp::ibv_detach_mcast(cid.id.qp, &g, 0) };
+        }
+    }
     // Unregister first: the routers no longer queue events for it.
     let (conn, dev, listening, phase) = {
         let st = cid.st.lock();
@@ -1657,6 +1704,7 @@ fn convert(p: Pending) -> Option<*mut rdma_cm_event> {
             modify_err(id.id.qp);
             new_event(id, RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT, &[])
         }
+        Kind::McJoin(n) => mc_join_event(id, n)?,
     };
     id.st.lock().reported += 1;
     Some(std::ptr::addr_of_mut!(Box::leak(ev).ev))
@@ -2381,11 +2429,41 @@ pub unsafe extern "C" fn rnic_cm_rdma_getaddrinfo(
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
     call(|| {
-        if res.is_null() || (node.is_null() && service.is_null()) {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: the caller's hints (or NULL).
         let h = unsafe { hints.as_ref() };
+        if res.is_null() || (node.is_null() && service.is_null() && h.is_none()) {
+            return Err(libc::EINVAL);
+        }
+        if let (true, Some(h)) = (node.is_null() && service.is_null(), h) {
+            // librdmacm: no node and no service, the record is the hints' (their
+            // addresses copied): how pyverbs' AddrInfo(src=...) alone is made.
+            // SAFETY: calloc'd so that rdma_freeaddrinfo (ours) frees it; checked.
+            let ai = unsafe { libc::calloc(1, std::mem::size_of::<rdma_addrinfo>()) }.cast::<rdma_addrinfo>();
+            if ai.is_null() {
+                return Err(libc::ENOMEM);
+            }
+            // SAFETY: the zeroed record we own; the hints' addresses are the caller's.
+            unsafe {
+                (*ai).ai_flags = h.ai_flags;
+                (*ai).ai_family = h.ai_family;
+                (*ai).ai_qp_type = h.ai_qp_type;
+                (*ai).ai_port_space = h.ai_port_space;
+                if h.ai_dst_len > 0 {
+                    if let Some(d) = read_sockaddr(h.ai_dst_addr) {
+                        (*ai).ai_dst_addr = alloc_sockaddr(d)?;
+                        (*ai).ai_dst_len = h.ai_dst_len;
+                    }
+                }
+                if h.ai_src_len > 0 {
+                    if let Some(src) = read_sockaddr(h.ai_src_addr) {
+                        (*ai).ai_src_addr = alloc_sockaddr(src)?;
+                        (*ai).ai_src_len = h.ai_src_len;
+                    }
+                }
+                *res = ai;
+            }
+            return Ok(());
+        }
         let flags = h.map_or(0, |h| h.ai_flags);
         let ps = match h.map_or(0, |h| h.ai_port_space) {
             0 => match h.map_or(0, |h| h.ai_qp_type) {
@@ -2510,8 +2588,155 @@ pub unsafe extern "C" fn rnic_cm_rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
     }
 }
 
-/// What librdmacm functions rnic does not implement jump to: multicast joins
-/// (rnic's UD has no multicast yet) and rsockets. Fails with `EOPNOTSUPP`, as the verbs
+// ---------------------------------------------------------------------------------------
+// Multicast
+
+/// `rdma_join_multicast`: joins the multicast group at `addr` as a full member; the join
+/// completes with RDMA_CM_EVENT_MULTICAST_JOIN, when taking which attaches the id's QP to
+/// the group (librdmacm's `ucma_process_join`).
+#[no_mangle]
+pub unsafe extern "C" fn rnic_cm_rdma_join_multicast(
+    id: *mut rdma_cm_id,
+    addr: *mut sockaddr,
+    context: *mut c_void,
+) -> c_int {
+    // SAFETY: an id we made; the caller's address.
+    let Some(cid) = (unsafe { id_of(id) }) else { return einval() };
+    // SAFETY: as above.
+    let a = unsafe { read_sockaddr(addr) };
+    call(|| join(cid, a.ok_or(libc::EINVAL)?, RDMA_MC_JOIN_FLAG_FULLMEMBER, context))
+}
+
+/// `rdma_join_multicast_ex`: as `rdma_join_multicast`, with join flags (a send-only full
+/// member's QP is not attached). librdmacm's checks: an unknown `comp_mask` bit is
+/// ENOTSUP, a missing address or join flags or an unknown flag EINVAL.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_cm_rdma_join_multicast_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut rdma_cm_join_mc_attr_ex,
+    context: *mut c_void,
+) -> c_int {
+    // SAFETY: an id we made.
+    let Some(cid) = (unsafe { id_of(id) }) else { return einval() };
+    if attr.is_null() {
+        return einval();
+    }
+    // SAFETY: the caller's attributes.
+    let at = unsafe { *attr };
+    call(|| {
+        if at.comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED {
+            return Err(libc::ENOTSUP);
+        }
+        if at.comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS == 0
+            || at.comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS == 0
+            || at.join_flags >= RDMA_MC_JOIN_FLAG_RESERVED
+        {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's address.
+        let a = unsafe { read_sockaddr(at.addr) }.ok_or(libc::EINVAL)?;
+        join(cid, a, at.join_flags, context)
+    })
+}
+
+/// The kernel's `rdma_join_multicast` for RoCE (`cma_iboe_join_multicast`): no SA, the
+/// address maps to the group's GID and the join is reported at once.
+fn join(cid: &CmId, addr: SocketAddr, join_flags: u32, context: *mut c_void) -> Result<(), c_int> {
+    let group = canonical(addr.ip());
+    {
+        let mut st = cid.st.lock();
+        // ULP rules the kernel checks: an id with a device, bound or resolved, and UD.
+        if st.dev.is_none() || !matches!(st.phase, Phase::Bound | Phase::AddrResolved) {
+            diag("rdma_join_multicast: the id must be bound to a device or have its address resolved");
+            return Err(libc::EINVAL);
+        }
+        if cid.id.qp_type != IBV_QPT_UD {
+            diag("rdma_join_multicast: only a UD id (RDMA_PS_UDP, RDMA_PS_IPOIB) joins multicast groups");
+            return Err(libc::EINVAL);
+        }
+        if group.is_unspecified() {
+            // cma_iboe_join_multicast: a zero address is refused (there is no SA to
+            // assign a group).
+            return Err(libc::EINVAL);
+        }
+        let n = st.next_mc;
+        st.next_mc += 1;
+        let mgid = gid_of(group);
+        // SAFETY: reading the raw bytes of the GID union.
+        let mgid = unsafe { mgid.raw };
+        st.mcast.push(McJoin { n, addr, mgid, context: context as usize, join_flags, attached: false });
+        drop(st);
+        cid.push(Kind::McJoin(n));
+    }
+    complete(cid)
+}
+
+/// The MULTICAST_JOIN event of join `n` (`cma_make_mc_event`: the address vector to the
+/// group, QPN 0xFFFFFF, the id's Q_Key), the QP attached on the way (librdmacm's
+/// `ucma_process_join`; a failed attach makes it MULTICAST_ERROR). None when the join
+/// was left before the program took its event.
+fn mc_join_event(id: &CmId, n: u64) -> Option<Box<Event>> {
+    let mut st = id.st.lock();
+    let tos = st.tos;
+    let m = st.mcast.iter_mut().find(|m| m.n == n)?;
+    let qp = id.id.qp;
+    let mut status = 0;
+    if !qp.is_null() && m.join_flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER {
+        let g = ibv_gid { raw: m.mgid };
+        // SAFETY: the id's QP, one of this library's.
+        status = unsafe { crate::qp::ibv_attach_mcast(qp, &g, 0) };
+        m.attached = status == 0;
+    }
+    let (mgid, context, group) = (m.mgid, m.context, canonical(m.addr.ip()));
+    drop(st);
+    if status != 0 {
+        return Some(new_event(id, RDMA_CM_EVENT_MULTICAST_ERROR, -status, &[]));
+    }
+    let mut e = new_event(id, RDMA_CM_EVENT_MULTICAST_JOIN, 0, &[]);
+    // SAFETY: writing the ud member of the event's union.
+    unsafe {
+        let u = &mut e.ev.param.ud;
+        u.private_data = context as *const c_void;
+        u.private_data_len = 0;
+        u.ah_attr = ah_to(group, tos);
+        u.ah_attr.grh.dgid.raw = mgid;
+        // cma_iboe_join_multicast: hop limit 64 (IPV6_DEFAULT_HOPLIMIT) for an IPv4
+        // group over RoCEv2, 1 otherwise.
+        u.ah_attr.grh.hop_limit = if group.is_ipv4() { 64 } else { 1 };
+        u.qp_num = 0x00FF_FFFF;
+        u.qkey = RDMA_UDP_QKEY;
+    }
+    Some(e)
+}
+
+/// `rdma_leave_multicast`: leaves a group joined on the id (the first join of that
+/// address), detaching the QP first (librdmacm: `ibv_detach_mcast` unless joined send-only).
+/// An address not joined is EADDRNOTAVAIL.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_cm_rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
+    // SAFETY: an id we made; the caller's address.
+    let Some(cid) = (unsafe { id_of(id) }) else { return einval() };
+    // SAFETY: as above.
+    let a = unsafe { read_sockaddr(addr) };
+    call(|| {
+        let a = a.ok_or(libc::EINVAL)?;
+        let mut st = cid.st.lock();
+        let at = st.mcast.iter().position(|m| m.addr == a).ok_or(libc::EADDRNOTAVAIL)?;
+        let m = st.mcast.remove(at);
+        drop(st);
+        if m.attached && !cid.id.qp.is_null() {
+            let g = ibv_gid { raw: m.mgid };
+            // SAFETY: the id's QP, one of this library's.
+            let r = unsafe { crate::qp::ibv_detach_mcast(cid.id.qp, &g, 0) };
+            if r != 0 {
+                return Err(r);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// What librdmacm functions rnic does not implement jump to: rsockets. Fails with `EOPNOTSUPP`, as the verbs
 /// library fails an operation a device does not support; -1 is right for every one of
 /// their return types (int, ssize_t, off_t).
 #[no_mangle]

@@ -308,6 +308,9 @@ fn device_attr(dev: &Dev) -> ibv_device_attr {
     a.max_srq = int(c.max_srq);
     a.max_srq_wr = int(c.max_srq_wr);
     a.max_srq_sge = int(c.max_srq_sge);
+    a.max_mcast_grp = int(c.max_mcast_grp);
+    a.max_mcast_qp_attach = int(c.max_mcast_qp_attach);
+    a.max_total_mcast_qp_attach = int(c.max_total_mcast_qp_attach);
     a.max_pkeys = c.max_pkeys;
     a.local_ca_ack_delay = c.local_ca_ack_delay;
     a.phys_port_cnt = c.phys_port_cnt;

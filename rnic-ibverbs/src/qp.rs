@@ -16,6 +16,7 @@ use rnic_core::mr::{AccessFlags, Bind};
 use rnic_core::post::PostError;
 use rnic_core::qp_state::{QpAttrMask, QpState, QpType};
 use rnic_core::wr::{RecvWrRef, SendFlags, SendOp, SendWrRef, Sge, UdDest};
+use rnic_verbs::Gid;
 use rnic_verbs_sys::*;
 use std::ptr::null_mut;
 use std::sync::Arc;
@@ -43,6 +44,9 @@ pub struct Qp {
     batch: Mutex<(Vec<Building>, Option<c_int>)>,
     /// An XRC target's domain (NULL for every other QP).
     xrcd: *mut ibv_xrcd,
+    /// The multicast groups (GIDs) the QP is attached to: a QP still attached is not
+    /// destroyed (EBUSY, the kernel's `uverbs_free_qp`).
+    mcast: Mutex<Vec<[u8; 16]>>,
 }
 
 unsafe fn qp_of<'a>(qp: *mut ibv_qp) -> Option<&'a Qp> {
@@ -512,6 +516,7 @@ fn qp_object(
         qkey: Mutex::new(0),
         batch: Mutex::new((Vec::new(), None)),
         xrcd,
+        mcast: Mutex::new(Vec::new()),
     };
     let p = Box::into_raw(Box::new(q));
     sh.qps.lock().insert(qpn, p as usize);
@@ -715,10 +720,75 @@ pub unsafe extern "C" fn ibv_query_qp(
     })
 }
 
+/// `ibv_attach_mcast`: attaches UD QP `qp` to the multicast group `gid` (IBA 10.5; on
+/// RoCE the LID is not used). Refused as the kernel's `ib_attach_mcast` refuses: a GID
+/// that is not multicast (`rdma_is_multicast_addr`: `ff..` or IPv4-mapped 224/4) or a QP
+/// that is not UD, EINVAL; past the device's groups or attachments, ENOMEM (rxe). A
+/// repeat is no error (`ib_uverbs_attach_mcast`).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, _lid: u16) -> c_int {
+    // SAFETY: the program's QP and GID.
+    unsafe { mcast(qp, gid, true) }
+}
+
+/// `ibv_detach_mcast`: detaches `qp` from group `gid`; a QP not attached to it is EINVAL
+/// (`ib_uverbs_detach_mcast`).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, _lid: u16) -> c_int {
+    // SAFETY: the program's QP and GID.
+    unsafe { mcast(qp, gid, false) }
+}
+
+/// # Safety
+/// `qp` is NULL or a QP of this library; `gid` NULL or a readable GID.
+unsafe fn mcast(qp: *mut ibv_qp, gid: *const ibv_gid, attach: bool) -> c_int {
+    let verb = if attach { "ibv_attach_mcast" } else { "ibv_detach_mcast" };
+    // SAFETY: the caller's promise.
+    let Some(q) = (unsafe { qp_of(qp) }) else { return libc::EINVAL };
+    if gid.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: a readable GID (the caller's promise); any 16 bytes are a GID.
+    let raw = unsafe { (*gid).raw };
+    let group = Gid(raw).to_ip();
+    if !group.is_multicast() {
+        diag(format!("{verb}: GID {} is not a multicast GID (ff.. or ::ffff:224.0.0.0/4)", Gid(raw)));
+        return libc::EINVAL;
+    }
+    let mut attached = q.mcast.lock();
+    let r = if attach { q.core.attach_mcast(q.shared.qpn, group) } else { q.core.detach_mcast(q.shared.qpn, group) };
+    match r {
+        Ok(()) => {
+            if attach {
+                if !attached.contains(&raw) {
+                    attached.push(raw);
+                }
+            } else {
+                attached.retain(|g| *g != raw);
+            }
+            0
+        }
+        Err(e) => {
+            diag(format!("{verb}(QP {}, {}): {e}", q.shared.qpn, Gid(raw)));
+            match e {
+                DeviceError::Engine(rnic_core::engine::EngineError::Limit(_)) => libc::ENOMEM,
+                DeviceError::Engine(_) | DeviceError::Io { .. } => libc::EINVAL,
+                _ => libc::EIO,
+            }
+        }
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     if qp.is_null() {
         return libc::EINVAL;
+    }
+    // SAFETY: a QP we handed out.
+    if let Some(attached) = unsafe { qp_of(qp) }.map(|q| q.mcast.lock().len()).filter(|&n| n > 0) {
+        // The kernel's uverbs_free_qp: a program detaches its QP before destroying it.
+        diag(format!("ibv_destroy_qp: the QP is still attached to {attached} multicast group(s): detach it first"));
+        return libc::EBUSY;
     }
     // SAFETY: allocated by Box in create; the program does not use it again.
     let q = unsafe { Box::from_raw(qp.cast::<Qp>()) };

@@ -11,16 +11,6 @@ use rnic_verbs_sys::*;
 use std::ptr::null_mut;
 
 #[no_mangle]
-pub extern "C" fn ibv_attach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-#[no_mangle]
-pub extern "C" fn ibv_detach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-#[no_mangle]
 pub extern "C" fn ibv_reg_dmabuf_mr(
     _pd: *mut ibv_pd,
     _offset: u64,

@@ -225,6 +225,42 @@ fn udaddy_resolves_ud_qps_through_sidr() {
     assert!(t0.elapsed() < Duration::from_secs(5), "the refusal took {:?}", t0.elapsed());
 }
 
+/// Whether the host has joined IPv4 group `g` on any interface (`/proc/net/igmp` lists
+/// groups in the kernel's byte order, hex).
+fn igmp_joined(g: std::net::Ipv4Addr) -> bool {
+    let hex = format!("{:08X}", u32::from_le_bytes(g.octets()));
+    std::fs::read_to_string("/proc/self/net/igmp").is_ok_and(|t| t.split_whitespace().any(|w| w == hex))
+}
+
+/// UD multicast through the CM: mckey's receiver (two ids, each QP attached, as
+/// `rdma_join_multicast` does on the MULTICAST_JOIN event) and sender on rnic0, two
+/// processes of one device; each of the receiver's QPs gets every datagram. The sender
+/// starts once the receiver's device has joined the IP group on the host. Then a leave:
+/// `rdma_leave_multicast` (at mckey's end) leaves the host's group.
+#[test]
+fn mckey_sends_to_a_multicast_group() {
+    let Some(dir) = setup(&["mckey"]) else { return };
+    let _turn = serial();
+    let (a, group) = (ip(22), "239.82.22.1");
+    let g: std::net::Ipv4Addr = group.parse().unwrap();
+    let rcv = command(dir, "mckey", 22).args(["-m", group, "-b", &a, "-c", "2", "-C", "5"]).spawn().expect("mckey");
+    let t0 = Instant::now();
+    while !igmp_joined(g) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "the receiver never joined {group}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let snd = command(dir, "mckey", 22).args(["-m", group, "-b", &a, "-s", "-C", "5"]).spawn().expect("mckey");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let s = finish(snd, "mckey -s", deadline);
+    let r = finish(rcv, "mckey (receiver)", deadline);
+    let (s, r) = (text(&s), text(&r));
+    for out in [&s, &r] {
+        assert!(out.contains("joined dgid: ::ffff:239.82.22.1 mlid 0x0"), "{out}");
+        assert!(out.contains("data transfers complete") && out.contains("return status 0"), "{s}\n{r}");
+    }
+    assert!(!igmp_joined(g), "the group is still joined after both left");
+}
+
 /// perftest's rdma_cm mode (`-R`): the connection, the exchange of addresses over the
 /// connected QP and the measured test; UD (`-c UD`) through SIDR.
 #[test]

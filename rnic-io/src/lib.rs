@@ -23,11 +23,11 @@ pub use cpu::pin_current_thread;
 pub use packet::RawSocket;
 pub use share::{attach_reuseport_cbpf, euid, recv_with_uid, set_passcred, set_reuseport, BpfInsn};
 pub use udp::{
-    force_buffers, recv_msgs, run_end, rx_backlog, send_msgs, send_msgs_with, set_pmtudisc_do, set_recv_tos,
-    set_rx_timestamps, set_tos, set_udp_gro, udp_segment_supported, IoVec, OutMsg, RecvMeta, RecvScratch, SendScratch,
-    ECN_CE, ECN_ECT0, ECN_MASK, MAX_GSO_SEGMENTS, MAX_UDP_PAYLOAD, UDP_GRO, UDP_SEGMENT,
+    force_buffers, interface_index_of, recv_msgs, run_end, rx_backlog, send_msgs, send_msgs_with, set_pmtudisc_do,
+    set_recv_tos, set_rx_timestamps, set_tos, set_udp_gro, udp_segment_supported, IoVec, OutMsg, RecvMeta, RecvScratch,
+    SendScratch, ECN_CE, ECN_ECT0, ECN_MASK, MAX_GSO_SEGMENTS, MAX_UDP_PAYLOAD, UDP_GRO, UDP_SEGMENT,
 };
-pub use wait::{wait_readable, EventFd};
+pub use wait::{wait_readable, Epoll, EventFd};
 
 use std::io;
 use std::os::fd::AsRawFd;

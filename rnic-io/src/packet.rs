@@ -10,7 +10,8 @@
 //!   send says so), `PACKET_AUXDATA` (the VLAN tag the kernel takes out of a frame),
 //!   `PACKET_QDISC_BYPASS` (frames go to the driver without the qdisc, as a NIC's queue
 //!   would), large buffers;
-//! - [`join_group`]: `PACKET_ADD_MEMBERSHIP` for an Ethernet multicast group;
+//! - [`join_group`], [`leave_group`]: `PACKET_ADD_MEMBERSHIP` / `PACKET_DROP_MEMBERSHIP`
+//!   for an Ethernet multicast group;
 //! - [`send`] and [`recv`]: one `sendmmsg` or `recvmmsg` over a batch of frames (the
 //!   receive side reads each frame's VLAN from its `PACKET_AUXDATA` control message);
 //! - [`wait_writable`]: `poll` for room in the send queue.
@@ -157,10 +158,21 @@ pub fn open(name: &str, buffer: usize) -> Result<Link, String> {
 }
 
 /// Joins the Ethernet multicast group `mac` on interface `index`, so that a NIC's filter
-/// lets its frames (neighbour solicitations for the device's addresses) in.
+/// lets its frames (neighbour solicitations for the device's addresses, a UD multicast
+/// group's datagrams) in.
+pub fn join_group(sock: BorrowedFd<'_>, index: i32, mac: [u8; 6]) -> io::Result<()> {
+    membership(sock, index, mac, libc::PACKET_ADD_MEMBERSHIP, "PACKET_ADD_MEMBERSHIP")
+}
+
+/// Leaves the Ethernet multicast group `mac` on interface `index` (joined by
+/// [`join_group`]).
+pub fn leave_group(sock: BorrowedFd<'_>, index: i32, mac: [u8; 6]) -> io::Result<()> {
+    membership(sock, index, mac, libc::PACKET_DROP_MEMBERSHIP, "PACKET_DROP_MEMBERSHIP")
+}
+
 // Struct sizes fit their C types.
 #[allow(clippy::cast_possible_truncation)]
-pub fn join_group(sock: BorrowedFd<'_>, index: i32, mac: [u8; 6]) -> io::Result<()> {
+fn membership(sock: BorrowedFd<'_>, index: i32, mac: [u8; 6], opt: libc::c_int, what: &str) -> io::Result<()> {
     // SAFETY: packet_mreq is a plain C struct of integers; all zeroes is valid.
     let mut mr: libc::packet_mreq = unsafe { std::mem::zeroed() };
     mr.mr_ifindex = index;
@@ -170,17 +182,9 @@ pub fn join_group(sock: BorrowedFd<'_>, index: i32, mac: [u8; 6]) -> io::Result<
     let n = std::mem::size_of::<libc::packet_mreq>() as libc::socklen_t;
     // SAFETY: a valid socket and a pointer to a live packet_mreq of the stated size, which
     // setsockopt only reads.
-    let r = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_ADD_MEMBERSHIP,
-            std::ptr::from_ref(&mr).cast(),
-            n,
-        )
-    };
+    let r = unsafe { libc::setsockopt(sock.as_raw_fd(), libc::SOL_PACKET, opt, std::ptr::from_ref(&mr).cast(), n) };
     if r < 0 {
-        Err(last_err("PACKET_ADD_MEMBERSHIP"))
+        Err(last_err(what))
     } else {
         Ok(())
     }

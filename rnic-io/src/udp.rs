@@ -481,3 +481,66 @@ mod tests {
         assert_eq!(run_end(&[], 0, all), 0);
     }
 }
+
+/// The index of the interface that holds address `ip` (`getifaddrs`), for an IPv6
+/// multicast join or send on the interface of a device's address; `None` when no
+/// interface holds it.
+pub fn interface_index_of(ip: std::net::IpAddr) -> Option<u32> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list we free below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut p = list;
+    while !p.is_null() {
+        // SAFETY: a node of the list getifaddrs made; its address may be NULL.
+        let (addr, name, next) = unsafe { ((*p).ifa_addr, (*p).ifa_name, (*p).ifa_next) };
+        // SAFETY: NULL or a sockaddr of the list, at least as long as its family says.
+        let a = unsafe { sockaddr_ip(addr) };
+        if a == Some(ip) && !name.is_null() {
+            // SAFETY: the interface's NUL-terminated name, alive until freeifaddrs.
+            let index = unsafe { libc::if_nametoindex(name) };
+            found = (index != 0).then_some(index);
+            break;
+        }
+        p = next;
+    }
+    // SAFETY: the list getifaddrs returned, freed once.
+    unsafe { libc::freeifaddrs(list) };
+    found
+}
+
+/// The IP address of a `sockaddr` of family `AF_INET` or `AF_INET6`.
+///
+/// # Safety
+/// `sa` is NULL or points at a sockaddr as long as its family's.
+unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<std::net::IpAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's promise; every sockaddr starts with its family.
+    match i32::from(unsafe { (*sa).sa_family }) {
+        libc::AF_INET => {
+            // SAFETY: an AF_INET sockaddr is a sockaddr_in.
+            let s = unsafe { &*sa.cast::<libc::sockaddr_in>() };
+            Some(std::net::Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)).into())
+        }
+        libc::AF_INET6 => {
+            // SAFETY: an AF_INET6 sockaddr is a sockaddr_in6.
+            let s = unsafe { &*sa.cast::<libc::sockaddr_in6>() };
+            Some(std::net::Ipv6Addr::from(s.sin6_addr.s6_addr).into())
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod iface_tests {
+    #[test]
+    fn loopback_is_found_and_a_foreign_address_is_not() {
+        let lo = super::interface_index_of("127.0.0.1".parse().unwrap());
+        assert!(lo.is_some_and(|i| i > 0));
+        assert_eq!(super::interface_index_of("192.0.2.254".parse().unwrap()), None);
+    }
+}

@@ -130,3 +130,91 @@ mod tests {
         assert!(!EventFd::blocking().unwrap().nonblocking());
     }
 }
+
+/// An epoll set: one descriptor that is readable while any descriptor in the set is,
+/// so that a thread sleeping in [`wait_readable`] on a fixed list of descriptors also
+/// wakes for ones added later (the UDP transport's multicast group sockets), and a
+/// poller learns in one call which of them are ready.
+#[derive(Debug)]
+pub struct Epoll(OwnedFd);
+
+impl Epoll {
+    /// An empty set.
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: epoll_create1 takes no pointers; on success it returns a new fd we own.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nobody else owns.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Adds `fd` (level-triggered, readable), reported by [`ready`](Self::ready) as `token`.
+    pub fn add(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
+        // SAFETY: both descriptors are open (one owned, one borrowed); `ev` is a live
+        // epoll_event the kernel only reads.
+        let rc = unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Removes `fd` from the set (closing it removes it too).
+    pub fn remove(&self, fd: BorrowedFd<'_>) {
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: as in `add`; a descriptor not in the set is refused (ENOENT), harmlessly.
+        unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_DEL, fd.as_raw_fd(), &mut ev) };
+    }
+
+    /// The tokens of the descriptors readable now (up to `out`'s capacity, at least 1),
+    /// without waiting; `out` is cleared first.
+    pub fn ready(&self, out: &mut Vec<u64>) -> io::Result<()> {
+        out.clear();
+        let max = out.capacity().clamp(1, 64);
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        let n = libc::c_int::try_from(max).unwrap_or(64);
+        // SAFETY: `evs` has room for `n` <= 64 events; timeout 0 never blocks.
+        let rc = unsafe { libc::epoll_wait(self.0.as_raw_fd(), evs.as_mut_ptr(), n, 0) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted { Ok(()) } else { Err(e) };
+        }
+        let n = usize::try_from(rc).unwrap_or(0);
+        out.extend(evs[..n].iter().map(|e| e.u64));
+        Ok(())
+    }
+}
+
+impl AsFd for Epoll {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod epoll_tests {
+    use super::*;
+
+    #[test]
+    fn a_member_made_readable_wakes_the_set_and_is_named() {
+        let ep = Epoll::new().unwrap();
+        let (a, b) = (EventFd::new().unwrap(), EventFd::new().unwrap());
+        ep.add(a.as_fd(), 7).unwrap();
+        ep.add(b.as_fd(), 9).unwrap();
+        let mut out = Vec::with_capacity(8);
+        ep.ready(&mut out).unwrap();
+        assert!(out.is_empty());
+        assert!(!wait_readable(&[ep.as_fd()], Some(Duration::ZERO)).unwrap());
+        b.notify();
+        assert!(wait_readable(&[ep.as_fd()], Some(Duration::ZERO)).unwrap());
+        ep.ready(&mut out).unwrap();
+        assert_eq!(out, [9]);
+        ep.remove(b.as_fd());
+        ep.ready(&mut out).unwrap();
+        assert!(out.is_empty());
+    }
+}

@@ -120,6 +120,8 @@ verbs_table! {
     ibv_modify_qp @ "IBVERBS_1.1": fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int;
     ibv_query_qp @ "IBVERBS_1.1": fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int;
     ibv_destroy_qp @ "IBVERBS_1.1": fn(*mut ibv_qp) -> c_int;
+    ibv_attach_mcast @ "IBVERBS_1.1": fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int;
+    ibv_detach_mcast @ "IBVERBS_1.1": fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int;
     ibv_create_srq @ "IBVERBS_1.1": fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq;
     ibv_modify_srq @ "IBVERBS_1.1": fn(*mut ibv_srq, *mut ibv_srq_attr, c_int) -> c_int;
     ibv_query_srq @ "IBVERBS_1.1": fn(*mut ibv_srq, *mut ibv_srq_attr) -> c_int;

@@ -331,6 +331,19 @@ pub struct rdma_addrinfo {
     pub ai_next: *mut rdma_addrinfo,
 }
 
+/// `rdma_cm_join_mc_attr_ex.comp_mask`: `addr` is set.
+pub const RDMA_CM_JOIN_MC_ATTR_ADDRESS: u32 = 1 << 0;
+/// `rdma_cm_join_mc_attr_ex.comp_mask`: `join_flags` is set.
+pub const RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS: u32 = 1 << 1;
+/// The first `comp_mask` bit librdmacm does not know.
+pub const RDMA_CM_JOIN_MC_ATTR_RESERVED: u32 = 1 << 2;
+/// Join as a full member (send and receive).
+pub const RDMA_MC_JOIN_FLAG_FULLMEMBER: u32 = 0;
+/// Join to send only (the QP is not attached).
+pub const RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER: u32 = 1;
+/// The first join flag librdmacm does not know.
+pub const RDMA_MC_JOIN_FLAG_RESERVED: u32 = 2;
+
 /// `struct rdma_cm_join_mc_attr_ex`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]

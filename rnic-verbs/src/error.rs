@@ -113,6 +113,21 @@ pub enum Error {
         /// What was wrong.
         why: String,
     },
+    /// Attaching a UD QP to a multicast group, or detaching it, was refused (a QP that is
+    /// not UD, a GID that is not multicast or not of the device's IP version, a QP not
+    /// attached, past the device's limits, a group the host would not join).
+    #[error("{op} QP {qpn:#x} {gid}")]
+    Mcast {
+        /// "attach to multicast group" or "detach from multicast group".
+        op: &'static str,
+        /// The QP.
+        qpn: u32,
+        /// The group's GID.
+        gid: crate::Gid,
+        /// Why.
+        #[source]
+        source: DeviceError,
+    },
     /// The device's threads have stopped.
     #[error("device stopped")]
     DeviceStopped(#[source] DeviceError),

@@ -83,7 +83,9 @@ pub use mw::{MemoryWindow, MwType};
 pub use pd::ProtectionDomain;
 pub use qp::{PreparedQp, QpBuilder, QueuePair};
 pub use srq::SharedReceiveQueue;
-pub use types::{DeviceAttr, DeviceInfo, DeviceKind, Endpoint, Gid, PortAttr, RemoteMr, DEFAULT_QKEY, GRH_LEN};
+pub use types::{
+    DeviceAttr, DeviceInfo, DeviceKind, Endpoint, Gid, PortAttr, RemoteMr, DEFAULT_QKEY, GRH_LEN, MULTICAST_QPN,
+};
 
 // The data both backends take and give: work requests and completions, QP attributes,
 // access rights, states, events. They are defined once, in rnic-core, because the

@@ -103,8 +103,6 @@ impl ProtectionDomain {
         let ip = gid.to_ip();
         let why = if ip.is_unspecified() {
             Some(format!("GID {gid} is all zeros (a peer that sent no GID: ibv_*_pingpong need -g 0 on RoCE)"))
-        } else if ip.is_multicast() {
-            Some(format!("GID {gid} is multicast, which rnic does not implement"))
         } else if ip.is_ipv4() != self.inner.ctx.ip().is_ipv4()
             && !(rnic_core::engine::is_link_local(ip) && self.inner.ctx.carries_link_local())
         {

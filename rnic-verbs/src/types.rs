@@ -243,3 +243,7 @@ pub(crate) const MAX_QP_WR: u32 = rnic_core::caps::DeviceCaps::MAX_QP_WR;
 pub(crate) const MAX_SGE: u32 = rnic_core::caps::DeviceCaps::MAX_SGE;
 pub(crate) const MAX_CQE: u32 = rnic_core::caps::DeviceCaps::MAX_CQE;
 pub(crate) const MAX_INLINE: u32 = rnic_core::caps::DeviceCaps::MAX_INLINE;
+
+/// The QPN a UD send to a multicast group names (IBA 10.5.2.1): the datagram goes to every
+/// QP attached to the group ([`QueuePair::attach_mcast`](crate::QueuePair::attach_mcast)).
+pub const MULTICAST_QPN: u32 = 0xFF_FFFF;

@@ -284,11 +284,11 @@ fn ucx_finds_the_devices_and_moves_data() {
 }
 
 /// rdma-core's own test suite (the installed python3-pyverbs suite, `run_tests.py`) under
-/// `rnic exec`: no failure and no error, at least 135 tests passing, among them the
+/// `rnic exec`: no failure and no error, at least 138 tests passing, among them the
 /// rdma_cm tests (`test_rdmacm.py`, on rnic's librdmacm.so.1: synchronous and asynchronous
 /// connections, READ and WRITE traffic, a rejection with its private data, an external QP
-/// through `rdma_init_qp_attr`/`rdma_establish`, UD through SIDR; multicast skips as on a
-/// device without it) and the shared PD (`test_shared_pd.py`: `ibv_import_device` of a
+/// through `rdma_init_qp_attr`/`rdma_establish`, UD through SIDR, the 3 multicast ones:
+/// `rdma_join_multicast`, `_ex`, and a leave after which nothing arrives) and the shared PD (`test_shared_pd.py`: `ibv_import_device` of a
 /// dup of `cmd_fd`, PD and MR imported by handle) and the MR re-registrations
 /// (`test_mr_rereg_*`: access rights, PD, translation, with receives posted before them
 /// failing as the suite expects) and the extended CQ (`test_cqex`: RC and UD traffic
@@ -357,15 +357,17 @@ fn rdma_cores_test_suite_passes() {
     // XRC: the initiator/target traffic tests of test_atomic, test_cqex, test_qpex,
     // test_relaxed_ordering and test_odp.
     let xrc = all.lines().filter(|l| l.contains("_xrc_") && l.trim_end().ends_with("... ok")).count();
+    let mcast = all.lines().filter(|l| l.contains("multicast_traffic") && l.trim_end().ends_with("... ok")).count();
     // The one-line ones (a test with a docstring prints its "ok" on the docstring's line).
     let rereg = all.lines().filter(|l| l.contains("test_mr_rereg") && l.trim_end().ends_with("... ok")).count();
     // The whole suite: no failure and no error (unittest's "OK"), and at least what it
-    // passed when this test was written (135 of 273, 2026-11-27; Linux rxe 6.1: 86).
+    // passed when this test was written (138 of 273, 2026-11-27; Linux rxe 6.1: 86).
     assert!(
         out.status.success()
             && all.contains("\nOK")
-            && ok >= 135
-            && cm >= 7
+            && ok >= 138
+            && cm >= 10
+            && mcast >= 3
             && shared_pd >= 1
             && rereg >= 2
             && cqex >= 2
@@ -374,7 +376,8 @@ fn rdma_cores_test_suite_passes() {
             && odp >= 11
             && dm >= 3
             && xrc >= 6,
-        "{ok} of rdma-core's tests passed (135 expected), {cm} rdma_cm (7), {shared_pd} shared PD (1), \
+        "{ok} of rdma-core's tests passed (138 expected), {cm} rdma_cm (10), {mcast} multicast (3), \
+         {shared_pd} shared PD (1), \
          {rereg} MR re-registrations (2: access, translation), {cqex} extended CQ (2), {mw} memory windows (6), \
          {parent} parent domain (5), {odp} on-demand paging (11), \
          {dm} device memory MRs (3 with one-line names), {xrc} XRC (6):\n{all}"

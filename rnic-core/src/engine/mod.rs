@@ -29,6 +29,7 @@
 //! [`crate::qp_state`]; posting checks in [`crate::post`].
 
 mod ctx;
+mod mcast;
 mod out;
 mod packet;
 pub mod qp;
@@ -80,6 +81,9 @@ pub enum EngineError {
     /// An attribute value is in range for its field but not allowed here.
     #[error("{0}")]
     BadAttr(String),
+    /// A device limit would be passed (multicast groups, attachments): ENOMEM in verbs.
+    #[error("{0}")]
+    Limit(String),
 }
 
 /// The protocol engine of one device: the QP table beside the context every handler
@@ -95,6 +99,11 @@ pub struct Engine {
     /// The packet being received, parsed in place ([`RoceRepr::parse_into`]): kept here so
     /// that no packet pays to set up a fresh 144-byte value or to move one.
     rx_repr: RoceRepr,
+    /// Multicast groups and their QPs.
+    mcast: mcast::Groups,
+    /// The QPs of the multicast group a packet is being delivered to (kept: no
+    /// allocation per packet).
+    rx_members: Vec<Qpn>,
 }
 
 /// QP1, the general services interface (IBA 13.5): not a QP of the table but the device's
@@ -140,6 +149,8 @@ impl Engine {
             gsi: Gsi { agent: crate::cm::CmAgent::new(cm), psn: Psn::new(0) },
             queued: Vec::new(),
             rx_repr: RoceRepr::EMPTY,
+            mcast: mcast::Groups::default(),
+            rx_members: Vec::new(),
         }
     }
 
@@ -229,6 +240,10 @@ impl Engine {
             self.cx.account_inflight(qp);
         }
         self.cx.cnp.forget(qpn.value());
+        // A destroyed QP receives from no group. (The libibverbs front end refuses to
+        // destroy an attached QP, EBUSY, as the kernel's uverbs does; the Rust API and a
+        // closing context detach it here.)
+        self.mcast.forget(qpn);
         // QPs waiting for the room it held are served at the next call with a clock
         // (`poll_timeout` says "now" while one is due).
         // Its number is not handed out again until the cursor has walked the whole QPN
@@ -379,13 +394,57 @@ impl Engine {
     /// notification point answers a marked RC or UC request with a CNP to the QP that sent
     /// it (RoCEv2 Annex A17.9.2), at most one per QP per `cnp_gap_ns`.
     pub fn handle_packet_ecn(&mut self, now: Time, src: IpAddr, data: &[u8], ce: bool) {
-        self.receive(now, src, data, ce);
+        self.receive(now, src, None, data, ce);
         if !self.cx.freed.is_empty() {
             self.serve_dest_waiters(now);
         }
     }
 
-    fn receive(&mut self, now: Time, src: IpAddr, data: &[u8], ce: bool) {
+    /// Handles one packet received on multicast group `group` (its IP destination), the
+    /// ICRC already verified for that destination: given to every QP attached to the
+    /// group (see [`attach_mcast`](Self::attach_mcast)).
+    pub fn handle_multicast(&mut self, now: Time, src: IpAddr, group: IpAddr, data: &[u8], ce: bool) {
+        self.receive(now, src, Some(group), data, ce);
+    }
+
+    /// Attaches UD QP `qpn` to multicast group `group` (`ibv_attach_mcast`; the group is
+    /// the IP address its GID maps to). `Ok(true)` when the group is new to this engine:
+    /// the caller then joins it on the wire. Only UD QPs may be attached (verbs; the
+    /// kernel's `ib_attach_mcast` refuses others with EINVAL); attaching twice is no error.
+    pub fn attach_mcast(&mut self, qpn: Qpn, group: IpAddr) -> Result<bool, EngineError> {
+        let qp = self.qps.get(qpn).ok_or(EngineError::NoSuchQp(qpn.value()))?;
+        if qp.shared.qp_type != QpType::Ud {
+            return Err(EngineError::BadAttr(format!(
+                "QP {:#x} is {:?}: only UD QPs attach to multicast groups",
+                qpn.value(),
+                qp.shared.qp_type
+            )));
+        }
+        self.mcast.attach(group, qpn)
+    }
+
+    /// Detaches QP `qpn` from `group`; `Ok(true)` when no QP of this engine is left in
+    /// it (the caller may leave it on the wire). A QP not attached is refused.
+    pub fn detach_mcast(&mut self, qpn: Qpn, group: IpAddr) -> Result<bool, EngineError> {
+        self.mcast.detach(group, qpn)
+    }
+
+    /// Detaches QP `qpn` from every group; returns the groups left without a QP.
+    pub fn detach_all_mcast(&mut self, qpn: Qpn) -> Vec<IpAddr> {
+        self.mcast.forget(qpn)
+    }
+
+    /// The multicast groups at least one QP is attached to.
+    pub fn mcast_groups(&self) -> Vec<IpAddr> {
+        self.mcast.groups().collect()
+    }
+
+    /// Whether a QP is attached to `group`.
+    pub fn is_mcast_member(&self, group: IpAddr) -> bool {
+        self.mcast.has(group)
+    }
+
+    fn receive(&mut self, now: Time, src: IpAddr, group: Option<IpAddr>, data: &[u8], ce: bool) {
         let cx = &mut self.cx;
         let pkt = match RocePacket::new_checked(data) {
             Ok(p) => p,
@@ -401,7 +460,24 @@ impl Engine {
         }
         let repr = &self.rx_repr;
         cx.counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
-        let info = pkt.info();
+        if let Some(group) = group {
+            // IBA 10.5.2.1 (rxe `rxe_rcv_mcast_pkt`): a packet to a multicast group is a
+            // UD datagram to DestQP 0xFFFFFF, and every QP attached to the group gets a
+            // copy, each checking it as its own (state, P_Key, Q_Key, receive WQE).
+            // Anything else sent to a group is addressed to no QP.
+            let ud = pkt.info().transport == rnic_wire::opcode::Transport::Ud;
+            self.mcast.members(group, &mut self.rx_members);
+            if repr.bth.dest_qp != Qpn::MULTICAST || !ud || self.rx_members.is_empty() {
+                cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            for &qpn in &self.rx_members {
+                if let Some(qp) = self.qps.get_mut(qpn) {
+                    to_qp(qp, cx, now, (src, Some(group)), repr, &pkt, data.len(), ce);
+                }
+            }
+            return;
+        }
         if repr.bth.dest_qp.value() == rnic_wire::mad::GSI_QPN {
             gsi_receive(&mut self.gsi, cx, now, src, repr, pkt.payload());
             return;
@@ -410,78 +486,7 @@ impl Engine {
             cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        let qp_type = qp.shared.qp_type;
-        let peer_ok = qp_type == QpType::Ud || qp.attr.remote_ip == Some(src);
-        if ce {
-            cx.counters.np_ecn_marked_roce_packets.fetch_add(1, Ordering::Relaxed);
-        }
-        if info.transport == rnic_wire::opcode::Transport::Cnp {
-            // The reaction point (DCQCN): a CNP from the QP's peer cuts its rate.
-            let p = cx.config.cc.filter(|_| qp_type.reliable() && qp_type.has_send_queue() && peer_ok);
-            match (p, qp.req.cc.as_mut()) {
-                (Some(p), Some(c)) => {
-                    c.rate.on_cnp(now, &p);
-                    cx.counters.rp_cnp_handled.fetch_add(1, Ordering::Relaxed);
-                    cx.note_timers(qp);
-                }
-                _ => {
-                    cx.counters.rp_cnp_ignored.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            return;
-        }
-        // rxe `check_type_state` / `check_addr`: a QP takes only its
-        // transport's opcodes; a connected (RC, UC) QP only from its peer, a UD QP from
-        // anyone (the DETH says who).
-        let transport_ok = matches!(
-            (qp_type, info.transport),
-            (QpType::Rc, rnic_wire::opcode::Transport::Rc)
-                | (QpType::Uc, rnic_wire::opcode::Transport::Uc)
-                | (QpType::Ud, rnic_wire::opcode::Transport::Ud)
-                | (QpType::XrcSend | QpType::XrcRecv, rnic_wire::opcode::Transport::Xrc)
-        );
-        if !transport_ok || !peer_ok || matches!(qp.state, QpState::Reset | QpState::Init) {
-            cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        // P_Key (IBA C9-42/43): the default partition's low 15 bits must match.
-        if repr.bth.pkey & 0x7fff != 0x7fff {
-            cx.counters.bad_pkey_cntr.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        if !info.request {
-            if qp_type.reliable() && qp_type.has_send_queue() {
-                requester::handle_response(qp, cx, now, repr, pkt.payload());
-                cx.account_inflight(qp);
-                cx.note_timers(qp);
-            }
-            return;
-        }
-        if ce && cx.config.cc.is_some() && qp_type != QpType::Ud && cx.cnp.on_marked(now, qp.qpn().value()) {
-            // The notification point: one CNP per QP per gap, to the sending QP. (UD has no
-            // reaction point here: its marked packets are counted, not answered.)
-            let repr = packet::cnp_repr(Qpn::new(qp.attr.dest_qpn));
-            cx.out.emit(&cx.counters, src, qp.src_port, &repr, |_| {});
-            cx.counters.np_cnp_sent.fetch_add(1, Ordering::Relaxed);
-        }
-        // The one place a QP's state is checked for incoming requests (IBA 10.3.1).
-        if !qp.receives() {
-            cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        match qp_type {
-            QpType::Ud => ud::handle_request(qp, cx, src, repr, pkt.payload(), data.len()),
-            QpType::Rc | QpType::Uc | QpType::XrcRecv => responder::handle_request(qp, cx, now, repr, pkt.payload()),
-            // IBA Annex A14: an XRC initiator has no responder; a request to it is dropped.
-            QpType::XrcSend => {
-                cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        }
-        cx.raise_srq_events(qp);
-        if qp_type.reliable() {
-            cx.note_timers(qp);
-        }
+        to_qp(qp, cx, now, (src, None), repr, &pkt, data.len(), ce);
     }
 
     /// The earliest time at which `handle_timeout` may have work to do (it can be early:
@@ -693,6 +698,94 @@ impl Engine {
 
 /// A packet for QP1: a UD SEND_ONLY with the GSI's Q_Key (IBA 13.5.3.1, C13-7; rxe's
 /// `check_keys` applies it to QP1 as to any UD QP) and exactly one MAD (IBA 13.4.2).
+/// Hands a parsed packet from `src` (to `group` when it was multicast) to `qp`: the
+/// checks every QP makes of an incoming packet, then its transport's handler.
+#[allow(clippy::too_many_arguments)]
+fn to_qp(
+    qp: &mut Qp,
+    cx: &mut Ctx,
+    now: Time,
+    (src, group): (IpAddr, Option<IpAddr>),
+    repr: &RoceRepr,
+    pkt: &RocePacket<&[u8]>,
+    data_len: usize,
+    ce: bool,
+) {
+    let info = pkt.info();
+    let qp_type = qp.shared.qp_type;
+    let peer_ok = qp_type == QpType::Ud || qp.attr.remote_ip == Some(src);
+    if ce {
+        cx.counters.np_ecn_marked_roce_packets.fetch_add(1, Ordering::Relaxed);
+    }
+    if info.transport == rnic_wire::opcode::Transport::Cnp {
+        // The reaction point (DCQCN): a CNP from the QP's peer cuts its rate.
+        let p = cx.config.cc.filter(|_| qp_type.reliable() && qp_type.has_send_queue() && peer_ok);
+        match (p, qp.req.cc.as_mut()) {
+            (Some(p), Some(c)) => {
+                c.rate.on_cnp(now, &p);
+                cx.counters.rp_cnp_handled.fetch_add(1, Ordering::Relaxed);
+                cx.note_timers(qp);
+            }
+            _ => {
+                cx.counters.rp_cnp_ignored.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        return;
+    }
+    // rxe `check_type_state` / `check_addr`: a QP takes only its
+    // transport's opcodes; a connected (RC, UC) QP only from its peer, a UD QP from
+    // anyone (the DETH says who).
+    let transport_ok = matches!(
+        (qp_type, info.transport),
+        (QpType::Rc, rnic_wire::opcode::Transport::Rc)
+            | (QpType::Uc, rnic_wire::opcode::Transport::Uc)
+            | (QpType::Ud, rnic_wire::opcode::Transport::Ud)
+            | (QpType::XrcSend | QpType::XrcRecv, rnic_wire::opcode::Transport::Xrc)
+    );
+    if !transport_ok || !peer_ok || matches!(qp.state, QpState::Reset | QpState::Init) {
+        cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    // P_Key (IBA C9-42/43): the default partition's low 15 bits must match.
+    if repr.bth.pkey & 0x7fff != 0x7fff {
+        cx.counters.bad_pkey_cntr.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    if !info.request {
+        if qp_type.reliable() && qp_type.has_send_queue() {
+            requester::handle_response(qp, cx, now, repr, pkt.payload());
+            cx.account_inflight(qp);
+            cx.note_timers(qp);
+        }
+        return;
+    }
+    if ce && cx.config.cc.is_some() && qp_type != QpType::Ud && cx.cnp.on_marked(now, qp.qpn().value()) {
+        // The notification point: one CNP per QP per gap, to the sending QP. (UD has no
+        // reaction point here: its marked packets are counted, not answered.)
+        let repr = packet::cnp_repr(Qpn::new(qp.attr.dest_qpn));
+        cx.out.emit(&cx.counters, src, qp.src_port, &repr, |_| {});
+        cx.counters.np_cnp_sent.fetch_add(1, Ordering::Relaxed);
+    }
+    // The one place a QP's state is checked for incoming requests (IBA 10.3.1).
+    if !qp.receives() {
+        cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    match qp_type {
+        QpType::Ud => ud::handle_request(qp, cx, src, group, repr, pkt.payload(), data_len),
+        QpType::Rc | QpType::Uc | QpType::XrcRecv => responder::handle_request(qp, cx, now, repr, pkt.payload()),
+        // IBA Annex A14: an XRC initiator has no responder; a request to it is dropped.
+        QpType::XrcSend => {
+            cx.counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    cx.raise_srq_events(qp);
+    if qp_type.reliable() {
+        cx.note_timers(qp);
+    }
+}
+
 fn gsi_receive(gsi: &mut Gsi, cx: &mut Ctx, now: Time, src: IpAddr, repr: &RoceRepr, payload: &[u8]) {
     let Some(deth) = repr.ext.deth.filter(|_| repr.bth.opcode == rnic_wire::Opcode(0x64)) else {
         // Not a plain UD SEND_ONLY (RC/UC opcodes, or SEND with immediate): QP1 takes none.

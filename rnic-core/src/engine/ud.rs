@@ -74,8 +74,17 @@ pub fn network_hdr(src: IpAddr, dst: IpAddr) -> NetworkHdr {
     }
 }
 
-/// Handles a UD request packet (`data_len` bytes of BTH..ICRC) from `src` for `qpn`.
-pub(crate) fn handle_request(qp: &mut Qp, cx: &mut Ctx, src: IpAddr, repr: &RoceRepr, payload: &[u8], data_len: usize) {
+/// Handles a UD request packet (`data_len` bytes of BTH..ICRC) from `src` for `qpn`,
+/// sent to multicast `group` when it is one (the GRH area's destination is then the group).
+pub(crate) fn handle_request(
+    qp: &mut Qp,
+    cx: &mut Ctx,
+    src: IpAddr,
+    group: Option<IpAddr>,
+    repr: &RoceRepr,
+    payload: &[u8],
+    data_len: usize,
+) {
     let local = cx.config.local_ip;
     let Some(deth) = repr.ext.deth else {
         // The opcode table gives every UD opcode a DETH; a parsed packet has it.
@@ -83,7 +92,7 @@ pub(crate) fn handle_request(qp: &mut Qp, cx: &mut Ctx, src: IpAddr, repr: &Roce
         return;
     };
     // IBA C10-15 / rxe check_keys: the DETH Q_Key must be the QP's, else a silent drop that
-    // the port counts.
+    // the port counts. A multicast datagram is checked by each QP it reaches.
     if deth.qkey != qp.attr.qkey {
         cx.counters.qkey_viol_cntr.fetch_add(1, Ordering::Relaxed);
         return;
@@ -108,10 +117,11 @@ pub(crate) fn handle_request(qp: &mut Qp, cx: &mut Ctx, src: IpAddr, repr: &Roce
     qp.shared.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
     // A datagram to the link-local GID 0 (raw Ethernet) was addressed to the link-local
     // address of the device's MAC, whose EUI-64 is the CA GUID.
-    let local = if super::is_link_local(src) && local.is_ipv4() {
-        IpAddr::V6(super::link_local(cx.config.ca_guid))
-    } else {
-        local
+    let local = match group {
+        // The datagram's destination was the group (rxe copies the real header).
+        Some(g) => g,
+        None if super::is_link_local(src) && local.is_ipv4() => IpAddr::V6(super::link_local(cx.config.ca_guid)),
+        None => local,
     };
     let grh = grh_area(src, local, data_len);
     let network_hdr = network_hdr(src, local);

@@ -127,6 +127,14 @@ impl Transport for Faulty {
         self.inner.src_port(p)
     }
 
+    fn join(&mut self, group: std::net::IpAddr) -> std::io::Result<()> {
+        self.inner.join(group)
+    }
+
+    fn leave(&mut self, group: std::net::IpAddr) {
+        self.inner.leave(group);
+    }
+
     fn maintain(&mut self, now: Time, engine: &mut Engine) {
         self.inner.maintain(now, engine);
     }

@@ -15,6 +15,8 @@
 // Raw Ethernet: its AF_PACKET calls (every unsafe of it) are in its `sys` child.
 pub(crate) mod raw;
 pub(crate) mod udp;
+// The UDP transport's multicast group sockets.
+pub(crate) mod groups;
 // Processes sharing a UDP device.
 pub mod share;
 // Fault injection wraps either transport.
@@ -58,6 +60,11 @@ pub(crate) trait Transport: Send {
     fn local_ip(&self, dst: std::net::IpAddr) -> std::net::IpAddr;
     /// The UDP source port packet `p` leaves with.
     fn src_port(&self, p: &TxPacket) -> u16;
+    /// Joins IP multicast group `group` on the wire (the first QP of this device attached
+    /// to it), so that its datagrams arrive for [`Engine::handle_multicast`].
+    fn join(&mut self, group: std::net::IpAddr) -> io::Result<()>;
+    /// Leaves `group` (its last QP detached).
+    fn leave(&mut self, group: std::net::IpAddr);
     /// Housekeeping when [`Transport::next_due`] came: a shared device tells the CM
     /// which processes of the device have gone ([`crate::cm::CmAgent::member_gone`]).
     fn maintain(&mut self, _now: Time, _engine: &mut Engine) {}

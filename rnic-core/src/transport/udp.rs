@@ -56,7 +56,8 @@ impl Udp {
             msgs: Vec::new(),
             tos: if config.congestion_control == CongestionControl::Off { 0 } else { rnic_io::ECN_ECT0 },
         };
-        Ok(Udp { tx, rx: Rx::new(sock, local, counters, capture, config.ipv4_id, share) })
+        let groups = super::groups::Groups::new(local)?;
+        Ok(Udp { tx, rx: Rx::new(sock, local, counters, capture, config.ipv4_id, share, groups) })
     }
 }
 
@@ -82,7 +83,7 @@ impl Transport for Udp {
         self.rx.deliver(i, engine, now)
     }
     fn wake_fds(&self) -> io::Result<Vec<OwnedFd>> {
-        let mut fds = vec![self.rx.sock.as_fd().try_clone_to_owned()?];
+        let mut fds = vec![self.rx.sock.as_fd().try_clone_to_owned()?, self.rx.groups.wake_fd()?];
         if let Some(s) = &self.rx.share {
             fds.push(s.inbox_fd()?);
         }
@@ -98,6 +99,12 @@ impl Transport for Udp {
     }
     fn local_ip(&self, _dst: IpAddr) -> IpAddr {
         self.tx.local.ip()
+    }
+    fn join(&mut self, group: IpAddr) -> io::Result<()> {
+        self.rx.groups.join(group)
+    }
+    fn leave(&mut self, group: IpAddr) {
+        self.rx.groups.leave(group);
     }
     fn src_port(&self, _p: &TxPacket) -> u16 {
         // Every datagram leaves from the socket's port.
@@ -130,6 +137,24 @@ pub(crate) fn bind(config: &DeviceConfig) -> Result<UdpSocket, DeviceError> {
     rnic_io::set_rx_timestamps(&s).map_err(err)?;
     if config.congestion_control != CongestionControl::Off {
         rnic_io::set_tos(&s, config.ip.is_ipv6(), rnic_io::ECN_ECT0).map_err(err)?;
+    }
+    // Datagrams to a multicast group (a UD send to a multicast GID) leave on the device's
+    // interface, with the TTL the receiver's rebuilt GRH area assumes (`engine::ud`), and
+    // are looped back to this host's members (other processes of this device included;
+    // see `groups`).
+    match config.ip {
+        IpAddr::V4(ip) => {
+            s.set_multicast_if_v4(&ip).map_err(err)?;
+            s.set_multicast_ttl_v4(64).map_err(err)?;
+            s.set_multicast_loop_v4(true).map_err(err)?;
+        }
+        IpAddr::V6(_) => {
+            if let Some(index) = rnic_io::interface_index_of(config.ip) {
+                s.set_multicast_if_v6(index).map_err(err)?;
+            }
+            s.set_multicast_hops_v6(64).map_err(err)?;
+            s.set_multicast_loop_v6(true).map_err(err)?;
+        }
     }
     s.bind(&addr.into()).map_err(err)?;
     let u: UdpSocket = s.into();
@@ -398,6 +423,10 @@ pub(crate) struct Rx {
     /// Per buffer: a packet another process sharing the device received for this one,
     /// its ICRC checked there for this IPv4 ID, and how a CM MAD came (offered, decided).
     forwarded: Vec<Option<super::share::Passed>>,
+    /// The multicast groups' sockets.
+    groups: super::groups::Groups,
+    /// Per buffer: the multicast group it was received on (its IP destination).
+    group_of: Vec<Option<IpAddr>>,
     /// This process's part of a device shared with others (dropped after the socket:
     /// the last field).
     share: Option<super::share::Share>,
@@ -411,6 +440,7 @@ impl Rx {
         capture: Option<Arc<Capture>>,
         ipv4_id: Ipv4IdPolicy,
         share: Option<super::share::Share>,
+        groups: super::groups::Groups,
     ) -> Rx {
         Rx {
             sock,
@@ -424,6 +454,8 @@ impl Rx {
             ipv4_id,
             congested: false,
             forwarded: vec![None; RX_BATCH],
+            groups,
+            group_of: vec![None; RX_BATCH],
             share,
         }
     }
@@ -432,7 +464,11 @@ impl Rx {
     /// blocking. Returns the number of datagrams, to be handed on with [`Rx::deliver`].
     fn recv(&mut self, max: usize) -> usize {
         let max = max.clamp(1, self.bufs.len());
-        let n = self.recv_socket(max);
+        let mut n = self.recv_socket(max);
+        self.group_of[..n].fill(None);
+        if !self.groups.is_empty() && n < max {
+            n += self.recv_groups(n, max);
+        }
         self.forwarded[..n].fill(None);
         match &mut self.share {
             Some(s) => {
@@ -448,6 +484,7 @@ impl Rx {
                         super::share::Inbound::Packet { len, src, ce, via } => {
                             self.meta[n] = rnic_io::RecvMeta { len, src, ce, ..Default::default() };
                             self.forwarded[n] = Some(via);
+                            self.group_of[n] = None;
                             n += 1;
                         }
                         super::share::Inbound::Empty => break,
@@ -457,6 +494,29 @@ impl Rx {
             }
             None => n,
         }
+    }
+
+    /// What the readable multicast group sockets hold, into buffers `from..max`; returns
+    /// how many datagrams.
+    fn recv_groups(&mut self, from: usize, max: usize) -> usize {
+        let mut n = from;
+        let Rx { groups, scratch, bufs, meta, group_of, counters, .. } = self;
+        for (group, sock) in groups.readable() {
+            if n >= max {
+                break;
+            }
+            match rnic_io::recv_msgs(sock, scratch, &mut bufs[n..max], &mut meta[n..max], false) {
+                Ok(k) => {
+                    group_of[n..n + k].fill(Some(group));
+                    n += k;
+                }
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
+                Err(_) => {
+                    counters.rx_socket_err.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        n - from
     }
 
     /// One `recvmmsg` of up to `max` datagrams.
@@ -535,6 +595,9 @@ impl Rx {
             self.counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
             return 0;
         }
+        if let Some(group) = self.group_of[i] {
+            return self.deliver_group(i, group, engine, now);
+        }
         let seg = if m.segment == 0 { m.len } else { m.segment };
         if m.segment > 0 {
             self.counters.rx_gro_batches.fetch_add(1, Ordering::Relaxed);
@@ -597,6 +660,33 @@ impl Rx {
             crate::hop_trace::mark(crate::hop_trace::Step::Handled);
         }
         count
+    }
+
+    /// Delivers datagram `i`, received on `group`'s socket: its ICRC is checked for the
+    /// group as destination (the address the sender's IP header carried), and it goes to
+    /// this process's QPs attached to the group. Never forwarded to another process: each
+    /// process sharing the device has its own copy (see `groups`).
+    fn deliver_group(&mut self, i: usize, group: IpAddr, engine: &mut Engine, now: u64) -> usize {
+        let m = self.meta[i];
+        let pkt = &self.bufs[i][..m.len];
+        let ctx = IcrcContext::new(m.src.ip(), group, m.src.port(), self.local.port());
+        let ident = match self.verifier.verify(&ctx, pkt, 0) {
+            Some(id) => Some(id.ident()),
+            None if self.ipv4_id == Ipv4IdPolicy::SolveUnknown && ctx.src.is_ipv4() => {
+                crate::rx_icrc::check(&ctx, pkt, self.ipv4_id, &self.counters)
+            }
+            None => {
+                // IBA C9-3: a bad ICRC is dropped silently (and counted here).
+                self.counters.icrc_err.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        };
+        let Some(ident) = ident else { return 1 };
+        if let Some(c) = &self.capture {
+            c.record_rx_ipv4_id(m.src.ip(), group, (m.src.port(), self.local.port()), ident, pkt);
+        }
+        engine.handle_multicast(now, m.src.ip(), group, pkt, m.ce);
+        1
     }
 }
 

@@ -132,6 +132,21 @@ impl HwQp {
         self.inner.qp
     }
 
+    /// `ibv_attach_mcast` (`attach`) or `ibv_detach_mcast` of group `gid` (MLID 0, as on
+    /// RoCE).
+    pub fn mcast(&self, gid: [u8; 16], attach: bool) -> HwResult<()> {
+        let g = sys::ibv_gid { raw: gid };
+        let v = self.pd().context().verbs();
+        let f = if attach { v.ibv_attach_mcast } else { v.ibv_detach_mcast };
+        // SAFETY: a live QP and a GID on the stack the call only reads.
+        let r = unsafe { f(self.inner.qp, &g, 0) };
+        if r != 0 {
+            let what = if attach { "ibv_attach_mcast" } else { "ibv_detach_mcast" };
+            return Err(HwError::ret(format!("{what}(QP {:#x})", self.qpn()), r));
+        }
+        Ok(())
+    }
+
     /// `ibv_modify_qp` with raw attributes.
     pub fn modify_raw(&self, attr: &mut sys::ibv_qp_attr, mask: libc::c_int) -> HwResult<()> {
         // SAFETY: a live QP and a valid attribute struct.

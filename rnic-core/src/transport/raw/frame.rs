@@ -26,6 +26,23 @@ pub(super) const PROTO_ICMPV6: u8 = 58;
 /// TTL of sent IPv4 packets and hop limit of IPv6 ones (rxe: the route's, 64 by default).
 const TTL: u8 = 64;
 
+/// The Ethernet group address of IP multicast group `ip` (RFC 1112 6.4: 01:00:5e and the
+/// low 23 bits of an IPv4 group; RFC 2464 7: 33:33 and the low 32 bits of an IPv6 one);
+/// `None` for a unicast address.
+pub(super) fn multicast_mac(ip: IpAddr) -> Option<MacAddr> {
+    match ip {
+        IpAddr::V4(a) if a.is_multicast() => {
+            let o = a.octets();
+            Some(MacAddr([0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]]))
+        }
+        IpAddr::V6(a) if a.is_multicast() => {
+            let o = a.octets();
+            Some(MacAddr([0x33, 0x33, o[12], o[13], o[14], o[15]]))
+        }
+        _ => None,
+    }
+}
+
 /// How one device frames what it sends: its MAC, its VLAN, its TOS byte.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Framer {
@@ -156,4 +173,19 @@ pub(super) fn cut_gso(
         n += each(seg);
     }
     Some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multicast_groups_map_to_their_ethernet_groups() {
+        let mac = |s: &str| multicast_mac(s.parse().unwrap()).map(|m| m.0);
+        // The 24th bit from the top of the group is dropped (224.128.x.y and 224.0.x.y share).
+        assert_eq!(mac("230.129.2.3"), Some([0x01, 0x00, 0x5e, 0x01, 0x02, 0x03]));
+        assert_eq!(mac("ff0e::1:ff12:3456"), Some([0x33, 0x33, 0xff, 0x12, 0x34, 0x56]));
+        assert_eq!(mac("10.0.0.1"), None);
+        assert_eq!(mac("fd00::1"), None);
+    }
 }

@@ -153,6 +153,9 @@ pub(crate) struct Packet {
     cmsgs: Vec<[u8; CMSG_ROOM]>,
     /// The clock of the last round (the receive path's learning flushes held packets).
     now: Time,
+    /// The IP multicast groups a QP of the device is attached to (their Ethernet groups
+    /// joined on the interface).
+    groups: Vec<IpAddr>,
 }
 
 impl Packet {
@@ -215,6 +218,7 @@ impl Packet {
             cmsgs: vec![[0u8; CMSG_ROOM]; RX_BATCH],
             lens: vec![0; RX_BATCH],
             now: 0,
+            groups: Vec::new(),
         })
     }
 
@@ -349,6 +353,11 @@ impl Packet {
             self.counters.send_err.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        // A multicast group's Ethernet address is computed, never asked for.
+        if let Some(mac) = frame::multicast_mac(p.dst) {
+            self.frame_packet(mac, p);
+            return;
+        }
         let hop = self.routes.next_hop(p.dst);
         if let Some(mac) = self.neigh.get(hop) {
             self.frame_packet(mac, p);
@@ -375,7 +384,7 @@ impl Packet {
             return;
         }
         let hop = self.routes.next_hop(w.dst);
-        match self.neigh.get(hop) {
+        match frame::multicast_mac(w.dst).or_else(|| self.neigh.get(hop)) {
             Some(mac) => self.push_sealed(mac, w.src, &w),
             None => {
                 // Rare (a fault chain on a device that has not resolved its peer yet): the
@@ -438,9 +447,11 @@ impl Packet {
             return 0;
         }
         let broadcast = dst.0 == [0xff; 6];
-        // IPv6 multicast (33:33:...): a neighbour solicitation to a solicited-node group.
+        // IPv6 multicast (33:33:...): a neighbour solicitation to a solicited-node group,
+        // or a UD multicast group's datagram; IPv4 multicast (01:00:5e:...): a group's.
         let multicast6 = dst.0[0] == 0x33 && dst.0[1] == 0x33;
-        if dst != self.iface.mac && !broadcast && !multicast6 {
+        let multicast4 = dst.0[..3] == [0x01, 0x00, 0x5e];
+        if dst != self.iface.mac && !broadcast && !multicast6 && !multicast4 {
             self.counters.rx_not_for_us.fetch_add(1, Ordering::Relaxed);
             return 0;
         }
@@ -460,7 +471,7 @@ impl Packet {
             self.heard(h);
             return 0;
         }
-        if broadcast || multicast6 {
+        if broadcast || ((multicast6 || multicast4) && self.groups.is_empty()) {
             self.counters.rx_not_roce.fetch_add(1, Ordering::Relaxed);
             return 0;
         }
@@ -492,7 +503,12 @@ impl Packet {
             }
         };
         let (sip, dip) = (p.ip.src(), p.ip.dst());
-        if !self.addrs.is_mine(dip) {
+        // A group's datagram comes to the group's Ethernet address (IBA 10.5: given to
+        // the QPs attached to it); anything else to this device's own.
+        let group = (multicast4 || multicast6)
+            .then_some(dip)
+            .filter(|g| self.groups.contains(g) && frame::multicast_mac(*g) == Some(dst));
+        if group.is_none() && (!self.addrs.is_mine(dip) || dst != self.iface.mac) {
             self.counters.rx_not_for_us.fetch_add(1, Ordering::Relaxed);
             return 0;
         }
@@ -512,7 +528,10 @@ impl Packet {
         if let Some(c) = &self.capture {
             c.record_frame(f);
         }
-        engine.handle_packet_ecn(now, sip, p.roce_bytes, ce);
+        match group {
+            Some(g) => engine.handle_multicast(now, sip, g, p.roce_bytes, ce),
+            None => engine.handle_packet_ecn(now, sip, p.roce_bytes, ce),
+        }
         1
     }
 }
@@ -539,6 +558,35 @@ impl Transport for Packet {
 
     fn next_due(&self) -> Option<Time> {
         self.neigh.next_due()
+    }
+
+    fn join(&mut self, group: IpAddr) -> io::Result<()> {
+        if self.groups.contains(&group) {
+            return Ok(());
+        }
+        let mac = frame::multicast_mac(group)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{group} is not a multicast group")))?;
+        if self.addrs.src_for(group).is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("the device has no address of group {group}'s family to send from"),
+            ));
+        }
+        // A NIC's multicast filter must let the group's frames in (PACKET_ADD_MEMBERSHIP).
+        sys::join_group(self.sock.as_fd(), self.iface.index, mac.0)?;
+        self.groups.push(group);
+        Ok(())
+    }
+
+    fn leave(&mut self, group: IpAddr) {
+        if let Some(at) = self.groups.iter().position(|&g| g == group) {
+            self.groups.swap_remove(at);
+            if let Some(mac) = frame::multicast_mac(group) {
+                // Another group of the same Ethernet address keeps its own membership:
+                // the kernel counts memberships per address.
+                let _ = sys::leave_group(self.sock.as_fd(), self.iface.index, mac.0);
+            }
+        }
     }
 
     fn recv(&mut self, max: usize) -> usize {
