@@ -19,6 +19,8 @@
 # against its own ibv_rc_pingpong / ibv_ud_pingpong in the guest.
 # Stock rdma_cm (CASES=stockcm): rdmacm-utils' rping and udaddy, unmodified, on rnic's
 # librdmacm.so.1 through `rnic exec`, against the same programs on rxe0, in both roles.
+# Multicast (CASES=mcast): rdmacm-utils' mckey on rnic's librdmacm.so.1 against mckey on rxe0,
+# rnic receiving the guest's datagrams to one group and sending to another.
 # Stock (CASES=stock): rdma-core's own ibv_rc_pingpong and perftest's ib_write_bw, unmodified,
 # on the namespace side through rnic's libibverbs.so.1, against the same programs on rxe0.
 #
@@ -50,7 +52,7 @@ IBVERBS=$ROOT/target/rnic-ibverbs
 # What runs rnic's side of the rping and udaddy cases: rnic's own tools, or (stockcm)
 # rdmacm-utils' programs on rnic's librdmacm.so.1 through `rnic exec`.
 CMPROG=$RNIC
-if [ "${CASES:-all}" = all ] || [ "${CASES}" = stockcm ]; then
+if [ "${CASES:-all}" = all ] || [ "${CASES}" = stockcm ] || [ "${CASES}" = mcast ]; then
   "$ROOT/scripts/build-ibverbs.sh" > /dev/null || { echo "rxe-interop: scripts/build-ibverbs.sh failed" >&2; exit 2; }
   command -v rping > /dev/null && command -v udaddy > /dev/null \
     || { echo "rxe-interop: CASES=stockcm needs rdmacm-utils on the host (apt-get install rdmacm-utils)" >&2; exit 2; }
@@ -355,7 +357,7 @@ wait \$P; echo \"exit \$?\""
   SUMMARY+=("$(printf '%-4s %-34s %s' "$verdict" "$id" "$why")")
 }
 
-# CASES=pingpong, CASES=rping, CASES=mra, CASES=udaddy, CASES=stock or CASES=stockcm runs one family
+# CASES=pingpong, CASES=rping, CASES=mra, CASES=udaddy, CASES=stock, CASES=stockcm or CASES=mcast runs one family
 # (default: all).
 if [ "${CASES:-all}" = all ] || [ "${CASES}" = pingpong ]; then
 run_case rc-rnic-server-64 server 64
@@ -456,6 +458,59 @@ stock_case stock-rc_pingpong-rnic-server server ibv_rc_pingpong "-m $MTU -c -s 4
 stock_case stock-rc_pingpong-rnic-client client ibv_rc_pingpong "-m $MTU -c -s 4096 -n 200"
 stock_case stock-write_bw-rnic-server server ib_write_bw "-m $MTU -s 65536 -n 200"
 stock_case stock-write_bw-rnic-client client ib_write_bw "-m $MTU -s 65536 -n 200"
+fi
+
+# mckey_case NAME ROLE GROUP: UD multicast through rdma_cm, rdmacm-utils' mckey unmodified
+# on both sides: on rnic's librdmacm.so.1 (rnic exec; rdma_join_multicast joins the IP group
+# on br0, the device's interface) and on rxe0 (rxe attaches the group's MAC), 10 datagrams
+# of 100 bytes to GROUP (DestQP 0xFFFFFF, Q_Key 0x01234567, IBA 10.5). ROLE receiver: rnic
+# joins and receives, the guest sends; sender: the guest joins and receives, rnic sends.
+mckey_case() {
+  local name=$1 role=$2 group=$3 id pcap rnic_out guest_out rrc grc verdict why=""
+  SEQ=$((SEQ + 1)); id=$(printf '%02d' $SEQ)-$name
+  local job=$id-$STAMP
+  pcap=$OUT/$id.pcap; rnic_out=$OUT/$id.rnic.txt; guest_out=$OUT/$id.guest.txt
+  local prog="env RNIC_DEVICES=rnic0=$HOST_IP $RNIC exec --lib $IBVERBS --no-device-files --"
+  echo "== $id: mckey on rnic ($role), mckey on rxe0, group $group"
+  capture_start "$pcap"
+  if [ "$role" = receiver ]; then
+    ns timeout 60 $prog mckey -m "$group" -b "$HOST_IP" -C 10 > "$rnic_out" 2>&1 &
+    local rpid=$!
+    # The namespace's IGMP table names the group (hex, as the kernel stores it) once rnic's
+    # device joined it; only then may the sender start.
+    local hex; IFS=. read -r g1 g2 g3 g4 <<< "$group"; hex=$(printf '%02X%02X%02X%02X' "$g4" "$g3" "$g2" "$g1")
+    for _ in $(seq 1 100); do ns grep -q "$hex" /proc/net/igmp && break; sleep 0.2; done
+    job a "$RUN" "$job" "sleep 1; timeout 50 mckey -m $group -b $GUEST_IP -s -C 10; echo \"exit \$?\""
+    wait_job a "$RUN" "$job" 60 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
+    wait $rpid; rrc=$?
+  else
+    job a "$RUN" "$job" "timeout 50 mckey -m $group -b $GUEST_IP -C 10 & P=\$!
+sleep 3; : > /lab/q/a.$job.listening
+wait \$P; echo \"exit \$?\""
+    for _ in $(seq 1 300); do [ -e "$RUN/q/a.$job.listening" ] && break; sleep 0.2; done
+    ns timeout 50 $prog mckey -m "$group" -b "$HOST_IP" -s -C 10 > "$rnic_out" 2>&1; rrc=$?
+    wait_job a "$RUN" "$job" 60 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
+  fi
+  capture_stop "$pcap" > /dev/null
+  "$VECTORS/check_pcap.sh" "$pcap" > "$OUT/$id.check.txt" 2>&1; local crc=$?
+  "$RNIC" decode "$pcap" > "$OUT/$id.decode.txt" 2>&1; local drc=$?
+  [ "$rrc" = 0 ] || why+=" rnic's mckey exit $rrc;"
+  [ "${grc:-x}" = 0 ] || why+=" the guest's mckey exit ${grc:-none};"
+  for f in "$rnic_out" "$guest_out"; do
+    grep -q 'data transfers complete' "$f" || why+=" $(basename "$f"): no 'data transfers complete';"
+  done
+  [ "$crc" = 0 ] || why+=" check_pcap.sh failed;"
+  [ "$drc" = 0 ] || why+=" rnic decode found bad packets;"
+  if [ -z "$why" ]; then verdict=PASS; else verdict=FAIL; fi
+  echo "   rnic:  $(cut -c1-90 "$rnic_out" | tr '\n' '|')"
+  echo "   guest: $(grep -E 'mckey:|joined|complete|status|exit' "$guest_out" | cut -c1-90 | tr '\n' '|')"
+  echo "   pcap:  $(grep -c 'UD_' "$OUT/$id.decode.txt") UD packets, check_pcap rc=$crc, decode rc=$drc"
+  echo "   => $verdict$why"
+  SUMMARY+=("$(printf '%-4s %-34s %s' "$verdict" "$id" "$why")")
+}
+if [ "${CASES:-all}" = all ] || [ "${CASES}" = mcast ]; then
+mckey_case mcast-rnic-receiver receiver 239.77.0.1
+mckey_case mcast-rnic-sender sender 239.77.0.2
 fi
 
 # Shared (CASES=shared): two rnic processes on ONE device at once (both --ip 10.77.0.1:
