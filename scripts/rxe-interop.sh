@@ -21,6 +21,8 @@
 # librdmacm.so.1 through `rnic exec`, against the same programs on rxe0, in both roles.
 # Multicast (CASES=mcast): rdmacm-utils' mckey on rnic's librdmacm.so.1 against mckey on rxe0,
 # rnic receiving the guest's datagrams to one group and sending to another.
+# Memory windows (CASES=mw): scripts/lab/mw_peer.c on both sides: a type 2 window bound by
+# one, written through and invalidated (SEND with Invalidate) by the other, in both roles.
 # Stock (CASES=stock): rdma-core's own ibv_rc_pingpong and perftest's ib_write_bw, unmodified,
 # on the namespace side through rnic's libibverbs.so.1, against the same programs on rxe0.
 #
@@ -52,7 +54,7 @@ IBVERBS=$ROOT/target/rnic-ibverbs
 # What runs rnic's side of the rping and udaddy cases: rnic's own tools, or (stockcm)
 # rdmacm-utils' programs on rnic's librdmacm.so.1 through `rnic exec`.
 CMPROG=$RNIC
-if [ "${CASES:-all}" = all ] || [ "${CASES}" = stockcm ] || [ "${CASES}" = mcast ]; then
+if [ "${CASES:-all}" = all ] || [ "${CASES}" = stockcm ] || [ "${CASES}" = mcast ] || [ "${CASES}" = mw ]; then
   "$ROOT/scripts/build-ibverbs.sh" > /dev/null || { echo "rxe-interop: scripts/build-ibverbs.sh failed" >&2; exit 2; }
   command -v rping > /dev/null && command -v udaddy > /dev/null \
     || { echo "rxe-interop: CASES=stockcm needs rdmacm-utils on the host (apt-get install rdmacm-utils)" >&2; exit 2; }
@@ -357,7 +359,7 @@ wait \$P; echo \"exit \$?\""
   SUMMARY+=("$(printf '%-4s %-34s %s' "$verdict" "$id" "$why")")
 }
 
-# CASES=pingpong, CASES=rping, CASES=mra, CASES=udaddy, CASES=stock, CASES=stockcm or CASES=mcast runs one family
+# CASES=pingpong, CASES=rping, CASES=mra, CASES=udaddy, CASES=stock, CASES=stockcm, CASES=mcast or CASES=mw runs one family
 # (default: all).
 if [ "${CASES:-all}" = all ] || [ "${CASES}" = pingpong ]; then
 run_case rc-rnic-server-64 server 64
@@ -511,6 +513,58 @@ wait \$P; echo \"exit \$?\""
 if [ "${CASES:-all}" = all ] || [ "${CASES}" = mcast ]; then
 mckey_case mcast-rnic-receiver receiver 239.77.0.1
 mckey_case mcast-rnic-sender sender 239.77.0.2
+fi
+
+# mw_case NAME ROLE: a type 2 memory window across implementations, scripts/lab/mw_peer.c
+# (built here, the same binary in the guest) on rnic's libraries (rnic exec) and on rxe0:
+# the server binds the window on its QP and offers it, the client WRITEs through it,
+# invalidates it with a SEND with Invalidate and is refused a second WRITE (remote access
+# error). ROLE server: rnic binds and checks, the guest writes; client: the other way.
+mw_case() {
+  local name=$1 role=$2 id pcap rnic_out guest_out rrc grc verdict why="" port
+  SEQ=$((SEQ + 1)); id=$(printf '%02d' $SEQ)-$name; port=$((18900 + SEQ))
+  local job=$id-$STAMP
+  pcap=$OUT/$id.pcap; rnic_out=$OUT/$id.rnic.txt; guest_out=$OUT/$id.guest.txt
+  local prog="env RNIC_DEVICES=rnic0=$HOST_IP $RNIC exec --lib $IBVERBS --no-device-files --"
+  cp "$MW_PEER" "$RUN/mw_peer"
+  echo "== $id: mw_peer on rnic ($role), mw_peer on rxe0"
+  capture_start "$pcap"
+  if [ "$role" = server ]; then
+    ns timeout 60 $prog "$MW_PEER" server "$HOST_IP" "$port" > "$rnic_out" 2>&1 &
+    local rpid=$!
+    sleep 1
+    job a "$RUN" "$job" "timeout 50 /lab/mw_peer client $HOST_IP $port $GUEST_IP; echo \"exit \$?\""
+    wait_job a "$RUN" "$job" 60 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
+    wait $rpid; rrc=$?
+  else
+    job a "$RUN" "$job" "timeout 50 /lab/mw_peer server $GUEST_IP $port & P=\$!
+sleep 3; : > /lab/q/a.$job.listening
+wait \$P; echo \"exit \$?\""
+    for _ in $(seq 1 300); do [ -e "$RUN/q/a.$job.listening" ] && break; sleep 0.2; done
+    ns timeout 50 $prog "$MW_PEER" client "$GUEST_IP" "$port" "$HOST_IP" > "$rnic_out" 2>&1; rrc=$?
+    wait_job a "$RUN" "$job" 60 > "$guest_out"; grc=$(sed -n 's/^exit //p' "$guest_out" | tail -1)
+  fi
+  capture_stop "$pcap" > /dev/null
+  "$VECTORS/check_pcap.sh" "$pcap" > "$OUT/$id.check.txt" 2>&1; local crc=$?
+  "$RNIC" decode "$pcap" > "$OUT/$id.decode.txt" 2>&1; local drc=$?
+  [ "$rrc" = 0 ] || why+=" rnic's mw_peer exit $rrc;"
+  [ "${grc:-x}" = 0 ] || why+=" the guest's mw_peer exit ${grc:-none};"
+  [ "$(grep -c '^ok: ' "$rnic_out")" = 4 ] || why+=" rnic's side did not make its 4 checks;"
+  [ "$(grep -c '^ok: ' "$guest_out")" = 4 ] || why+=" the guest's side did not make its 4 checks;"
+  [ "$crc" = 0 ] || why+=" check_pcap.sh failed;"
+  [ "$drc" = 0 ] || why+=" rnic decode found bad packets;"
+  if [ -z "$why" ]; then verdict=PASS; else verdict=FAIL; fi
+  echo "   rnic:  $(cut -c1-90 "$rnic_out" | tr '\n' '|')"
+  echo "   guest: $(grep -E '^ok:|^FAIL|exit' "$guest_out" | cut -c1-90 | tr '\n' '|')"
+  echo "   pcap:  $(grep -c 'RC_' "$OUT/$id.decode.txt") RC packets, check_pcap rc=$crc, decode rc=$drc"
+  echo "   => $verdict$why"
+  SUMMARY+=("$(printf '%-4s %-34s %s' "$verdict" "$id" "$why")")
+}
+if [ "${CASES:-all}" = all ] || [ "${CASES}" = mw ]; then
+MW_PEER=$OUT/mw_peer
+cc -O2 -o "$MW_PEER" "$ROOT/scripts/lab/mw_peer.c" -lrdmacm -libverbs || { echo "rxe-interop: mw_peer.c does not build" >&2; exit 2; }
+mw_case mw-rnic-server server
+mw_case mw-rnic-client client
 fi
 
 # Shared (CASES=shared): two rnic processes on ONE device at once (both --ip 10.77.0.1:
