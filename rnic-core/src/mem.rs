@@ -77,6 +77,22 @@ pub enum MemError {
     /// another translation, and the memory may be gone.
     #[error("the memory was deregistered (the block is revoked)")]
     Revoked,
+    /// An address of an implicit region ([`MemBlock::implicit`]) that the process has not
+    /// mapped (or not for this access).
+    #[error("{len} bytes at {addr:#x} are not mapped (or not for this access) in the process")]
+    Unmapped {
+        /// First address.
+        addr: u64,
+        /// Bytes.
+        len: usize,
+    },
+    /// What an implicit region does not do: an atomic (its 8 bytes would be reached by a
+    /// plain access, which an unmapped address would fault), or a view for a zero-copy send.
+    #[error("{what} is not done on an implicit region")]
+    NotOnImplicit {
+        /// The operation.
+        what: &'static str,
+    },
 }
 
 /// Formats a byte count for the RLIMIT_MEMLOCK message.
@@ -101,6 +117,10 @@ enum Backing {
     Foreign,
     /// A zero-length owned block: nothing is mapped.
     Empty,
+    /// The whole address space of the process (an implicit on-demand region): reached only
+    /// through `process_vm_readv`/`process_vm_writev` on the process itself, which report
+    /// an unmapped address (EFAULT) where a plain access would fault.
+    Implicit,
 }
 
 /// A contiguous range of bytes the NIC reads and writes.
@@ -204,6 +224,51 @@ impl MemBlock {
         self.ptr
     }
 
+    /// The whole address space of the process as one block (an implicit on-demand region,
+    /// `ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND)`): offsets are addresses. Safe,
+    /// because every access goes through the kernel (`process_vm_readv`/`_writev` on the
+    /// process itself), which refuses an unmapped address instead of faulting; atomics and
+    /// zero-copy views are refused ([`MemError::NotOnImplicit`]).
+    pub fn implicit() -> MemBlock {
+        MemBlock {
+            ptr: ptr::null_mut(),
+            len: usize::MAX,
+            backing: Backing::Implicit,
+            pinned: Mutex::new(false),
+            revoked: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether it is the implicit block ([`implicit`](Self::implicit)).
+    pub fn is_implicit(&self) -> bool {
+        matches!(self.backing, Backing::Implicit)
+    }
+
+    /// Reads (`write == false`: into `buf` from `addr`) or writes (from `buf` to `addr`) the
+    /// process's own memory through the kernel: an unmapped or read-only address is an
+    /// error, never a fault.
+    fn checked_copy(addr: usize, buf: *mut u8, len: usize, write: bool) -> Result<(), MemError> {
+        let local = libc::iovec { iov_base: buf.cast(), iov_len: len };
+        let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: len };
+        // SAFETY: `local` describes `len` bytes of a buffer the caller lends (readable, and
+        // writable when the kernel writes it); `remote` is only an address the kernel checks
+        // against this process's mappings (it copies nothing where it is not mapped for the
+        // access and returns a short count or EFAULT); pid is our own.
+        let n = unsafe {
+            let pid = libc::getpid();
+            if write {
+                libc::process_vm_writev(pid, &local, 1, &remote, 1, 0)
+            } else {
+                libc::process_vm_readv(pid, &local, 1, &remote, 1, 0)
+            }
+        };
+        if usize::try_from(n).ok() == Some(len) {
+            Ok(())
+        } else {
+            Err(MemError::Unmapped { addr: to_u64(addr), len })
+        }
+    }
+
     /// Virtual address of the first byte (what the application would use as a pointer).
     pub fn addr(&self) -> u64 {
         to_u64(self.ptr as usize)
@@ -239,6 +304,9 @@ impl MemBlock {
     /// Copies `dst.len()` bytes starting at `offset` out of the block.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemError> {
         let src = self.span(offset, dst.len())?;
+        if self.is_implicit() && !dst.is_empty() {
+            return MemBlock::checked_copy(src as usize, dst.as_mut_ptr(), dst.len(), false);
+        }
         if dst.is_empty() {
             // The block's pointer may be null (empty block); copy needs non-null even for 0.
             return Ok(());
@@ -262,6 +330,9 @@ impl MemBlock {
     /// as on hardware; here such a write can make the kernel send other bytes than the
     /// ICRC covered, and the receiver drops the packet as corrupt (RC retransmits it).
     pub(crate) fn view(&self, offset: usize, len: usize) -> Result<Shared<'_>, MemError> {
+        if self.is_implicit() {
+            return Err(MemError::NotOnImplicit { what: "a zero-copy view" });
+        }
         let ptr = self.span(offset, len)?;
         Ok(Shared { ptr: ptr.cast_const(), len, _block: std::marker::PhantomData })
     }
@@ -269,6 +340,10 @@ impl MemBlock {
     /// Copies `src` into the block starting at `offset`.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemError> {
         let dst = self.span(offset, src.len())?;
+        if self.is_implicit() && !src.is_empty() {
+            // The kernel only reads `src` for a write.
+            return MemBlock::checked_copy(dst as usize, src.as_ptr().cast_mut(), src.len(), true);
+        }
         if src.is_empty() {
             return Ok(());
         }
@@ -284,6 +359,13 @@ impl MemBlock {
     /// `dst` may be `self` (or another block over the same memory) and the ranges may overlap:
     /// the copy behaves like `memmove`. Nothing is copied unless both ranges are in bounds.
     pub fn copy_to(&self, offset: usize, dst: &MemBlock, dst_offset: usize, len: usize) -> Result<(), MemError> {
+        if self.is_implicit() || dst.is_implicit() {
+            // Through a buffer: each side's access checked as its block requires.
+            dst.span(dst_offset, len)?;
+            let mut tmp = vec![0u8; len];
+            self.read(offset, &mut tmp)?;
+            return dst.write(dst_offset, &tmp);
+        }
         let from = self.span(offset, len)?;
         let to = dst.span(dst_offset, len)?;
         if len == 0 {
@@ -297,6 +379,10 @@ impl MemBlock {
 
     /// Sets `len` bytes starting at `offset` to `byte`.
     pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), MemError> {
+        if self.is_implicit() {
+            self.span(offset, len)?;
+            return self.write(offset, &vec![byte; len]);
+        }
         let dst = self.span(offset, len)?;
         if len == 0 {
             return Ok(());
@@ -308,6 +394,9 @@ impl MemBlock {
 
     /// The 8 bytes at `offset` as an atomic, after checking bounds and absolute alignment.
     fn atomic_at(&self, offset: usize) -> Result<&AtomicU64, MemError> {
+        if self.is_implicit() {
+            return Err(MemError::NotOnImplicit { what: "an atomic" });
+        }
         let p = self.span(offset, ATOMIC_SIZE)?;
         let addr = to_u64(p as usize);
         // IBA requires the VA of an atomic operand to be 8-byte aligned (the responder checks
@@ -379,7 +468,8 @@ impl MemBlock {
                     Err(io::Error::last_os_error())
                 }
             }
-            Backing::Empty => Ok(()),
+            // Nothing to lock: the whole address space is never pinned.
+            Backing::Empty | Backing::Implicit => Ok(()),
         };
         locked.map_err(|e| pin_error(e, rounded, memlock_limit()))?;
         *pinned = true;
@@ -416,7 +506,7 @@ impl MemBlock {
                     let _ = unsafe { libc::munlock(self.ptr.wrapping_sub(head).cast(), rounded) };
                 }
             }
-            Backing::Empty => {}
+            Backing::Empty | Backing::Implicit => {}
         }
     }
 }
@@ -436,6 +526,7 @@ impl fmt::Debug for MemBlock {
             Backing::Owned(_) => "owned",
             Backing::Foreign => "foreign",
             Backing::Empty => "empty",
+            Backing::Implicit => "implicit",
         };
         f.debug_struct("MemBlock")
             .field("addr", &format_args!("{:#x}", self.addr()))
@@ -828,6 +919,36 @@ mod tests {
         assert!(matches!(b.copy_to(0, &other, 0, 8), Err(MemError::Revoked)));
         assert!(matches!(other.copy_to(0, &b, 0, 8), Err(MemError::Revoked)));
         assert_eq!(d, [0; 8], "nothing was read");
+    }
+
+    #[test]
+    fn the_implicit_block_reaches_mapped_memory_and_refuses_the_rest_without_faulting() {
+        let b = MemBlock::implicit();
+        let mut target = vec![0u8; 64];
+        let at = target.as_mut_ptr() as usize;
+        b.write(at + 8, b"implicit").unwrap();
+        let mut got = [0u8; 8];
+        b.read(at + 8, &mut got).unwrap();
+        assert_eq!(&got, b"implicit");
+        b.fill(at, 4, 0x77).unwrap();
+        let other = block(64);
+        b.copy_to(at, &other, 0, 16).unwrap();
+        let mut back = [0u8; 16];
+        other.read(0, &mut back).unwrap();
+        assert_eq!(&back[..4], &[0x77; 4]);
+        assert_eq!(&back[8..16], b"implicit");
+        assert_eq!(target[8..16], *b"implicit");
+        // Address 0, and a page that is never mapped: errors, not a fault.
+        assert!(matches!(b.read(0, &mut got), Err(MemError::Unmapped { addr: 0, len: 8 })));
+        assert!(matches!(b.write(16, &got), Err(MemError::Unmapped { .. })));
+        // Read-only memory (a string literal's page) refuses a write.
+        let rodata = b"constant".as_ptr() as usize;
+        assert!(b.read(rodata, &mut got).is_ok());
+        assert!(matches!(b.write(rodata, b"changed!"), Err(MemError::Unmapped { .. })));
+        assert!(matches!(b.atomic_fetch_add(at, 1), Err(MemError::NotOnImplicit { .. })));
+        assert!(b.view(at, 8).is_err());
+        b.revoke();
+        assert!(matches!(b.read(at, &mut got), Err(MemError::Revoked)));
     }
 
     #[test]

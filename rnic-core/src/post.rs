@@ -285,7 +285,8 @@ impl WqeData {
     pub(crate) fn contiguous(&self, mut off: usize, len: usize) -> Option<(&Arc<crate::mem::MemBlock>, usize)> {
         for s in self.slices() {
             if off < s.len() {
-                return (off + len <= s.len()).then(|| (s.block(), s.block_offset() + off));
+                // An implicit region is read through checked copies only (no view).
+                return (off + len <= s.len() && !s.block().is_implicit()).then(|| (s.block(), s.block_offset() + off));
             }
             off -= s.len();
         }

@@ -370,8 +370,8 @@ unsafe extern "C" fn query_device_ex(
         hca_core_clock: 1_000_000,
         max_dm_size: dm::MAX_DM_SIZE,
         // Every region is on demand: nothing is pinned, the device touches the program's
-        // pages as the program does (implicit regions, the whole address space, are not
-        // offered).
+        // pages as the program does; an implicit region (the whole address space) is
+        // reached through the kernel's checked copies.
         odp_caps: {
             let all = IBV_ODP_SUPPORT_SEND
                 | IBV_ODP_SUPPORT_RECV
@@ -380,7 +380,7 @@ unsafe extern "C" fn query_device_ex(
                 | IBV_ODP_SUPPORT_ATOMIC
                 | IBV_ODP_SUPPORT_SRQ_RECV;
             ibv_odp_caps {
-                general_caps: IBV_ODP_SUPPORT,
+                general_caps: IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT,
                 per_transport_caps: ibv_odp_caps_per_transport {
                     rc_odp_caps: all,
                     uc_odp_caps: all & !(IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC),

@@ -72,9 +72,11 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: size_t, iova: u64, access: c_
             }
         };
         if addr.is_null() && length == usize::MAX && access & IBV_ACCESS_ON_DEMAND != 0 {
-            diag("ibv_reg_mr: implicit on-demand regions (the whole address space) are not supported");
-            set_errno(libc::EOPNOTSUPP);
-            return null_mut();
+            // An implicit on-demand region: the whole address space, at addresses as they
+            // are (iova 0), every access checked by the kernel (MemBlock::implicit): a
+            // peer's WRITE to an address the program has not mapped is refused, not a fault.
+            let block = Arc::new(MemBlock::implicit());
+            return register(p, pd, block, flags, 0, addr, "ibv_reg_mr (implicit)");
         }
         if length == 0 || addr.is_null() {
             set_errno(libc::EINVAL);

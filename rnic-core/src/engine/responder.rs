@@ -524,7 +524,7 @@ pub(crate) fn pump_reads(qp: &mut Qp, cx: &mut Ctx, budget: usize) -> (usize, bo
             let (offset, plen) = segment(k, res.len, mtu);
             let repr = read_response(transport, dest_qp, res.psn, k, pos, plen, msn);
             let s = slice.as_ref();
-            match s.filter(|_| plen >= ZERO_COPY_MIN) {
+            match s.filter(|s| plen >= ZERO_COPY_MIN && !s.block().is_implicit()) {
                 Some(s) => {
                     out.emit_from_memory(counters, dst, sport, &repr, s.block(), s.block_offset() + offset, zero_copy)
                 }

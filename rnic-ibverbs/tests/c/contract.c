@@ -86,8 +86,10 @@ int main(void)
 	CHECK(ibv_create_cq_ex(a.ctx, &cqx) == NULL && errno == EOPNOTSUPP, "create_cq_ex with CVLAN -> EOPNOTSUPP");
 	struct ibv_mr *odp = ibv_reg_mr(a.pd, a.buf, 64, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE);
 	CHECK(odp && ibv_dereg_mr(odp) == 0, "an on-demand region (nothing is pinned anyway)");
-	CHECK(ibv_reg_mr(a.pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE) == NULL && errno == EOPNOTSUPP,
-	      "implicit ODP reg_mr -> EOPNOTSUPP");
+	struct ibv_mr *implicit = ibv_reg_mr(a.pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE);
+	CHECK(implicit && implicit->length == SIZE_MAX && ibv_dereg_mr(implicit) == 0, "an implicit on-demand region");
+	CHECK(ibv_reg_mr(a.pd, NULL, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE) == NULL && errno == EINVAL,
+	      "the whole address space without ON_DEMAND -> EINVAL");
 	CHECK(ibv_reg_mr(a.pd, a.buf, 64, IBV_ACCESS_REMOTE_WRITE) == NULL && errno == EINVAL,
 	      "remote write without local write -> EINVAL");
 	CHECK(ibv_resize_cq(a.cq, 0) == EINVAL && ibv_resize_cq(a.cq, 128) == 0 && a.cq->cqe == 128,
@@ -313,6 +315,38 @@ int main(void)
 	CHECK(ibv_dealloc_mw(mw) == 0 && ibv_dereg_mr(wmr) == 0, "dealloc_mw, then dereg_mr");
 	free(wbuf);
 	OK("memory window type 2: bound, written through, EBUSY dereg, invalidated, REM_ACCESS_ERR");
+
+	/* An implicit on-demand region: a peer's WRITE lands at any address the program has
+	 * mapped, and one to an address it has not is refused (the kernel checks each copy),
+	 * never a fault of this process. */
+	CHECK(ibv_modify_qp(b.qp, &reset, IBV_QP_STATE) == 0 && ibv_modify_qp(a.qp, &reset, IBV_QP_STATE) == 0,
+	      "reset both QPs");
+	connect_qp(&a, &b);
+	connect_qp(&b, &a);
+	struct ibv_mr *whole = ibv_reg_mr(b.pd, NULL, SIZE_MAX,
+					  IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	CHECK(whole, "implicit region with remote write");
+	char *anywhere = aligned_alloc(4096, 4096);
+	memset(anywhere, 0, 4096);
+	memset(a.buf, 0x6b, 32);
+	wr = (struct ibv_send_wr){ .wr_id = 20, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				   .send_flags = IBV_SEND_SIGNALED };
+	sge = (struct ibv_sge){ (uintptr_t)a.buf, 32, a.mr->lkey };
+	wr.wr.rdma.remote_addr = (uintptr_t)anywhere + 100;
+	wr.wr.rdma.rkey = whole->rkey;
+	CHECK(ibv_post_send(a.qp, &wr, &bad_wr) == 0, "post WRITE into the implicit region");
+	wc = wait_wc(a.cq, "WRITE into the implicit region");
+	CHECK(wc.status == IBV_WC_SUCCESS && (unsigned char)anywhere[100] == 0x6b && (unsigned char)anywhere[131] == 0x6b &&
+	      anywhere[99] == 0 && anywhere[132] == 0, "landed at the address (status %d)", wc.status);
+	wr.wr_id = 21;
+	wr.wr.rdma.remote_addr = 16; /* page 0: never mapped */
+	CHECK(ibv_post_send(a.qp, &wr, &bad_wr) == 0, "post WRITE to an unmapped address");
+	wc = wait_wc(a.cq, "WRITE to an unmapped address");
+	CHECK(wc.status != IBV_WC_SUCCESS && wc.wr_id == 21, "refused (status %s)", ibv_wc_status_str(wc.status));
+	CHECK(ibv_dereg_mr(whole) == 0, "dereg the implicit region");
+	free(anywhere);
+	OK("implicit ODP region: a WRITE lands at a mapped address, one to an unmapped address is refused (%s)",
+	   ibv_wc_status_str(wc.status));
 
 	CHECK(ibv_destroy_qp(a.qp) == 0 && ibv_destroy_qp(b.qp) == 0, "destroy_qp");
 	CHECK(ibv_destroy_cq(a.cq) == 0 && ibv_destroy_cq(b.cq) == 0, "destroy_cq");
