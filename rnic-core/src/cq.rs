@@ -13,9 +13,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 #[derive(Debug)]
 pub struct Cq {
     id: u32,
-    /// The entries. Behind a lock only so that [`Cq::resize`] can replace the queue:
-    /// pushes and polls share it (the queue itself is lock-free), a resize takes it alone.
-    queue: parking_lot::RwLock<ArrayQueue<WorkCompletion>>,
+    /// The entries. Swappable only so that [`Cq::resize`] can replace the queue: a push
+    /// or a poll loads it without writing any word another thread reads (a read-write
+    /// lock here made every empty poll of a busy-polling program write the lock's word,
+    /// which the progress thread's push then had to take back).
+    queue: arc_swap::ArcSwap<ArrayQueue<WorkCompletion>>,
     overflowed: AtomicBool,
     /// Completions pushed since the last notification request was armed (for events).
     armed: AtomicU32,
@@ -72,7 +74,7 @@ impl Cq {
     pub fn new(id: u32, depth: usize) -> Cq {
         Cq {
             id,
-            queue: parking_lot::RwLock::new(ArrayQueue::new(depth.max(1))),
+            queue: arc_swap::ArcSwap::from_pointee(ArrayQueue::new(depth.max(1))),
             overflowed: AtomicBool::new(false),
             armed: AtomicU32::new(ARM_NONE),
             notify: parking_lot::Mutex::new(None),
@@ -125,17 +127,17 @@ impl Cq {
 
     /// Depth.
     pub fn capacity(&self) -> usize {
-        self.queue.read().capacity()
+        self.queue.load().capacity()
     }
 
     /// Completions waiting.
     pub fn len(&self) -> usize {
-        self.queue.read().len() + self.returned_len()
+        self.queue.load().len() + self.returned_len()
     }
 
     /// True when no completion waits.
     pub fn is_empty(&self) -> bool {
-        self.queue.read().is_empty() && self.returned_len() == 0
+        self.queue.load().is_empty() && self.returned_len() == 0
     }
 
     /// True once the CQ has overflowed (it stays in error).
@@ -152,7 +154,7 @@ impl Cq {
         if self.stamp.load(Ordering::Relaxed) {
             wc.timestamp_ns = rnic_io::time::monotonic_ns();
         }
-        if self.queue.read().push(wc).is_err() {
+        if self.queue.load().push(wc).is_err() {
             self.overflowed.store(true, Ordering::Release);
             return Err(CqOverflow { cq: self.id });
         }
@@ -175,7 +177,7 @@ impl Cq {
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
         while n < out.len() {
-            match self.take_returned().or_else(|| self.queue.read().pop()) {
+            match self.take_returned().or_else(|| self.queue.load().pop()) {
                 Some(wc) => {
                     out[n] = wc;
                     n += 1;
@@ -196,20 +198,24 @@ impl Cq {
     /// Gives the CQ room for `depth` completions (`ibv_resize_cq`), keeping those waiting,
     /// in order. Refused when more than `depth` wait ([`CqResizeError`], EINVAL for
     /// verbs: IBA 11.2.8.3 lets the new size be no smaller than the entries present).
-    /// Pushes and polls wait for the moment it takes.
+    ///
+    /// Nothing may push meanwhile (a completion pushed into the old queue after its
+    /// entries moved would be lost): the device calls it under its lock, between rounds
+    /// (`Device::resize_cq`). A poller meanwhile takes each entry from the old queue or the
+    /// new one, oldest first, never twice.
     pub fn resize(&self, depth: usize) -> Result<(), CqResizeError> {
         let depth = depth.max(1);
-        let mut q = self.queue.write();
-        let waiting = q.len() + self.returned_len();
+        let old = self.queue.load_full();
+        let waiting = old.len() + self.returned_len();
         if waiting > depth {
             return Err(CqResizeError { depth, waiting });
         }
-        let bigger = ArrayQueue::new(depth);
-        while let Some(wc) = q.pop() {
+        let new = std::sync::Arc::new(ArrayQueue::new(depth));
+        while let Some(wc) = old.pop() {
             // Cannot fail: depth >= waiting.
-            let _ = bigger.push(wc);
+            let _ = new.push(wc);
         }
-        *q = bigger;
+        self.queue.store(new);
         Ok(())
     }
 
@@ -231,7 +237,7 @@ impl Cq {
 
     /// Takes one completion.
     pub fn poll_one(&self) -> Option<WorkCompletion> {
-        self.take_returned().or_else(|| self.queue.read().pop())
+        self.take_returned().or_else(|| self.queue.load().pop())
     }
 
     /// Arms a notification for the next completion (or the next solicited one); it is

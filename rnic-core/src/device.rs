@@ -391,15 +391,15 @@ impl Device {
         }
     }
 
-    /// Runs one round on the calling thread, waiting for the lock if a round is running:
-    /// work posted before the call has been handed to the wire (and an unreliable send
-    /// has completed) when it returns. For control-path verbs that look at what work
-    /// posted so far produced (`ibv_resize_cq` counts the completions waiting, which on
-    /// rxe the post itself produces). Never called on the progress thread.
-    pub fn settle(&self) {
+    /// Gives `cq` room for `depth` completions ([`Cq::resize`]) under the device's lock,
+    /// after one round on the calling thread (work posted before has completed where it
+    /// completes at once, so the completions waiting are counted, as rxe's post completes
+    /// an unreliable send): no completion is pushed while its queue is replaced.
+    pub fn resize_cq(&self, cq: &Cq, depth: usize) -> Result<(), crate::cq::CqResizeError> {
         let mut c = self.inner.core.lock();
         let now = c.now();
         let _ = c.round(false, now);
+        cq.resize(depth)
     }
 
     /// How the UDP transport moves packets (GSO, GRO, spinning).

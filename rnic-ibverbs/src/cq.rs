@@ -442,10 +442,8 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
             diag(format!("ibv_resize_cq: {cqe} entries asked, the device allows 1..={MAX_CQE}"));
             return libc::EINVAL;
         };
-        // What was posted so far completes first (rxe completes an unreliable send in
-        // the post), so that the completions waiting are counted.
-        c.core.settle();
-        match c.cq.resize(depth as usize) {
+        // Under the device's lock, after a round: what was posted so far is counted.
+        match c.core.resize_cq(&c.cq, depth as usize) {
             Ok(()) => {
                 // SAFETY: the program's CQ (our Cq's first field); verbs lets the
                 // provider report the new size there.

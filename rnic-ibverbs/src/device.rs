@@ -360,10 +360,11 @@ unsafe extern "C" fn query_device_ex(
     if attr.is_null() || attr_size < size_of::<ibv_device_attr>() {
         return libc::EINVAL;
     }
+    let orig = device_attr(ctx.sh.dev);
     let ex = ibv_device_attr_ex {
-        orig_attr: device_attr(ctx.sh.dev),
+        device_cap_flags_ex: u64::from(orig.device_cap_flags),
+        orig_attr: orig,
         phys_port_cnt_ex: 1,
-        device_cap_flags_ex: u64::from(device_attr(ctx.sh.dev).device_cap_flags),
         // Completions are stamped with CLOCK_MONOTONIC nanoseconds: a 1 GHz clock of
         // 64 bits.
         completion_timestamp_mask: u64::MAX,

@@ -207,7 +207,7 @@ pub(crate) unsafe extern "C" fn reg_dm_mr(
             set_errno(libc::EINVAL);
             return null_mut();
         };
-        let flags = match crate::mr::access_flags(access, "ibv_reg_dm_mr") {
+        let flags = match crate::mr::access_of(access, "ibv_reg_dm_mr") {
             Ok(f) => f,
             Err(e) => {
                 set_errno(e);

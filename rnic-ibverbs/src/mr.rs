@@ -28,7 +28,7 @@ pub struct Mr {
 
 /// Access flags rnic understands; the rest are refused with the reason, as a device
 /// without the capability refuses them.
-fn access_of(access: c_uint, what: &str) -> Result<AccessFlags, c_int> {
+pub(crate) fn access_of(access: c_uint, what: &str) -> Result<AccessFlags, c_int> {
     let known = IBV_ACCESS_LOCAL_WRITE
         | IBV_ACCESS_REMOTE_WRITE
         | IBV_ACCESS_REMOTE_READ
@@ -131,11 +131,6 @@ pub(crate) fn register(
             null_mut()
         }
     }
-}
-
-/// Checks `access` as `ibv_reg_mr` does (for `ibv_reg_dm_mr`).
-pub(crate) fn access_flags(access: c_uint, verb: &str) -> Result<AccessFlags, c_int> {
-    access_of(access, verb)
 }
 
 /// The region `mr` registers device memory whose uses `users` counts: its

@@ -191,15 +191,13 @@ impl CompletionQueue {
 
     /// Gives the CQ room for `depth` completions (`ibv_resize_cq`), keeping those
     /// waiting; refused with [`Error::InvalidArgument`] below their number (work posted
-    /// before the call counts once it completed: the device settles first). On hardware
+    /// before the call counts once it completed: the device runs a round first). On hardware
     /// it is [`Error::Unsupported`].
     pub fn resize(&self, depth: usize) -> Result<()> {
         match &self.b {
             CqBackend::Emu(cq) => {
-                if let Ok(e) = self.ctx.emu("resize_cq") {
-                    e.dev.settle();
-                }
-                cq.resize(depth).map_err(|e| Error::InvalidArgument { op: "resize_cq", why: e.to_string() })
+                let e = self.ctx.emu("resize_cq")?;
+                e.dev.resize_cq(cq, depth).map_err(|e| Error::InvalidArgument { op: "resize_cq", why: e.to_string() })
             }
             #[cfg(feature = "hw")]
             CqBackend::Hw(_) => Err(Error::Unsupported {

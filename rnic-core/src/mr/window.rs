@@ -216,31 +216,27 @@ impl Mtpt {
         if unbinding && kind == MwType::Two {
             return Err(BindError::Empty);
         }
-        let region_pd = if unbinding {
-            pd
-        } else {
-            match table.slot(bind.mr_lkey).map(|s| &s.entry) {
-                Some(Entry::Valid(r)) => r.pd,
-                _ => return Err(BindError::BadRegion { key: bind.mr_lkey }),
-            }
-        };
-        // IBA 10.6.7.2.1/2: the window, the QP and the region share one PD.
-        if window_pd != pd || region_pd != pd {
-            return Err(BindError::Pd { window: window_pd, qp: pd, region: region_pd });
-        }
-        let remote = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
         let binding = if unbinding {
+            // IBA 10.6.7.2.1: the window is the QP's PD's.
+            if window_pd != pd {
+                return Err(BindError::Pd { window: window_pd, qp: pd, region: pd });
+            }
             None
         } else {
             let Some(Entry::Valid(r)) = table.slot(bind.mr_lkey).map(|s| &s.entry) else {
                 return Err(BindError::BadRegion { key: bind.mr_lkey });
             };
+            // IBA 10.6.7.2.1/2: the window, the QP and the region share one PD.
+            if window_pd != pd || r.pd != pd {
+                return Err(BindError::Pd { window: window_pd, qp: pd, region: r.pd });
+            }
             if !r.access.contains(AccessFlags::MW_BIND) {
                 return Err(BindError::NoBindAccess { key: bind.mr_lkey });
             }
             // Only remote rights mean anything for a window (rxe keeps the rest and uses
             // none of it: LOCAL_WRITE asked for a window is no error).
-            let access = bind.access & remote;
+            let access =
+                bind.access & (AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC);
             let writes = access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC);
             if writes && !r.access.contains(AccessFlags::LOCAL_WRITE) {
                 return Err(BindError::Rights { access, region: r.access });
