@@ -36,6 +36,12 @@ pub struct DeviceCaps {
     pub max_cqe: u32,
     /// Most memory regions (the MTPT's size: `DeviceConfig::max_mr`).
     pub max_mr: u32,
+    /// Most memory windows: they take MTPT entries beside the regions
+    /// (`Mtpt::alloc_mw`), so as many as regions.
+    pub max_mw: u32,
+    /// Largest device memory allocation (`ibv_alloc_dm`), bytes: as much as mlx5's
+    /// on-chip memory.
+    pub max_dm_size: u64,
     /// Most PDs.
     pub max_pd: u32,
     /// Most RDMA READ / atomic requests a QP answers at once (responder resources).
@@ -90,6 +96,8 @@ impl DeviceCaps {
     pub const MAX_MCAST_QP_ATTACH: u32 = 56;
     /// Most multicast attachments in all.
     pub const MAX_TOTAL_MCAST_QP_ATTACH: u32 = Self::MAX_MCAST_GRP * Self::MAX_MCAST_QP_ATTACH;
+    /// Largest device memory allocation.
+    pub const MAX_DM_SIZE: u64 = 256 * 1024;
 
     /// The caps of a device opened with `config` (its MTPT size is configured).
     pub fn of(config: &DeviceConfig) -> DeviceCaps {
@@ -113,6 +121,8 @@ impl DeviceCaps {
             max_cq: Self::MAX_OBJECTS,
             max_cqe: Self::MAX_CQE,
             max_mr,
+            max_mw: max_mr,
+            max_dm_size: Self::MAX_DM_SIZE,
             max_pd: Self::MAX_OBJECTS,
             max_qp_rd_atom: rd,
             max_qp_init_rd_atom: rd,

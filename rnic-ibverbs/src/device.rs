@@ -298,8 +298,7 @@ fn device_attr(dev: &Dev) -> ibv_device_attr {
     a.max_cqe = int(c.max_cqe);
     a.max_mr = int(c.max_mr);
     a.max_pd = int(c.max_pd);
-    // Windows live in the MTPT beside the regions (rnic_core::mr::Mtpt::alloc_mw).
-    a.max_mw = int(c.max_mr);
+    a.max_mw = int(c.max_mw);
     a.max_qp_rd_atom = int(c.max_qp_rd_atom);
     a.max_res_rd_atom = int(c.max_res_rd_atom);
     a.max_qp_init_rd_atom = int(c.max_qp_init_rd_atom);
@@ -369,7 +368,7 @@ unsafe extern "C" fn query_device_ex(
         // 64 bits.
         completion_timestamp_mask: u64::MAX,
         hca_core_clock: 1_000_000,
-        max_dm_size: dm::MAX_DM_SIZE,
+        max_dm_size: DeviceCaps::MAX_DM_SIZE,
         // Every region is on demand: nothing is pinned, the device touches the program's
         // pages as the program does; an implicit region (the whole address space) is
         // reached through the kernel's checked copies.

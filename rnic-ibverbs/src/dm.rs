@@ -7,14 +7,14 @@ use crate::ctx::{ctx_of, CtxShared};
 use crate::pd::pd_of;
 use crate::{diag, guard, set_errno, Users};
 use libc::{c_int, c_uint, c_void, size_t};
+use rnic_core::caps::DeviceCaps;
 use rnic_core::mem::MemBlock;
 use rnic_verbs_sys::*;
 use std::ptr::null_mut;
 use std::sync::Arc;
 
-/// The most device memory one allocation may have (`max_dm_size`), as much as mlx5's
-/// MEMIC offers.
-pub(crate) const MAX_DM_SIZE: u64 = 256 * 1024;
+/// The most device memory one allocation may have (`max_dm_size`, the device's caps).
+const MAX_DM_SIZE: u64 = DeviceCaps::MAX_DM_SIZE;
 /// Copies and registrations are in whole 4-byte words (mlx5's MEMIC rule, which
 /// rdma-core's tests check: a copy at an unaligned offset or of an unaligned length is
 /// refused).
