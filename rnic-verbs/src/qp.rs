@@ -450,7 +450,7 @@ impl QueuePair {
     }
 
     /// Attaches this UD QP to the multicast group `gid` (`ibv_attach_mcast`): every
-    /// datagram sent to the group with the multicast QPN ([`MULTICAST_QPN`]) and this QP's
+    /// datagram sent to the group with the multicast QPN ([`MULTICAST_QPN`](crate::MULTICAST_QPN)) and this QP's
     /// Q_Key arrives on it as on every other QP attached, on any device (IBA 10.5). On
     /// RoCEv2 the GID is the group's IP address: `::ffff:224.x.y.z` (an IPv4 group, as
     /// [`Gid::from_ip`](crate::Gid::from_ip) makes it) or an IPv6 `ff..` address, of the
