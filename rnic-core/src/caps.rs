@@ -96,8 +96,8 @@ impl DeviceCaps {
     pub const MAX_MCAST_QP_ATTACH: u32 = 56;
     /// Most multicast attachments in all.
     pub const MAX_TOTAL_MCAST_QP_ATTACH: u32 = Self::MAX_MCAST_GRP * Self::MAX_MCAST_QP_ATTACH;
-    /// Largest device memory allocation.
-    pub const MAX_DM_SIZE: u64 = 256 * 1024;
+    /// Largest device memory allocation (device memory's own rule, `mem::dm`).
+    pub const MAX_DM_SIZE: u64 = crate::mem::dm::MAX_DM_SIZE;
 
     /// The caps of a device opened with `config` (its MTPT size is configured).
     pub fn of(config: &DeviceConfig) -> DeviceCaps {

@@ -454,6 +454,21 @@ impl Device {
         Ok(self.inner.mtpt.register(pd, block, offset, len, iova, access)?)
     }
 
+    /// Registers as [`reg_mr`](Self::reg_mr) does but never pins: an on-demand region
+    /// (`IBV_ACCESS_ON_DEMAND`), whose pages the device reaches as the program does,
+    /// faulting them in when an access comes, however the device was configured.
+    pub fn reg_mr_on_demand(
+        &self,
+        pd: PdId,
+        block: Arc<MemBlock>,
+        offset: usize,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<MrKeys, DeviceError> {
+        Ok(self.inner.mtpt.register(pd, block, offset, len, iova, access)?)
+    }
+
     /// Deregisters the region named by `lkey`. Work requests posted earlier that name its
     /// memory (a receive not yet filled, a send not yet sent, a WRITE arriving in parts)
     /// no longer reach it: they complete in error, as on a NIC that looks their keys up
@@ -473,7 +488,8 @@ impl Device {
     /// hardware NIC checks them against the new PD and translation when it executes
     /// them; here they hold the old block, which is retired. A new PD over the same
     /// memory therefore comes with a new block over it. The new memory is pinned first
-    /// when the device pins memory.
+    /// when the device pins memory and the region was pinned (one registered on demand
+    /// stays on demand).
     pub fn rereg_mr(
         &self,
         lkey: u32,
@@ -481,7 +497,7 @@ impl Device {
         memory: Option<(Arc<MemBlock>, usize, usize)>,
         iova: Option<u64>,
     ) -> Result<(), DeviceError> {
-        let pin = self.inner.config.pin_memory;
+        let pin = self.inner.config.pin_memory && self.inner.mtpt.is_pinned(lkey);
         let new = memory.as_ref().map(|m| m.0.clone());
         if let Some(block) = new.as_ref().filter(|b| pin && !b.is_pinned()) {
             block.pin()?;

@@ -10,6 +10,9 @@
 //! The block does not serialize its own accesses: two overlapping copies issued at once from two
 //! threads leave unspecified bytes behind, as two overlapping DMA writes would. The engine keeps
 //! the NIC's accesses to one QP's memory on one progress thread.
+//!
+//! Device memory ([`dm`]) is a block the device owns, reached by copies and by the regions
+//! registered over views of it.
 
 use std::fmt;
 use std::io;
@@ -18,6 +21,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use memmap2::{MmapMut, MmapRaw};
 use parking_lot::Mutex;
+
+pub mod dm;
 
 /// Size and required alignment, in bytes, of the operand of an RDMA atomic.
 pub const ATOMIC_SIZE: usize = 8;

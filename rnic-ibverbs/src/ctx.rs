@@ -140,7 +140,7 @@ pub struct CtxShared {
     /// Address handles (usize pointers to ours).
     pub ahs: Mutex<HashSet<usize>>,
     /// Device memory by handle (`ibv_import_dm` finds it there), and the next handle.
-    pub dms: Mutex<HashMap<u32, Arc<rnic_core::mem::MemBlock>>>,
+    pub dms: Mutex<HashMap<u32, Arc<rnic_core::mem::dm::DeviceMemory>>>,
     pub next_dm: std::sync::atomic::AtomicU32,
 }
 

@@ -1,30 +1,23 @@
 //! Device memory (`ibv_alloc_dm`, `ibv_memcpy_to_dm`/`ibv_memcpy_from_dm`,
-//! `ibv_reg_dm_mr`): memory the device owns rather than the program. On a NIC it is on the
-//! card (mlx5's MEMIC); here it is a block the device allocates, which the program reaches
-//! only by copies, as on hardware, and which an MR registers zero-based.
+//! `ibv_reg_dm_mr`) over rnic-core's `mem::dm::DeviceMemory`: memory the device owns
+//! rather than the program, which the program reaches only by copies, as on hardware, and
+//! which an MR registers zero-based. Its rules (size: `DeviceCaps::MAX_DM_SIZE`; whole
+//! 4-byte words) are rnic-core's.
 
 use crate::ctx::{ctx_of, CtxShared};
 use crate::pd::pd_of;
 use crate::{diag, guard, set_errno, Users};
 use libc::{c_int, c_uint, c_void, size_t};
-use rnic_core::caps::DeviceCaps;
-use rnic_core::mem::MemBlock;
+use rnic_core::mem::dm::DeviceMemory;
 use rnic_verbs_sys::*;
 use std::ptr::null_mut;
 use std::sync::Arc;
-
-/// The most device memory one allocation may have (`max_dm_size`, the device's caps).
-const MAX_DM_SIZE: u64 = DeviceCaps::MAX_DM_SIZE;
-/// Copies and registrations are in whole 4-byte words (mlx5's MEMIC rule, which
-/// rdma-core's tests check: a copy at an unaligned offset or of an unaligned length is
-/// refused).
-const DM_ALIGN: u64 = 4;
 
 /// An `ibv_dm`.
 #[repr(C)]
 pub struct Dm {
     pub ibv: ibv_dm,
-    pub(crate) block: Arc<MemBlock>,
+    pub(crate) mem: Arc<DeviceMemory>,
     /// Its MRs (`ibv_free_dm` waits for them: EBUSY).
     pub(crate) users: Users,
     /// The contexts it is known in (by its handle: `ibv_import_dm`).
@@ -38,33 +31,23 @@ pub(crate) unsafe fn dm_of<'a>(dm: *mut ibv_dm) -> Option<&'a Dm> {
     (!dm.is_null()).then(|| unsafe { &*dm.cast::<Dm>() })
 }
 
-/// The DM's bytes `offset .. offset + len`, if the copy is allowed (in bounds, aligned).
-fn range(d: &Dm, offset: u64, len: size_t, verb: &str) -> Option<usize> {
-    let end = offset.checked_add(len as u64)?;
-    if offset % DM_ALIGN != 0 || len as u64 % DM_ALIGN != 0 || end > d.block.len() as u64 {
-        diag(format!(
-            "{verb}: {len} bytes at offset {offset} of {} bytes of device memory (both in whole 4-byte words)",
-            d.block.len()
-        ));
-        return None;
-    }
-    usize::try_from(offset).ok()
+/// Says why a copy or registration of the DM's bytes `offset .. offset + len` is refused.
+fn refused(e: &rnic_core::mem::dm::DmError, verb: &str) -> c_int {
+    diag(format!("{verb}: {e}"));
+    libc::EINVAL
 }
 
 unsafe extern "C" fn memcpy_to_dm(dm: *mut ibv_dm, offset: u64, host: *const c_void, len: size_t) -> c_int {
     guard(libc::EINVAL, || {
         // SAFETY: a DM we handed out.
         let Some(d) = (unsafe { dm_of(dm) }) else { return libc::EINVAL };
-        let Some(at) = range(d, offset, len, "ibv_memcpy_to_dm") else { return libc::EINVAL };
-        if len == 0 {
-            return 0;
-        }
-        // SAFETY: the program's `len` bytes at `host`, readable (the verb's contract).
-        let src = unsafe { std::slice::from_raw_parts(host.cast::<u8>(), len) };
-        if d.block.write(at, src).is_err() {
-            return libc::EINVAL;
-        }
-        0
+        let src: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: the program's `len` bytes at `host`, readable (the verb's contract).
+            unsafe { std::slice::from_raw_parts(host.cast::<u8>(), len) }
+        };
+        d.mem.copy_to(offset, src).map_or_else(|e| refused(&e, "ibv_memcpy_to_dm"), |()| 0)
     })
 }
 
@@ -72,16 +55,13 @@ unsafe extern "C" fn memcpy_from_dm(host: *mut c_void, dm: *mut ibv_dm, offset: 
     guard(libc::EINVAL, || {
         // SAFETY: a DM we handed out.
         let Some(d) = (unsafe { dm_of(dm) }) else { return libc::EINVAL };
-        let Some(at) = range(d, offset, len, "ibv_memcpy_from_dm") else { return libc::EINVAL };
-        if len == 0 {
-            return 0;
-        }
-        // SAFETY: the program's `len` writable bytes at `host` (the verb's contract).
-        let dst = unsafe { std::slice::from_raw_parts_mut(host.cast::<u8>(), len) };
-        if d.block.read(at, dst).is_err() {
-            return libc::EINVAL;
-        }
-        0
+        let dst: &mut [u8] = if len == 0 {
+            &mut []
+        } else {
+            // SAFETY: the program's `len` writable bytes at `host` (the verb's contract).
+            unsafe { std::slice::from_raw_parts_mut(host.cast::<u8>(), len) }
+        };
+        d.mem.copy_from(offset, dst).map_or_else(|e| refused(&e, "ibv_memcpy_from_dm"), |()| 0)
     })
 }
 
@@ -99,31 +79,36 @@ pub(crate) unsafe extern "C" fn alloc_dm(context: *mut ibv_context, attr: *mut i
             set_errno(libc::EINVAL);
             return null_mut();
         };
-        if a.comp_mask != 0 || a.length == 0 || a.length as u64 > MAX_DM_SIZE || a.log_align_req > 12 {
+        if a.comp_mask != 0 || a.log_align_req > 12 {
             diag(format!(
-                "ibv_alloc_dm: {} bytes aligned to 2^{} (comp_mask {:#x}): 1..={MAX_DM_SIZE} bytes, alignment up to a page",
-                a.length, a.log_align_req, a.comp_mask
+                "ibv_alloc_dm: aligned to 2^{} (comp_mask {:#x}): no comp_mask bits, alignment up to a page",
+                a.log_align_req, a.comp_mask
             ));
             set_errno(libc::EINVAL);
             return null_mut();
         }
-        let block = match MemBlock::new(a.length) {
-            Ok(b) => Arc::new(b),
-            Err(e) => {
+        let mem = match DeviceMemory::new(a.length) {
+            Ok(m) => Arc::new(m),
+            Err(e @ rnic_core::mem::dm::DmError::Mem(_)) => {
                 diag(format!("ibv_alloc_dm: {e}"));
                 set_errno(libc::ENOMEM);
                 return null_mut();
             }
+            Err(e) => {
+                diag(format!("ibv_alloc_dm: {e}"));
+                set_errno(libc::EINVAL);
+                return null_mut();
+            }
         };
         let handle = ctx.sh.next_dm.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        ctx.sh.dms.lock().insert(handle, block.clone());
-        new_dm(context, block, handle, ctx.sh.clone(), false)
+        ctx.sh.dms.lock().insert(handle, mem.clone());
+        new_dm(context, mem, handle, ctx.sh.clone(), false)
     })
 }
 
 fn new_dm(
     context: *mut ibv_context,
-    block: Arc<MemBlock>,
+    mem: Arc<DeviceMemory>,
     handle: u32,
     ctx: Arc<CtxShared>,
     imported: bool,
@@ -135,7 +120,7 @@ fn new_dm(
         comp_mask: 0,
         handle,
     };
-    Box::into_raw(Box::new(Dm { ibv, block, users: Users::default(), ctx, imported })).cast()
+    Box::into_raw(Box::new(Dm { ibv, mem, users: Users::default(), ctx, imported })).cast()
 }
 
 /// `ibv_import_dm`: another handle on the device memory `handle` of the contexts
@@ -149,12 +134,12 @@ pub unsafe extern "C" fn ibv_import_dm(context: *mut ibv_context, handle: u32) -
             set_errno(libc::EINVAL);
             return null_mut();
         };
-        let Some(block) = ctx.sh.dms.lock().get(&handle).cloned() else {
+        let Some(mem) = ctx.sh.dms.lock().get(&handle).cloned() else {
             diag(format!("ibv_import_dm: no device memory with handle {handle} in this context"));
             set_errno(libc::ENOENT);
             return null_mut();
         };
-        new_dm(context, block, handle, ctx.sh.clone(), true)
+        new_dm(context, mem, handle, ctx.sh.clone(), true)
     })
 }
 
@@ -219,17 +204,18 @@ pub(crate) unsafe extern "C" fn reg_dm_mr(
             set_errno(libc::EINVAL);
             return null_mut();
         }
-        // Zero bytes is a region too (rdma-core's test_create_dm_mr registers one).
-        let Some(at) = range(d, dm_offset, length, "ibv_reg_dm_mr") else {
-            set_errno(libc::EINVAL);
-            return null_mut();
+        // Zero bytes is a region too (rdma-core's test_create_dm_mr registers one). The
+        // region's block is a view of the DM's memory, so that deregistering it (which
+        // revokes its block) leaves the DM and its other regions alone.
+        // SAFETY: the DM is not freed while this region holds a use of it (free_dm:
+        // EBUSY), and the region's block is revoked when it is deregistered.
+        let view = match unsafe { d.mem.view(dm_offset, length as u64) } {
+            Ok(v) => v,
+            Err(e) => {
+                set_errno(refused(&e, "ibv_reg_dm_mr"));
+                return null_mut();
+            }
         };
-        // The region's block is a view of the DM's memory, so that deregistering it
-        // (which revokes its block) leaves the DM and its other regions alone.
-        // SAFETY: `at .. at + length` lies inside the DM's block (range), an owned mapping
-        // that lives while the DM does; the DM is not freed while this region holds a use
-        // of it (free_dm: EBUSY), and the region's block is revoked when it is deregistered.
-        let view = unsafe { MemBlock::from_raw(d.block.as_ptr().wrapping_add(at), length) };
         let r = crate::mr::register(p, pd, Arc::new(view), flags, 0, null_mut(), "ibv_reg_dm_mr");
         if !r.is_null() {
             d.users.hold();

@@ -7,7 +7,8 @@ use crate::{diag, guard, set_errno, Users};
 use libc::{c_int, c_uint, c_void, size_t};
 use rnic_core::device::{Device, DeviceError};
 use rnic_core::mem::MemBlock;
-use rnic_core::mr::{AccessFlags, MrError};
+use rnic_core::mr::{AccessFlags, Advice, MrError};
+use rnic_core::wr::Sge;
 use rnic_verbs_sys::*;
 use std::ptr::null_mut;
 use std::sync::Arc;
@@ -372,12 +373,10 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     })
 }
 
-/// `ibv_advise_mr` (through `verbs_context.advise_mr`): each SGE is checked as a work
-/// request's would be (its lkey a region of `pd`, the range inside it; a write prefetch
-/// needs local write: EINVAL otherwise), then PREFETCH and PREFETCH_WRITE fault the
-/// pages in by reading one byte of each, through the region, as an on-demand NIC asks
-/// the kernel for them; PREFETCH_NO_FAULT maps nothing that is not mapped, so nothing is
-/// done. The work is done when the call returns, with or without IBV_ADVISE_MR_FLAG_FLUSH.
+/// `ibv_advise_mr` (through `verbs_context.advise_mr`): rnic-core's `Mtpt::advise`, each
+/// SGE checked as a work request's would be (EINVAL otherwise), PREFETCH and
+/// PREFETCH_WRITE faulting the pages in, PREFETCH_NO_FAULT only checking. The work is done
+/// when the call returns, with or without IBV_ADVISE_MR_FLAG_FLUSH.
 pub(crate) unsafe extern "C" fn advise_mr(
     pd: *mut ibv_pd,
     advice: ibv_advise_mr_advice,
@@ -388,9 +387,10 @@ pub(crate) unsafe extern "C" fn advise_mr(
     guard(libc::EINVAL, || {
         // SAFETY: a PD we handed out.
         let Some(p) = (unsafe { pd_of(pd) }) else { return libc::EINVAL };
-        let need = match advice {
-            IBV_ADVISE_MR_ADVICE_PREFETCH | IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => AccessFlags::empty(),
-            IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE => AccessFlags::LOCAL_WRITE,
+        let advice = match advice {
+            IBV_ADVISE_MR_ADVICE_PREFETCH => Advice::Prefetch,
+            IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE => Advice::PrefetchWrite,
+            IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => Advice::PrefetchNoFault,
             other => {
                 diag(format!("ibv_advise_mr: unknown advice {other}"));
                 return libc::EINVAL;
@@ -402,33 +402,14 @@ pub(crate) unsafe extern "C" fn advise_mr(
         }
         // SAFETY: the caller's `num_sge` SGEs.
         let sges = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
-        let mut slices = Vec::with_capacity(sges.len());
-        for (i, s) in sges.iter().enumerate() {
-            match p.core.mtpt().check_local(s.lkey, p.id, s.addr, s.length as usize, need) {
-                Ok(slice) => slices.push(slice),
-                Err(e) => {
-                    diag(format!("ibv_advise_mr: SGE {i}: {e}"));
-                    return libc::EINVAL;
-                }
+        let sges: Vec<Sge> = sges.iter().map(|s| Sge { addr: s.addr, length: s.length, lkey: s.lkey }).collect();
+        match p.core.mtpt().advise(p.id, advice, &sges) {
+            Ok(()) => 0,
+            Err((i, e)) => {
+                diag(format!("ibv_advise_mr: SGE {i}: {e}"));
+                libc::EINVAL
             }
         }
-        if advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT {
-            const PAGE: u64 = 4096;
-            for s in &slices {
-                let mut b = [0u8; 1];
-                let mut at = 0;
-                // The slice's first byte, to find page boundaries.
-                let base = s.block().addr() + s.block_offset() as u64;
-                while at < s.len() {
-                    // Reading faults the page in (never a write: the program may be
-                    // writing the same byte).
-                    let _ = s.read(at, &mut b);
-                    let to_next = PAGE - (base + at as u64) % PAGE;
-                    at += usize::try_from(to_next).unwrap_or(usize::MAX);
-                }
-            }
-        }
-        0
     })
 }
 
