@@ -267,6 +267,16 @@ pub struct SendWrRef<'a> {
     pub xrc_srqn: Option<u32>,
 }
 
+impl<'a> SendWrRef<'a> {
+    /// The same work request for the remote XRC SRQ numbered `srqn` (an XRC initiator's
+    /// `qp_type.xrc.remote_srqn`; IBA Annex A14: every request packet's XRCETH carries it).
+    #[must_use]
+    pub fn to_srq(mut self, srqn: u32) -> SendWrRef<'a> {
+        self.xrc_srqn = Some(srqn);
+        self
+    }
+}
+
 impl<'a> From<&'a SendWr> for SendWrRef<'a> {
     fn from(w: &'a SendWr) -> SendWrRef<'a> {
         SendWrRef { wr_id: w.wr_id, op: w.op, sg_list: &w.sg_list, flags: w.flags, ud: w.ud, xrc_srqn: None }

@@ -68,6 +68,7 @@ mod pd;
 mod qp;
 mod srq;
 mod types;
+mod xrcd;
 
 pub use ah::AddressHandle;
 pub use channel::CompChannel;
@@ -86,6 +87,7 @@ pub use srq::SharedReceiveQueue;
 pub use types::{
     DeviceAttr, DeviceInfo, DeviceKind, Endpoint, Gid, PortAttr, RemoteMr, DEFAULT_QKEY, GRH_LEN, MULTICAST_QPN,
 };
+pub use xrcd::XrcDomain;
 
 // The data both backends take and give: work requests and completions, QP attributes,
 // access rights, states, events. They are defined once, in rnic-core, because the

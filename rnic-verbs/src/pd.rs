@@ -92,6 +92,7 @@ impl ProtectionDomain {
             max_dest_rd_atomic: 1,
             psn: None,
             srq: None,
+            xrcd: None,
             qkey: DEFAULT_QKEY,
         }
     }

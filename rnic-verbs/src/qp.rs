@@ -7,6 +7,7 @@ use crate::srq::{SharedReceiveQueue, SrqBackend};
 use crate::types::{random_psn, Endpoint, Gid, MAX_INLINE, MAX_QP_WR, MAX_SGE};
 use crate::{
     AccessFlags, Context, EngineError, Error, PathMtu, QpAttr, QpCap, QpState, QpType, RecvWrRef, Result, SendWrRef,
+    XrcDomain,
 };
 use rnic_core::engine::qp::{QpInit, QpShared};
 use std::sync::Arc;
@@ -28,6 +29,14 @@ use std::sync::Arc;
 /// | `sq_sig_all` | false | |
 /// | `psn` | random | |
 /// | `qkey` (UD) | [`DEFAULT_QKEY`](crate::DEFAULT_QKEY) | |
+///
+/// XRC (IBA Annex A14): `.qp_type(QpType::XrcSend)` builds an initiator, which has no
+/// receive side (the receive CQ is not used) and names the remote XRC SRQ in each work
+/// request ([`SendWrRef::to_srq`]); `.qp_type(QpType::XrcRecv).xrcd(&domain)` builds a
+/// target in an XRC domain, which has no PD, CQ or receive queue of its own: each request
+/// is checked against the PD of the XRC SRQ it names and completes in that SRQ's CQ. The
+/// target's PD and CQs given to the builder are only its handle's parents (the device it
+/// is on); nothing completes in them. Both connect as RC does.
 #[derive(Debug, Clone)]
 pub struct QpBuilder {
     pub(crate) pd: ProtectionDomain,
@@ -46,6 +55,7 @@ pub struct QpBuilder {
     pub(crate) max_dest_rd_atomic: u8,
     pub(crate) psn: Option<u32>,
     pub(crate) srq: Option<SharedReceiveQueue>,
+    pub(crate) xrcd: Option<XrcDomain>,
     pub(crate) qkey: u32,
 }
 
@@ -101,7 +111,9 @@ impl QpBuilder {
         max_dest_rd_atomic: u8
     );
     setter!(
-        /// Transport: [`QpType::Rc`] (the default), [`QpType::Uc`] or [`QpType::Ud`].
+        /// Transport: [`QpType::Rc`] (the default), [`QpType::Uc`], [`QpType::Ud`], or an
+        /// XRC initiator ([`QpType::XrcSend`]) or target ([`QpType::XrcRecv`], with
+        /// [`xrcd`](Self::xrcd)).
         qp_type: QpType
     );
     setter!(
@@ -117,10 +129,46 @@ impl QpBuilder {
         self
     }
 
+    /// An XRC target ([`QpType::XrcRecv`]): the XRC domain whose SRQs its requests name.
+    pub fn xrcd(mut self, xrcd: &XrcDomain) -> Self {
+        self.xrcd = Some(xrcd.clone());
+        self
+    }
+
     /// The first PSN (random if not set).
     pub fn psn(mut self, psn: u32) -> Self {
         self.psn = Some(psn & 0x00FF_FFFF);
         self
+    }
+
+    /// The XRC rules the builder can check before the device does: a target needs a
+    /// domain of the PD's device, nothing else takes one, and no XRC QP takes an SRQ.
+    fn check_xrc(&self) -> Result<()> {
+        let bad = |why: String| Err(Error::InvalidArgument { op: "create QP", why });
+        match (self.qp_type, &self.xrcd) {
+            (QpType::XrcRecv, None) => {
+                return bad("an XRC target (XrcRecv) lives in an XRC domain: give it one with .xrcd(&domain)".into())
+            }
+            (QpType::XrcRecv, Some(d)) if !d.ctx.same_device(&self.pd.inner.ctx) => {
+                return bad(format!(
+                    "the XRC domain belongs to device {}, the protection domain to {}",
+                    d.ctx.name(),
+                    self.pd.inner.ctx.name()
+                ))
+            }
+            (t, Some(_)) if t != QpType::XrcRecv => {
+                return bad(format!("a {t} QP has no XRC domain (only an XrcRecv target takes .xrcd)"))
+            }
+            _ => {}
+        }
+        if let (QpType::XrcSend | QpType::XrcRecv, Some(_)) = (self.qp_type, &self.srq) {
+            return bad(format!(
+                "a {} QP takes no SRQ (IBA Annex A14: a target's requests name the XRC SRQs of its domain, \
+                 an initiator has no receive side)",
+                self.qp_type,
+            ));
+        }
+        Ok(())
     }
 
     /// Creates the QP and moves it to INIT.
@@ -145,6 +193,7 @@ impl QpBuilder {
                 });
             }
         }
+        self.check_xrc()?;
         if let Some(s) = &self.srq {
             if !Arc::ptr_eq(&s.pd.inner, &self.pd.inner) {
                 return Err(Error::InvalidArgument {
@@ -181,12 +230,29 @@ impl QpBuilder {
                     #[cfg(feature = "hw")]
                     SrqBackend::Hw(_) => unreachable!("checked: same device"),
                 });
-                let init = QpInit::new(self.qp_type, id, emu_cq(&self.send_cq), emu_cq(&self.recv_cq))
-                    .cap(c)
-                    .sq_sig_all(self.sq_sig_all)
-                    .srq(srq);
+                let init = match (&self.xrcd, self.qp_type) {
+                    (Some(d), _) => QpInit::xrc_target(d.xrcd.clone()),
+                    // IBA Annex A14: an initiator has no receive queue.
+                    (None, QpType::XrcSend) => {
+                        QpInit::new(self.qp_type, id, emu_cq(&self.send_cq), emu_cq(&self.send_cq))
+                            .cap(QpCap { max_recv_wr: 0, max_recv_sge: 0, ..c })
+                            .sq_sig_all(self.sq_sig_all)
+                    }
+                    (None, _) => QpInit::new(self.qp_type, id, emu_cq(&self.send_cq), emu_cq(&self.recv_cq))
+                        .cap(c)
+                        .sq_sig_all(self.sq_sig_all)
+                        .srq(srq),
+                };
                 let shared = e.dev.create_qp(init).map_err(|e| Error::from_device(e, Error::CreateQp))?;
                 QpBackend::Emu(shared)
+            }
+            #[cfg(feature = "hw")]
+            PdBackend::Hw(_) if matches!(self.qp_type, QpType::XrcSend | QpType::XrcRecv) => {
+                return Err(Error::Unsupported {
+                    op: "create XRC QP",
+                    device: ctx.name().to_string(),
+                    why: "the hardware backend does not wrap XRC".into(),
+                })
             }
             #[cfg(feature = "hw")]
             PdBackend::Hw(pd) => {

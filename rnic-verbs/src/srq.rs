@@ -1,7 +1,8 @@
 //! Shared receive queues (`ibv_srq`).
 
+use crate::cq::CqBackend;
 use crate::pd::{PdBackend, ProtectionDomain};
-use crate::{Error, RecvWrRef, Result};
+use crate::{CompletionQueue, Error, RecvWrRef, Result, XrcDomain};
 use std::sync::Arc;
 
 #[derive(Clone, Debug)]
@@ -11,11 +12,14 @@ pub(crate) enum SrqBackend {
     Hw(crate::hw::HwSrq),
 }
 
-/// A shared receive queue (`ibv_srq`). Clones share it.
+/// A shared receive queue (`ibv_srq`), plain or XRC
+/// ([`ProtectionDomain::create_xrc_srq`]). Clones share it.
 #[derive(Clone, Debug)]
 pub struct SharedReceiveQueue {
     pub(crate) pd: ProtectionDomain,
     pub(crate) b: SrqBackend,
+    /// An XRC SRQ's domain and the CQ its receives complete in, held while it lives.
+    pub(crate) xrc: Option<(XrcDomain, CompletionQueue)>,
 }
 
 #[cfg(feature = "hw")]
@@ -38,7 +42,45 @@ impl SharedReceiveQueue {
                 h.create_srq(max_wr, max_sge).map_err(crate::context::hw_err("create SRQ", pd.context().name()))?,
             ),
         };
-        Ok(SharedReceiveQueue { pd: pd.clone(), b })
+        Ok(SharedReceiveQueue { pd: pd.clone(), b, xrc: None })
+    }
+
+    /// An XRC SRQ (the caller checked that the PD, domain and CQ are of one device).
+    pub(crate) fn create_xrc(
+        pd: &ProtectionDomain,
+        xrcd: &XrcDomain,
+        cq: &CompletionQueue,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<SharedReceiveQueue> {
+        ProtectionDomain::check_srq_size(max_wr, max_sge)?;
+        // The domain opens only on an emulated device, and the PD and CQ are of its device.
+        let (PdBackend::Emu(_), CqBackend::Emu(core_cq)) = (&pd.inner.b, &cq.b) else {
+            return Err(Error::Unsupported {
+                op: "create XRC SRQ",
+                device: pd.context().name().to_string(),
+                why: "the hardware backend does not wrap XRC".into(),
+            });
+        };
+        let (e, id) = pd.emu_pd();
+        let srq = e.dev.create_xrc_srq(id, max_wr, max_sge, &xrcd.xrcd, core_cq.clone());
+        Ok(SharedReceiveQueue { pd: pd.clone(), b: SrqBackend::Emu(srq), xrc: Some((xrcd.clone(), cq.clone())) })
+    }
+
+    /// Whether this handle is the emulator's SRQ `core`.
+    pub(crate) fn is_core(&self, core: &Arc<rnic_core::srq::Srq>) -> bool {
+        matches!(&self.b, SrqBackend::Emu(s) if Arc::ptr_eq(s, core))
+    }
+
+    /// An XRC SRQ's domain (`None` for a plain SRQ).
+    pub fn xrcd(&self) -> Option<&XrcDomain> {
+        self.xrc.as_ref().map(|(d, _)| d)
+    }
+
+    /// The CQ an XRC SRQ's receives complete in (`None` for a plain SRQ, whose receives
+    /// complete in the receive CQ of the QP that took them).
+    pub fn cq(&self) -> Option<&CompletionQueue> {
+        self.xrc.as_ref().map(|(_, c)| c)
     }
 
     /// The protection domain the SRQ belongs to.
@@ -46,7 +88,8 @@ impl SharedReceiveQueue {
         &self.pd
     }
 
-    /// The SRQ's number (named in its limit event).
+    /// The SRQ's number (named in its limit event; for an XRC SRQ also `ibv_get_srq_num`:
+    /// what an initiator's work request names it by, [`SendWrRef::to_srq`](crate::SendWrRef::to_srq)).
     pub fn id(&self) -> u32 {
         match &self.b {
             SrqBackend::Emu(s) => s.id(),

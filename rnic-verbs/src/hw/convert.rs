@@ -277,6 +277,10 @@ pub fn send_wr_to_ibv(
         }
         r.wr.ud = sys::ibv_send_wr_ud { ah: ah_for(dest)?, remote_qpn: dest.remote_qpn, remote_qkey: dest.remote_qkey };
     }
+    if let Some(remote_srqn) = wr.xrc_srqn {
+        // What an XRC initiator's work request names (the device ignores it elsewhere).
+        r.qp_type.xrc = sys::ibv_send_wr_xrc { remote_srqn };
+    }
     Ok(r)
 }
 
