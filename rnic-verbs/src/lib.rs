@@ -61,6 +61,7 @@ mod cm;
 mod context;
 mod cq;
 mod discovery;
+mod dm;
 mod error;
 mod mr;
 mod mw;
@@ -78,6 +79,7 @@ pub use cm::{
 pub use context::Context;
 pub use cq::CompletionQueue;
 pub use discovery::{devices, emulated_devices, parse_devices};
+pub use dm::{DeviceMemory, DmBusy};
 pub use error::{report, Error, Result};
 pub use mr::MemoryRegion;
 pub use mw::{MemoryWindow, MwType};
@@ -96,7 +98,7 @@ pub use xrcd::XrcDomain;
 pub use rnic_core::capture::Capture;
 pub use rnic_core::engine::qp::{QpAttr, QpCap, PORT_MTU};
 pub use rnic_core::engine::AsyncEvent;
-pub use rnic_core::mr::AccessFlags;
+pub use rnic_core::mr::{AccessFlags, Advice};
 pub use rnic_core::qp_state::{PathMtu, QpAttrMask, QpState, QpType};
 pub use rnic_core::srq::SrqError;
 // What a program configures and what its errors carry, reachable from this crate alone:
