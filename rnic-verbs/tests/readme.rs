@@ -262,6 +262,50 @@ fn ud() -> Result<()> {
     Ok(())
 }
 
+/// "XRC, re-registration, on-demand paging, device memory".
+#[rustfmt::skip] // The README's lines, exactly as pasted.
+fn memory() -> Result<()> {
+    let ctx = Context::open("rnic0")?;
+    let pd = ctx.alloc_pd()?;
+    let cq = ctx.create_cq(64)?;
+    let buf = pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE)?;
+    // XRC: one initiator reaches every XRC SRQ of the target's domain, naming one per message.
+    let domain = ctx.open_xrcd()?;
+    let srq = pd.create_xrc_srq(&domain, &cq, 256, 1)?;        // its receives complete in cq
+    let target = pd.qp_builder(&cq, &cq).qp_type(QpType::XrcRecv).xrcd(&domain).build()?;
+    let initiator = pd.qp_builder(&cq, &cq).qp_type(QpType::XrcSend).build()?;
+    // Both on rnic0: the initiator sends to its own device's target.
+    let (ei, et) = (initiator.endpoint(), target.endpoint());
+    let (qp, _target) = (initiator.connect(&et)?, target.connect(&ei)?);
+    srq.post_recv(&RecvWr { wr_id: 1, sg_list: vec![buf.sge(1024, 1024)] })?;
+    buf.write(0, b"to the SRQ")?;
+    let wr = SendWr::send(2, vec![buf.sge(0, 10)]);
+    qp.post_send(SendWrRef::from(&wr).to_srq(srq.id()))?;      // qp: the connected initiator
+    let wcs = cq.wait(2, T)?;
+    ok(&wcs);
+    let mut got = [0u8; 10];
+    buf.read(1024, &mut got)?;
+    assert_eq!(&got, b"to the SRQ");
+    let other_pd = ctx.alloc_pd()?;
+    let mut mr = pd.allocate_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+    let rkey = mr.rkey();
+    // Re-registration: the keys stay, the PD or the memory changes (on the only handle).
+    mr.rereg_pd(&other_pd)?;
+    mr.rereg_allocate(8192)?;
+    assert_eq!((mr.rkey(), mr.len(), mr.pd().context().name()), (rkey, 8192, "rnic0"));
+    // On-demand paging: nothing pinned; an implicit region spans the address space; advice.
+    let odp = pd.allocate_mr_on_demand(1 << 20, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+    let all = pd.register_implicit_mr(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)?;
+    pd.advise_mr(Advice::PrefetchWrite, &[odp.sge(0, 1 << 20)])?;
+    assert!(odp.is_on_demand() && !odp.is_pinned() && all.is_implicit());
+    // Device memory: copies in whole 4-byte words, a zero-based region over it.
+    let dm = ctx.alloc_dm(4096)?;
+    dm.copy_to(0, b"on the card!")?;
+    let dm_mr = pd.register_dm_mr(&dm, 0, 4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)?;
+    assert_eq!(dm_mr.addr(), 0);
+    Ok(())
+}
+
 #[test]
 fn the_readme_snippets_run() {
     // This test binary's only test that opens devices: the variable is set before any does.
@@ -271,4 +315,5 @@ fn the_readme_snippets_run() {
     cm().expect("the CM snippet");
     faults().expect("the fault-injection snippet");
     ud().expect("the UD snippet");
+    memory().expect("the XRC and memory snippet");
 }
