@@ -2,8 +2,8 @@
 //! exists for them, they call the provider through the context's tables exactly as the
 //! header does. `ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv`, `ibv_poll_cq` and
 //! `ibv_req_notify_cq` go through `context->ops`; `ibv_query_port` (full attributes),
-//! `ibv_query_device_ex`, `ibv_create_cq_ex` and `ibv_create_qp_ex` through the
-//! `verbs_context` around the context, with the header's size check.
+//! `ibv_query_device_ex`, `ibv_create_cq_ex`, `ibv_create_qp_ex` and `ibv_advise_mr`
+//! through the `verbs_context` around the context, with the header's size check.
 //!
 //! A missing provider function returns `EOPNOTSUPP` (the header would jump through a null
 //! pointer); the other return values are the provider's (0 or an errno value, or for
@@ -172,5 +172,26 @@ pub unsafe fn create_cq_ex(ctx: *mut ibv_context, attr: *mut ibv_cq_init_attr_ex
             unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
             std::ptr::null_mut()
         }
+    }
+}
+
+/// `ibv_advise_mr` (the header's inline; `EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `pd` is a live PD; `sg_list` holds `num_sge` SGEs.
+pub unsafe fn advise_mr(
+    pd: *mut ibv_pd,
+    advice: ibv_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    // SAFETY: a live PD points at its live context (caller's contract).
+    let v = unsafe { verbs_get_ctx_op((*pd).context, offset_of!(verbs_context, advise_mr)) };
+    // SAFETY: non-null `v` is live and large enough.
+    match (!v.is_null()).then(|| unsafe { (*v).advise_mr }).flatten() {
+        // SAFETY: the provider's function with valid pointers.
+        Some(f) => unsafe { f(pd, advice, flags, sg_list, num_sge) },
+        None => libc::EOPNOTSUPP,
     }
 }

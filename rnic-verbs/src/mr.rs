@@ -135,7 +135,8 @@ impl ProtectionDomain {
     /// on demand (`ibv_reg_mr` with `IBV_ACCESS_ON_DEMAND`): nothing is pinned, whatever the
     /// device's pinning setting; the device reaches the pages as the program does, faulting
     /// them in when an access comes ([`advise_mr`](Self::advise_mr) faults them in ahead).
-    /// On hardware it is [`Error::Unsupported`] (the backend does not register on demand).
+    /// On hardware it is `ibv_reg_mr` with `IBV_ACCESS_ON_DEMAND` (a device without ODP
+    /// refuses it).
     pub fn allocate_mr_on_demand(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
         if len == 0 {
             return Err(Error::InvalidArgument {
@@ -150,7 +151,12 @@ impl ProtectionDomain {
                 Ok(MemoryRegion::new(self.clone(), MrBackend::Emu(self.register_on_demand(block, iova, access)?)))
             }
             #[cfg(feature = "hw")]
-            PdBackend::Hw(_) => Err(self.unsupported("ibv_reg_mr(IBV_ACCESS_ON_DEMAND)", ODP_HW)),
+            PdBackend::Hw(pd) => {
+                let mr = pd
+                    .allocate_mr_on_demand(len, access)
+                    .map_err(crate::context::hw_err("register memory region on demand", self.inner.ctx.name()))?;
+                Ok(MemoryRegion::new(self.clone(), MrBackend::Hw(mr)))
+            }
         }
     }
 
@@ -169,7 +175,12 @@ impl ProtectionDomain {
                 Ok(MemoryRegion::new(self.clone(), MrBackend::Emu(self.register_on_demand(block, iova, access)?)))
             }
             #[cfg(feature = "hw")]
-            PdBackend::Hw(_) => Err(self.unsupported("ibv_reg_mr(IBV_ACCESS_ON_DEMAND)", ODP_HW)),
+            PdBackend::Hw(pd) => {
+                // SAFETY: as above.
+                let mr = unsafe { pd.register_mr_on_demand(ptr, len, access) }
+                    .map_err(crate::context::hw_err("register memory region on demand", self.inner.ctx.name()))?;
+                Ok(MemoryRegion::new(self.clone(), MrBackend::Hw(mr)))
+            }
         }
     }
 
@@ -189,7 +200,11 @@ impl ProtectionDomain {
                 Ok(MemoryRegion::new(self.clone(), MrBackend::Emu(m)))
             }
             #[cfg(feature = "hw")]
-            PdBackend::Hw(_) => Err(self.unsupported("ibv_reg_mr(implicit, IBV_ACCESS_ON_DEMAND)", ODP_HW)),
+            PdBackend::Hw(_) => Err(self.unsupported(
+                "ibv_reg_mr(implicit, IBV_ACCESS_ON_DEMAND)",
+                "the hardware backend reaches a region's bytes by pointer, which an implicit region's unmapped \
+                 addresses would fault",
+            )),
         }
     }
 
@@ -199,7 +214,8 @@ impl ProtectionDomain {
     /// [`Advice::Prefetch`] and [`Advice::PrefetchWrite`] fault the pages in (what a first
     /// access to an on-demand region would wait for); [`Advice::PrefetchNoFault`] only
     /// checks. Done when it returns. No SGE, or one refused, is
-    /// [`Error::InvalidArgument`] naming it. On hardware it is [`Error::Unsupported`].
+    /// [`Error::InvalidArgument`] naming it. On hardware it is the provider's
+    /// `ibv_advise_mr` (with `IBV_ADVISE_MR_FLAG_FLUSH`).
     pub fn advise_mr(&self, advice: Advice, sges: &[Sge]) -> Result<()> {
         let bad = |why: String| Error::InvalidArgument { op: "advise memory region", why };
         if sges.is_empty() {
@@ -211,7 +227,9 @@ impl ProtectionDomain {
                 e.dev.mtpt().advise(id, advice, sges).map_err(|(i, why)| bad(format!("SGE {i}: {why}")))
             }
             #[cfg(feature = "hw")]
-            PdBackend::Hw(_) => Err(self.unsupported("ibv_advise_mr", ODP_HW)),
+            PdBackend::Hw(pd) => pd
+                .advise_mr(advice, sges)
+                .map_err(crate::context::hw_err("advise memory region", self.inner.ctx.name())),
         }
     }
 
@@ -252,11 +270,6 @@ impl ProtectionDomain {
 /// Why the hardware backend refuses re-registration.
 #[cfg(feature = "hw")]
 const REREG_HW: &str = "the hardware backend does not re-register (deregister and register again)";
-
-/// Why the hardware backend refuses on-demand registration and advice.
-#[cfg(feature = "hw")]
-const ODP_HW: &str =
-    "the hardware backend does not register on demand nor advise (IBV_ACCESS_ON_DEMAND, ibv_advise_mr)";
 
 /// A registered memory region (`ibv_mr`). Its bytes are reached through copies
 /// ([`MemoryRegion::read`], [`MemoryRegion::write`]) because the NIC may write them at
@@ -428,7 +441,7 @@ impl MemoryRegion {
         match &self.inner.b {
             MrBackend::Emu(m) => m.on_demand,
             #[cfg(feature = "hw")]
-            MrBackend::Hw(_) => false,
+            MrBackend::Hw(m) => m.is_on_demand(),
         }
     }
 
@@ -449,7 +462,7 @@ impl MemoryRegion {
             MrBackend::Emu(m) => m.block.is_pinned(),
             // ibv_reg_mr without IBV_ACCESS_ON_DEMAND pins.
             #[cfg(feature = "hw")]
-            MrBackend::Hw(_) => true,
+            MrBackend::Hw(m) => !m.is_on_demand(),
         }
     }
 

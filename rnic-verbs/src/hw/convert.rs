@@ -7,8 +7,8 @@
 //! Invalidate / LOCAL_INV and a completion's invalidated R_Key are host order in both.
 
 pub(crate) use crate::{
-    AccessFlags, AsyncEvent, DeviceAttr, Gid, NetworkHdr, PathMtu, PortAttr, QpAttr, QpAttrMask, QpCap, QpState,
-    QpType, RecvWrRef, SendOp, SendWrRef, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, Advice, AsyncEvent, DeviceAttr, Gid, NetworkHdr, PathMtu, PortAttr, QpAttr, QpAttrMask, QpCap,
+    QpState, QpType, RecvWrRef, SendOp, SendWrRef, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use super::event::{HwAsyncEvent, HwEventElement};
@@ -18,6 +18,15 @@ use std::net::IpAddr;
 
 // ---------------------------------------------------------------------------------------
 // Flags and small enums.
+
+/// `ibv_advise_mr`'s advice for rnic's [`Advice`].
+pub fn advice_to_ibv(advice: Advice) -> sys::ibv_advise_mr_advice {
+    match advice {
+        Advice::Prefetch => sys::IBV_ADVISE_MR_ADVICE_PREFETCH,
+        Advice::PrefetchWrite => sys::IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+        Advice::PrefetchNoFault => sys::IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT,
+    }
+}
 
 /// rnic's access rights as `ibv_access_flags`. LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ and
 /// REMOTE_ATOMIC have verbs' values; the FLUSH rights have no `IBV_ACCESS_*` in rdma-core 44.
@@ -207,7 +216,7 @@ pub fn qp_attr_from_ibv(a: &ibv_qp_attr) -> HwResult<QpAttr> {
 // ---------------------------------------------------------------------------------------
 // Work requests.
 
-fn sge_to_ibv(s: &Sge) -> ibv_sge {
+pub(crate) fn sge_to_ibv(s: &Sge) -> ibv_sge {
     ibv_sge { addr: s.addr, length: s.length, lkey: s.lkey }
 }
 

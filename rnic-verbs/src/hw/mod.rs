@@ -20,6 +20,8 @@
 //!   .get_async_event(t) / .poll_async_event()     poll(async_fd) + ibv_get_async_event + ack
 //! HwPd .allocate_mr(len, access) -> HwMr          page-aligned memory the region owns + ibv_reg_mr
 //!      unsafe .register_mr(ptr, len, access)      the caller's memory
+//!      .allocate_mr_on_demand / register_mr_on_demand   the same with IBV_ACCESS_ON_DEMAND
+//!      .advise_mr(advice, &[Sge])                 ibv_advise_mr (verbs_context, IBV_ADVISE_MR_FLAG_FLUSH)
 //!      .create_qp(&HwQpInit) -> HwQp              ibv_create_qp (RC, UC, UD; optional SRQ)
 //!      .create_srq(max_wr, max_sge) -> HwSrq      ibv_create_srq
 //!      .create_ah(&ibv_ah_attr) / .ah_to(ip)      ibv_create_ah (ah_to: RoCE GRH to a GID, cached)

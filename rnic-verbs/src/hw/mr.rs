@@ -1,10 +1,10 @@
 //! Memory regions: memory the region owns (page-aligned, zeroed) or the caller's, registered
 //! with `ibv_reg_mr`.
 
-use super::convert::{access_to_ibv, AccessFlags, Sge};
+use super::convert::{access_to_ibv, advice_to_ibv, sge_to_ibv, AccessFlags, Advice, Sge};
 use super::pd::HwPd;
 use super::{HwError, HwResult};
-use rnic_verbs_sys::ibv_mr;
+use rnic_verbs_sys::{self as sys, ibv_mr};
 use std::fmt;
 use std::sync::Arc;
 
@@ -53,6 +53,8 @@ struct MrInner {
     mr: *mut ibv_mr,
     addr: *mut u8,
     len: usize,
+    /// Registered with `IBV_ACCESS_ON_DEMAND`.
+    on_demand: bool,
     /// Declared after `mr` is deregistered in Drop.
     _owned: Option<Owned>,
 }
@@ -92,21 +94,27 @@ impl fmt::Debug for HwMr {
 }
 
 impl HwMr {
-    pub(super) fn allocate(pd: &HwPd, len: usize, access: AccessFlags) -> HwResult<HwMr> {
+    pub(super) fn allocate(pd: &HwPd, len: usize, access: AccessFlags, on_demand: bool) -> HwResult<HwMr> {
         if len == 0 {
             return Err(HwError::InvalidArgument { op: "allocate MR", why: "length 0".into() });
         }
         let owned = Owned::new(len)?;
         let ptr = owned.ptr;
         // SAFETY: `ptr..ptr+len` is our mapping, alive as long as the region (it is moved in).
-        unsafe { HwMr::register_inner(pd, ptr, len, access, Some(owned)) }
+        unsafe { HwMr::register_inner(pd, ptr, len, access, on_demand, Some(owned)) }
     }
 
     /// # Safety
     /// `ptr..ptr+len` stays valid (for reads and writes by the NIC) until the region is dropped.
-    pub(super) unsafe fn register_borrowed(pd: &HwPd, ptr: *mut u8, len: usize, access: AccessFlags) -> HwResult<HwMr> {
+    pub(super) unsafe fn register_borrowed(
+        pd: &HwPd,
+        ptr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+        on_demand: bool,
+    ) -> HwResult<HwMr> {
         // SAFETY: the caller's contract is this function's.
-        unsafe { HwMr::register_inner(pd, ptr, len, access, None) }
+        unsafe { HwMr::register_inner(pd, ptr, len, access, on_demand, None) }
     }
 
     /// # Safety
@@ -116,18 +124,21 @@ impl HwMr {
         ptr: *mut u8,
         len: usize,
         access: AccessFlags,
+        on_demand: bool,
         owned: Option<Owned>,
     ) -> HwResult<HwMr> {
-        let bits = libc::c_int::try_from(access_to_ibv(access)?)
+        let odp = if on_demand { sys::IBV_ACCESS_ON_DEMAND } else { 0 };
+        let bits = libc::c_int::try_from(access_to_ibv(access)? | odp)
             .map_err(|_| HwError::InvalidArgument { op: "register MR", why: format!("access {access}") })?;
         // SAFETY: a live PD; the range's validity is the caller's contract.
         let mr = unsafe { (pd.context().verbs().ibv_reg_mr)(pd.as_ptr(), ptr.cast(), len, bits) };
         if mr.is_null() {
-            let e = HwError::last_os(format!("ibv_reg_mr({len} bytes, {access})"));
+            let odp = if on_demand { " | ON_DEMAND" } else { "" };
+            let e = HwError::last_os(format!("ibv_reg_mr({len} bytes, {access}{odp})"));
             drop(owned);
             return Err(e);
         }
-        Ok(HwMr { inner: Arc::new(MrInner { pd: pd.clone(), mr, addr: ptr, len, _owned: owned }) })
+        Ok(HwMr { inner: Arc::new(MrInner { pd: pd.clone(), mr, addr: ptr, len, on_demand, _owned: owned }) })
     }
 
     /// Local key.
@@ -150,6 +161,11 @@ impl HwMr {
     /// Bytes.
     pub fn len(&self) -> usize {
         self.inner.len
+    }
+
+    /// Registered on demand (`IBV_ACCESS_ON_DEMAND`).
+    pub fn is_on_demand(&self) -> bool {
+        self.inner.on_demand
     }
 
     /// True for an empty region (never: allocation refuses length 0).
@@ -214,7 +230,37 @@ impl HwPd {
     /// Allocates `len` bytes of zeroed, page-aligned memory owned by the region and
     /// registers it (`ibv_reg_mr`). Length 0 is refused.
     pub fn allocate_mr(&self, len: usize, access: AccessFlags) -> HwResult<HwMr> {
-        HwMr::allocate(self, len, access)
+        HwMr::allocate(self, len, access, false)
+    }
+
+    /// As [`allocate_mr`](Self::allocate_mr), registered on demand (`ibv_reg_mr` with
+    /// `IBV_ACCESS_ON_DEMAND`: the device must offer ODP, else the call fails).
+    pub fn allocate_mr_on_demand(&self, len: usize, access: AccessFlags) -> HwResult<HwMr> {
+        HwMr::allocate(self, len, access, true)
+    }
+
+    /// As [`register_mr`](Self::register_mr), on demand.
+    ///
+    /// # Safety
+    /// As [`register_mr`](Self::register_mr).
+    pub unsafe fn register_mr_on_demand(&self, ptr: *mut u8, len: usize, access: AccessFlags) -> HwResult<HwMr> {
+        // SAFETY: the caller's contract is this function's.
+        unsafe { HwMr::register_borrowed(self, ptr, len, access, true) }
+    }
+
+    /// `ibv_advise_mr` over `sges` (regions of this PD), done before it returns
+    /// (`IBV_ADVISE_MR_FLAG_FLUSH`). `EOPNOTSUPP` where the provider has no such verb.
+    pub fn advise_mr(&self, advice: Advice, sges: &[Sge]) -> HwResult<()> {
+        let mut list: Vec<sys::ibv_sge> = sges.iter().map(sge_to_ibv).collect();
+        let n = u32::try_from(list.len())
+            .map_err(|_| HwError::InvalidArgument { op: "advise MR", why: format!("{} SGEs", list.len()) })?;
+        let flags = sys::IBV_ADVISE_MR_FLAG_FLUSH;
+        // SAFETY: a live PD and `n` SGEs that live across the call.
+        let r = unsafe { sys::ops::advise_mr(self.as_ptr(), advice_to_ibv(advice), flags, list.as_mut_ptr(), n) };
+        if r != 0 {
+            return Err(HwError::ret(format!("ibv_advise_mr({advice:?}, {n} SGEs)"), r));
+        }
+        Ok(())
     }
 
     /// Registers memory the caller owns (`ibv_reg_mr`).
@@ -226,6 +272,6 @@ impl HwPd {
     /// those bytes then.
     pub unsafe fn register_mr(&self, ptr: *mut u8, len: usize, access: AccessFlags) -> HwResult<HwMr> {
         // SAFETY: the caller's contract is this function's.
-        unsafe { HwMr::register_borrowed(self, ptr, len, access) }
+        unsafe { HwMr::register_borrowed(self, ptr, len, access, false) }
     }
 }
