@@ -2,7 +2,8 @@
 //! exists for them, they call the provider through the context's tables exactly as the
 //! header does. `ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv`, `ibv_poll_cq` and
 //! `ibv_req_notify_cq` go through `context->ops`; `ibv_query_port` (full attributes),
-//! `ibv_query_device_ex`, `ibv_create_cq_ex`, `ibv_create_qp_ex` and `ibv_advise_mr`
+//! `ibv_query_device_ex`, `ibv_create_cq_ex`, `ibv_create_qp_ex`, `ibv_advise_mr` and
+//! XRC's `ibv_open_xrcd`, `ibv_close_xrcd`, `ibv_create_srq_ex`, `ibv_get_srq_num`
 //! through the `verbs_context` around the context, with the header's size check.
 //!
 //! A missing provider function returns `EOPNOTSUPP` (the header would jump through a null
@@ -192,6 +193,83 @@ pub unsafe fn advise_mr(
     match (!v.is_null()).then(|| unsafe { (*v).advise_mr }).flatten() {
         // SAFETY: the provider's function with valid pointers.
         Some(f) => unsafe { f(pd, advice, flags, sg_list, num_sge) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
+/// The provider's `verbs_context` function at `field_offset` of `ctx`'s extended context,
+/// read by `get`, when the provider's struct is large enough to hold it.
+///
+/// # Safety
+/// `ctx` is a live context.
+unsafe fn ctx_op<F>(
+    ctx: *mut ibv_context,
+    field_offset: usize,
+    get: impl FnOnce(&verbs_context) -> Option<F>,
+) -> Option<F> {
+    // SAFETY: caller's contract.
+    let v = unsafe { verbs_get_ctx_op(ctx, field_offset) };
+    // SAFETY: non-null `v` is live and large enough to hold the field.
+    (!v.is_null()).then(|| get(unsafe { &*v })).flatten()
+}
+
+/// Sets `errno` (thread-local) and returns null: a missing provider function.
+fn eopnotsupp<T>() -> *mut T {
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
+    std::ptr::null_mut()
+}
+
+/// `ibv_open_xrcd` (the header's inline): null with `errno` = `EOPNOTSUPP` when the
+/// provider lacks it.
+///
+/// # Safety
+/// `ctx` is a live context and `attr` valid.
+pub unsafe fn open_xrcd(ctx: *mut ibv_context, attr: *mut ibv_xrcd_init_attr) -> *mut ibv_xrcd {
+    // SAFETY: caller's contract.
+    match unsafe { ctx_op(ctx, offset_of!(verbs_context, open_xrcd), |v| v.open_xrcd) } {
+        // SAFETY: the provider's function with valid pointers.
+        Some(f) => unsafe { f(ctx, attr) },
+        None => eopnotsupp(),
+    }
+}
+
+/// `ibv_close_xrcd` (the header's inline; `EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `xrcd` is a live XRC domain that nothing uses any more.
+pub unsafe fn close_xrcd(xrcd: *mut ibv_xrcd) -> c_int {
+    // SAFETY: a live domain points at its live context (caller's contract).
+    match unsafe { ctx_op((*xrcd).context, offset_of!(verbs_context, close_xrcd), |v| v.close_xrcd) } {
+        // SAFETY: the provider's function with a live domain.
+        Some(f) => unsafe { f(xrcd) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
+/// `ibv_create_srq_ex` (the header's inline): null with `errno` = `EOPNOTSUPP` when the
+/// provider lacks it.
+///
+/// # Safety
+/// `ctx` is a live context and `attr` valid (its PD, domain and CQ live).
+pub unsafe fn create_srq_ex(ctx: *mut ibv_context, attr: *mut ibv_srq_init_attr_ex) -> *mut ibv_srq {
+    // SAFETY: caller's contract.
+    match unsafe { ctx_op(ctx, offset_of!(verbs_context, create_srq_ex), |v| v.create_srq_ex) } {
+        // SAFETY: the provider's function with valid pointers.
+        Some(f) => unsafe { f(ctx, attr) },
+        None => eopnotsupp(),
+    }
+}
+
+/// `ibv_get_srq_num` (the header's inline; `EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `srq` is a live SRQ and `num` writable.
+pub unsafe fn get_srq_num(srq: *mut ibv_srq, num: *mut u32) -> c_int {
+    // SAFETY: a live SRQ points at its live context (caller's contract).
+    match unsafe { ctx_op((*srq).context, offset_of!(verbs_context, get_srq_num), |v| v.get_srq_num) } {
+        // SAFETY: the provider's function with valid pointers.
+        Some(f) => unsafe { f(srq, num) },
         None => libc::EOPNOTSUPP,
     }
 }

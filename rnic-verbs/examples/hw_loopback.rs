@@ -104,6 +104,7 @@ fn qp(pd: &HwPd, t: QpType, cq: &HwCq, rcq: &HwCq, srq: Option<&rnic_verbs::hw::
         send_cq: cq.clone(),
         recv_cq: rcq.clone(),
         srq: srq.cloned(),
+        xrcd: None,
     })
     .map_err(e)
 }

@@ -5,6 +5,7 @@ use crate::cq::{CompletionQueue, CqBackend};
 use crate::pd::{PdBackend, ProtectionDomain};
 use crate::srq::{SharedReceiveQueue, SrqBackend};
 use crate::types::{random_psn, Endpoint, Gid, MAX_INLINE, MAX_QP_WR, MAX_SGE};
+use crate::xrcd::XrcdBackend;
 use crate::{
     AccessFlags, Context, EngineError, Error, PathMtu, QpAttr, QpCap, QpState, QpType, RecvWrRef, Result, SendWrRef,
     XrcDomain,
@@ -231,7 +232,9 @@ impl QpBuilder {
                     SrqBackend::Hw(_) => unreachable!("checked: same device"),
                 });
                 let init = match (&self.xrcd, self.qp_type) {
-                    (Some(d), _) => QpInit::xrc_target(d.xrcd.clone()),
+                    (Some(XrcDomain { b: XrcdBackend::Emu(d), .. }), _) => QpInit::xrc_target(d.clone()),
+                    #[cfg(feature = "hw")]
+                    (Some(_), _) => unreachable!("checked: same device"),
                     // IBA Annex A14: an initiator has no receive queue.
                     (None, QpType::XrcSend) => {
                         QpInit::new(self.qp_type, id, emu_cq(&self.send_cq), emu_cq(&self.send_cq))
@@ -245,14 +248,6 @@ impl QpBuilder {
                 };
                 let shared = e.dev.create_qp(init).map_err(|e| Error::from_device(e, Error::CreateQp))?;
                 QpBackend::Emu(shared)
-            }
-            #[cfg(feature = "hw")]
-            PdBackend::Hw(_) if matches!(self.qp_type, QpType::XrcSend | QpType::XrcRecv) => {
-                return Err(Error::Unsupported {
-                    op: "create XRC QP",
-                    device: ctx.name().to_string(),
-                    why: "the hardware backend does not wrap XRC".into(),
-                })
             }
             #[cfg(feature = "hw")]
             PdBackend::Hw(pd) => {
@@ -269,6 +264,10 @@ impl QpBuilder {
                     srq: self.srq.as_ref().map(|s| match &s.b {
                         SrqBackend::Hw(s) => s.clone(),
                         SrqBackend::Emu(_) => unreachable!("checked: same device"),
+                    }),
+                    xrcd: self.xrcd.as_ref().map(|d| match &d.b {
+                        XrcdBackend::Hw(d) => d.clone(),
+                        XrcdBackend::Emu(_) => unreachable!("checked: same device"),
                     }),
                 };
                 QpBackend::Hw(pd.create_qp(&init).map_err(crate::context::hw_err("create QP", ctx.name()))?)

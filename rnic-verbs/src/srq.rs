@@ -2,6 +2,7 @@
 
 use crate::cq::CqBackend;
 use crate::pd::{PdBackend, ProtectionDomain};
+use crate::xrcd::XrcdBackend;
 use crate::{CompletionQueue, Error, RecvWrRef, Result, XrcDomain};
 use std::sync::Arc;
 
@@ -54,22 +55,21 @@ impl SharedReceiveQueue {
         max_sge: u32,
     ) -> Result<SharedReceiveQueue> {
         ProtectionDomain::check_srq_size(max_wr, max_sge)?;
-        // The domain opens only on an emulated device, and the PD and CQ are of its device.
-        let (PdBackend::Emu(_), CqBackend::Emu(core_cq)) = (&pd.inner.b, &cq.b) else {
-            return Err(Error::Unsupported {
-                op: "create XRC SRQ",
-                device: pd.context().name().to_string(),
-                why: "the hardware backend does not wrap XRC".into(),
-            });
+        // The caller checked that the PD, domain and CQ are of one device (one backend).
+        let b = match (&pd.inner.b, &xrcd.b, &cq.b) {
+            (PdBackend::Emu(_), XrcdBackend::Emu(d), CqBackend::Emu(c)) => {
+                let (e, id) = pd.emu_pd();
+                SrqBackend::Emu(e.dev.create_xrc_srq(id, max_wr, max_sge, d, c.clone()))
+            }
+            #[cfg(feature = "hw")]
+            (PdBackend::Hw(p), XrcdBackend::Hw(d), CqBackend::Hw(c)) => SrqBackend::Hw(
+                p.create_xrc_srq(d, c, max_wr, max_sge)
+                    .map_err(crate::context::hw_err("create XRC SRQ", pd.context().name()))?,
+            ),
+            #[cfg(feature = "hw")]
+            _ => unreachable!("checked: one device"),
         };
-        let (e, id) = pd.emu_pd();
-        let srq = e.dev.create_xrc_srq(id, max_wr, max_sge, &xrcd.xrcd, core_cq.clone());
-        Ok(SharedReceiveQueue { pd: pd.clone(), b: SrqBackend::Emu(srq), xrc: Some((xrcd.clone(), cq.clone())) })
-    }
-
-    /// Whether this handle is the emulator's SRQ `core`.
-    pub(crate) fn is_core(&self, core: &Arc<rnic_core::srq::Srq>) -> bool {
-        matches!(&self.b, SrqBackend::Emu(s) if Arc::ptr_eq(s, core))
+        Ok(SharedReceiveQueue { pd: pd.clone(), b, xrc: Some((xrcd.clone(), cq.clone())) })
     }
 
     /// An XRC SRQ's domain (`None` for a plain SRQ).

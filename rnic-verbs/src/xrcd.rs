@@ -10,8 +10,8 @@ use rnic_core::srq::Xrcd as CoreXrcd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-/// Domain numbers of this crate's domains (the domain is found by identity, the number
-/// only tells them apart in `Debug` output).
+/// Domain numbers of this crate's emulated domains (rnic-core's `Xrcd` takes one; the
+/// domain is found by identity).
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
 
 /// An XRC domain (`ibv_open_xrcd` without a file: a domain of its own; share it within
@@ -21,25 +21,28 @@ static NEXT_ID: AtomicU32 = AtomicU32::new(1);
 #[derive(Clone, Debug)]
 pub struct XrcDomain {
     pub(crate) ctx: Context,
-    pub(crate) xrcd: Arc<CoreXrcd>,
+    pub(crate) b: XrcdBackend,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum XrcdBackend {
+    Emu(Arc<CoreXrcd>),
+    #[cfg(feature = "hw")]
+    Hw(crate::hw::HwXrcd),
 }
 
 impl Context {
-    /// Opens a new XRC domain (`ibv_open_xrcd`). On hardware it is
-    /// [`Error::Unsupported`] (the backend does not wrap XRC).
+    /// Opens a new XRC domain (`ibv_open_xrcd`; on hardware through the provider's
+    /// `verbs_context`, with no file).
     pub fn open_xrcd(&self) -> Result<XrcDomain> {
-        match &self.b {
-            Backend::Emu(_) => Ok(XrcDomain {
-                ctx: self.clone(),
-                xrcd: Arc::new(CoreXrcd::new(NEXT_ID.fetch_add(1, Ordering::Relaxed))),
-            }),
+        let b = match &self.b {
+            Backend::Emu(_) => XrcdBackend::Emu(Arc::new(CoreXrcd::new(NEXT_ID.fetch_add(1, Ordering::Relaxed)))),
             #[cfg(feature = "hw")]
-            Backend::Hw(_) => Err(Error::Unsupported {
-                op: "ibv_open_xrcd",
-                device: self.name().to_string(),
-                why: "the hardware backend does not wrap XRC domains, XRC SRQs or XRC QPs".into(),
-            }),
-        }
+            Backend::Hw(h) => {
+                XrcdBackend::Hw(h.ctx.open_xrcd().map_err(crate::context::hw_err("open XRC domain", self.name()))?)
+            }
+        };
+        Ok(XrcDomain { ctx: self.clone(), b })
     }
 }
 
@@ -49,19 +52,20 @@ impl XrcDomain {
         &self.ctx
     }
 
-    /// The domain's number (for messages; domains are told apart by identity).
-    pub fn id(&self) -> u32 {
-        self.xrcd.id()
-    }
-
-    /// XRC SRQs alive in the domain.
-    pub fn srq_count(&self) -> usize {
-        self.xrcd.srq_count()
+    /// Whether the two handles are the one domain.
+    pub fn same(&self, other: &XrcDomain) -> bool {
+        match (&self.b, &other.b) {
+            (XrcdBackend::Emu(a), XrcdBackend::Emu(b)) => Arc::ptr_eq(a, b),
+            #[cfg(feature = "hw")]
+            (XrcdBackend::Hw(a), XrcdBackend::Hw(b)) => a.same(b),
+            #[cfg(feature = "hw")]
+            _ => false,
+        }
     }
 
     /// Whether `srq` is an XRC SRQ of this domain (one a target QP of the domain reaches).
     pub fn holds(&self, srq: &SharedReceiveQueue) -> bool {
-        self.xrcd.srq(srq.id()).is_some_and(|s| srq.is_core(&s))
+        srq.xrcd().is_some_and(|d| d.same(self))
     }
 }
 

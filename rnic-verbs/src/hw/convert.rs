@@ -51,9 +51,10 @@ pub fn qp_type_to_ibv(t: QpType) -> u32 {
     t.to_ibv()
 }
 
-/// `ibv_qp_type` as rnic's, `Unsupported` for XRC, raw packet, driver QPs.
+/// `ibv_qp_type` as rnic's, `Unsupported` for raw packet and driver QPs.
 pub fn qp_type_from_ibv(t: u32) -> HwResult<QpType> {
-    QpType::from_ibv(t).ok_or_else(|| HwError::Unsupported(format!("QP type {t} (rnic knows RC, UC and UD)")))
+    QpType::from_ibv(t)
+        .ok_or_else(|| HwError::Unsupported(format!("QP type {t} (rnic knows RC, UC, UD, XRC_SEND and XRC_RECV)")))
 }
 
 /// Queue sizes as `ibv_qp_cap`.

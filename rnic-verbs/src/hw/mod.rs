@@ -15,6 +15,7 @@
 //!   .gid(1, i) / .gids(1, n) / .gid_index_for(ip) ibv_query_gid (+ the GID type where rdma-core has it)
 //!   .counters()                                   the port's hw_counters from sysfs (rxe, mlx5)
 //!   .alloc_pd() -> HwPd                           ibv_alloc_pd
+//!   .open_xrcd() -> HwXrcd                        ibv_open_xrcd (no file)
 //!   .create_comp_channel() -> HwCompChannel       ibv_create_comp_channel
 //!   .create_cq(n, Option<&chan>) -> HwCq          ibv_create_cq
 //!   .get_async_event(t) / .poll_async_event()     poll(async_fd) + ibv_get_async_event + ack
@@ -22,8 +23,10 @@
 //!      unsafe .register_mr(ptr, len, access)      the caller's memory
 //!      .allocate_mr_on_demand / register_mr_on_demand   the same with IBV_ACCESS_ON_DEMAND
 //!      .advise_mr(advice, &[Sge])                 ibv_advise_mr (verbs_context, IBV_ADVISE_MR_FLAG_FLUSH)
-//!      .create_qp(&HwQpInit) -> HwQp              ibv_create_qp (RC, UC, UD; optional SRQ)
+//!      .create_qp(&HwQpInit) -> HwQp              ibv_create_qp (RC, UC, UD; optional SRQ);
+//!                                                 ibv_create_qp_ex for XRC initiators and targets
 //!      .create_srq(max_wr, max_sge) -> HwSrq      ibv_create_srq
+//!      .create_xrc_srq(&xrcd, &cq, ..) -> HwSrq   ibv_create_srq_ex (IBV_SRQT_XRC) + ibv_get_srq_num
 //!      .create_ah(&ibv_ah_attr) / .ah_to(ip)      ibv_create_ah (ah_to: RoCE GRH to a GID, cached)
 //! HwCq .poll(&mut [ibv_wc]) / .poll_wc(&mut [WorkCompletion]) / .wait(n, t)   ops.poll_cq
 //!      .req_notify(solicited) / .ack_events(n)    ops.req_notify_cq / ibv_ack_cq_events
@@ -58,6 +61,7 @@ pub mod mr;
 pub mod pd;
 pub mod qp;
 pub mod srq;
+pub mod xrcd;
 
 pub use ah::HwAh;
 pub use context::{HwContext, HwDeviceInfo, HwGid};
@@ -68,6 +72,7 @@ pub use pd::HwPd;
 pub use qp::{HwQp, HwQpInit};
 pub use rnic_verbs_sys as sys;
 pub use srq::HwSrq;
+pub use xrcd::HwXrcd;
 
 use rnic_verbs_sys::{LoadError, Verbs};
 use std::fmt;

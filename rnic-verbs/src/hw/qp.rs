@@ -8,6 +8,7 @@ use super::convert::{
 use super::cq::HwCq;
 use super::pd::HwPd;
 use super::srq::HwSrq;
+use super::xrcd::HwXrcd;
 use super::{HwError, HwResult};
 use rnic_verbs_sys::{self as sys, ibv_qp};
 use std::fmt;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 /// What `ibv_create_qp` needs.
 #[derive(Debug, Clone)]
 pub struct HwQpInit {
-    /// RC, UC or UD.
+    /// RC, UC, UD, or an XRC initiator or target.
     pub qp_type: QpType,
     /// Queue sizes asked for (the device may grant more; see [`HwQp::cap`]).
     pub cap: QpCap,
@@ -28,6 +29,9 @@ pub struct HwQpInit {
     pub recv_cq: HwCq,
     /// Take receive WQEs from this SRQ.
     pub srq: Option<HwSrq>,
+    /// An XRC target's domain (`QpType::XrcRecv`; `ibv_create_qp_ex` with
+    /// `IBV_QP_INIT_ATTR_XRCD`). A target uses neither the PD nor the CQs.
+    pub xrcd: Option<HwXrcd>,
 }
 
 struct QpInner {
@@ -79,6 +83,9 @@ impl HwQp {
                 return Err(HwError::InvalidArgument { op: "create QP", why: "the SRQ belongs to another PD".into() });
             }
         }
+        if matches!(init.qp_type, QpType::XrcSend | QpType::XrcRecv) {
+            return HwQp::create_xrc(pd, init);
+        }
         let mut a = sys::ibv_qp_init_attr {
             qp_context: std::ptr::null_mut(),
             send_cq: init.send_cq.as_ptr(),
@@ -96,13 +103,50 @@ impl HwQp {
         Ok(HwQp { inner: Arc::new(QpInner { pd: pd.clone(), qp, init: init.clone(), granted: cap_from_ibv(&a.cap) }) })
     }
 
+    /// An XRC initiator (in the PD, completing in the send CQ, no receive side) or target
+    /// (in `init.xrcd`, nothing else), through `ibv_create_qp_ex` (IBA Annex A14).
+    fn create_xrc(pd: &HwPd, init: &HwQpInit) -> HwResult<HwQp> {
+        let target = init.qp_type == QpType::XrcRecv;
+        let xrcd = match (&init.xrcd, target) {
+            (Some(d), true) => d.as_ptr(),
+            (None, false) => std::ptr::null_mut(),
+            _ => {
+                return Err(HwError::InvalidArgument {
+                    op: "create QP",
+                    why: "an XRC target takes an XRC domain, nothing else does".into(),
+                })
+            }
+        };
+        // SAFETY: plain C data (integers and pointers): all zeros is valid, C's `= {}`.
+        let mut a: sys::ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+        a.qp_type = qp_type_to_ibv(init.qp_type);
+        a.sq_sig_all = libc::c_int::from(init.sq_sig_all);
+        if target {
+            a.comp_mask = sys::IBV_QP_INIT_ATTR_XRCD;
+            a.xrcd = xrcd;
+        } else {
+            a.comp_mask = sys::IBV_QP_INIT_ATTR_PD;
+            a.pd = pd.as_ptr();
+            a.send_cq = init.send_cq.as_ptr();
+            // The kernel ignores an initiator's receive side; rdma-core's tests pass the send CQ.
+            a.recv_cq = init.send_cq.as_ptr();
+            a.cap = sys::ibv_qp_cap { max_recv_wr: 0, max_recv_sge: 0, ..cap_to_ibv(&init.cap) };
+        }
+        // SAFETY: a live context, PD, CQ and domain (held by `init`, which the QP keeps).
+        let qp = unsafe { sys::ops::create_qp_ex(pd.context().as_ptr(), &mut a) };
+        if qp.is_null() {
+            return Err(HwError::last_os(format!("ibv_create_qp_ex({}, {:?})", init.qp_type, init.cap)));
+        }
+        Ok(HwQp { inner: Arc::new(QpInner { pd: pd.clone(), qp, init: init.clone(), granted: cap_from_ibv(&a.cap) }) })
+    }
+
     /// QP number.
     pub fn qpn(&self) -> u32 {
         // SAFETY: a live QP.
         unsafe { (*self.inner.qp).qp_num }
     }
 
-    /// RC, UC or UD.
+    /// RC, UC, UD, XRC_SEND or XRC_RECV.
     pub fn qp_type(&self) -> QpType {
         self.inner.init.qp_type
     }

@@ -1,7 +1,9 @@
 //! Shared receive queues.
 
 use super::convert::{IbvRecvList, RecvWrRef};
+use super::cq::HwCq;
 use super::pd::HwPd;
+use super::xrcd::HwXrcd;
 use super::{HwError, HwResult};
 use rnic_verbs_sys::{self as sys, ibv_srq};
 use std::fmt;
@@ -10,6 +12,8 @@ use std::sync::Arc;
 pub(super) struct SrqInner {
     pd: HwPd,
     pub(super) srq: *mut ibv_srq,
+    /// An XRC SRQ's number (`ibv_get_srq_num`), domain and CQ (held while it lives).
+    xrc: Option<(u32, HwXrcd, HwCq)>,
 }
 
 // SAFETY: SRQs may be posted to from any thread (the provider locks); freed only in Drop.
@@ -46,13 +50,53 @@ impl HwSrq {
         if srq.is_null() {
             return Err(HwError::last_os(format!("ibv_create_srq(max_wr {max_wr}, max_sge {max_sge})")));
         }
-        Ok(HwSrq { inner: Arc::new(SrqInner { pd: pd.clone(), srq }) })
+        Ok(HwSrq { inner: Arc::new(SrqInner { pd: pd.clone(), srq, xrc: None }) })
     }
 
-    /// The SRQ's kernel handle (named in its limit event).
+    pub(super) fn create_xrc(pd: &HwPd, xrcd: &HwXrcd, cq: &HwCq, max_wr: u32, max_sge: u32) -> HwResult<HwSrq> {
+        let mut init = sys::ibv_srq_init_attr_ex {
+            srq_context: std::ptr::null_mut(),
+            attr: sys::ibv_srq_attr { max_wr, max_sge, srq_limit: 0 },
+            comp_mask: sys::IBV_SRQ_INIT_ATTR_TYPE
+                | sys::IBV_SRQ_INIT_ATTR_PD
+                | sys::IBV_SRQ_INIT_ATTR_XRCD
+                | sys::IBV_SRQ_INIT_ATTR_CQ,
+            srq_type: sys::IBV_SRQT_XRC,
+            pd: pd.as_ptr(),
+            xrcd: xrcd.as_ptr(),
+            cq: cq.as_ptr(),
+            tm_cap: sys::ibv_tm_cap::default(),
+        };
+        // SAFETY: a live context, PD, domain and CQ (held by the SRQ) and a valid struct.
+        let srq = unsafe { sys::ops::create_srq_ex(pd.context().as_ptr(), &mut init) };
+        if srq.is_null() {
+            return Err(HwError::last_os(format!("ibv_create_srq_ex(XRC, max_wr {max_wr}, max_sge {max_sge})")));
+        }
+        let mut num = 0;
+        // SAFETY: a live SRQ and a writable u32.
+        let r = unsafe { sys::ops::get_srq_num(srq, &mut num) };
+        if r != 0 {
+            // SAFETY: just created, nothing else holds it.
+            unsafe { (pd.context().verbs().ibv_destroy_srq)(srq) };
+            return Err(HwError::ret("ibv_get_srq_num", r));
+        }
+        let xrc = Some((num, xrcd.clone(), cq.clone()));
+        Ok(HwSrq { inner: Arc::new(SrqInner { pd: pd.clone(), srq, xrc }) })
+    }
+
+    /// The SRQ's number: an XRC SRQ's `ibv_get_srq_num` (what an initiator's work
+    /// request names), any other's kernel handle (named in its limit event).
     pub fn id(&self) -> u32 {
-        // SAFETY: a live SRQ.
-        unsafe { (*self.inner.srq).handle }
+        match &self.inner.xrc {
+            Some((num, ..)) => *num,
+            // SAFETY: a live SRQ.
+            None => unsafe { (*self.inner.srq).handle },
+        }
+    }
+
+    /// An XRC SRQ's domain.
+    pub fn xrcd(&self) -> Option<&HwXrcd> {
+        self.inner.xrc.as_ref().map(|(_, d, _)| d)
     }
 
     /// The protection domain.
@@ -120,5 +164,11 @@ impl HwPd {
     /// Creates a shared receive queue (`ibv_create_srq`).
     pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> HwResult<HwSrq> {
         HwSrq::create(self, max_wr, max_sge)
+    }
+
+    /// Creates an XRC SRQ in `xrcd` whose receives complete in `cq`
+    /// (`ibv_create_srq_ex` with `IBV_SRQT_XRC`; its number from `ibv_get_srq_num`).
+    pub fn create_xrc_srq(&self, xrcd: &HwXrcd, cq: &HwCq, max_wr: u32, max_sge: u32) -> HwResult<HwSrq> {
+        HwSrq::create_xrc(self, xrcd, cq, max_wr, max_sge)
     }
 }
