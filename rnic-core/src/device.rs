@@ -34,7 +34,7 @@ use crate::engine::qp::{self, PostError, QpAttr, QpInit, QpShared, RecvWqe, Send
 use crate::engine::{AsyncEvent, Engine, EngineConfig, EngineError, TxPacket};
 use crate::faults::{FaultHandle, Faults};
 use crate::mem::MemBlock;
-use crate::mr::{AccessFlags, MrKeys, Mtpt, PdId};
+use crate::mr::{AccessError, AccessFlags, Advice, MrKeys, Mtpt, PdId};
 use crate::qp_state::PathMtu;
 use crate::srq::{Srq, Xrcd};
 use crate::transport::faulty::Faulty;
@@ -42,7 +42,7 @@ pub use crate::transport::raw::Interface;
 use crate::transport::raw::Packet;
 use crate::transport::udp::{bind, transport_info, Udp};
 use crate::transport::Transport;
-use crate::wr::{RecvWrRef, SendWrRef};
+use crate::wr::{RecvWrRef, SendWrRef, Sge};
 use crate::Time;
 use crossbeam_channel::{Receiver, Sender};
 use rnic_wire::{Qpn, ROCEV2_UDP_PORT};
@@ -467,6 +467,45 @@ impl Device {
         access: AccessFlags,
     ) -> Result<MrKeys, DeviceError> {
         Ok(self.inner.mtpt.register(pd, block, offset, len, iova, access)?)
+    }
+
+    /// `ibv_advise_mr` on protection domain `pd`: each of `sges` is checked as a work
+    /// request's would be (its lkey a valid region of `pd`, the range inside it; a write
+    /// prefetch needs local write), then [`Advice::Prefetch`] and
+    /// [`Advice::PrefetchWrite`] fault the pages in by reading one byte of each through the
+    /// region, as an on-demand NIC asks the kernel for them; [`Advice::PrefetchNoFault`]
+    /// maps nothing that is not mapped, so it only checks. The work is done when this
+    /// returns (rdma-core's `IBV_ADVISE_MR_FLAG_FLUSH` asks no more). Nothing is touched
+    /// unless every SGE passes; the error names the first that did not.
+    pub fn advise_mr(&self, pd: PdId, advice: Advice, sges: &[Sge]) -> Result<(), (usize, AccessError)> {
+        let need = match advice {
+            Advice::Prefetch | Advice::PrefetchNoFault => AccessFlags::empty(),
+            Advice::PrefetchWrite => AccessFlags::LOCAL_WRITE,
+        };
+        let mut slices = Vec::with_capacity(sges.len());
+        for (i, s) in sges.iter().enumerate() {
+            let len = usize::try_from(s.length).unwrap_or(usize::MAX);
+            slices.push(self.inner.mtpt.check_local(s.lkey, pd, s.addr, len, need).map_err(|e| (i, e))?);
+        }
+        if advice == Advice::PrefetchNoFault {
+            return Ok(());
+        }
+        const PAGE: u64 = 4096;
+        for s in &slices {
+            let mut b = [0u8; 1];
+            let mut at = 0;
+            // The slice's first byte's address, to find page boundaries.
+            let base = s.block().addr().wrapping_add(crate::mem::to_u64(s.block_offset()));
+            while at < s.len() {
+                // Reading faults the page in (never a write: the program may be writing
+                // the same byte); an implicit region's unmapped page is refused by the
+                // kernel, not faulted, and prefetching it does nothing.
+                let _ = s.read(at, &mut b);
+                let to_next = PAGE - base.wrapping_add(crate::mem::to_u64(at)) % PAGE;
+                at = at.saturating_add(usize::try_from(to_next).unwrap_or(usize::MAX));
+            }
+        }
+        Ok(())
     }
 
     /// Deregisters the region named by `lkey`. Work requests posted earlier that name its

@@ -77,7 +77,7 @@ impl fmt::Debug for AccessFlags {
     }
 }
 
-/// What `ibv_advise_mr` advises ([`Mtpt::advise`]): `IBV_ADVISE_MR_ADVICE_*`.
+/// What `ibv_advise_mr` advises (`Device::advise_mr`): `IBV_ADVISE_MR_ADVICE_*`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Advice {
     /// Fault the pages in for reading (`IBV_ADVISE_MR_ADVICE_PREFETCH`).
@@ -573,45 +573,6 @@ impl Mtpt {
             Some(Entry::Valid(r) | Entry::Invalid(r)) => r.block.is_pinned(),
             _ => false,
         }
-    }
-
-    /// `ibv_advise_mr` on protection domain `pd`: each of `sges` is checked as a work
-    /// request's would be (its lkey a valid region of `pd`, the range inside it; a write
-    /// prefetch needs local write), then [`Advice::Prefetch`] and
-    /// [`Advice::PrefetchWrite`] fault the pages in by reading one byte of each through the
-    /// region, as an on-demand NIC asks the kernel for them; [`Advice::PrefetchNoFault`]
-    /// maps nothing that is not mapped, so it only checks. The work is done when this
-    /// returns (rdma-core's `IBV_ADVISE_MR_FLAG_FLUSH` asks no more). Nothing is touched
-    /// unless every SGE passes; the error names the first that did not.
-    pub fn advise(&self, pd: PdId, advice: Advice, sges: &[crate::wr::Sge]) -> Result<(), (usize, AccessError)> {
-        let need = match advice {
-            Advice::Prefetch | Advice::PrefetchNoFault => AccessFlags::empty(),
-            Advice::PrefetchWrite => AccessFlags::LOCAL_WRITE,
-        };
-        let mut slices = Vec::with_capacity(sges.len());
-        for (i, s) in sges.iter().enumerate() {
-            let len = usize::try_from(s.length).unwrap_or(usize::MAX);
-            slices.push(self.check_local(s.lkey, pd, s.addr, len, need).map_err(|e| (i, e))?);
-        }
-        if advice == Advice::PrefetchNoFault {
-            return Ok(());
-        }
-        const PAGE: u64 = 4096;
-        for s in &slices {
-            let mut b = [0u8; 1];
-            let mut at = 0;
-            // The slice's first byte's address, to find page boundaries.
-            let base = s.block().addr().wrapping_add(to_u64(s.block_offset()));
-            while at < s.len() {
-                // Reading faults the page in (never a write: the program may be writing
-                // the same byte); an implicit region's unmapped page is refused by the
-                // kernel, not faulted, and prefetching it does nothing.
-                let _ = s.read(at, &mut b);
-                let to_next = PAGE - base.wrapping_add(to_u64(at)) % PAGE;
-                at = at.saturating_add(usize::try_from(to_next).unwrap_or(usize::MAX));
-            }
-        }
-        Ok(())
     }
 
     /// State of the region `key` names; [`MrState::Free`] if it names none.

@@ -373,7 +373,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     })
 }
 
-/// `ibv_advise_mr` (through `verbs_context.advise_mr`): rnic-core's `Mtpt::advise`, each
+/// `ibv_advise_mr` (through `verbs_context.advise_mr`): rnic-core's `Device::advise_mr`, each
 /// SGE checked as a work request's would be (EINVAL otherwise), PREFETCH and
 /// PREFETCH_WRITE faulting the pages in, PREFETCH_NO_FAULT only checking. The work is done
 /// when the call returns, with or without IBV_ADVISE_MR_FLAG_FLUSH.
@@ -403,7 +403,7 @@ pub(crate) unsafe extern "C" fn advise_mr(
         // SAFETY: the caller's `num_sge` SGEs.
         let sges = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
         let sges: Vec<Sge> = sges.iter().map(|s| Sge { addr: s.addr, length: s.length, lkey: s.lkey }).collect();
-        match p.core.mtpt().advise(p.id, advice, &sges) {
+        match p.core.advise_mr(p.id, advice, &sges) {
             Ok(()) => 0,
             Err((i, e)) => {
                 diag(format!("ibv_advise_mr: SGE {i}: {e}"));

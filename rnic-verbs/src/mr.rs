@@ -224,7 +224,7 @@ impl ProtectionDomain {
         match &self.inner.b {
             PdBackend::Emu(_) => {
                 let (e, id) = self.emu_pd();
-                e.dev.mtpt().advise(id, advice, sges).map_err(|(i, why)| bad(format!("SGE {i}: {why}")))
+                e.dev.advise_mr(id, advice, sges).map_err(|(i, why)| bad(format!("SGE {i}: {why}")))
             }
             #[cfg(feature = "hw")]
             PdBackend::Hw(pd) => pd
