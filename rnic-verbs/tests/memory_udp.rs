@@ -78,10 +78,26 @@ fn rereg_moves_a_region_to_another_pd_and_other_memory_under_the_same_keys() {
     assert_eq!(&got, b"new memory");
     assert_eq!(write(&to_pd2, &cqa, &src, b"old", addr, rkey), WcStatus::RemAccessErr);
 
+    // Memory the program owns: the region now describes it, at its own address.
+    let mut mine = vec![0u8; 4096].into_boxed_slice();
+    // SAFETY: `mine` outlives the region (dropped after it, below) and is reached only
+    // through the region's copies while the peer may write it.
+    unsafe { mr.rereg_translation(mine.as_mut_ptr(), mine.len()) }.unwrap();
+    assert_eq!((mr.addr(), mr.len(), mr.rkey()), (mine.as_ptr() as u64, 4096, rkey));
+    let (to_pd2b, _r3) = pair(&pa, &cqa, &pb2, &cqb);
+    assert_eq!(write(&to_pd2b, &cqa, &src, b"the program's", mr.addr() + 100, rkey), WcStatus::Success);
+    let mut got = [0u8; 13];
+    mr.read(100, &mut got).unwrap();
+    assert_eq!(&got, b"the program's");
+    // SAFETY: as above: no null or empty translation.
+    assert!(unsafe { mr.rereg_translation(std::ptr::null_mut(), 8) }.is_err());
+
     // Bad calls.
     let elsewhere = a.alloc_pd().unwrap();
     assert!(mr.rereg_pd(&elsewhere).unwrap_err().report().contains("the PD is rnic0's"));
     assert!(matches!(mr.rereg_allocate(0), Err(Error::InvalidArgument { .. })));
+    drop(mr);
+    drop(mine);
 }
 
 #[test]
