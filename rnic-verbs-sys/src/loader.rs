@@ -137,6 +137,8 @@ verbs_table! {
     optional {
     /// `struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *)` (rdma-core 22+).
     ibv_qp_to_qp_ex @ "IBVERBS_1.6": fn(*mut ibv_qp) -> *mut ibv_qp_ex;
+    /// `ibv_rereg_mr` (0, or an `enum ibv_rereg_mr_err_code` with errno set).
+    ibv_rereg_mr @ "IBVERBS_1.1": fn(*mut ibv_mr, c_int, *mut ibv_pd, *mut c_void, size_t, c_int) -> c_int;
     /// `ibv_query_gid_ex`'s exported body (`_ibv_query_gid_ex`, rdma-core 32+).
     _ibv_query_gid_ex @ "IBVERBS_1.11": fn(*mut ibv_context, u32, u32, *mut ibv_gid_entry, u32, size_t) -> c_int;
     }

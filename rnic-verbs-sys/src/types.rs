@@ -310,6 +310,13 @@ pub const IBV_ACCESS_REMOTE_ATOMIC: ibv_access_flags = 1 << 3;
 pub const IBV_ACCESS_MW_BIND: ibv_access_flags = 1 << 4;
 /// `IBV_ACCESS_ZERO_BASED`.
 pub const IBV_ACCESS_ZERO_BASED: ibv_access_flags = 1 << 5;
+
+/// `enum ibv_rereg_mr_flags`: `IBV_REREG_MR_CHANGE_TRANSLATION`.
+pub const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1 << 0;
+/// `IBV_REREG_MR_CHANGE_PD`.
+pub const IBV_REREG_MR_CHANGE_PD: c_int = 1 << 1;
+/// `IBV_REREG_MR_CHANGE_ACCESS`.
+pub const IBV_REREG_MR_CHANGE_ACCESS: c_int = 1 << 2;
 /// `IBV_ACCESS_ON_DEMAND`.
 pub const IBV_ACCESS_ON_DEMAND: ibv_access_flags = 1 << 6;
 /// `IBV_ACCESS_HUGETLB`.

@@ -267,10 +267,6 @@ impl ProtectionDomain {
     }
 }
 
-/// Why the hardware backend refuses re-registration.
-#[cfg(feature = "hw")]
-const REREG_HW: &str = "the hardware backend does not re-register (deregister and register again)";
-
 /// A registered memory region (`ibv_mr`). Its bytes are reached through copies
 /// ([`MemoryRegion::read`], [`MemoryRegion::write`]) because the NIC may write them at
 /// any time, or, under a contract the caller upholds, as a slice
@@ -294,7 +290,7 @@ impl MemoryRegion {
     /// `IBV_REREG_MR_CHANGE_ACCESS`): the keys, the PD and the memory stay, and every later
     /// check of a peer's RDMA WRITE, READ or atomic sees the new rights. Checked as
     /// registration is (remote write or atomic needs local write). On hardware it is
-    /// [`Error::Unsupported`] (the backend does not re-register).
+    /// [`Error::Unsupported`] (`ibv_rereg_mr` may rewrite keys other handles read).
     ///
     /// ```no_run
     /// # use rnic_verbs::*;
@@ -310,11 +306,16 @@ impl MemoryRegion {
                 let (e, _) = self.inner.pd.emu_pd();
                 e.dev.mtpt().rereg_access(m.keys.lkey, access).map_err(|m| Error::RegMr(DeviceError::Mr(m)))
             }
+            // ibv_rereg_mr may rewrite the ibv_mr (its keys) that other handles read
+            // concurrently: on hardware a re-registration takes the only handle
+            // (rereg_pd, rereg_allocate, rereg_translation).
             #[cfg(feature = "hw")]
             MrBackend::Hw(_) => Err(Error::Unsupported {
-                op: "re-register memory region",
+                op: "ibv_rereg_mr(IBV_REREG_MR_CHANGE_ACCESS)",
                 device: self.inner.pd.context().name().to_string(),
-                why: "the hardware backend does not re-register (deregister and register again)".into(),
+                why: "on hardware the rights change through a call that takes the only handle, which this &self \
+                      call cannot promise (deregister and register again)"
+                    .into(),
             }),
         }
     }
@@ -338,7 +339,7 @@ impl MemoryRegion {
     /// gets a remote access error). Work requests posted on it before no longer reach it
     /// (they complete in error), as on a NIC that checks them against the region when it
     /// runs them. Takes the only handle of the region (clones are refused: they would
-    /// report the old PD). On hardware it is [`Error::Unsupported`].
+    /// report the old PD). On hardware it is `ibv_rereg_mr`, whose provider may give new keys.
     ///
     /// ```no_run
     /// # use rnic_verbs::*;
@@ -380,7 +381,10 @@ impl MemoryRegion {
                 m.owner.get_or_insert(old);
             }
             #[cfg(feature = "hw")]
-            MrBackend::Hw(_) => return Err(inner.pd.unsupported("ibv_rereg_mr(IBV_REREG_MR_CHANGE_PD)", REREG_HW)),
+            MrBackend::Hw(m) => {
+                let PdBackend::Hw(new_pd) = &pd.inner.b else { unreachable!("checked: same device") };
+                m.rereg_pd(new_pd).map_err(crate::context::hw_err(OP, pd.context().name()))?;
+            }
         }
         inner.pd = pd.clone();
         Ok(())
@@ -390,11 +394,17 @@ impl MemoryRegion {
     /// `IBV_REREG_MR_CHANGE_TRANSLATION`): the keys, PD and rights stay; the address and
     /// length are the new memory's. Work posted before no longer reaches the region, and
     /// the old memory is released. Takes the only handle (see [`rereg_pd`](Self::rereg_pd)).
-    /// On hardware it is [`Error::Unsupported`].
+    /// On hardware it is `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_TRANSLATION`.
     pub fn rereg_allocate(&mut self, len: usize) -> Result<()> {
         const OP: &str = "re-register memory region (change translation)";
         if len == 0 {
             return Err(Error::InvalidArgument { op: OP, why: "0 bytes: ask for at least 1 byte".into() });
+        }
+        #[cfg(feature = "hw")]
+        if let MrBackend::Hw(_) = &self.inner.b {
+            let inner = self.only_handle(OP)?;
+            let MrBackend::Hw(m) = &mut inner.b else { unreachable!() };
+            return m.rereg_allocate(len).map_err(crate::context::hw_err(OP, inner.pd.context().name()));
         }
         let block = MemBlock::new(len).map_err(|e| Error::RegMr(DeviceError::Mem(e)))?;
         self.rereg_memory(OP, Arc::new(block))
@@ -409,6 +419,14 @@ impl MemoryRegion {
         const OP: &str = "re-register memory region (change translation)";
         if len == 0 || ptr.is_null() {
             return Err(Error::InvalidArgument { op: OP, why: format!("{len} bytes at {ptr:p}") });
+        }
+        #[cfg(feature = "hw")]
+        if let MrBackend::Hw(_) = &self.inner.b {
+            let inner = self.only_handle(OP)?;
+            let MrBackend::Hw(m) = &mut inner.b else { unreachable!() };
+            // SAFETY: the caller's contract is this function's.
+            return unsafe { m.rereg_translation(ptr, len) }
+                .map_err(crate::context::hw_err(OP, inner.pd.context().name()));
         }
         // SAFETY: the caller upholds `MemBlock::from_raw`'s contract (this function's).
         let block = unsafe { MemBlock::from_raw(ptr, len) };
@@ -430,7 +448,7 @@ impl MemoryRegion {
                 Ok(())
             }
             #[cfg(feature = "hw")]
-            MrBackend::Hw(_) => Err(inner.pd.unsupported("ibv_rereg_mr(IBV_REREG_MR_CHANGE_TRANSLATION)", REREG_HW)),
+            MrBackend::Hw(_) => unreachable!("the hardware backend re-registers in its own call"),
         }
     }
 

@@ -23,6 +23,8 @@
 //!      unsafe .register_mr(ptr, len, access)      the caller's memory
 //!      .allocate_mr_on_demand / register_mr_on_demand   the same with IBV_ACCESS_ON_DEMAND
 //!      .advise_mr(advice, &[Sge])                 ibv_advise_mr (verbs_context, IBV_ADVISE_MR_FLAG_FLUSH)
+//! HwMr .rereg_pd(&pd) / .rereg_allocate(len) / unsafe .rereg_translation(ptr, len)
+//!                                                 ibv_rereg_mr (the only handle: &mut self)
 //!      .create_qp(&HwQpInit) -> HwQp              ibv_create_qp (RC, UC, UD; optional SRQ);
 //!                                                 ibv_create_qp_ex for XRC initiators and targets
 //!      .create_srq(max_wr, max_sge) -> HwSrq      ibv_create_srq

@@ -141,6 +141,59 @@ impl HwMr {
         Ok(HwMr { inner: Arc::new(MrInner { pd: pd.clone(), mr, addr: ptr, len, on_demand, _owned: owned }) })
     }
 
+    /// `ibv_rereg_mr(mr, flags, pd, addr, len, 0)` on the only handle of the region.
+    fn rereg(&mut self, flags: libc::c_int, pd: *mut sys::ibv_pd, addr: *mut u8, len: usize) -> HwResult<&mut MrInner> {
+        let inner = Arc::get_mut(&mut self.inner).ok_or_else(|| HwError::InvalidArgument {
+            op: "re-register MR",
+            why: "other handles of the region exist".into(),
+        })?;
+        let v = inner.pd.context().verbs();
+        let f = v.ibv_rereg_mr.ok_or_else(|| HwError::Unsupported("ibv_rereg_mr (libibverbs has none)".into()))?;
+        // SAFETY: a live region of which this is the only handle; `pd` is null or a live PD
+        // (the caller keeps it); the new memory's validity is the caller's contract.
+        let r = unsafe { f(inner.mr, flags, pd, addr.cast(), len, 0) };
+        if r != 0 {
+            return Err(HwError::last_os(format!("ibv_rereg_mr(flags {flags:#x}) = {r}")));
+        }
+        Ok(inner)
+    }
+
+    /// Moves the region to `pd` (`ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_PD`); the keys
+    /// the provider gives back may differ. Refused while other handles exist.
+    pub fn rereg_pd(&mut self, pd: &HwPd) -> HwResult<()> {
+        let inner = self.rereg(sys::IBV_REREG_MR_CHANGE_PD, pd.as_ptr(), std::ptr::null_mut(), 0)?;
+        inner.pd = pd.clone();
+        Ok(())
+    }
+
+    /// Gives the region `len` bytes of new, zeroed memory it owns (`ibv_rereg_mr` with
+    /// `IBV_REREG_MR_CHANGE_TRANSLATION`); the old memory is released once the device no
+    /// longer reaches it (the call returned). Refused while other handles exist.
+    pub fn rereg_allocate(&mut self, len: usize) -> HwResult<()> {
+        if len == 0 {
+            return Err(HwError::InvalidArgument { op: "re-register MR", why: "length 0".into() });
+        }
+        let owned = Owned::new(len)?;
+        let ptr = owned.ptr;
+        let flags = sys::IBV_REREG_MR_CHANGE_TRANSLATION;
+        let inner = self.rereg(flags, std::ptr::null_mut(), ptr, len)?;
+        (inner.addr, inner.len, inner._owned) = (ptr, len, Some(owned));
+        Ok(())
+    }
+
+    /// Gives the region memory the caller owns (`IBV_REREG_MR_CHANGE_TRANSLATION`).
+    ///
+    /// # Safety
+    /// As [`HwPd::register_mr`] for the new memory.
+    pub unsafe fn rereg_translation(&mut self, ptr: *mut u8, len: usize) -> HwResult<()> {
+        if len == 0 || ptr.is_null() {
+            return Err(HwError::InvalidArgument { op: "re-register MR", why: format!("{len} bytes at {ptr:p}") });
+        }
+        let inner = self.rereg(sys::IBV_REREG_MR_CHANGE_TRANSLATION, std::ptr::null_mut(), ptr, len)?;
+        (inner.addr, inner.len, inner._owned) = (ptr, len, None);
+        Ok(())
+    }
+
     /// Local key.
     pub fn lkey(&self) -> u32 {
         // SAFETY: a live region.
