@@ -3,8 +3,10 @@
 //! header does. `ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv`, `ibv_poll_cq` and
 //! `ibv_req_notify_cq` go through `context->ops`; `ibv_query_port` (full attributes),
 //! `ibv_query_device_ex`, `ibv_create_cq_ex`, `ibv_create_qp_ex`, `ibv_advise_mr` and
-//! XRC's `ibv_open_xrcd`, `ibv_close_xrcd`, `ibv_create_srq_ex`, `ibv_get_srq_num`
-//! through the `verbs_context` around the context, with the header's size check.
+//! XRC's `ibv_open_xrcd`, `ibv_close_xrcd`, `ibv_create_srq_ex`, `ibv_get_srq_num`, device
+//! memory's `ibv_alloc_dm`, `ibv_free_dm`, `ibv_reg_dm_mr` through the `verbs_context`
+//! around the context, with the header's size check (`ibv_memcpy_to_dm` and
+//! `ibv_memcpy_from_dm` are the `ibv_dm`'s own pointers).
 //!
 //! A missing provider function returns `EOPNOTSUPP` (the header would jump through a null
 //! pointer); the other return values are the provider's (0 or an errno value, or for
@@ -271,5 +273,46 @@ pub unsafe fn get_srq_num(srq: *mut ibv_srq, num: *mut u32) -> c_int {
         // SAFETY: the provider's function with valid pointers.
         Some(f) => unsafe { f(srq, num) },
         None => libc::EOPNOTSUPP,
+    }
+}
+
+/// `ibv_alloc_dm` (the header's inline): null with `errno` = `EOPNOTSUPP` when the
+/// provider lacks it.
+///
+/// # Safety
+/// `ctx` is a live context and `attr` valid.
+pub unsafe fn alloc_dm(ctx: *mut ibv_context, attr: *mut ibv_alloc_dm_attr) -> *mut ibv_dm {
+    // SAFETY: caller's contract.
+    match unsafe { ctx_op(ctx, offset_of!(verbs_context, alloc_dm), |v| v.alloc_dm) } {
+        // SAFETY: the provider's function with valid pointers.
+        Some(f) => unsafe { f(ctx, attr) },
+        None => eopnotsupp(),
+    }
+}
+
+/// `ibv_free_dm` (the header's inline; `EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `dm` is live device memory that no region registers any more.
+pub unsafe fn free_dm(dm: *mut ibv_dm) -> c_int {
+    // SAFETY: live device memory points at its live context (caller's contract).
+    match unsafe { ctx_op((*dm).context, offset_of!(verbs_context, free_dm), |v| v.free_dm) } {
+        // SAFETY: the provider's function with live device memory.
+        Some(f) => unsafe { f(dm) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
+/// `ibv_reg_dm_mr` (the header's inline): null with `errno` = `EOPNOTSUPP` when the
+/// provider lacks it.
+///
+/// # Safety
+/// `pd` and `dm` are live and of one context.
+pub unsafe fn reg_dm_mr(pd: *mut ibv_pd, dm: *mut ibv_dm, offset: u64, len: libc::size_t, access: u32) -> *mut ibv_mr {
+    // SAFETY: a live PD points at its live context (caller's contract).
+    match unsafe { ctx_op((*pd).context, offset_of!(verbs_context, reg_dm_mr), |v| v.reg_dm_mr) } {
+        // SAFETY: the provider's function with valid pointers.
+        Some(f) => unsafe { f(pd, dm, offset, len, access) },
+        None => eopnotsupp(),
     }
 }

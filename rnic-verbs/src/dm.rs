@@ -17,26 +17,31 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 pub struct DeviceMemory {
     pub(crate) ctx: Context,
-    pub(crate) mem: Arc<CoreDm>,
+    pub(crate) b: DmBackend,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum DmBackend {
+    Emu(Arc<CoreDm>),
+    #[cfg(feature = "hw")]
+    Hw(crate::hw::HwDm),
 }
 
 impl Context {
-    /// Allocates `len` bytes of zeroed device memory (`ibv_alloc_dm`; 1 to
-    /// [`MAX_DM_SIZE`](rnic_core::mem::dm::MAX_DM_SIZE) bytes). On hardware it is
-    /// [`Error::Unsupported`] (the backend does not wrap device memory).
+    /// Allocates `len` bytes of zeroed device memory (`ibv_alloc_dm`; on the emulated
+    /// device 1 to [`MAX_DM_SIZE`](rnic_core::mem::dm::MAX_DM_SIZE) bytes; on hardware
+    /// the provider's `ibv_alloc_dm`, within its `max_dm_size`).
     pub fn alloc_dm(&self, len: usize) -> Result<DeviceMemory> {
-        match &self.b {
+        let b = match &self.b {
             Backend::Emu(_) => {
-                let mem = CoreDm::new(len).map_err(|e| dm_err("allocate device memory", &e))?;
-                Ok(DeviceMemory { ctx: self.clone(), mem: Arc::new(mem) })
+                DmBackend::Emu(Arc::new(CoreDm::new(len).map_err(|e| dm_err("allocate device memory", &e))?))
             }
             #[cfg(feature = "hw")]
-            Backend::Hw(_) => Err(Error::Unsupported {
-                op: "ibv_alloc_dm",
-                device: self.name().to_string(),
-                why: "the hardware backend does not wrap device memory".into(),
-            }),
-        }
+            Backend::Hw(h) => DmBackend::Hw(
+                h.ctx.alloc_dm(len).map_err(crate::context::hw_err("allocate device memory", self.name()))?,
+            ),
+        };
+        Ok(DeviceMemory { ctx: self.clone(), b })
     }
 }
 
@@ -52,31 +57,49 @@ impl DeviceMemory {
 
     /// Its size in bytes.
     pub fn len(&self) -> usize {
-        self.mem.len()
+        match &self.b {
+            DmBackend::Emu(m) => m.len(),
+            #[cfg(feature = "hw")]
+            DmBackend::Hw(m) => m.len(),
+        }
     }
 
     /// Never true: an allocation has at least one byte.
     pub fn is_empty(&self) -> bool {
-        self.mem.is_empty()
+        self.len() == 0
     }
 
     /// Copies `src` into the memory at `offset` (`ibv_memcpy_to_dm`): in bounds, offset
     /// and length in whole 4-byte words.
     pub fn copy_to(&self, offset: u64, src: &[u8]) -> Result<()> {
-        self.mem.copy_to(offset, src).map_err(|e| dm_err("copy to device memory", &e))
+        const OP: &str = "copy to device memory";
+        match &self.b {
+            DmBackend::Emu(m) => m.copy_to(offset, src).map_err(|e| dm_err(OP, &e)),
+            #[cfg(feature = "hw")]
+            DmBackend::Hw(m) => m.copy_to(offset, src).map_err(crate::context::hw_err(OP, self.ctx.name())),
+        }
     }
 
     /// Copies the memory at `offset` into `dst` (`ibv_memcpy_from_dm`), under the same
     /// rules.
     pub fn copy_from(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
-        self.mem.copy_from(offset, dst).map_err(|e| dm_err("copy from device memory", &e))
+        const OP: &str = "copy from device memory";
+        match &self.b {
+            DmBackend::Emu(m) => m.copy_from(offset, dst).map_err(|e| dm_err(OP, &e)),
+            #[cfg(feature = "hw")]
+            DmBackend::Hw(m) => m.copy_from(offset, dst).map_err(crate::context::hw_err(OP, self.ctx.name())),
+        }
     }
 
     /// Frees the memory (`ibv_free_dm`), unless memory regions register it or other
     /// handles exist: then the refusal says so and gives the handle back
     /// ([`DmBusy::into_inner`]); the memory lives on while they do.
     pub fn free(self) -> std::result::Result<(), DmBusy> {
-        let holders = Arc::strong_count(&self.mem) - 1;
+        let holders = match &self.b {
+            DmBackend::Emu(m) => Arc::strong_count(m) - 1,
+            #[cfg(feature = "hw")]
+            DmBackend::Hw(m) => m.holders(),
+        };
         if holders > 0 {
             return Err(DmBusy { dm: self, holders });
         }

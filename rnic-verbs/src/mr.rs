@@ -1,5 +1,6 @@
 //! Memory regions (`ibv_mr`): registered memory, its keys, and the ways to reach its bytes.
 
+use crate::dm::DmBackend;
 use crate::pd::{PdBackend, ProtectionDomain};
 use crate::types::RemoteMr;
 use crate::{AccessFlags, Advice, DeviceError, DeviceMemory, Error, Result, Sge};
@@ -254,16 +255,32 @@ impl ProtectionDomain {
                 ),
             });
         }
-        let (e, id) = self.emu_pd();
-        // SAFETY: the region keeps `dm` (its `dm` field) until it is dropped, and its drop
-        // deregisters it (revoking the view and waiting for accesses in progress) before
-        // the fields, `dm` among them, go.
-        let view = unsafe { dm.mem.view(offset, len) }
-            .map_err(|why| Error::InvalidArgument { op: "register device memory", why: why.to_string() })?;
-        let block = Arc::new(view);
-        let keys = e.dev.reg_mr(id, block.clone(), 0, block.len(), 0, access).map_err(Error::RegMr)?;
-        let m = EmuMr { dm: Some(dm.clone()), ..EmuMr::new(block, keys, 0, false) };
-        Ok(MemoryRegion::new(self.clone(), MrBackend::Emu(m)))
+        const OP: &str = "register device memory";
+        match (&self.inner.b, &dm.b) {
+            (PdBackend::Emu(_), DmBackend::Emu(mem)) => {
+                let (e, id) = self.emu_pd();
+                // SAFETY: the region keeps `dm` (its `dm` field) until it is dropped, and its
+                // drop deregisters it (revoking the view and waiting for accesses in
+                // progress) before the fields, `dm` among them, go.
+                let view = unsafe { mem.view(offset, len) }
+                    .map_err(|why| Error::InvalidArgument { op: OP, why: why.to_string() })?;
+                let block = Arc::new(view);
+                let keys = e.dev.reg_mr(id, block.clone(), 0, block.len(), 0, access).map_err(Error::RegMr)?;
+                let m = EmuMr { dm: Some(dm.clone()), ..EmuMr::new(block, keys, 0, false) };
+                Ok(MemoryRegion::new(self.clone(), MrBackend::Emu(m)))
+            }
+            #[cfg(feature = "hw")]
+            (PdBackend::Hw(pd), DmBackend::Hw(mem)) => {
+                let len =
+                    usize::try_from(len).map_err(|_| Error::InvalidArgument { op: OP, why: format!("{len} bytes") })?;
+                let mr = pd
+                    .register_dm_mr(mem, offset, len, access)
+                    .map_err(crate::context::hw_err(OP, self.inner.ctx.name()))?;
+                Ok(MemoryRegion::new(self.clone(), MrBackend::Hw(mr)))
+            }
+            #[cfg(feature = "hw")]
+            _ => unreachable!("checked: same device"),
+        }
     }
 }
 
@@ -473,6 +490,15 @@ impl MemoryRegion {
         }
     }
 
+    /// A hardware region over device memory: its bytes are the device's, reached by copies.
+    fn copies_only(&self) -> bool {
+        match &self.inner.b {
+            MrBackend::Emu(_) => false,
+            #[cfg(feature = "hw")]
+            MrBackend::Hw(m) => m.is_dm(),
+        }
+    }
+
     /// Whether the device holds the region's pages in memory (pinned at registration on
     /// a device that pins; never for an on-demand region).
     pub fn is_pinned(&self) -> bool {
@@ -581,7 +607,8 @@ impl MemoryRegion {
     }
 
     /// The region's bytes as a slice, without a copy (as the `ibverbs` crate's
-    /// `MemoryRegion<T>` derefs to `[T]`); empty for an implicit region.
+    /// `MemoryRegion<T>` derefs to `[T]`); empty for an implicit region and for a
+    /// hardware region over device memory (its bytes are on the device).
     ///
     /// # Safety
     /// While the slice lives nothing may write the region: no work request that writes
@@ -592,7 +619,7 @@ impl MemoryRegion {
     /// [`as_mut_slice`](Self::as_mut_slice)). The NIC writes from other threads, so
     /// breaking this is a data race, not just a stale read.
     pub unsafe fn as_slice(&self) -> &[u8] {
-        if self.is_implicit() {
+        if self.is_implicit() || self.copies_only() {
             return &[];
         }
         // SAFETY: the region's memory is valid for `len` bytes as long as `self` (it holds
@@ -607,7 +634,7 @@ impl MemoryRegion {
     /// slice lives: no posted send, RDMA WRITE or peer's RDMA READ of it is outstanding,
     /// and no other clone reads it.
     pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
-        if self.is_implicit() {
+        if self.is_implicit() || self.copies_only() {
             return &mut [];
         }
         // SAFETY: as `as_slice`; exclusivity over the bytes is the caller's promise.

@@ -16,6 +16,7 @@
 //!   .counters()                                   the port's hw_counters from sysfs (rxe, mlx5)
 //!   .alloc_pd() -> HwPd                           ibv_alloc_pd
 //!   .open_xrcd() -> HwXrcd                        ibv_open_xrcd (no file)
+//!   .alloc_dm(len) -> HwDm                        ibv_alloc_dm; .copy_to / .copy_from: the ibv_dm's memcpy
 //!   .create_comp_channel() -> HwCompChannel       ibv_create_comp_channel
 //!   .create_cq(n, Option<&chan>) -> HwCq          ibv_create_cq
 //!   .get_async_event(t) / .poll_async_event()     poll(async_fd) + ibv_get_async_event + ack
@@ -23,6 +24,7 @@
 //!      unsafe .register_mr(ptr, len, access)      the caller's memory
 //!      .allocate_mr_on_demand / register_mr_on_demand   the same with IBV_ACCESS_ON_DEMAND
 //!      .advise_mr(advice, &[Sge])                 ibv_advise_mr (verbs_context, IBV_ADVISE_MR_FLAG_FLUSH)
+//!      .register_dm_mr(&dm, offset, len, access)  ibv_reg_dm_mr (zero-based; read/write copy through the DM)
 //! HwMr .rereg_pd(&pd) / .rereg_allocate(len) / unsafe .rereg_translation(ptr, len)
 //!                                                 ibv_rereg_mr (the only handle: &mut self)
 //!      .create_qp(&HwQpInit) -> HwQp              ibv_create_qp (RC, UC, UD; optional SRQ);
@@ -58,6 +60,7 @@ pub mod ah;
 pub mod context;
 pub mod convert;
 pub mod cq;
+pub mod dm;
 pub mod event;
 pub mod mr;
 pub mod pd;
@@ -68,6 +71,7 @@ pub mod xrcd;
 pub use ah::HwAh;
 pub use context::{HwContext, HwDeviceInfo, HwGid};
 pub use cq::{HwCompChannel, HwCq};
+pub use dm::HwDm;
 pub use event::{HwAsyncEvent, HwEventElement};
 pub use mr::HwMr;
 pub use pd::HwPd;

@@ -2,6 +2,7 @@
 //! with `ibv_reg_mr`.
 
 use super::convert::{access_to_ibv, advice_to_ibv, sge_to_ibv, AccessFlags, Advice, Sge};
+use super::dm::HwDm;
 use super::pd::HwPd;
 use super::{HwError, HwResult};
 use rnic_verbs_sys::{self as sys, ibv_mr};
@@ -55,6 +56,9 @@ struct MrInner {
     len: usize,
     /// Registered with `IBV_ACCESS_ON_DEMAND`.
     on_demand: bool,
+    /// The device memory it registers from this offset (`ibv_reg_dm_mr`): its bytes are
+    /// reached by the device memory's copies, its address is 0.
+    dm: Option<(HwDm, u64)>,
     /// Declared after `mr` is deregistered in Drop.
     _owned: Option<Owned>,
 }
@@ -138,7 +142,7 @@ impl HwMr {
             drop(owned);
             return Err(e);
         }
-        Ok(HwMr { inner: Arc::new(MrInner { pd: pd.clone(), mr, addr: ptr, len, on_demand, _owned: owned }) })
+        Ok(HwMr { inner: Arc::new(MrInner { pd: pd.clone(), mr, addr: ptr, len, on_demand, dm: None, _owned: owned }) })
     }
 
     /// `ibv_rereg_mr(mr, flags, pd, addr, len, 0)` on the only handle of the region.
@@ -177,7 +181,7 @@ impl HwMr {
         let ptr = owned.ptr;
         let flags = sys::IBV_REREG_MR_CHANGE_TRANSLATION;
         let inner = self.rereg(flags, std::ptr::null_mut(), ptr, len)?;
-        (inner.addr, inner.len, inner._owned) = (ptr, len, Some(owned));
+        (inner.addr, inner.len, inner._owned, inner.dm) = (ptr, len, Some(owned), None);
         Ok(())
     }
 
@@ -190,7 +194,7 @@ impl HwMr {
             return Err(HwError::InvalidArgument { op: "re-register MR", why: format!("{len} bytes at {ptr:p}") });
         }
         let inner = self.rereg(sys::IBV_REREG_MR_CHANGE_TRANSLATION, std::ptr::null_mut(), ptr, len)?;
-        (inner.addr, inner.len, inner._owned) = (ptr, len, None);
+        (inner.addr, inner.len, inner._owned, inner.dm) = (ptr, len, None, None);
         Ok(())
     }
 
@@ -251,9 +255,17 @@ impl HwMr {
         }
     }
 
+    /// Whether it registers device memory (its bytes are reached by copies only).
+    pub fn is_dm(&self) -> bool {
+        self.inner.dm.is_some()
+    }
+
     /// Copies bytes out of the region.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> HwResult<()> {
         self.check(offset, dst.len())?;
+        if let Some((dm, at)) = &self.inner.dm {
+            return dm.copy_from(at + offset as u64, dst);
+        }
         // SAFETY: in bounds (checked); the region's memory is valid for its lifetime. The
         // NIC may write concurrently, as with any verbs buffer: the caller reads after the
         // completion that says the bytes are there.
@@ -264,6 +276,9 @@ impl HwMr {
     /// Copies bytes into the region.
     pub fn write(&self, offset: usize, src: &[u8]) -> HwResult<()> {
         self.check(offset, src.len())?;
+        if let Some((dm, at)) = &self.inner.dm {
+            return dm.copy_to(at + offset as u64, src);
+        }
         // SAFETY: in bounds (checked) and valid for writes; see `read`.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.inner.addr.add(offset), src.len()) };
         Ok(())
@@ -299,6 +314,27 @@ impl HwPd {
     pub unsafe fn register_mr_on_demand(&self, ptr: *mut u8, len: usize, access: AccessFlags) -> HwResult<HwMr> {
         // SAFETY: the caller's contract is this function's.
         unsafe { HwMr::register_borrowed(self, ptr, len, access, true) }
+    }
+
+    /// Registers `len` bytes of device memory `dm` from `offset` (`ibv_reg_dm_mr`,
+    /// zero-based: `IBV_ACCESS_ZERO_BASED`). The region holds the device memory.
+    pub fn register_dm_mr(&self, dm: &HwDm, offset: u64, len: usize, access: AccessFlags) -> HwResult<HwMr> {
+        let bits = access_to_ibv(access)? | sys::IBV_ACCESS_ZERO_BASED;
+        // SAFETY: a live PD and device memory (the region holds both).
+        let mr = unsafe { sys::ops::reg_dm_mr(self.as_ptr(), dm.as_ptr(), offset, len, bits) };
+        if mr.is_null() {
+            return Err(HwError::last_os(format!("ibv_reg_dm_mr({len} bytes at {offset}, {access})")));
+        }
+        let inner = MrInner {
+            pd: self.clone(),
+            mr,
+            addr: std::ptr::null_mut(),
+            len,
+            on_demand: false,
+            dm: Some((dm.clone(), offset)),
+            _owned: None,
+        };
+        Ok(HwMr { inner: Arc::new(inner) })
     }
 
     /// `ibv_advise_mr` over `sges` (regions of this PD), done before it returns
