@@ -22,7 +22,7 @@
 //! group later adds to the set, not to the list.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
 
 /// The multicast group sockets of one device's UDP transport.
@@ -118,12 +118,22 @@ fn open(group: IpAddr, local: SocketAddr) -> io::Result<UdpSocket> {
         (IpAddr::V6(g), IpAddr::V6(dev)) => {
             let index = rnic_io::interface_index_of(IpAddr::V6(dev)).unwrap_or(0);
             s.set_only_v6(true)?;
-            s.bind(&SocketAddr::new(group, local.port()).into())?;
+            // A group of interface- or link-local scope (ff01::/16, ff02::/16, ff12::, ...)
+            // names a group only together with its zone (RFC 4007 6): Linux refuses to
+            // bind one without the interface (EINVAL, `__ipv6_addr_needs_scope_id`).
+            let scope_id = if needs_zone(g) { index } else { 0 };
+            s.bind(&SocketAddr::V6(SocketAddrV6::new(g, local.port(), 0, scope_id)).into())?;
             s.join_multicast_v6(&g, index)?;
         }
         _ => return Err(family_mismatch()),
     }
     Ok(s.into())
+}
+
+/// Whether an IPv6 group's scope (RFC 4291 2.7: the low 4 bits of its second byte) is
+/// interface-local (1) or link-local (2): such a group is bound with its interface.
+fn needs_zone(g: Ipv6Addr) -> bool {
+    matches!(g.octets()[1] & 0x0f, 1 | 2)
 }
 
 #[cfg(test)]
@@ -153,5 +163,14 @@ mod tests {
         g.leave(group);
         assert!(g.is_empty());
         assert!(g.join("ff0e::1".parse().unwrap()).is_err(), "an IPv6 group on an IPv4 device");
+    }
+
+    #[test]
+    fn link_and_interface_local_groups_need_their_zone() {
+        for (g, zone) in
+            [("ff02::1", true), ("ff12::65:2", true), ("ff01::9", true), ("ff0e::1", false), ("ff05::2", false)]
+        {
+            assert_eq!(needs_zone(g.parse().unwrap()), zone, "{g}");
+        }
     }
 }
