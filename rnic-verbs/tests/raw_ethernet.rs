@@ -7,106 +7,15 @@
 //! Devices are opened on a thread that entered the namespace (`setns`): an `AF_PACKET`
 //! or UDP socket belongs to the namespace it was created in.
 #![allow(clippy::cast_possible_truncation)]
+mod common;
 
+use common::{can_run, sh_out, veth, Netns};
 use rnic_verbs::*;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(10);
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn have_ip_tool() -> bool {
-    Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success())
-}
-
-/// Skips (printing why) unless this process can make namespaces.
-fn can_run(test: &str) -> bool {
-    if !is_root() {
-        eprintln!("{test}: skipped: needs root (network namespaces, veth pairs, AF_PACKET)");
-        return false;
-    }
-    if !have_ip_tool() {
-        eprintln!("{test}: skipped: the `ip` tool (iproute2) is not installed");
-        return false;
-    }
-    true
-}
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().expect("run a command");
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn sh_out(args: &[&str]) -> String {
-    let out = Command::new(args[0]).args(&args[1..]).output().expect("run a command");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A network namespace, deleted on drop. IPv6 off (no router solicitations or MLD
-/// reports on the links: the counters below count exactly what the test sends).
-struct Netns(String);
-
-impl Netns {
-    fn new(tag: &str) -> Netns {
-        let name = format!("rnic-{tag}-{}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
-        sh(&["ip", "netns", "add", &name]);
-        let ns = Netns(name);
-        ns.ip(&["link", "set", "lo", "up"]);
-        ns.exec(&["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
-        ns.exec(&["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"]);
-        ns
-    }
-
-    fn ip(&self, args: &[&str]) {
-        let mut a = vec!["ip", "-n", &self.0];
-        a.extend_from_slice(args);
-        sh(&a);
-    }
-
-    fn exec(&self, args: &[&str]) {
-        let mut a = vec!["ip", "netns", "exec", &self.0];
-        a.extend_from_slice(args);
-        sh(&a);
-    }
-
-    /// Runs `f` on a thread inside this namespace.
-    fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        let path = format!("/var/run/netns/{}", self.0);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let file = std::fs::File::open(&path).expect("namespace file");
-                use std::os::fd::AsRawFd;
-                // SAFETY: a valid namespace descriptor; only this thread moves.
-                let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-                assert_eq!(r, 0, "setns {path}: {}", std::io::Error::last_os_error());
-                f()
-            })
-            .join()
-            .expect("namespace thread")
-        })
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
-    }
-}
-
-/// A veth pair `a`/`b` in `ns`, up, with this MTU.
-fn veth(ns: &Netns, a: &str, b: &str, mtu: u32) {
-    ns.ip(&["link", "add", a, "type", "veth", "peer", "name", b]);
-    for d in [a, b] {
-        ns.ip(&["link", "set", d, "mtu", &mtu.to_string()]);
-        ns.ip(&["link", "set", d, "up"]);
-    }
-}
 
 fn open_raw(ns: &Netns, name: &str, ip: &str, netdev: &str) -> Context {
     let config =
