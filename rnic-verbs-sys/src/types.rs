@@ -358,6 +358,16 @@ pub const IBV_XRCD_INIT_ATTR_FD: u32 = 1 << 0;
 pub const IBV_XRCD_INIT_ATTR_OFLAGS: u32 = 1 << 1;
 /// `IBV_XRCD_INIT_ATTR_RESERVED`.
 pub const IBV_XRCD_INIT_ATTR_RESERVED: u32 = 1 << 2;
+/// `IBV_QP_OPEN_ATTR_NUM`.
+pub const IBV_QP_OPEN_ATTR_NUM: u32 = 1 << 0;
+/// `IBV_QP_OPEN_ATTR_XRCD`.
+pub const IBV_QP_OPEN_ATTR_XRCD: u32 = 1 << 1;
+/// `IBV_QP_OPEN_ATTR_CONTEXT`.
+pub const IBV_QP_OPEN_ATTR_CONTEXT: u32 = 1 << 2;
+/// `IBV_QP_OPEN_ATTR_TYPE`.
+pub const IBV_QP_OPEN_ATTR_TYPE: u32 = 1 << 3;
+/// `IBV_QP_OPEN_ATTR_RESERVED`.
+pub const IBV_QP_OPEN_ATTR_RESERVED: u32 = 1 << 4;
 /// `IBV_SRQT_BASIC`.
 pub const IBV_SRQT_BASIC: ibv_srq_type = 0;
 /// `IBV_SRQT_XRC`.
