@@ -139,6 +139,11 @@ pub struct CtxShared {
     pub pds: Mutex<HashMap<u32, usize>>,
     /// Address handles (usize pointers to ours).
     pub ahs: Mutex<HashSet<usize>>,
+    /// XRC domain handles (usize pointers to ours).
+    pub xrcds: Mutex<HashSet<usize>>,
+    /// Handles of XRC target QPs made by `ibv_open_qp` (usize pointers to ours; apart
+    /// from `qps`, where the QP's own handle is, by number).
+    pub opened_qps: Mutex<HashSet<usize>>,
     /// Device memory by handle (`ibv_import_dm` finds it there), and the next handle.
     pub dms: Mutex<HashMap<u32, Arc<rnic_core::mem::dm::DeviceMemory>>>,
     pub next_dm: std::sync::atomic::AtomicU32,
@@ -160,6 +165,8 @@ impl CtxShared {
             mrs: Mutex::default(),
             pds: Mutex::default(),
             ahs: Mutex::default(),
+            xrcds: Mutex::default(),
+            opened_qps: Mutex::default(),
             dms: Mutex::default(),
             next_dm: std::sync::atomic::AtomicU32::new(1),
         }
@@ -215,7 +222,9 @@ impl CtxShared {
             && self.srqs.lock().is_empty()
             && self.mrs.lock().is_empty()
             && self.pds.lock().is_empty()
-            && self.ahs.lock().is_empty())
+            && self.ahs.lock().is_empty()
+            && self.xrcds.lock().is_empty()
+            && self.opened_qps.lock().is_empty())
     }
 }
 

@@ -131,6 +131,7 @@ const OPS: verbs_context = {
     v.dealloc_td = Some(pd::dealloc_td);
     v.open_xrcd = Some(xrcd::open_xrcd);
     v.close_xrcd = Some(xrcd::close_xrcd);
+    v.open_qp = Some(qp::open_qp);
     v.create_srq_ex = Some(qp::create_srq_ex);
     v.get_srq_num = Some(qp::get_srq_num);
     v.context.ops._compat_query_device = Some(ibv_query_device);
@@ -253,19 +254,23 @@ fn close_objects(sh: &CtxShared) {
     let take = |m: &Mutex<HashMap<u32, usize>>| std::mem::take(&mut *m.lock());
     let (qps, srqs, mrs, cqs, pds) = (take(&sh.qps), take(&sh.srqs), take(&sh.mrs), take(&sh.cqs), take(&sh.pds));
     let ahs = std::mem::take(&mut *sh.ahs.lock());
+    let (xrcds, opened) = (std::mem::take(&mut *sh.xrcds.lock()), std::mem::take(&mut *sh.opened_qps.lock()));
     diag(format!(
-        "ibv_close_device: {}: the context still held {} QP(s), {} SRQ(s), {} MR(s), {} CQ(s), {} AH(s) and {} PD(s); destroyed with it",
+        "ibv_close_device: {}: the context still held {} QP(s), {} SRQ(s), {} MR(s), {} CQ(s), {} AH(s), {} PD(s) and {} XRC domain(s); destroyed with it",
         sh.dev.info.name,
-        qps.len(),
+        qps.len() + opened.len(),
         srqs.len(),
         mrs.len(),
         cqs.len(),
         ahs.len(),
-        pds.len()
+        pds.len(),
+        xrcds.len()
     ));
-    // Children before parents, as uverbs orders its teardown.
-    qps.into_values().for_each(qp::free_with_context);
+    // Children before parents, as uverbs orders its teardown: QPs (an XRC target's
+    // handles among them), SRQs (XRC SRQs among them), then the XRC domains they named.
+    qps.into_values().chain(opened).for_each(qp::free_with_context);
     srqs.into_values().for_each(qp::free_srq_with_context);
+    xrcds.into_iter().for_each(xrcd::free_with_context);
     mrs.into_values().for_each(mr::free_with_context);
     ahs.into_iter().for_each(ah::free_with_context);
     cqs.into_values().for_each(cq::free_with_context);

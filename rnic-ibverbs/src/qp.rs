@@ -6,7 +6,7 @@ use crate::ah::ah_of;
 use crate::cq::cq_of;
 use crate::ctx::{carries_link_local, ctx_of, ip_of_gid, CtxShared, MAX_INLINE, MAX_QP_WR, MAX_SGE};
 use crate::pd::pd_of;
-use crate::xrcd::xrcd_of;
+use crate::xrcd::{xrcd_of, Target};
 use crate::{diag, guard, set_errno, Users};
 use libc::{c_int, c_void, size_t};
 use parking_lot::Mutex;
@@ -44,6 +44,11 @@ pub struct Qp {
     batch: Mutex<(Vec<Building>, Option<c_int>)>,
     /// An XRC target's domain (NULL for every other QP).
     xrcd: *mut ibv_xrcd,
+    /// An XRC target: the QP every handle of it shares (the one `ibv_create_qp_ex` made,
+    /// those `ibv_open_qp` opened), destroyed in the engine with the last handle.
+    target: Option<Arc<Target>>,
+    /// A handle `ibv_open_qp` made (kept in the context's `opened_qps`).
+    opened: bool,
     /// The multicast groups (GIDs) the QP is attached to: a QP still attached is not
     /// destroyed (EBUSY, the kernel's `uverbs_free_qp`).
     mcast: Mutex<Vec<[u8; 16]>>,
@@ -415,7 +420,7 @@ fn create(context: *mut ibv_context, attr: &mut ibv_qp_init_attr_ex) -> Result<*
     if qp_type == QpType::XrcSend {
         attr.recv_cq = null_mut();
     }
-    let p = qp_object(context, attr, shared, pd.core.clone(), &ctx.sh, null_mut());
+    let p = qp_object(context, attr, shared, pd.core.clone(), &ctx.sh, (null_mut(), None, false));
     pd.users.hold();
     scq.users.hold();
     if qp_type != QpType::XrcSend {
@@ -445,7 +450,7 @@ fn create_xrc_target(
         return Err(libc::EINVAL);
     }
     let core = ctx.sh.core()?;
-    let init = QpInit::xrc_target(xrcd.xrcd.clone()).keys_at_execution(true).purge_cqs_on_reset(true);
+    let init = QpInit::xrc_target(xrcd.domain.core.clone()).keys_at_execution(true).purge_cqs_on_reset(true);
     let shared = core.create_qp(init).map_err(|e| {
         diag(format!("ibv_create_qp_ex: {e}"));
         driver_errno(&e)
@@ -455,7 +460,85 @@ fn create_xrc_target(
     attr.recv_cq = null_mut();
     attr.srq = null_mut();
     attr.cap = ibv_qp_cap::default();
-    let p = qp_object(context, attr, shared, core, &ctx.sh, attr.xrcd);
+    let target = Arc::new(Target::new(shared.clone(), core.clone()));
+    xrcd.domain.add_target(&target);
+    let p = qp_object(context, attr, shared, core, &ctx.sh, (attr.xrcd, Some(target), false));
+    xrcd.users.hold();
+    Ok(p)
+}
+
+/// `ibv_open_qp` (through `verbs_context.open_qp`): another handle of an XRC target QP
+/// of the XRC domain `attr.xrcd`, found by number, as the kernel's `ib_uverbs_open_qp`:
+/// only `IBV_QPT_XRC_RECV`, only a QP of that domain (else `EINVAL`). The handle
+/// modifies, queries and is destroyed like the QP's own; the QP lives until its last
+/// handle is destroyed. Domains, and so their QPs, are this process's: a QP another
+/// process made is not in any domain here, and opening it is `EINVAL` as for any number
+/// the domain does not hold.
+pub(crate) unsafe extern "C" fn open_qp(context: *mut ibv_context, attr: *mut ibv_qp_open_attr) -> *mut ibv_qp {
+    guard(null_mut(), || {
+        // SAFETY: a context we handed out, the caller's attributes.
+        let (Some(ctx), false) = (unsafe { ctx_of(context) }, attr.is_null()) else {
+            set_errno(libc::EINVAL);
+            return null_mut();
+        };
+        // SAFETY: the caller's attributes.
+        match open_qp_checked(context, ctx, unsafe { &*attr }) {
+            Ok(q) => q,
+            Err(e) => {
+                set_errno(e);
+                null_mut()
+            }
+        }
+    })
+}
+
+fn open_qp_checked(
+    context: *mut ibv_context,
+    ctx: &crate::ctx::Ctx,
+    attr: &ibv_qp_open_attr,
+) -> Result<*mut ibv_qp, c_int> {
+    let needed = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+    // libibverbs' ibv_cmd_open_qp: unknown bits, or a number, domain or type missing.
+    if attr.comp_mask >= IBV_QP_OPEN_ATTR_RESERVED || attr.comp_mask & needed != needed {
+        diag(format!(
+            "ibv_open_qp: comp_mask {:#x} must name the QP number, XRC domain and type (and nothing unknown)",
+            attr.comp_mask
+        ));
+        return Err(libc::EINVAL);
+    }
+    if attr.qp_type != IBV_QPT_XRC_RECV {
+        diag(format!("ibv_open_qp: QP type {}: only XRC_RECV QPs are opened", attr.qp_type));
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: an XRCD we handed out (or NULL).
+    let Some(xrcd) = (unsafe { xrcd_of(attr.xrcd) }) else {
+        diag("ibv_open_qp: no XRC domain");
+        return Err(libc::EINVAL);
+    };
+    if !Arc::ptr_eq(&xrcd.ctx, &ctx.sh) {
+        diag("ibv_open_qp: the XRC domain belongs to another context");
+        return Err(libc::EINVAL);
+    }
+    let Some(target) = xrcd.domain.target(attr.qp_num) else {
+        diag(format!(
+            "ibv_open_qp: the XRC domain has no XRC_RECV QP {:#x} (XRC domains are this process's: a QP another process made cannot be opened here)",
+            attr.qp_num
+        ));
+        return Err(libc::EINVAL);
+    };
+    let core = ctx.sh.core()?;
+    let ex = ibv_qp_init_attr_ex {
+        qp_context: if attr.comp_mask & IBV_QP_OPEN_ATTR_CONTEXT != 0 { attr.qp_context } else { null_mut() },
+        qp_type: IBV_QPT_XRC_RECV,
+        comp_mask: IBV_QP_INIT_ATTR_XRCD,
+        xrcd: attr.xrcd,
+        ..Default::default()
+    };
+    let shared = target.shared.clone();
+    let state = shared.state().to_ibv();
+    let p = qp_object(context, &ex, shared, core, &ctx.sh, (attr.xrcd, Some(target), true));
+    // SAFETY: just made; the program has not seen it yet.
+    unsafe { (*p).state = state };
     xrcd.users.hold();
     Ok(p)
 }
@@ -468,7 +551,7 @@ fn qp_object(
     shared: Arc<QpShared>,
     core: Device,
     sh: &Arc<CtxShared>,
-    xrcd: *mut ibv_xrcd,
+    (xrcd, target, opened): (*mut ibv_xrcd, Option<Arc<Target>>, bool),
 ) -> *mut ibv_qp {
     let qpn = shared.qpn.value();
     let mut ex: ibv_qp_ex = unsafe {
@@ -516,10 +599,16 @@ fn qp_object(
         qkey: Mutex::new(0),
         batch: Mutex::new((Vec::new(), None)),
         xrcd,
+        target,
+        opened,
         mcast: Mutex::new(Vec::new()),
     };
     let p = Box::into_raw(Box::new(q));
-    sh.qps.lock().insert(qpn, p as usize);
+    if opened {
+        sh.opened_qps.lock().insert(p as usize);
+    } else {
+        sh.qps.lock().insert(qpn, p as usize);
+    }
     p.cast()
 }
 
@@ -790,9 +879,13 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         diag(format!("ibv_destroy_qp: the QP is still attached to {attached} multicast group(s): detach it first"));
         return libc::EBUSY;
     }
-    // SAFETY: allocated by Box in create; the program does not use it again.
-    let q = unsafe { Box::from_raw(qp.cast::<Qp>()) };
-    q.ctx.qps.lock().remove(&q.shared.qpn.value());
+    // SAFETY: allocated by Box in create or open_qp; the program does not use it again.
+    let mut q = unsafe { Box::from_raw(qp.cast::<Qp>()) };
+    if q.opened {
+        q.ctx.opened_qps.lock().remove(&(qp as usize));
+    } else {
+        q.ctx.qps.lock().remove(&q.shared.qpn.value());
+    }
     let b = &q.ex.qp_base;
     // SAFETY: the objects the QP names, kept alive by its hold on them.
     unsafe {
@@ -812,7 +905,13 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             x.users.release();
         }
     }
-    match q.core.destroy_qp(q.shared.qpn) {
+    // An XRC target's handle: the QP goes with its last handle (the kernel's
+    // __ib_destroy_shared_qp); another handle keeps it.
+    let last = match q.target.take() {
+        Some(t) => Arc::into_inner(t).map(|t| t.destroy()),
+        None => Some(q.core.destroy_qp(q.shared.qpn)),
+    };
+    match last.unwrap_or(Ok(())) {
         Ok(()) => 0,
         Err(e) => {
             diag(format!("ibv_destroy_qp(QP {}): {e}", q.shared.qpn));
@@ -829,7 +928,11 @@ pub(crate) fn free_with_context(ptr: usize) {
     // (the program may not use a closed context's objects, as with rdma-core, which
     // frees the context they point to).
     let q = unsafe { Box::from_raw(ptr as *mut Qp) };
-    let _ = q.core.destroy_qp(q.shared.qpn);
+    // An XRC target's handle: the QP goes with its last handle (Target's drop), which
+    // may be another context's.
+    if q.target.is_none() {
+        let _ = q.core.destroy_qp(q.shared.qpn);
+    }
 }
 
 /// Frees an SRQ of a context being closed (its QPs are gone).
@@ -1190,7 +1293,7 @@ fn create_srq_ex_checked(ctx: &crate::ctx::Ctx, a: &ibv_srq_init_attr_ex) -> Res
                 return Err(libc::EINVAL);
             }
             new_srq(a.pd, p, a.srq_context, a.attr, Some((x, a.xrcd, c, a.cq)), |w, s| {
-                p.core.create_xrc_srq(p.id, w, s, &x.xrcd, c.cq.clone())
+                p.core.create_xrc_srq(p.id, w, s, &x.domain.core, c.cq.clone())
             })
         }
         IBV_SRQT_TM => {

@@ -335,6 +335,23 @@ fn c_import_shares_a_contexts_objects() {
     eprintln!("{text}");
 }
 
+/// `tests/c/xrc.c`: XRC domains shared by two contexts through a file's inode, XRC SRQs
+/// and target QPs, `ibv_open_qp` (its EINVAL refusals; a handle in another context that
+/// keeps the QP after its creator's destroy; the QP gone with its last handle), and
+/// `ibv_close_device` with XRC domains, SRQs, target and opened QPs alive: torn down,
+/// another context's handle keeps its QP, and nothing keeps the device running.
+#[test]
+fn c_xrc_domains_open_qp_and_teardown() {
+    let Some((dir, exe)) = compile_c("xrc", VERBS_H, "libibverbs-dev", &["-libverbs"]) else { return };
+    let _turn = serial();
+    let child = command(dir, exe.to_str().expect("utf-8 path"), 38).spawn().expect("run xrc");
+    let out = finish(child, "xrc.c", Instant::now() + Duration::from_secs(60));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "xrc.c failed:\n{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("ok: ")).count(), 6, "every check ran:\n{text}");
+    eprintln!("{text}");
+}
+
 /// Unmodified C programs on raw Ethernet devices (root: a network namespace and a veth
 /// pair this test makes; skipped otherwise): `ibv_devinfo` shows the port's active MTU from
 /// the link (1500 bytes: 1024) and GID 0 from the interface's MAC, and `ibv_rc_pingpong
