@@ -217,6 +217,14 @@ fn ibverbs_utils() {
     if have("ibv_uc_pingpong") {
         pair(dir, "ibv_uc_pingpong", &["-c", "-n", "200"], 10, next(), "-g");
     }
+    // XRC: an XRC domain on a file, XRC SRQs, XRC_SEND and XRC_RECV QPs, each side's
+    // SENDs steered to the other's SRQ by number.
+    if have("ibv_xsrq_pingpong") {
+        for args in [&["-n", "50"][..], &["-e", "-s", "65536", "-n", "10"]] {
+            let out = pair(dir, "ibv_xsrq_pingpong", args, 10, next(), "-g");
+            assert!(out.contains("SRQN") && out.lines().any(|l| l == "success"), "ibv_xsrq_pingpong {args:?}:\n{out}");
+        }
+    }
     // Without a GID (the habit on InfiniBand, wrong on RoCE) both sides fail, and the
     // library says why and what to pass.
     let (c, s) = pair_raw(dir, "ibv_rc_pingpong", &["-n", "10"], 10, next());
