@@ -141,9 +141,9 @@ pub struct CtxShared {
     pub ahs: Mutex<HashSet<usize>>,
     /// XRC domain handles (usize pointers to ours).
     pub xrcds: Mutex<HashSet<usize>>,
-    /// Handles of XRC target QPs made by `ibv_open_qp` (usize pointers to ours; apart
-    /// from `qps`, where the QP's own handle is, by number).
-    pub opened_qps: Mutex<HashSet<usize>>,
+    /// Handles of XRC target QPs made by `ibv_open_qp` (usize pointers to ours, with
+    /// the QP's number; apart from `qps`, where the QP's own handle is, by number).
+    pub opened_qps: Mutex<HashMap<usize, u32>>,
     /// Device memory by handle (`ibv_import_dm` finds it there), and the next handle.
     pub dms: Mutex<HashMap<u32, Arc<rnic_core::mem::dm::DeviceMemory>>>,
     pub next_dm: std::sync::atomic::AtomicU32,
@@ -186,10 +186,17 @@ impl CtxShared {
 
     /// Queues an event for the program if its object is this context's; false if not.
     fn push_event(&self, ev: &AsyncEvent) -> bool {
+        // A QP's event goes to the context of its own handle; an XRC target's whose own
+        // handle is gone (or in a closed context), to a context holding a handle
+        // `ibv_open_qp` made.
+        let qp = |qpn: u32| {
+            let own = self.qps.lock().get(&qpn).copied();
+            own.or_else(|| self.opened_qps.lock().iter().find(|(_, n)| **n == qpn).map(|(p, _)| *p))
+        };
         let (ty, element) = match *ev {
-            AsyncEvent::QpFatal { qpn } => (IBV_EVENT_QP_FATAL, self.qps.lock().get(&qpn).copied()),
-            AsyncEvent::QpAccessErr { qpn } => (IBV_EVENT_QP_ACCESS_ERR, self.qps.lock().get(&qpn).copied()),
-            AsyncEvent::QpReqErr { qpn } => (IBV_EVENT_QP_REQ_ERR, self.qps.lock().get(&qpn).copied()),
+            AsyncEvent::QpFatal { qpn } => (IBV_EVENT_QP_FATAL, qp(qpn)),
+            AsyncEvent::QpAccessErr { qpn } => (IBV_EVENT_QP_ACCESS_ERR, qp(qpn)),
+            AsyncEvent::QpReqErr { qpn } => (IBV_EVENT_QP_REQ_ERR, qp(qpn)),
             AsyncEvent::CqError { cq } => (IBV_EVENT_CQ_ERR, self.cqs.lock().get(&cq).copied()),
             AsyncEvent::SrqLimitReached { srq } => (IBV_EVENT_SRQ_LIMIT_REACHED, self.srqs.lock().get(&srq).copied()),
             // The kernel raises no PORT_ACTIVE when a context opens; neither does this library.

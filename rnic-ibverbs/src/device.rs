@@ -268,7 +268,7 @@ fn close_objects(sh: &CtxShared) {
     ));
     // Children before parents, as uverbs orders its teardown: QPs (an XRC target's
     // handles among them), SRQs (XRC SRQs among them), then the XRC domains they named.
-    qps.into_values().chain(opened).for_each(qp::free_with_context);
+    qps.into_values().chain(opened.into_keys()).for_each(qp::free_with_context);
     srqs.into_values().for_each(qp::free_srq_with_context);
     xrcds.into_iter().for_each(xrcd::free_with_context);
     mrs.into_values().for_each(mr::free_with_context);

@@ -605,7 +605,7 @@ fn qp_object(
     };
     let p = Box::into_raw(Box::new(q));
     if opened {
-        sh.opened_qps.lock().insert(p as usize);
+        sh.opened_qps.lock().insert(p as usize, qpn);
     } else {
         sh.qps.lock().insert(qpn, p as usize);
     }

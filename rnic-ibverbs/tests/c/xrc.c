@@ -6,6 +6,7 @@
 #include "check.h"
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 static struct ibv_device **list;
@@ -277,6 +278,14 @@ int main(void)
 	srq_recv(&s, 10);
 	wc = xsend(&ini3, s3num, "to the SRQ of the closed context");
 	CHECK(wc.status == IBV_WC_REM_INV_REQ_ERR, "a send to the closed context's SRQ: %s", ibv_wc_status_str(wc.status));
+	/* The target's error event reaches the context of the handle left (its own
+	 * handle went with T3). */
+	struct pollfd pfd = { .fd = T->async_fd, .events = POLLIN };
+	CHECK(poll(&pfd, 1, 5000) == 1, "an async event on T within 5 s");
+	struct ibv_async_event ev;
+	CHECK(ibv_get_async_event(T, &ev) == 0 && ev.event_type == IBV_EVENT_QP_REQ_ERR && ev.element.qp == o_t3,
+	      "IBV_EVENT_QP_REQ_ERR for the opened handle (got type %d)", ev.event_type);
+	ibv_ack_async_event(&ev);
 	CHECK(ibv_destroy_qp(o_t3) == 0 && ibv_destroy_qp(t_kept) == 0, "destroy the handles left");
 	errno = 0;
 	CHECK(!open_qp(T, x, t3num, OPEN_ALL, IBV_QPT_XRC_RECV, NULL) && errno == EINVAL, "T3's target is gone");
