@@ -16,7 +16,7 @@ use rnic_conform::cm_scenario;
 use rnic_conform::fuzz::{FuzzOptions, FuzzReport};
 use rnic_conform::link::Link;
 use rnic_conform::scenario::{self, Options, Outcome, Verdict};
-use rnic_conform::uc;
+use rnic_conform::{uc, ud, wrap};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -96,6 +96,8 @@ fn run_all(local: &str, peer: &str, port: u16) -> Vec<Outcome> {
         .collect();
     out.extend(cm_scenario::all().iter().map(|s| cm_scenario::run(&mut link, s, &o)));
     out.extend(uc::all().iter().map(|s| uc::run(&mut link, s, &o)));
+    out.extend(ud::all().iter().map(|s| ud::run(&mut link, s, &o)));
+    out.extend(wrap::all().iter().map(|s| wrap::run(&mut link, s, &o)));
     out
 }
 
@@ -109,7 +111,9 @@ fn rnic_passes_every_scenario() {
     let out = run_all("127.0.105.1", "127.0.105.2", 7471);
     let report = scenario::report(&out);
     println!("{report}");
-    assert_eq!(out.len(), scenario::all().len() + cm_scenario::all().len() + uc::all().len());
+    let total =
+        scenario::all().len() + cm_scenario::all().len() + uc::all().len() + ud::all().len() + wrap::all().len();
+    assert_eq!(out.len(), total);
     assert!(out.iter().all(|o| o.verdict == Verdict::Pass), "{report}");
 }
 
