@@ -68,6 +68,8 @@ pub struct UcScenario {
     pub build: fn(&UcEnv) -> Vec<Request>,
     /// Region ranges to compare (offset, length).
     pub check: &'static [(u32, u32)],
+    /// The PSN the responder is asked to expect first (`None`: it picks one).
+    pub start_psn: Option<u32>,
 }
 
 /// Every UC scenario.
@@ -86,6 +88,7 @@ pub fn all() -> Vec<UcScenario> {
                 ]
             },
             check: &[],
+            start_psn: None,
         },
         UcScenario {
             name: "uc-psn-gap-send",
@@ -98,6 +101,7 @@ pub fn all() -> Vec<UcScenario> {
                 ]
             },
             check: &[],
+            start_psn: None,
         },
         UcScenario {
             name: "uc-psn-gap-write",
@@ -115,6 +119,7 @@ pub fn all() -> Vec<UcScenario> {
             // The LAST's range (not written) and the ONLY's; the FIRST's range may hold its
             // bytes or not (placed before the gap was seen).
             check: &[(8192 + 2048, 1024), (16384, 200)],
+            start_psn: None,
         },
         UcScenario {
             name: "uc-after-write-gap",
@@ -132,6 +137,23 @@ pub fn all() -> Vec<UcScenario> {
                 ]
             },
             check: &[(32768, 128)],
+            start_psn: None,
+        },
+        UcScenario {
+            name: "uc-psn-wrap",
+            rule: "IBA 9.8.3 / 9.7.1 (PSNs modulo 2^24, unverified clauses): a UC SEND FIRST, MIDDLE, LAST at 0xFFFFFE, 0xFFFFFF, 0 is in sequence and completes; a WRITE ONLY at 1 lands",
+            build: |e| {
+                let (va, rkey, _) = e.rw;
+                let p = e.pmtu;
+                vec![
+                    e.req(O::UC_SEND_FIRST, 0, None, data(19, p)),
+                    e.req(O::UC_SEND_MIDDLE, 1, None, data(20, p)),
+                    e.req(O::UC_SEND_LAST, 2, None, data(21, 77)),
+                    e.req(O::UC_RDMA_WRITE_ONLY, 3, Some((va + 40960, rkey, 96)), data(22, 96)),
+                ]
+            },
+            check: &[(40960, 96)],
+            start_psn: Some(0xff_fffe),
         },
         UcScenario {
             name: "uc-write-bad-rkey",
@@ -145,6 +167,7 @@ pub fn all() -> Vec<UcScenario> {
                 ]
             },
             check: &[(4096, 128)],
+            start_psn: None,
         },
     ]
 }
@@ -163,7 +186,7 @@ pub fn run(link: &mut Link, s: &UcScenario, o: &Options) -> Outcome {
     };
     let n = SESSIONS.fetch_add(1, Ordering::Relaxed) & 0xffff;
     let qpn = 0x00f0_0000 + n;
-    let mut peer = match Session::open(link, o.port, Kind::Uc, qpn, o.mtu_code, None, o.cm_wait) {
+    let mut peer = match Session::open(link, o.port, Kind::Uc, qpn, o.mtu_code, s.start_psn, o.cm_wait) {
         Ok(p) => p,
         Err(e) => {
             out.verdict = Verdict::NotRun(e);

@@ -146,6 +146,11 @@ pub fn all() -> Vec<UdScenario> {
             build: |e| vec![e.send(0, data(13, 512)), e.send(1, data(14, 100))],
         },
         UdScenario {
+            name: "ud-no-receive",
+            rule: "IBA 9.9.3 class D (unverified clause): UD has no RNR: a datagram finding no receive posted is dropped silently; the 16 before it each complete one",
+            build: |e| (0..17u8).map(|k| e.send(u32::from(k), data(17 + k, 8 + usize::from(k)))).collect(),
+        },
+        UdScenario {
             name: "ud-rc-opcode",
             rule: "IBA 9.6.1 (unverified clause): a packet whose opcode is another transport's (an RC SEND ONLY) is dropped silently by a UD QP, no NAK; the next datagram is delivered",
             build: |e| {
