@@ -318,6 +318,61 @@ fn dreq_twice(link: &mut Link, o: &Options, req: cm::Request) -> Played {
     (Verdict::Pass, vec!["DREP".into(), "DREP".into()], lines(&seen))
 }
 
+/// A connection made, shown to work, then ended by the tester's DREQ: once the peer has
+/// answered with its DREP (and had a moment for its consumer to disconnect), a request on
+/// the connection gets no answer.
+fn request_after_dreq(link: &mut Link, o: &Options, req: cm::Request) -> Played {
+    let c = match cm::connect(link, req, o.cm_wait) {
+        Ok(c) => c,
+        Err(e) => return (Verdict::NotRun(e), Vec::new(), Vec::new()),
+    };
+    let expected = vec!["the connection works".into(), "DREP".into(), "no answer to a SEND after it".into()];
+    if let Err(e) = works(link, &c, o) {
+        cm::disconnect(link, &c, o.quiet);
+        return (Verdict::NotRun(e), expected, Vec::new());
+    }
+    let mut observed = vec!["the connection works".to_string()];
+    let (lc, rc) = c.comm_ids();
+    let mut psn = 0x30;
+    let got = match drep_for(link, o, &mut psn, lc, rc, c.remote_qpn, 0x15) {
+        Ok(g) => g,
+        Err(x) => return x,
+    };
+    observed.extend(lines(&got));
+    if !got_drep(&got) {
+        return (Verdict::NoAnswer(format!("no DREP in {:?}", o.answer_wait)), expected, observed);
+    }
+    let Some(ad) = Advert::parse(&c.private_data) else {
+        return (Verdict::NotRun("the REP's private data is not rnic's responder's".into()), expected, observed);
+    };
+    // The consumer's turn: rdma_cm tells it DISCONNECTED and it disconnects (librdmacm's
+    // rdma_disconnect moves the QP to the Error state before Linux's CM sends the DREP;
+    // rnic's CM sends the DREP at once, the QP going to Error when the consumer acts): the
+    // request goes once the peer has been quiet a while, not in that window.
+    let _ = gather(link, u32::MAX, Instant::now() + o.quiet, |_| false);
+    let env = crate::scenario::Env { dest: c.remote_qpn, psn: c.start_psn, pmtu: 128usize << o.mtu_code, ad };
+    // The next PSN, as if the connection were still up (the first went to `works`).
+    let r = env.send(Opcode::RC_SEND_ONLY, 1, true, 8);
+    if let Err(e) = link.send_with(&r.repr, &r.payload, |_| ()) {
+        return (Verdict::NotRun(e.to_string()), expected, observed);
+    }
+    let end = Instant::now() + o.answer_wait.min(2 * o.quiet);
+    let mut back = Vec::new();
+    while let Some(p) = link.recv(end) {
+        if p.repr.bth.dest_qp.value() == c.local_qpn && p.repr.bth.opcode != Opcode::CNP {
+            back.push(answer_of(&p.repr, &p.payload).to_string());
+        }
+    }
+    if back.is_empty() {
+        observed.push("no answer to the SEND".into());
+        (Verdict::Pass, expected, observed)
+    } else {
+        let why = format!("the SEND after the DREP was answered: {}", back.join("; "));
+        observed.extend(back);
+        (Verdict::Diverges(why), expected, observed)
+    }
+}
+
 /// Every CM scenario, in the order they run.
 pub fn all() -> Vec<CmScenario> {
     vec![
@@ -355,6 +410,11 @@ pub fn all() -> Vec<CmScenario> {
             name: "cm-dreq-twice",
             rule: "IBA 12.9.8 (unverified clause): a DREQ repeated in the TimeWait state is answered with a DREP again",
             play: dreq_twice,
+        },
+        CmScenario {
+            name: "cm-request-after-dreq",
+            rule: "IBA 12.6.10 / 10.3.1 (unverified clauses): a connection ended by a DREQ (its DREP received, then a quiet period: --quiet-ms, 300 by default) has its QP in the Error state or destroyed: a request on it is dropped silently, no ACK or NAK",
+            play: request_after_dreq,
         },
     ]
 }

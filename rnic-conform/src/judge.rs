@@ -54,6 +54,7 @@ pub fn matches(want: &Answer, seen: &Answer) -> bool {
         (Answer::NakOneOf { psn, codes, msn }, Answer::Nak { psn: p, code, msn: m }) => {
             psn == p && msn == m && codes.contains(code)
         }
+        (Answer::OneOf(v), s) => v.iter().any(|w| matches(w, s)),
         (w, s) => w == s,
     }
 }

@@ -18,4 +18,7 @@ pub mod judge;
 pub mod link;
 pub mod model;
 pub mod scenario;
+pub mod session;
 pub mod uc;
+pub mod ud;
+pub mod wrap;

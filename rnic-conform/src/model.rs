@@ -76,6 +76,9 @@ pub enum Answer {
         /// The original remote data.
         orig: u64,
     },
+    /// Any one of these: where the IBA leaves a packet's form open (a READ resumed from
+    /// inside its responses: its first response a FIRST or the MIDDLE it would have been).
+    OneOf(Vec<Answer>),
     /// Something no rule asks for (seen from a peer only): what it was.
     Unexpected(String),
 }
@@ -106,6 +109,10 @@ impl std::fmt::Display for Answer {
                 write!(f, " {} bytes [{}..]", data.len(), head.join(" "))
             }
             Answer::Atomic { psn, orig } => write!(f, "ATOMIC_ACK psn={:#08x} orig={orig:#x}", psn.value()),
+            Answer::OneOf(v) => {
+                let all: Vec<String> = v.iter().map(ToString::to_string).collect();
+                write!(f, "{}", all.join(" or "))
+            }
             Answer::Unexpected(s) => f.write_str(s),
         }
     }
@@ -149,7 +156,7 @@ enum InMsg {
 
 #[derive(Debug, Clone)]
 enum Done {
-    Read { psn: Psn, region: usize, va: u64, len: u32 },
+    Read { psn: Psn, region: usize, va: u64, len: u32, rkey: u32 },
     Atomic { psn: Psn, orig: u64 },
 }
 
@@ -471,7 +478,7 @@ impl Responder {
         self.msn = (self.msn + 1) & 0xff_ffff;
         let out = self.read_answers(psn, region, reth.va, reth.dma_len, 0, Some(self.msn));
         self.epsn = psn.add(u32::try_from(out.len()).unwrap_or(1));
-        self.done.push(Done::Read { psn, region, va: reth.va, len: reth.dma_len });
+        self.done.push(Done::Read { psn, region, va: reth.va, len: reth.dma_len, rkey: reth.rkey });
         out
     }
 
@@ -513,7 +520,7 @@ impl Responder {
         match op {
             Operation::RdmaReadRequest => {
                 for d in self.done.iter().rev() {
-                    if let Done::Read { psn: p, region, va, len } = *d {
+                    if let Done::Read { psn: p, region, va, len, rkey } = *d {
                         if p == psn {
                             let same = req.repr.ext.reth.is_some_and(|r| r.va == va && r.dma_len == len);
                             if !same {
@@ -522,13 +529,31 @@ impl Responder {
                             return self.read_answers(psn, region, va, len, 0, None);
                         }
                         let pmtu = u32::try_from(self.pmtu).unwrap_or(u32::MAX).max(1);
-                        let npkts = i64::from(len.div_ceil(pmtu).max(1));
-                        let off = i64::from(p.distance(psn));
-                        if off > 0 && off < npkts {
-                            // A replay from inside the original: the requester asks for the
-                            // rest with a RETH of its own (IBA 9.7.5.1.5); this one kept the
-                            // original's, which the IBA does not settle.
-                            return self.give_up("a duplicate READ from inside an earlier READ's responses");
+                        let npkts = len.div_ceil(pmtu).max(1);
+                        let off = p.distance(psn);
+                        if off > 0 && i64::from(off) < i64::from(npkts) {
+                            // A READ partly answered, asked again from inside (IBA 9.7.5.1.5,
+                            // clause unverified): the requester restarts at the PSN of the
+                            // first response it lacks, its RETH moved on by the bytes before
+                            // it (VA up, length down, R_Key the same); the responder answers
+                            // from that PSN with those bytes, as the memory is now. Whether
+                            // that first response is a FIRST (a new READ's) or the MIDDLE /
+                            // LAST it would have been in the original the IBA leaves open
+                            // here: either is allowed, packet by packet.
+                            let k = u32::try_from(off).unwrap_or(0);
+                            let done = u64::from(k) * u64::from(pmtu);
+                            let resumed = req.repr.ext.reth.is_some_and(|r| {
+                                r.rkey == rkey
+                                    && r.va == va.wrapping_add(done)
+                                    && u64::from(r.dma_len) + done == u64::from(len)
+                            });
+                            if !resumed {
+                                return self.give_up("a duplicate READ from inside an earlier READ's responses, its RETH not moved on to that PSN");
+                            }
+                            let rest = len - k * pmtu;
+                            let fresh = self.read_answers(psn, region, va.wrapping_add(done), rest, 0, None);
+                            let cont = self.read_answers(p, region, va, len, k, None);
+                            return fresh.into_iter().zip(cont).map(|(a, b)| Answer::OneOf(vec![a, b])).collect();
                         }
                     }
                 }
@@ -776,5 +801,206 @@ impl UcResponder {
             }
             _ => {}
         }
+    }
+}
+
+/// How a UD receive completes, as the model has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UdStatus {
+    /// Delivered.
+    Success,
+    /// A datagram longer than the receive buffer (less its GRH area): a local length
+    /// error, or dropped before any receive is taken (see [`UdReceiver::handle`]).
+    LengthError,
+}
+
+/// A receive completion at a UD receiver, as the model has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdRecv {
+    /// How it completes.
+    pub status: UdStatus,
+    /// The datagram's payload.
+    pub data: Vec<u8>,
+    /// The DETH's source QP.
+    pub src_qp: u32,
+    /// Its immediate data, if it carried one.
+    pub imm: Option<u32>,
+    /// A conforming receiver may instead drop the datagram without a completion.
+    pub optional: bool,
+}
+
+/// The model of a conforming UD receiver (IBA 9.8 / 10.2.5 / 9.6, clause numbers
+/// unverified): one packet is one message, nothing is ever sent back (no ACK, no NAK), no
+/// PSN is checked (UD has no sequence). A datagram is delivered when its BTH names this QP,
+/// carries a P_Key of its partition (RoCE's default, 0xFFFF: low 15 bits all ones, and a
+/// limited member 0x7FFF matches a full one, IBA 10.9.3), a UD SEND opcode and the QP's
+/// Q_Key in its DETH, and a receive WQE is posted; anything else is dropped silently.
+#[derive(Debug, Clone)]
+pub struct UdReceiver {
+    qpn: u32,
+    qkey: u32,
+    recvs: u32,
+    recv_len: u64,
+    /// The receive completions, in order.
+    pub completions: Vec<UdRecv>,
+    /// Why each datagram not delivered was dropped, in order.
+    pub dropped: Vec<&'static str>,
+}
+
+/// The bytes at the head of a UD receive buffer that hold the GRH (verbs; RoCEv2 Annex
+/// A17: for IPv4, the IPv4 header in the last 20 of them).
+pub const GRH_AREA: u64 = 40;
+
+impl UdReceiver {
+    /// The UD QP `qpn` with Q_Key `qkey` and `recvs` receives of `recv_len` bytes each (the
+    /// 40-byte GRH area included).
+    pub fn new(qpn: u32, qkey: u32, recvs: u32, recv_len: u64) -> UdReceiver {
+        UdReceiver { qpn, qkey, recvs, recv_len, completions: Vec::new(), dropped: Vec::new() }
+    }
+
+    fn drop(&mut self, why: &'static str) {
+        self.dropped.push(why);
+    }
+
+    /// Takes the datagram `req`; a UD receiver answers nothing.
+    pub fn handle(&mut self, req: &Request) {
+        let bth = &req.repr.bth;
+        // IBA 9.6.1 (unverified clause): a packet for a QP that does not exist is dropped.
+        if bth.dest_qp.value() != self.qpn {
+            return self.drop("destination QP not this one (IBA 9.6.1, unverified)");
+        }
+        // IBA 9.6.2 / 10.9.3 (P_Key check, unverified clauses): the low 15 bits are the
+        // partition; a limited member (bit 15 clear) matches the QP's full membership.
+        if bth.pkey & 0x7fff != 0x7fff {
+            return self.drop("P_Key of another partition (IBA 9.6.2, unverified)");
+        }
+        // IBA 9.6.1 (unverified clause): the opcode's transport must be the QP's; UD carries
+        // SEND ONLY (with or without immediate) alone.
+        let imm = match bth.opcode {
+            Opcode::UD_SEND_ONLY => None,
+            Opcode::UD_SEND_ONLY_WITH_IMMEDIATE => Some(req.repr.ext.imm_data.unwrap_or(0)),
+            _ => return self.drop("not a UD SEND opcode (IBA 9.6.1, unverified)"),
+        };
+        // IBA 10.2.5 / C10-15 (Q_Key, unverified clause): the DETH's Q_Key must be the QP's,
+        // else the datagram is dropped (and counted), never answered.
+        let Some(deth) = req.repr.ext.deth else { return self.drop("no DETH") };
+        if deth.qkey != self.qkey {
+            return self.drop("Q_Key not the QP's (IBA 10.2.5, unverified)");
+        }
+        // IBA 9.9.3 class D (unverified): no receive WQE, the datagram is dropped (UD has no
+        // RNR).
+        if self.recvs == 0 {
+            return self.drop("no receive posted (IBA 9.9.3, class D)");
+        }
+        let src_qp = deth.src_qp.value();
+        let n = u64::try_from(req.payload.len()).unwrap_or(u64::MAX);
+        if n + GRH_AREA > self.recv_len {
+            // Longer than the receive buffer after its GRH area: the IBA's local length
+            // error completes the receive in error (IBA 10.8.3.1 / 9.9.3 class D, unverified
+            // clauses: the QP is not put in the Error state); a receiver that drops the
+            // datagram instead, its receive kept for the next one (rnic does), is allowed
+            // too. Either way the next datagram is delivered.
+            self.recvs -= 1;
+            self.completions.push(UdRecv {
+                status: UdStatus::LengthError,
+                data: Vec::new(),
+                src_qp,
+                imm,
+                optional: true,
+            });
+            return;
+        }
+        self.recvs -= 1;
+        self.completions.push(UdRecv {
+            status: UdStatus::Success,
+            data: req.payload.clone(),
+            src_qp,
+            imm,
+            optional: false,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rnic_wire::bth::BthRepr;
+    use rnic_wire::deth::DethRepr;
+    use rnic_wire::reth::RethRepr;
+    use rnic_wire::roce::ExtHeaders;
+    use rnic_wire::Qpn;
+
+    fn packet(opcode: Opcode, pkey: u16, dest: u32, psn: u32, ext: ExtHeaders, payload: Vec<u8>) -> Request {
+        let bth = BthRepr {
+            opcode,
+            se: false,
+            migreq: false,
+            pkey,
+            fecn: false,
+            becn: false,
+            dest_qp: Qpn::new(dest),
+            ack_req: true,
+            psn: Psn::new(psn),
+        };
+        Request { repr: RoceRepr { bth, ext, payload_len: payload.len() }, payload, pad: None, settle: false }
+    }
+
+    fn dgram(pkey: u16, dest: u32, qkey: u32, n: usize) -> Request {
+        let ext = ExtHeaders { deth: Some(DethRepr { qkey, src_qp: Qpn::new(0x77) }), ..ExtHeaders::default() };
+        packet(Opcode::UD_SEND_ONLY, pkey, dest, 5, ext, vec![9; n])
+    }
+
+    #[test]
+    fn the_ud_receiver_delivers_only_what_passes_every_check() {
+        let mut m = UdReceiver::new(0x12, 0xabc, 16, 40 + 256);
+        m.handle(&dgram(0xffff, 0x12, 0xabd, 8));
+        m.handle(&dgram(0x8123, 0x12, 0xabc, 8));
+        m.handle(&dgram(0xffff, 0x13, 0xabc, 8));
+        let mut rc = dgram(0xffff, 0x12, 0xabc, 8);
+        rc.repr.bth.opcode = Opcode::RC_SEND_ONLY;
+        m.handle(&rc);
+        assert!(m.completions.is_empty());
+        assert_eq!(m.dropped.len(), 4, "{:?}", m.dropped);
+        m.handle(&dgram(0x7fff, 0x12, 0xabc, 256));
+        m.handle(&dgram(0xffff, 0x12, 0xabc, 257));
+        let got: Vec<(UdStatus, usize, bool)> =
+            m.completions.iter().map(|c| (c.status, c.data.len(), c.optional)).collect();
+        assert_eq!(got, vec![(UdStatus::Success, 256, false), (UdStatus::LengthError, 0, true)]);
+        assert_eq!(m.completions[0].src_qp, 0x77);
+    }
+
+    fn read(psn: u32, va: u64, rkey: u32, len: u32) -> Request {
+        let ext = ExtHeaders { reth: Some(RethRepr { va, rkey, dma_len: len }), ..ExtHeaders::default() };
+        packet(Opcode::RC_RDMA_READ_REQUEST, 0xffff, 1, psn, ext, Vec::new())
+    }
+
+    #[test]
+    fn a_read_resumed_from_inside_is_answered_from_its_psn_with_either_opcode() {
+        let region = Region { va: 0x1000, rkey: 7, write: true, read: true, atomic: true, data: (0..=255).collect() };
+        let mut m = Responder::new(Psn::new(0xff_fffe), 0, 0, 64, vec![region]);
+        assert_eq!(m.handle(&read(0xff_fffe, 0x1000, 7, 256)).len(), 4);
+        // The two responses from 0 on, their bytes 128.., asked for again.
+        let again = m.handle(&read(0, 0x1080, 7, 128));
+        assert_eq!(again.len(), 2);
+        let seen = |op, psn, from: u8| Answer::Read {
+            opcode: op,
+            psn: Psn::new(psn),
+            msn: None,
+            data: (0..64u8).map(|i| from + i).collect(),
+        };
+        let fresh =
+            [seen(Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0, 128), seen(Opcode::RC_RDMA_READ_RESPONSE_LAST, 1, 192)];
+        let cont =
+            [seen(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 0, 128), seen(Opcode::RC_RDMA_READ_RESPONSE_LAST, 1, 192)];
+        assert!(crate::judge::judge(&again, &fresh).is_ok());
+        assert!(crate::judge::judge(&again, &cont).is_ok());
+        let only = [seen(Opcode::RC_RDMA_READ_RESPONSE_ONLY, 0, 128), seen(Opcode::RC_RDMA_READ_RESPONSE_LAST, 1, 192)];
+        assert!(crate::judge::judge(&again, &only).is_err());
+        let stale = [seen(Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0, 0), seen(Opcode::RC_RDMA_READ_RESPONSE_LAST, 1, 64)];
+        assert!(crate::judge::judge(&again, &stale).is_err(), "the bytes are the resumed RETH's");
+        assert_eq!(m.epsn(), Psn::new(2), "a duplicate moves no PSN");
+        // A RETH not moved on to its PSN: the IBA does not say.
+        assert!(m.handle(&read(0xff_ffff, 0x1000, 7, 256)).is_empty());
+        assert!(m.unsure().is_some());
     }
 }

@@ -1,10 +1,7 @@
 //! UC scenarios (IBA 9.8.3, the UC responder; clause numbers unverified): a UC responder
-//! answers nothing on the wire, so what it did is read from the lab responder over a TCP
-//! control connection (`tools/conform/responder.c`, the same port number in TCP): its
-//! receive completions and the bytes of its region and receive buffers. rdma_cm has no
-//! UC port space on RoCE (its UC service is IPoIB's), so the same TCP connection sets the
-//! UC QPs up: the tester sends its QPN, path MTU and GID, the responder answers with its
-//! QPN, the PSN it expects and its region.
+//! answers nothing on the wire, so what it did is read from the lab responder over a
+//! [`Session`] (its receive completions and the bytes of its region and receive buffers),
+//! which also sets the UC QP up: rdma_cm has no UC port space on RoCE.
 //!
 //! Each scenario's packets go through the UC model ([`UcResponder`]); then the tester
 //! checks that nothing came back on the wire, that the completions are the model's (count,
@@ -13,119 +10,13 @@
 use crate::link::Link;
 use crate::model::{Region, Request, UcResponder};
 use crate::scenario::{rw_pattern, Options, Outcome, Verdict};
+use crate::session::{Kind, Session};
 use rnic_wire::bth::BthRepr;
 use rnic_wire::reth::RethRepr;
 use rnic_wire::roce::{ExtHeaders, RoceRepr};
 use rnic_wire::{Opcode, Psn, Qpn};
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
-
-/// A receive completion as the responder reported it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Completion {
-    /// The receive's wr_id (its buffer's index).
-    pub wr_id: u32,
-    /// `ibv_wc_status` (0: success).
-    pub status: u32,
-    /// `ibv_wc_opcode`.
-    pub opcode: u32,
-    /// Bytes received.
-    pub byte_len: u32,
-}
-
-/// The responder's side of a UC session.
-#[derive(Debug)]
-pub struct UcPeer {
-    tcp: TcpStream,
-    /// Its QPN.
-    pub qpn: u32,
-    /// The PSN it expects first.
-    pub epsn: u32,
-    /// Its region: VA, R_Key, length.
-    pub rw: (u64, u32, u32),
-    /// Receives posted.
-    pub recvs: u32,
-    /// Bytes each.
-    pub recv_len: u32,
-}
-
-fn be32(b: &[u8], o: usize) -> u32 {
-    b.get(o..o + 4).map_or(0, |x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
-}
-
-fn gid(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
-        IpAddr::V6(a) => a.octets(),
-    }
-}
-
-impl UcPeer {
-    /// Opens a UC session with the responder at `link.peer()`, TCP port `port`: its UC QP
-    /// connected to the tester's QP `qpn`. Every wait is bounded by `wait`.
-    pub fn open(link: &Link, port: u16, qpn: u32, mtu_code: u8, wait: Duration) -> Result<UcPeer, String> {
-        let to = SocketAddr::new(link.peer(), port);
-        let mut tcp = TcpStream::connect_timeout(&to, wait).map_err(|e| format!("TCP {to} (the UC session): {e}"))?;
-        tcp.set_read_timeout(Some(wait)).map_err(|e| e.to_string())?;
-        tcp.set_write_timeout(Some(wait)).map_err(|e| e.to_string())?;
-        let mut hello = Vec::with_capacity(32);
-        hello.extend_from_slice(b"RNUC");
-        hello.extend_from_slice(&1u32.to_be_bytes());
-        hello.extend_from_slice(&(qpn & 0xff_ffff).to_be_bytes());
-        hello.extend_from_slice(&u32::from(mtu_code).to_be_bytes());
-        hello.extend_from_slice(&gid(link.local()));
-        tcp.write_all(&hello).map_err(|e| format!("the UC session hello: {e}"))?;
-        let mut rep = [0u8; 44];
-        tcp.read_exact(&mut rep).map_err(|e| format!("no UC session answer from {to}: {e}"))?;
-        if &rep[0..4] != b"RNUC" || be32(&rep, 4) != 1 {
-            return Err("the UC session answer is not rnic's responder's (no \"RNUC\")".into());
-        }
-        let va = u64::from(be32(&rep, 16)) << 32 | u64::from(be32(&rep, 20));
-        Ok(UcPeer {
-            tcp,
-            qpn: be32(&rep, 8) & 0xff_ffff,
-            epsn: be32(&rep, 12) & 0xff_ffff,
-            rw: (va, be32(&rep, 24), be32(&rep, 28)),
-            recvs: be32(&rep, 32),
-            recv_len: be32(&rep, 36),
-        })
-    }
-
-    /// The receive completions so far.
-    pub fn completions(&mut self) -> Result<Vec<Completion>, String> {
-        self.tcp.write_all(b"C").map_err(|e| e.to_string())?;
-        let mut n = [0u8; 4];
-        self.tcp.read_exact(&mut n).map_err(|e| format!("completions: {e}"))?;
-        let n = u32::from_be_bytes(n).min(4096);
-        let mut b = vec![0u8; usize::try_from(n).unwrap_or(0) * 24];
-        self.tcp.read_exact(&mut b).map_err(|e| format!("completions: {e}"))?;
-        Ok(b.chunks(24)
-            .map(|e| Completion { wr_id: be32(e, 0), status: be32(e, 4), opcode: be32(e, 8), byte_len: be32(e, 12) })
-            .collect())
-    }
-
-    fn bytes(&mut self, cmd: u8, off: u32, len: u32) -> Result<Vec<u8>, String> {
-        let mut q = vec![cmd];
-        q.extend_from_slice(&off.to_be_bytes());
-        q.extend_from_slice(&len.to_be_bytes());
-        self.tcp.write_all(&q).map_err(|e| e.to_string())?;
-        let mut b = vec![0u8; usize::try_from(len).unwrap_or(0)];
-        self.tcp.read_exact(&mut b).map_err(|e| format!("memory: {e}"))?;
-        Ok(b)
-    }
-
-    /// `len` bytes of the region from `off`.
-    pub fn memory(&mut self, off: u32, len: u32) -> Result<Vec<u8>, String> {
-        self.bytes(b'M', off, len)
-    }
-
-    /// `len` bytes of receive buffer `wr_id`.
-    pub fn receive_buffer(&mut self, wr_id: u32, len: u32) -> Result<Vec<u8>, String> {
-        self.bytes(b'R', wr_id.saturating_mul(self.recv_len), len)
-    }
-}
+use std::time::Instant;
 
 /// What a UC scenario's requests are built from.
 #[derive(Debug, Clone, Copy)]
@@ -177,6 +68,8 @@ pub struct UcScenario {
     pub build: fn(&UcEnv) -> Vec<Request>,
     /// Region ranges to compare (offset, length).
     pub check: &'static [(u32, u32)],
+    /// The PSN the responder is asked to expect first (`None`: it picks one).
+    pub start_psn: Option<u32>,
 }
 
 /// Every UC scenario.
@@ -195,6 +88,7 @@ pub fn all() -> Vec<UcScenario> {
                 ]
             },
             check: &[],
+            start_psn: None,
         },
         UcScenario {
             name: "uc-psn-gap-send",
@@ -207,6 +101,7 @@ pub fn all() -> Vec<UcScenario> {
                 ]
             },
             check: &[],
+            start_psn: None,
         },
         UcScenario {
             name: "uc-psn-gap-write",
@@ -224,6 +119,7 @@ pub fn all() -> Vec<UcScenario> {
             // The LAST's range (not written) and the ONLY's; the FIRST's range may hold its
             // bytes or not (placed before the gap was seen).
             check: &[(8192 + 2048, 1024), (16384, 200)],
+            start_psn: None,
         },
         UcScenario {
             name: "uc-after-write-gap",
@@ -241,6 +137,23 @@ pub fn all() -> Vec<UcScenario> {
                 ]
             },
             check: &[(32768, 128)],
+            start_psn: None,
+        },
+        UcScenario {
+            name: "uc-psn-wrap",
+            rule: "IBA 9.8.3 / 9.7.1 (PSNs modulo 2^24, unverified clauses): a UC SEND FIRST, MIDDLE, LAST at 0xFFFFFE, 0xFFFFFF, 0 is in sequence and completes; a WRITE ONLY at 1 lands",
+            build: |e| {
+                let (va, rkey, _) = e.rw;
+                let p = e.pmtu;
+                vec![
+                    e.req(O::UC_SEND_FIRST, 0, None, data(19, p)),
+                    e.req(O::UC_SEND_MIDDLE, 1, None, data(20, p)),
+                    e.req(O::UC_SEND_LAST, 2, None, data(21, 77)),
+                    e.req(O::UC_RDMA_WRITE_ONLY, 3, Some((va + 40960, rkey, 96)), data(22, 96)),
+                ]
+            },
+            check: &[(40960, 96)],
+            start_psn: Some(0xff_fffe),
         },
         UcScenario {
             name: "uc-write-bad-rkey",
@@ -254,6 +167,7 @@ pub fn all() -> Vec<UcScenario> {
                 ]
             },
             check: &[(4096, 128)],
+            start_psn: None,
         },
     ]
 }
@@ -272,7 +186,7 @@ pub fn run(link: &mut Link, s: &UcScenario, o: &Options) -> Outcome {
     };
     let n = SESSIONS.fetch_add(1, Ordering::Relaxed) & 0xffff;
     let qpn = 0x00f0_0000 + n;
-    let mut peer = match UcPeer::open(link, o.port, qpn, o.mtu_code, o.cm_wait) {
+    let mut peer = match Session::open(link, o.port, Kind::Uc, qpn, o.mtu_code, s.start_psn, o.cm_wait) {
         Ok(p) => p,
         Err(e) => {
             out.verdict = Verdict::NotRun(e);

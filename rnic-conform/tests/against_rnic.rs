@@ -16,7 +16,7 @@ use rnic_conform::cm_scenario;
 use rnic_conform::fuzz::{FuzzOptions, FuzzReport};
 use rnic_conform::link::Link;
 use rnic_conform::scenario::{self, Options, Outcome, Verdict};
-use rnic_conform::uc;
+use rnic_conform::{uc, ud, wrap};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -96,6 +96,8 @@ fn run_all(local: &str, peer: &str, port: u16) -> Vec<Outcome> {
         .collect();
     out.extend(cm_scenario::all().iter().map(|s| cm_scenario::run(&mut link, s, &o)));
     out.extend(uc::all().iter().map(|s| uc::run(&mut link, s, &o)));
+    out.extend(ud::all().iter().map(|s| ud::run(&mut link, s, &o)));
+    out.extend(wrap::all().iter().map(|s| wrap::run(&mut link, s, &o)));
     out
 }
 
@@ -109,7 +111,9 @@ fn rnic_passes_every_scenario() {
     let out = run_all("127.0.105.1", "127.0.105.2", 7471);
     let report = scenario::report(&out);
     println!("{report}");
-    assert_eq!(out.len(), scenario::all().len() + cm_scenario::all().len() + uc::all().len());
+    let total =
+        scenario::all().len() + cm_scenario::all().len() + uc::all().len() + ud::all().len() + wrap::all().len();
+    assert_eq!(out.len(), total);
     assert!(out.iter().all(|o| o.verdict == Verdict::Pass), "{report}");
 }
 
@@ -147,6 +151,36 @@ fn a_responder_that_answers_twice_fails_the_rules_it_breaks() {
         assert!(r.status.success() && text.contains(", 0 bad"), "check_pcap.sh: {text}");
     }
     let _ = std::fs::remove_file(&pcap);
+}
+
+/// A CM that never sends a DREP (`RNIC_FAULTS=cm_drop=drep` on the responder's device:
+/// every DREP its CM sends is dropped before the wire): the CM scenarios that need the
+/// peer's DREP (IBA 12.6.10 / 12.9.8) fail, each saying no DREP came, and the others, which
+/// only end with a DREQ, still pass: the CM scenarios judge the peer's CM, they do not
+/// echo it.
+#[test]
+fn a_cm_that_never_sends_a_drep_fails_the_scenarios_that_need_one() {
+    let (libs, exe) = match setup() {
+        Ok(x) => x,
+        Err(why) => return eprintln!("skipped: {why}"),
+    };
+    let _r = responder(&libs, &exe, "127.0.111.2", 7476, Some("cm_drop=drep"));
+    let mut link = Link::open("127.0.111.1".parse().unwrap(), "127.0.111.2".parse().unwrap()).unwrap();
+    let o = Options { port: 7476, answer_wait: Duration::from_secs(1), ..Options::default() };
+    let out: Vec<Outcome> = cm_scenario::all().iter().map(|s| cm_scenario::run(&mut link, s, &o)).collect();
+    let report = scenario::report(&out);
+    println!("{report}");
+    let need_drep = ["cm-dreq-unknown", "cm-dreq-before-rtu", "cm-dreq-twice", "cm-request-after-dreq"];
+    for o in &out {
+        if need_drep.contains(&o.name) {
+            match &o.verdict {
+                Verdict::NoAnswer(why) => assert!(why.contains("no DREP"), "{}: {why}\n{report}", o.name),
+                v => panic!("{}: {v:?} with every DREP dropped\n{report}", o.name),
+            }
+        } else {
+            assert_eq!(o.verdict, Verdict::Pass, "{}\n{report}", o.name);
+        }
+    }
 }
 
 fn fuzz(local: &str, peer: &str, port: u16, f: &FuzzOptions) -> FuzzReport {

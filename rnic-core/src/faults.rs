@@ -685,11 +685,14 @@ pub const DEFAULT_MAX_HOLD_NS: Time = 1_000_000;
 impl Faults {
     /// Parses the `RNIC_FAULTS` form: comma-separated `loss=P`, `dup=P`, `reorder=P`,
     /// `corrupt=P`, `ce=P` (ECN congestion-experienced marks; probabilities from 0 to 1),
-    /// `seed=N` and `hold_us=N` (the longest a reordered packet is held), e.g.
-    /// `loss=0.05,reorder=0.01,seed=7`.
+    /// `seed=N`, `hold_us=N` (the longest a reordered packet is held) and `cm_drop=KINDS`
+    /// (every CM MAD of these kinds, `+`-separated among req, mra, rej, rep, rtu, dreq,
+    /// drep, is dropped: a CM that never sends them, to test a peer's judge of a CM), e.g.
+    /// `loss=0.05,reorder=0.01,seed=7` or `cm_drop=drep`.
     pub fn from_spec(spec: &str) -> Result<Faults, String> {
         let (mut loss, mut dup, mut reorder, mut corrupt, mut seed) = (0.0, 0.0, 0.0, 0.0, 0u64);
         let mut ce = 0.0;
+        let mut cm_drop: Vec<u16> = Vec::new();
         let mut hold = DEFAULT_MAX_HOLD_NS;
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (k, v) = part.split_once('=').ok_or_else(|| format!("fault spec item `{part}` is not key=value"))?;
@@ -712,10 +715,17 @@ impl Faults {
                     let us: u64 = v.trim().parse().map_err(|_| format!("`hold_us={v}`: not an unsigned integer"))?;
                     hold = us.saturating_mul(1_000);
                 }
+                "cm_drop" => {
+                    for kind in v.split('+').map(str::trim) {
+                        cm_drop.push(cm_attr(kind).ok_or_else(|| {
+                            format!("`cm_drop={v}`: `{kind}` is not a CM message (req, mra, rej, rep, rtu, dreq, drep)")
+                        })?);
+                    }
+                }
                 other => {
                     return Err(format!(
-                        "unknown fault spec key `{other}` (known: loss, dup, reorder, corrupt, ce, seed, hold_us)"
-                    ))
+                    "unknown fault spec key `{other}` (known: loss, dup, reorder, corrupt, ce, seed, hold_us, cm_drop)"
+                ))
                 }
             }
         }
@@ -723,8 +733,44 @@ impl Faults {
         if ce > 0.0 {
             f.add(Fault::mark_ce().probability(ce));
         }
+        if !cm_drop.is_empty() {
+            f.add(move |_: Time, w: &Wire| match cm_attr_of(w) {
+                Some(a) if cm_drop.contains(&a) => Verdict::Drop,
+                _ => Verdict::Pass,
+            });
+        }
         Ok(f)
     }
+}
+
+/// The MAD attribute ID of a CM message's name (IBA 12.6, Table 99's attribute IDs).
+fn cm_attr(name: &str) -> Option<u16> {
+    use rnic_wire::cm::attr;
+    Some(match name.to_ascii_lowercase().as_str() {
+        "req" => attr::REQ,
+        "mra" => attr::MRA,
+        "rej" => attr::REJ,
+        "rep" => attr::REP,
+        "rtu" => attr::RTU,
+        "dreq" => attr::DREQ,
+        "drep" => attr::DREP,
+        _ => return None,
+    })
+}
+
+/// The CM attribute ID of a packet that is a CM MAD (a UD SEND ONLY to QP1 whose MAD is of
+/// the CM class), else `None`.
+fn cm_attr_of(w: &Wire) -> Option<u16> {
+    let p = RocePacket::new_checked(&w.data[..]).ok()?;
+    let r = RoceRepr::parse(&p).ok()?;
+    if r.bth.opcode != Opcode::UD_SEND_ONLY || r.bth.dest_qp.value() != rnic_wire::mad::GSI_QPN {
+        return None;
+    }
+    let mad = p.payload();
+    if mad.get(1) != Some(&rnic_wire::mad::CLASS_CM) {
+        return None;
+    }
+    Some(u16::from_be_bytes([*mad.get(16)?, *mad.get(17)?]))
 }
 
 #[cfg(test)]
@@ -859,6 +905,58 @@ mod tests {
         assert_eq!(got, vec![(0, true, true); 3], "delivered at once, marked, bytes untouched");
         assert_eq!(f.stats().marked_ce, 3);
         assert!(Faults::from_spec("ce=1.5").unwrap_err().contains("between 0 and 1"));
+    }
+
+    /// A CM MAD from QP1 to QP1 (a UD SEND ONLY with the GSI's DETH).
+    fn mad(msg: &rnic_wire::cm::CmMessage) -> Wire {
+        use rnic_wire::mad::{GSI_QKEY, GSI_QPN, MAD_LEN};
+        let repr = RoceRepr {
+            bth: BthRepr {
+                opcode: Opcode::UD_SEND_ONLY,
+                se: false,
+                migreq: false,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qp: rnic_wire::Qpn::new(GSI_QPN),
+                ack_req: false,
+                psn: Psn::new(3),
+            },
+            ext: ExtHeaders {
+                deth: Some(rnic_wire::deth::DethRepr { qkey: GSI_QKEY, src_qp: rnic_wire::Qpn::new(GSI_QPN) }),
+                ..ExtHeaders::default()
+            },
+            payload_len: MAD_LEN,
+        };
+        let mut data = vec![0; repr.buffer_len()];
+        repr.emit(&mut data, &msg.to_mad(7)).unwrap();
+        Wire { src: "10.0.0.1".parse().unwrap(), dst: "10.0.0.2".parse().unwrap(), src_port: 4791, data, ce: false }
+    }
+
+    #[test]
+    fn cm_drop_drops_the_cm_messages_named_and_nothing_else() {
+        use rnic_wire::cm::{self, CmIds, CmMessage};
+        let rtu = mad(&CmMessage::Rtu(Box::new(CmIds {
+            local_comm_id: 1,
+            remote_comm_id: 9,
+            private_data: [0; cm::private_len::RTU],
+        })));
+        let drep = mad(&CmMessage::Drep(Box::new(CmIds {
+            local_comm_id: 2,
+            remote_comm_id: 9,
+            private_data: [0; cm::private_len::DREP],
+        })));
+        let mut f = Faults::from_spec("cm_drop=drep").unwrap();
+        let mut got = Vec::new();
+        for p in [rtu.clone(), drep.clone(), stream(1).remove(0), drep] {
+            f.apply(0, p, |_, w| got.push(cm_attr_of(&w)));
+        }
+        assert_eq!(got, vec![Some(cm::attr::RTU), None], "the RTU and the RC packet pass, both DREPs are dropped");
+        let mut both = Faults::from_spec("cm_drop=rtu+DREP").unwrap();
+        let mut n = 0;
+        both.apply(0, rtu, |_, _| n += 1);
+        assert_eq!(n, 0);
+        assert!(Faults::from_spec("cm_drop=drep+bye").unwrap_err().contains("`bye` is not a CM message"));
     }
 
     #[test]

@@ -9,18 +9,24 @@
  * Byte i of the rw region is (7i + 3) mod 256, of the ro region (5i + 1) mod 256.
  * It stays up, serving connections one after another and side by side, until killed.
  *
- * UC (rdma_cm connects RC QPs only on RoCE: its UC port space is IPoIB's): the same port
- * number in TCP takes one UC session at a time. The tester sends
- *   "RNUC", version 1, its QPN, path MTU code (1..5), its GID (16 bytes)
- * and the responder makes a UC QP (RTR with the tester's QPN and GID, the GID index of
- * the RoCE v2 GID of the address the TCP connection came to), a region with remote write
- * access filled as the rw region above, posts RECVS receives of RECV_LEN, and answers
- *   "RNUC", version 1, its QPN, the PSN it expects, rw VA (u64), rw R_Key, rw length,
- *   receives posted, receive length
- * UC answers nothing on the wire, so what its receiver did is told over TCP: 'C' gets
- * the receive completions so far (a count, then wr_id, status, opcode, byte_len, imm,
- * flags: six u32 each), 'M' with offset and length (u32 each) gets those bytes of the
- * region. The session ends when the tester closes the socket. All big-endian.
+ * Sessions: the same port number in TCP takes one session at a time, for QPs rdma_cm does
+ * not make (UC: rdma_cm connects RC QPs only on RoCE, its UC port space is IPoIB's), whose
+ * receiver only a completion shows (UD), or whose first PSN the tester picks (RC, for a PSN
+ * wrap). The tester sends
+ *   "RNUC" (UC) / "RNUD" (UD) / "RNRC" (RC), version 1, its QPN, path MTU code (1..5),
+ *   its GID (16 bytes), the PSN to expect (bit 31 set; else the responder picks one)
+ * and the responder makes the QP (UC and RC: RTR with the tester's QPN and GID, the GID
+ * index of the RoCE v2 GID of the address the TCP connection came to; UD: Q_Key UD_QKEY),
+ * a region with remote write access (RC: read and atomic too) filled as the rw region
+ * above, posts RECVS receives (UD: of 40 + 256 bytes, the GRH area and the payload; else
+ * RECV_LEN), and answers
+ *   the same magic, version 1, its QPN, the PSN it expects, rw VA (u64), rw R_Key,
+ *   rw length, receives posted, receive length, Q_Key (UD; else 0)
+ * What a receiver did is told over TCP: 'C' gets the receive completions so far (a count,
+ * then wr_id, status, opcode, byte_len, imm, wc_flags, src_qp, pkey_index: eight u32
+ * each), 'M' with offset and length (u32 each) gets those bytes of the region, 'R' those
+ * of the receive buffers (receive i at i * receive length). The session ends when the
+ * tester closes the socket. All big-endian.
  *
  * Build: cc -O2 -o responder responder.c -lrdmacm -libverbs
  * Run:   responder [PORT] [BIND_ADDRESS]    (port 7471 by default)
@@ -153,7 +159,7 @@ fail:
 	return -1;
 }
 
-/* ---- UC sessions over TCP ---- */
+/* ---- UC, UD and hand-made RC QPs: sessions over TCP ---- */
 
 static int read_all(int fd, void *buf, size_t n)
 {
@@ -230,10 +236,13 @@ static void gid_of(const struct sockaddr_storage *a, uint8_t gid[16])
 	}
 }
 
-/* One UC session on the accepted socket `fd`, served until the tester closes it. */
-static void uc_session(int fd)
+#define UD_QKEY 0x11a5c0deu
+#define UD_RECV_LEN (40 + 256)
+
+/* One session on the accepted socket `fd`, served until the tester closes it. */
+static void session(int fd)
 {
-	uint8_t hello[32], gid[16], rep[44];
+	uint8_t hello[36], gid[16], rep[44];
 	struct sockaddr_storage me;
 	socklen_t ml = sizeof me;
 	struct ibv_context *ctx = NULL;
@@ -242,68 +251,108 @@ static void uc_session(int fd)
 	struct ibv_qp *qp = NULL;
 	struct ibv_mr *rw = NULL, *rx = NULL;
 	uint8_t *rw_buf = NULL, *rx_buf = NULL;
+	enum ibv_qp_type type;
 	int idx;
 
-	if (read_all(fd, hello, sizeof hello) || memcmp(hello, "RNUC", 4) || get32(hello + 4) != 1) {
-		fprintf(stderr, "responder: not a UC session hello\n");
+	if (read_all(fd, hello, sizeof hello) || get32(hello + 4) != 1) {
+		fprintf(stderr, "responder: not a session hello\n");
 		return;
 	}
-	uint32_t peer_qpn = get32(hello + 8), mtu = get32(hello + 12);
+	if (!memcmp(hello, "RNUC", 4))
+		type = IBV_QPT_UC;
+	else if (!memcmp(hello, "RNUD", 4))
+		type = IBV_QPT_UD;
+	else if (!memcmp(hello, "RNRC", 4))
+		type = IBV_QPT_RC;
+	else {
+		fprintf(stderr, "responder: not a session hello\n");
+		return;
+	}
+	uint32_t peer_qpn = get32(hello + 8), mtu = get32(hello + 12), want_psn = get32(hello + 32);
+	/* A UD receive takes the 40-byte GRH area and 256 bytes of payload. */
+	uint32_t recv_len = type == IBV_QPT_UD ? UD_RECV_LEN : RECV_LEN;
 	if (getsockname(fd, (struct sockaddr *)&me, &ml) || mtu < 1 || mtu > 5)
 		return;
 	gid_of(&me, gid);
 	idx = find_gid(gid, &ctx);
 	if (idx < 0) {
-		fprintf(stderr, "responder: no RoCE v2 GID for the address the UC session came to\n");
+		fprintf(stderr, "responder: no RoCE v2 GID for the address the session came to\n");
 		return;
 	}
 	pd = ibv_alloc_pd(ctx);
 	cq = pd ? ibv_create_cq(ctx, 2 * RECVS + 16, NULL, NULL, 0) : NULL;
 	struct ibv_qp_init_attr qa = {
-		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UC,
+		.send_cq = cq, .recv_cq = cq, .qp_type = type,
 		.cap = { .max_send_wr = 4, .max_recv_wr = RECVS, .max_send_sge = 1, .max_recv_sge = 1 },
 	};
 	qp = cq ? ibv_create_qp(pd, &qa) : NULL;
-	if (!qp || posix_memalign((void **)&rw_buf, 4096, RW_LEN) || posix_memalign((void **)&rx_buf, 4096, RECVS * RECV_LEN)) {
-		perror("responder: UC QP");
+	if (!qp || posix_memalign((void **)&rw_buf, 4096, RW_LEN) || posix_memalign((void **)&rx_buf, 4096, RECVS * recv_len)) {
+		perror("responder: session QP");
 		goto out;
 	}
 	for (int i = 0; i < RW_LEN; i++)
 		rw_buf[i] = (uint8_t)(7 * i + 3);
-	memset(rx_buf, 0, RECVS * RECV_LEN);
-	rw = ibv_reg_mr(pd, rw_buf, RW_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	rx = ibv_reg_mr(pd, rx_buf, RECVS * RECV_LEN, IBV_ACCESS_LOCAL_WRITE);
+	memset(rx_buf, 0, RECVS * recv_len);
+	int remote = IBV_ACCESS_REMOTE_WRITE;
+	if (type == IBV_QPT_RC)
+		remote |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+	rw = ibv_reg_mr(pd, rw_buf, RW_LEN, IBV_ACCESS_LOCAL_WRITE | remote);
+	rx = ibv_reg_mr(pd, rx_buf, RECVS * recv_len, IBV_ACCESS_LOCAL_WRITE);
 	if (!rw || !rx)
 		goto out;
-	uint32_t psn = 0x00a5a5u ^ (uint32_t)(getpid() & 0xffff);
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+	uint32_t psn = want_psn & 0x80000000u ? want_psn & 0xffffff : 0x00a5a5u ^ (uint32_t)(getpid() & 0xffff);
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1 };
+	int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+	if (type == IBV_QPT_UD) {
+		a.qkey = UD_QKEY;
+		mask |= IBV_QP_QKEY;
+	} else {
+		a.qp_access_flags = remote;
+		mask |= IBV_QP_ACCESS_FLAGS;
+	}
+	if (ibv_modify_qp(qp, &a, mask))
 		goto fail;
 	for (int i = 0; i < RECVS; i++) {
-		struct ibv_sge sge = { .addr = (uintptr_t)(rx_buf + i * RECV_LEN), .length = RECV_LEN, .lkey = rx->lkey };
+		struct ibv_sge sge = { .addr = (uintptr_t)(rx_buf + i * recv_len), .length = recv_len, .lkey = rx->lkey };
 		struct ibv_recv_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1 }, *bad;
 		if (ibv_post_recv(qp, &wr, &bad))
 			goto fail;
 	}
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = (enum ibv_mtu)mtu;
-	a.dest_qp_num = peer_qpn;
-	a.rq_psn = psn;
-	a.ah_attr.is_global = 1;
-	memcpy(a.ah_attr.grh.dgid.raw, hello + 16, 16);
-	a.ah_attr.grh.sgid_index = (uint8_t)idx;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN))
+	mask = IBV_QP_STATE;
+	if (type != IBV_QPT_UD) {
+		a.path_mtu = (enum ibv_mtu)mtu;
+		a.dest_qp_num = peer_qpn;
+		a.rq_psn = psn;
+		a.ah_attr.is_global = 1;
+		memcpy(a.ah_attr.grh.dgid.raw, hello + 16, 16);
+		a.ah_attr.grh.sgid_index = (uint8_t)idx;
+		a.ah_attr.grh.hop_limit = 64;
+		a.ah_attr.port_num = 1;
+		mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+	}
+	if (type == IBV_QPT_RC) {
+		a.max_dest_rd_atomic = 4;
+		a.min_rnr_timer = 1;
+		mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	}
+	if (ibv_modify_qp(qp, &a, mask))
 		goto fail;
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_RTS;
 	a.sq_psn = psn;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN))
+	mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+	if (type == IBV_QPT_RC) {
+		a.timeout = 14;
+		a.retry_cnt = 7;
+		a.rnr_retry = 7;
+		a.max_rd_atomic = 4;
+		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+	}
+	if (ibv_modify_qp(qp, &a, mask))
 		goto fail;
-	memcpy(rep, "RNUC", 4);
+	memcpy(rep, hello, 4);
 	put32(rep + 4, 1);
 	put32(rep + 8, qp->qp_num);
 	put32(rep + 12, psn);
@@ -311,11 +360,11 @@ static void uc_session(int fd)
 	put32(rep + 24, rw->rkey);
 	put32(rep + 28, RW_LEN);
 	put32(rep + 32, RECVS);
-	put32(rep + 36, RECV_LEN);
-	put32(rep + 40, 0);
+	put32(rep + 36, recv_len);
+	put32(rep + 40, type == IBV_QPT_UD ? UD_QKEY : 0);
 	if (write_all(fd, rep, sizeof rep))
 		goto out;
-	uint8_t log[(RECVS + 16) * 24];
+	uint8_t log[(RECVS + 16) * 32];
 	uint32_t logged = 0;
 	for (;;) {
 		uint8_t cmd;
@@ -326,26 +375,28 @@ static void uc_session(int fd)
 			int k;
 			while ((k = ibv_poll_cq(cq, 16, wc)) > 0)
 				for (int i = 0; i < k && logged < RECVS + 16; i++, logged++) {
-					uint8_t *e = log + logged * 24;
+					uint8_t *e = log + logged * 32;
 					put32(e, (uint32_t)wc[i].wr_id);
 					put32(e + 4, wc[i].status);
 					put32(e + 8, wc[i].opcode);
 					put32(e + 12, wc[i].byte_len);
 					put32(e + 16, be32toh(wc[i].imm_data));
 					put32(e + 20, wc[i].wc_flags);
+					put32(e + 24, wc[i].src_qp);
+					put32(e + 28, wc[i].pkey_index);
 				}
 			uint8_t n[4];
 			put32(n, logged);
-			if (write_all(fd, n, 4) || write_all(fd, log, logged * 24))
+			if (write_all(fd, n, 4) || write_all(fd, log, logged * 32))
 				break;
 		} else if (cmd == 'M' || cmd == 'R') {
 			uint8_t q[8];
 			if (read_all(fd, q, 8))
 				break;
 			uint32_t off = get32(q), len = get32(q + 4);
-			/* 'M': the write region; 'R': the receive buffers. */
+			/* 'M': the region; 'R': the receive buffers. */
 			uint8_t *base = cmd == 'M' ? rw_buf : rx_buf;
-			uint32_t size = cmd == 'M' ? RW_LEN : RECVS * RECV_LEN;
+			uint32_t size = cmd == 'M' ? RW_LEN : RECVS * recv_len;
 			if (off > size || len > size - off)
 				break;
 			if (write_all(fd, base + off, len))
@@ -356,7 +407,7 @@ static void uc_session(int fd)
 	}
 	goto out;
 fail:
-	perror("responder: UC QP setup");
+	perror("responder: session QP setup");
 out:
 	if (qp) ibv_destroy_qp(qp);
 	if (rw) ibv_dereg_mr(rw);
@@ -387,7 +438,7 @@ int main(int argc, char **argv)
 	int one = 1, tcp = socket(AF_INET, SOCK_STREAM, 0);
 	if (tcp < 0 || setsockopt(tcp, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
 	    bind(tcp, (struct sockaddr *)&sin, sizeof sin) || listen(tcp, 4)) {
-		perror("responder: TCP listen (UC sessions)");
+		perror("responder: TCP listen (sessions)");
 		return 1;
 	}
 	fcntl(tcp, F_SETFL, fcntl(tcp, F_GETFL) | O_NONBLOCK);
@@ -418,11 +469,11 @@ int main(int argc, char **argv)
 				while (ibv_poll_cq(conns[i]->cq, 16, wc) > 0)
 					;
 		}
-		/* A UC session is served to its end; RC connections wait meanwhile. */
+		/* A session is served to its end; rdma_cm connections wait meanwhile. */
 		int s = accept(tcp, NULL, NULL);
 		if (s >= 0) {
 			fcntl(s, F_SETFL, fcntl(s, F_GETFL) & ~O_NONBLOCK);
-			uc_session(s);
+			session(s);
 			close(s);
 		}
 		struct pollfd pfd[2] = { { .fd = ch->fd, .events = POLLIN }, { .fd = tcp, .events = POLLIN } };

@@ -8,7 +8,7 @@ use rnic_conform::cm_scenario;
 use rnic_conform::fuzz::{self, FuzzOptions};
 use rnic_conform::link::{pcap, Link};
 use rnic_conform::scenario::{self, Options, Verdict};
-use rnic_conform::uc;
+use rnic_conform::{uc, ud, wrap};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -96,6 +96,12 @@ pub fn run(a: &Args) -> ExitCode {
         for s in uc::all() {
             println!("{:<24} {}", s.name, s.rule);
         }
+        for s in ud::all() {
+            println!("{:<24} {}", s.name, s.rule);
+        }
+        for s in wrap::all() {
+            println!("{:<24} {}", s.name, s.rule);
+        }
         return ExitCode::SUCCESS;
     }
     let mut link = match Link::open(a.local, a.peer) {
@@ -141,6 +147,18 @@ pub fn run(a: &Args) -> ExitCode {
             continue;
         }
         outcomes.push(uc::run(&mut link, s, &o));
+    }
+    for s in &ud::all() {
+        if a.only.as_deref().is_some_and(|f| !s.name.contains(f)) {
+            continue;
+        }
+        outcomes.push(ud::run(&mut link, s, &o));
+    }
+    for s in &wrap::all() {
+        if a.only.as_deref().is_some_and(|f| !s.name.contains(f)) {
+            continue;
+        }
+        outcomes.push(wrap::run(&mut link, s, &o));
     }
     print!("{}", scenario::report(&outcomes));
     if link.malformed > 0 {
