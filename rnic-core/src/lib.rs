@@ -1,7 +1,8 @@
 //! The simulated RoCEv2 HCA.
 //!
 //! - [`mem`]: registered memory blocks the NIC reads and writes ("DMA"), pinning, and the
-//!   8-byte RDMA atomics. `unsafe` code lives there and in two other modules only, each
+//!   8-byte RDMA atomics. `unsafe` code lives there (with its child `mem::dm`, views of
+//!   device memory) and in two other modules only, each
 //!   with its own `allow(unsafe_code)`: `crc_copy` (copying a payload and taking its CRC
 //!   in one pass) and [`hop_trace`] (`RDTSC`, with the `hop-trace` feature). The system
 //!   calls std and socket2 lack (UDP GSO/GRO, `sendmmsg`/`recvmmsg`, `ppoll`, eventfd,
