@@ -10,7 +10,7 @@ use crate::counters::Counters;
 use crate::mr::Mtpt;
 use crate::qp_state::QpState;
 use crate::wr::{WcOpcode, WcStatus, WorkCompletion};
-use rnic_wire::aeth::AethRepr;
+use rnic_wire::aeth::{AethRepr, NakCode, Syndrome};
 use rnic_wire::{Psn, Qpn};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -314,22 +314,44 @@ impl Ctx {
     }
 
     /// Holds an acknowledgement (ACK, sequence NAK or RNR NAK) for the QP until the next
-    /// drain. A newer one replaces it: each acknowledges everything before its PSN, so
-    /// only the newest needs to go (IBA 9.7.5.1.1 allows coalescing).
+    /// drain. A newer ACK replaces a held one: each acknowledges everything before its
+    /// PSN, so only the newest needs to go (IBA 9.7.5.1.1 allows coalescing).
+    ///
+    /// A PSN sequence error NAK is held apart and leaves first: the requests that fill its
+    /// gap later in the round are answered after it, never instead of it (IBA 9.7.5.1.2:
+    /// the NAK is owed). Only the NAK of a later gap replaces it: that gap was found after
+    /// the first was filled, and its NAK acknowledges every request before its PSN (IBA
+    /// 9.7.5.2: the requester completes everything before a NAK's PSN and resends from
+    /// it), so the requester goes back once, straight to the later gap, rather than twice.
     pub(crate) fn defer_ack(&mut self, qp: &mut Qp, psn: Psn, aeth: AethRepr) {
-        match qp.resp.pending_ack {
-            None => {
-                qp.resp.pending_ack = Some((psn, aeth));
-                self.acks.push(qp.qpn());
+        if qp.resp.seq_nak.is_none() && qp.resp.pending_ack.is_none() {
+            self.acks.push(qp.qpn());
+        }
+        let r = &mut qp.resp;
+        if matches!(aeth.syndrome, Syndrome::Nak(NakCode::PsnSequenceError)) {
+            if r.seq_nak.is_some() || r.pending_ack.is_some() {
+                self.counters.ack_deferred.fetch_add(1, Ordering::Relaxed);
             }
+            // Whatever is held answers requests before `psn`: the NAK acknowledges them.
+            r.pending_ack = None;
+            r.seq_nak = Some((psn, aeth));
+            return;
+        }
+        if r.seq_nak.is_some_and(|(n, _)| n.distance(psn) < 0) {
+            // A duplicate's ACK behind the gap the held NAK reports: the NAK covers it.
+            self.counters.ack_deferred.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        match r.pending_ack {
+            None => r.pending_ack = Some((psn, aeth)),
             Some((held, held_aeth)) => {
                 self.counters.ack_deferred.fetch_add(1, Ordering::Relaxed);
                 // The newer PSN wins; at the same PSN a NAK is never replaced (an RNR NAK
                 // must reach the requester as such).
                 let d = held.distance(psn);
-                let held_is_ack = matches!(held_aeth.syndrome, rnic_wire::aeth::Syndrome::Ack { .. });
+                let held_is_ack = matches!(held_aeth.syndrome, Syndrome::Ack { .. });
                 if d > 0 || (d == 0 && held_is_ack) {
-                    qp.resp.pending_ack = Some((psn, aeth));
+                    r.pending_ack = Some((psn, aeth));
                 }
             }
         }
@@ -341,7 +363,7 @@ impl Ctx {
     /// then still sees its window open as far as the responder got. A held NAK stays.
     pub(crate) fn extend_ack(&mut self, qp: &mut Qp, psn: Psn, aeth: AethRepr) {
         if let Some((held, held_aeth)) = qp.resp.pending_ack {
-            if matches!(held_aeth.syndrome, rnic_wire::aeth::Syndrome::Ack { .. }) && held.distance(psn) > 0 {
+            if matches!(held_aeth.syndrome, Syndrome::Ack { .. }) && held.distance(psn) > 0 {
                 qp.resp.pending_ack = Some((psn, aeth));
             }
         }

@@ -19,9 +19,13 @@ pub(crate) struct RespState {
     /// UC responder: the message in progress is being dropped until the next FIRST or
     /// ONLY packet (rxe `resp.drop_msg`).
     pub(crate) uc_drop: bool,
-    /// An acknowledgement the responder owes but holds back so that several can be
-    /// coalesced into one; sent when the engine's output is drained.
-    pub(crate) pending_ack: Option<(Psn, rnic_wire::aeth::AethRepr)>,
+    /// A PSN sequence error NAK the responder owes, held for the round like an ACK; it
+    /// leaves before `pending_ack` (it answers an earlier request) and is replaced only by
+    /// the NAK of a later gap (`Ctx::defer_ack`).
+    pub(crate) seq_nak: Option<HeldAnswer>,
+    /// An acknowledgement (ACK, RNR NAK) the responder owes but holds back so that several
+    /// can be coalesced into one; sent when the engine's output is drained.
+    pub(crate) pending_ack: Option<HeldAnswer>,
     /// Whether this QP is in the engine's list of QPs with READ responses to send.
     pub(crate) reads_queued: bool,
     /// The responder refused a request while READ responses were still going out: it
@@ -46,12 +50,23 @@ impl RespState {
             nak_seq_sent: false,
             reads: VecDeque::new(),
             uc_drop: false,
+            seq_nak: None,
             pending_ack: None,
             reads_queued: false,
             halted: false,
             srq_limit_hit: false,
             xrc_srq: None,
         }
+    }
+}
+
+/// An acknowledgement held for the round: its PSN and AETH.
+pub(crate) type HeldAnswer = (Psn, rnic_wire::aeth::AethRepr);
+
+impl RespState {
+    /// Takes the answers held for the round, in the order they must leave.
+    pub(crate) fn take_held(&mut self) -> [Option<HeldAnswer>; 2] {
+        [self.seq_nak.take(), self.pending_ack.take()]
     }
 }
 
@@ -79,6 +94,16 @@ pub(crate) struct ReadResource {
     pub(crate) next: u32,
     /// What was executed; for atomics the saved result a duplicate gets again.
     pub(crate) kind: ResourceKind,
+    /// The MSN as of this request (it counted itself), which its responses' AETH carries
+    /// however many requests were counted before they leave.
+    pub(crate) msn: u32,
+    /// Answers to earlier requests that were held when this one was accepted: they leave
+    /// before its first response (IBA 9.7.5.1: responses in PSN order).
+    pub(crate) before: [Option<HeldAnswer>; 2],
+    /// A replay for a duplicate request, queued behind what was still to go: not a saved
+    /// resource (no duplicate is matched against it, it does not count against
+    /// `max_dest_rd_atomic`), dropped once sent.
+    pub(crate) replay: bool,
 }
 
 /// The operation a responder resource belongs to.

@@ -63,6 +63,9 @@ pub(super) fn execute_atomic(qp: &Qp, mtpt: &Mtpt, repr: &RoceRepr, op: Operatio
         pd: qp.resp_pd(),
         next: 0,
         kind: ResourceKind::Atomic { orig },
+        msn: 0,
+        before: [None, None],
+        replay: false,
     })
 }
 
@@ -94,6 +97,9 @@ pub(super) fn execute_atomic_write(
         len: 8,
         pd: qp.resp_pd(),
         kind: ResourceKind::Acked,
+        msn: 0,
+        before: [None, None],
+        replay: false,
         next: 0,
     })
 }
@@ -119,6 +125,9 @@ pub(super) fn execute_flush(qp: &Qp, mtpt: &Mtpt, repr: &RoceRepr) -> Result<Rea
         len: reth.dma_len as usize,
         pd: qp.resp_pd(),
         kind: ResourceKind::Acked,
+        msn: 0,
+        before: [None, None],
+        replay: false,
         next: 0,
     })
 }

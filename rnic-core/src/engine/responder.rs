@@ -48,15 +48,20 @@ fn emit_ack(qp: &mut Qp, cx: &mut Ctx, psn: Psn, aeth: AethRepr) {
     cx.out.emit(&cx.counters, dst, qp.src_port, &repr, |_| {});
 }
 
-/// Sends the ACK the QP holds, if any. IBA 9.7.5.1.1 lets a responder coalesce: one ACK
-/// for PSN n acknowledges every request up to n, so a burst of AckReq packets handled
-/// together is answered once, for the newest.
+/// Sends the answers the QP holds, if any: a sequence NAK, then the ACK. IBA 9.7.5.1.1
+/// lets a responder coalesce: one ACK for PSN n acknowledges every request up to n, so a
+/// burst of AckReq packets handled together is answered once, for the newest.
 pub(crate) fn flush_ack(qp: &mut Qp, cx: &mut Ctx) {
-    let Some((psn, aeth)) = qp.resp.pending_ack.take() else { return };
+    if qp.resp.seq_nak.is_none() && qp.resp.pending_ack.is_none() {
+        return;
+    }
+    let held = qp.resp.take_held();
     if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Err) {
         return;
     }
-    emit_ack(qp, cx, psn, aeth);
+    for (psn, aeth) in held.into_iter().flatten() {
+        emit_ack(qp, cx, psn, aeth);
+    }
 }
 
 /// Handles an RC or UC request packet.
@@ -230,12 +235,19 @@ fn check_resources(qp: &mut Qp, info: &OpcodeInfo, uc: bool) -> Result<(), Refus
             | Operation::AtomicWrite
             | Operation::Flush
     );
-    if rd_atomic && qp.resp.reads.len() >= usize::from(qp.attr.max_dest_rd_atomic.max(1)) {
+    if rd_atomic && saved(qp) >= usize::from(qp.attr.max_dest_rd_atomic.max(1)) {
         // More outstanding READs than negotiated: drop the oldest saved resource (it can
         // no longer be answered as a duplicate), as rxe reuses its resource ring.
-        qp.resp.reads.pop_front();
+        if let Some(i) = qp.resp.reads.iter().position(|r| !r.replay) {
+            qp.resp.reads.remove(i);
+        }
     }
     Ok(())
+}
+
+/// The saved READ/atomic resources (the replays for duplicates not counted).
+fn saved(qp: &Qp) -> usize {
+    qp.resp.reads.iter().filter(|r| !r.replay).count()
 }
 
 /// Check 5: Length (rxe `check_length`): FIRST and MIDDLE carry
@@ -396,6 +408,9 @@ fn execute_read(qp: &Qp, mtpt: &Mtpt, repr: &RoceRepr) -> Result<ReadResource, R
         pd: qp.resp_pd(),
         next: 0,
         kind: ResourceKind::Read,
+        msn: 0,
+        before: [None, None],
+        replay: false,
     })
 }
 
@@ -409,15 +424,14 @@ fn remote(qp: &Qp, mtpt: &Mtpt, rkey: u32, va: u64, len: usize, need: AccessFlag
 /// Steps 8 and 9: completions, MSN, ePSN, acknowledgement (RC only), READ responses.
 fn complete(qp: &mut Qp, cx: &mut Ctx, repr: &RoceRepr, info: &OpcodeInfo, done: Done, uc: bool) {
     let psn = repr.bth.psn;
-    if let Some(res) = done.read {
+    if let Some(mut res) = done.read {
         qp.resp.epsn = psn.add(res.npkts);
         // A READ counts as a message when it is accepted (IBA C9-148, quoted by rxe
-        // `execute`).
+        // `execute`); its responses carry this MSN, not a later request's (rxe sends
+        // them before it takes the next request).
         qp.resp.msn = (qp.resp.msn + 1) & 0x00FF_FFFF;
-        // Every reply (READ responses, atomic acknowledgement) goes out through the
-        // paced queue, so none overtakes an earlier one.
-        qp.resp.reads.push_back(res);
-        cx.queue_reads(qp);
+        res.msn = qp.resp.msn;
+        queue_reply(qp, cx, res);
         return;
     }
     qp.resp.epsn = psn.next();
@@ -437,6 +451,16 @@ fn complete(qp: &mut Qp, cx: &mut Ctx, repr: &RoceRepr, info: &OpcodeInfo, done:
     } else if !uc {
         cx.extend_ack(qp, psn, ack_aeth(msn));
     }
+}
+
+/// Queues a reply (READ responses, an atomic acknowledgement) behind every answer owed
+/// before it: every reply goes out through the paced queue, so none overtakes an earlier
+/// one, and the answers held for the round (a sequence NAK, an ACK) answer earlier
+/// requests, so they leave just before it (IBA 9.7.5.1: responses in PSN order).
+fn queue_reply(qp: &mut Qp, cx: &mut Ctx, mut res: ReadResource) {
+    res.before = qp.resp.take_held();
+    qp.resp.reads.push_back(res);
+    cx.queue_reads(qp);
 }
 
 /// UC: drops the current packet and the rest of its message (class D).
@@ -486,11 +510,16 @@ pub(crate) fn pump_reads(qp: &mut Qp, cx: &mut Ctx, budget: usize) -> (usize, bo
         return (0, false);
     }
     let Some(dst) = qp.attr.remote_ip else { return (0, false) };
-    let (mtu, msn, sport, dest_qp) = (qp.mtu, qp.resp.msn, qp.src_port, qp.dest_qpn());
+    let (mtu, sport, dest_qp) = (qp.mtu, qp.src_port, qp.dest_qpn());
     let (qpn, transport) = (qp.qpn().value(), qp.transport);
     let mut sent = 0;
     while sent < budget {
         let Some(res) = qp.resp.reads.iter_mut().find(|r| r.next < r.npkts) else { break };
+        for (psn, aeth) in res.before.iter_mut().filter_map(Option::take) {
+            out.emit(counters, dst, sport, &ack_repr(transport, dest_qp, psn, aeth), |_| {});
+            sent += 1;
+        }
+        let msn = res.msn;
         if res.kind != ResourceKind::Read {
             // One packet: the atomic acknowledgement or the zero-length response.
             let repr = rd_atomic_reply(transport, res, dest_qp, msn);
@@ -541,23 +570,30 @@ pub(crate) fn pump_reads(qp: &mut Qp, cx: &mut Ctx, budget: usize) -> (usize, bo
         }
     }
     let more = qp.resp.reads.iter().any(|r| r.next < r.npkts);
+    if !more {
+        // Every replay is sent: they go (the saved resources stay for duplicates).
+        qp.resp.reads.retain(|r| !r.replay);
+    }
     (sent, more)
 }
 
 /// A duplicate request (IBA 9.7.5.1.5): SEND and WRITE are acknowledged again and not
-/// executed; a READ is answered again from the saved resource.
+/// executed; a READ is answered again from the saved resource, an atomic with its saved
+/// result. Each duplicate READ or atomic is answered, also one that arrives before the
+/// original's answer left: its replay queues behind what is still to go.
 fn duplicate(qp: &mut Qp, cx: &mut Ctx, _now: Time, repr: &RoceRepr, info: &OpcodeInfo) {
     if info.operation == Operation::RdmaReadRequest {
         let psn = repr.bth.psn;
-        let found = qp.resp.reads.iter_mut().find(|r| {
+        let found = qp.resp.reads.iter().find(|r| {
             let d = r.psn.distance(psn);
-            d >= 0 && (d as u64) < u64::from(r.npkts)
+            !r.replay && d >= 0 && (d as u64) < u64::from(r.npkts)
         });
         if let Some(r) = found.filter(|r| r.kind == ResourceKind::Read) {
             // Answer again from the requested packet on (the requester asks from its
-            // first missing response), replacing whatever of it was still to go.
-            r.next = u32::try_from(r.psn.distance(psn)).unwrap_or(0);
-            cx.queue_reads(qp);
+            // first missing response).
+            let next = u32::try_from(r.psn.distance(psn)).unwrap_or(0);
+            let replay = ReadResource { next, replay: true, ..r.clone() };
+            replay_reply(qp, cx, replay);
         }
         return;
     }
@@ -570,12 +606,15 @@ fn duplicate(qp: &mut Qp, cx: &mut Ctx, _now: Time, repr: &RoceRepr, info: &Opco
         // resource). No resource left (evicted): class D, dropped silently (rxe).
         let psn = repr.bth.psn;
         let atomic = matches!(info.operation, Operation::CompareSwap | Operation::FetchAdd);
-        let found = qp.resp.reads.iter_mut().find(|r| {
-            r.psn == psn && matches!(r.kind, ResourceKind::Atomic { .. }) == atomic && r.kind != ResourceKind::Read
+        let found = qp.resp.reads.iter().find(|r| {
+            !r.replay
+                && r.psn == psn
+                && matches!(r.kind, ResourceKind::Atomic { .. }) == atomic
+                && r.kind != ResourceKind::Read
         });
         if let Some(r) = found {
-            r.next = 0;
-            cx.queue_reads(qp);
+            let replay = ReadResource { next: 0, replay: true, ..r.clone() };
+            replay_reply(qp, cx, replay);
         }
         return;
     }
@@ -585,6 +624,18 @@ fn duplicate(qp: &mut Qp, cx: &mut Ctx, _now: Time, repr: &RoceRepr, info: &Opco
     // answered by one coalesced ACK.
     let (last, msn) = (qp.resp.epsn.sub(1), qp.resp.msn);
     cx.defer_ack(qp, last, ack_aeth(msn));
+}
+
+/// Queues the replay of a saved resource for a duplicate, unless as many replays as the
+/// QP may have READs outstanding are already waiting: a peer repeating a request faster
+/// than it is answered is then dropped (as a duplicate with no resource is, rxe), and its
+/// requester's timer asks again.
+fn replay_reply(qp: &mut Qp, cx: &mut Ctx, replay: ReadResource) {
+    let waiting = qp.resp.reads.iter().filter(|r| r.replay && r.next < r.npkts).count();
+    if waiting >= usize::from(qp.attr.max_dest_rd_atomic.max(1)) {
+        return;
+    }
+    queue_reply(qp, cx, replay);
 }
 
 /// RC: sends the NAK for a refusal; every refusal but RNR puts the QP in the error state
