@@ -324,11 +324,42 @@ impl Ctx {
     /// 9.7.5.2: the requester completes everything before a NAK's PSN and resends from
     /// it), so the requester goes back once, straight to the later gap, rather than twice.
     pub(crate) fn defer_ack(&mut self, qp: &mut Qp, psn: Psn, aeth: AethRepr) {
+        let seq = matches!(aeth.syndrome, Syndrome::Nak(NakCode::PsnSequenceError));
+        if seq || qp.resp.seq_nak.is_some() {
+            self.defer_by_gap(qp, psn, aeth, seq);
+            return;
+        }
+        if qp.resp.pending_ack.is_none() {
+            self.acks.push(qp.qpn());
+        }
+        self.hold_ack(qp, psn, aeth);
+    }
+
+    /// Holds an ACK or RNR NAK in the QP's slot. The newer PSN wins; at the same PSN a NAK
+    /// is never replaced (an RNR NAK must reach the requester as such).
+    #[inline]
+    fn hold_ack(&mut self, qp: &mut Qp, psn: Psn, aeth: AethRepr) {
+        match qp.resp.pending_ack {
+            None => qp.resp.pending_ack = Some((psn, aeth)),
+            Some((held, held_aeth)) => {
+                self.counters.ack_deferred.fetch_add(1, Ordering::Relaxed);
+                let d = held.distance(psn);
+                let held_is_ack = matches!(held_aeth.syndrome, Syndrome::Ack { .. });
+                if d > 0 || (d == 0 && held_is_ack) {
+                    qp.resp.pending_ack = Some((psn, aeth));
+                }
+            }
+        }
+    }
+
+    /// `defer_ack` for a sequence NAK (`seq`) or while one is held.
+    #[cold]
+    fn defer_by_gap(&mut self, qp: &mut Qp, psn: Psn, aeth: AethRepr, seq: bool) {
         if qp.resp.seq_nak.is_none() && qp.resp.pending_ack.is_none() {
             self.acks.push(qp.qpn());
         }
         let r = &mut qp.resp;
-        if matches!(aeth.syndrome, Syndrome::Nak(NakCode::PsnSequenceError)) {
+        if seq {
             if r.seq_nak.is_some() || r.pending_ack.is_some() {
                 self.counters.ack_deferred.fetch_add(1, Ordering::Relaxed);
             }
@@ -342,19 +373,7 @@ impl Ctx {
             self.counters.ack_deferred.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        match r.pending_ack {
-            None => r.pending_ack = Some((psn, aeth)),
-            Some((held, held_aeth)) => {
-                self.counters.ack_deferred.fetch_add(1, Ordering::Relaxed);
-                // The newer PSN wins; at the same PSN a NAK is never replaced (an RNR NAK
-                // must reach the requester as such).
-                let d = held.distance(psn);
-                let held_is_ack = matches!(held_aeth.syndrome, Syndrome::Ack { .. });
-                if d > 0 || (d == 0 && held_is_ack) {
-                    r.pending_ack = Some((psn, aeth));
-                }
-            }
-        }
+        self.hold_ack(qp, psn, aeth);
     }
 
     /// Moves an ACK already held for this round on to `psn`, a later packet that did not

@@ -52,9 +52,20 @@ fn emit_ack(qp: &mut Qp, cx: &mut Ctx, psn: Psn, aeth: AethRepr) {
 /// lets a responder coalesce: one ACK for PSN n acknowledges every request up to n, so a
 /// burst of AckReq packets handled together is answered once, for the newest.
 pub(crate) fn flush_ack(qp: &mut Qp, cx: &mut Ctx) {
-    if qp.resp.seq_nak.is_none() && qp.resp.pending_ack.is_none() {
+    if qp.resp.seq_nak.is_some() {
+        flush_behind_nak(qp, cx);
         return;
     }
+    let Some((psn, aeth)) = qp.resp.pending_ack.take() else { return };
+    if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Err) {
+        return;
+    }
+    emit_ack(qp, cx, psn, aeth);
+}
+
+/// `flush_ack` when a sequence NAK is held: the NAK, then the ACK behind it.
+#[cold]
+fn flush_behind_nak(qp: &mut Qp, cx: &mut Ctx) {
     let held = qp.resp.take_held();
     if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Err) {
         return;
@@ -424,14 +435,8 @@ fn remote(qp: &Qp, mtpt: &Mtpt, rkey: u32, va: u64, len: usize, need: AccessFlag
 /// Steps 8 and 9: completions, MSN, ePSN, acknowledgement (RC only), READ responses.
 fn complete(qp: &mut Qp, cx: &mut Ctx, repr: &RoceRepr, info: &OpcodeInfo, done: Done, uc: bool) {
     let psn = repr.bth.psn;
-    if let Some(mut res) = done.read {
-        qp.resp.epsn = psn.add(res.npkts);
-        // A READ counts as a message when it is accepted (IBA C9-148, quoted by rxe
-        // `execute`); its responses carry this MSN, not a later request's (rxe sends
-        // them before it takes the next request).
-        qp.resp.msn = (qp.resp.msn + 1) & 0x00FF_FFFF;
-        res.msn = qp.resp.msn;
-        queue_reply(qp, cx, res);
+    if let Some(res) = done.read {
+        complete_reply(qp, cx, psn, res);
         return;
     }
     qp.resp.epsn = psn.next();
@@ -451,6 +456,19 @@ fn complete(qp: &mut Qp, cx: &mut Ctx, repr: &RoceRepr, info: &OpcodeInfo, done:
     } else if !uc {
         cx.extend_ack(qp, psn, ack_aeth(msn));
     }
+}
+
+/// Step 9 for a READ or atomic: the ePSN moves past its responses, the MSN counts it, the
+/// reply is queued. (Out of line: the SEND and WRITE path of `complete` stays small.)
+#[inline(never)]
+fn complete_reply(qp: &mut Qp, cx: &mut Ctx, psn: Psn, mut res: ReadResource) {
+    qp.resp.epsn = psn.add(res.npkts);
+    // A READ counts as a message when it is accepted (IBA C9-148, quoted by rxe
+    // `execute`); its responses carry this MSN, not a later request's (rxe sends them
+    // before it takes the next request).
+    qp.resp.msn = (qp.resp.msn + 1) & 0x00FF_FFFF;
+    res.msn = qp.resp.msn;
+    queue_reply(qp, cx, res);
 }
 
 /// Queues a reply (READ responses, an atomic acknowledgement) behind every answer owed
