@@ -614,6 +614,15 @@ pub enum View {
 /// describe. Where the IBA leaves a choice (a reserved opcode: drop it or NAK it), every
 /// choice is listed.
 pub fn classify(bytes: &[u8], qpn: u32) -> Vec<View> {
+    classify_as(bytes, qpn, Transport::Rc)
+}
+
+/// [`classify`] for a QP of service `service` (RC, UC or UD). UC and UD answer nothing:
+/// where an RC responder may NAK (a reserved opcode, a PadCnt larger than the payload)
+/// they drop silently (IBA 9.8.3 / 9.6, unverified clauses), so only [`View::Drop`] and
+/// [`View::Request`] come back for them. A UD datagram's P_Key and destination QP are
+/// checked here as for the others (the UD model checks them again, to the same effect).
+pub fn classify_as(bytes: &[u8], qpn: u32, service: Transport) -> Vec<View> {
     const BTH: usize = 12;
     const ICRC: usize = 4;
     let psn = Psn::new(u32::from_be_bytes([
@@ -622,7 +631,19 @@ pub fn classify(bytes: &[u8], qpn: u32) -> Vec<View> {
         bytes.get(10).copied().unwrap_or(0),
         bytes.get(11).copied().unwrap_or(0),
     ]));
-    let fatal_or_drop = |why: &'static str| vec![View::Drop(why), View::Invalid { psn, why }];
+    let acked = service == Transport::Rc;
+    let fatal_or_drop = |why: &'static str| {
+        if acked {
+            vec![View::Drop(why), View::Invalid { psn, why }]
+        } else {
+            vec![View::Drop(why)]
+        }
+    };
+    let (code, other) = match service {
+        Transport::Uc => (1u8, "opcode of another transport than UC (IBA 9.6.1, unverified)"),
+        Transport::Ud => (3u8, "opcode of another transport than UD (IBA 9.6.1, unverified)"),
+        _ => (0u8, "opcode of another transport than RC (IBA 9.6.1, unverified)"),
+    };
     if bytes.len() < BTH + ICRC {
         return vec![View::Drop("shorter than a BTH (IBA 9.6, malformed; unverified clause)")];
     }
@@ -641,16 +662,17 @@ pub fn classify(bytes: &[u8], qpn: u32) -> Vec<View> {
     // IBA 9.6.1 (unverified clause): the opcode's transport (its top three bits) must be
     // the QP's service type.
     let op = Opcode(bytes[0]);
-    if op.0 >> 5 != 0 {
-        return vec![View::Drop("opcode of another transport than RC (IBA 9.6.1, unverified)")];
+    if op.0 >> 5 != code {
+        return vec![View::Drop(other)];
     }
     let Some(info) = op.info() else {
-        // An RC opcode the IBA reserves: unverified whether a responder drops it or NAKs it
-        // as an invalid request (class C, 9.9.3.1): both listed, the NAK unjudged.
-        return fatal_or_drop("a reserved RC opcode");
+        // An opcode the IBA reserves: unverified whether an RC responder drops it or NAKs
+        // it as an invalid request (class C, 9.9.3.1): both listed, the NAK unjudged. UC
+        // and UD drop it.
+        return fatal_or_drop("a reserved opcode of the QP's transport");
     };
-    if info.transport != Transport::Rc {
-        return vec![View::Drop("opcode of another transport than RC (IBA 9.6.1, unverified)")];
+    if info.transport != service {
+        return vec![View::Drop(other)];
     }
     if !info.request {
         // A response reaching the peer's requester, which has nothing outstanding: a
@@ -685,15 +707,22 @@ pub fn classify(bytes: &[u8], qpn: u32) -> Vec<View> {
 /// A receive completion at a UC responder, as the model has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UcRecv {
-    /// The message's bytes.
+    /// The message's bytes (a SEND's; empty for an RDMA WRITE with immediate).
     pub data: Vec<u8>,
+    /// Its immediate data, if it carried one.
+    pub imm: Option<u32>,
+    /// An RDMA WRITE with immediate (its data went to the region; verbs implementations
+    /// differ on the completion's byte count, which is not judged).
+    pub write: bool,
 }
 
 /// The model of a conforming UC responder (IBA 9.8.3, unverified clause numbers): no
 /// ACK, no NAK, ever; a packet at a PSN other than the expected one ends the message in
 /// progress, which is dropped, and only a FIRST or ONLY (at any PSN) starts the next; an
 /// RDMA WRITE whose R_Key, access or bounds fail is dropped (the whole message), the QP
-/// staying as it was. What it did shows in its memory and its receive completions.
+/// staying as it was; so is one whose length breaks the rules of 9.7.5.1.4 (a FIRST or
+/// MIDDLE of exactly one PMTU, a LAST or ONLY of at most one). What it did shows in its
+/// memory and its receive completions.
 #[derive(Debug, Clone)]
 pub struct UcResponder {
     epsn: Psn,
@@ -702,14 +731,16 @@ pub struct UcResponder {
     send_data: Vec<u8>,
     recvs: u32,
     recv_len: u64,
+    pmtu: usize,
     regions: Vec<Region>,
     /// The receive completions, in order.
     pub completions: Vec<UcRecv>,
 }
 
 impl UcResponder {
-    /// A UC responder expecting `epsn`, with `recvs` receives of `recv_len` bytes.
-    pub fn new(epsn: Psn, recvs: u32, recv_len: u64, regions: Vec<Region>) -> UcResponder {
+    /// A UC responder expecting `epsn`, with `recvs` receives of `recv_len` bytes, path
+    /// MTU `pmtu` bytes.
+    pub fn new(epsn: Psn, recvs: u32, recv_len: u64, pmtu: usize, regions: Vec<Region>) -> UcResponder {
         UcResponder {
             epsn,
             dropping: false,
@@ -717,6 +748,7 @@ impl UcResponder {
             send_data: Vec::new(),
             recvs,
             recv_len,
+            pmtu,
             regions,
             completions: Vec::new(),
         }
@@ -725,6 +757,16 @@ impl UcResponder {
     /// Region `i` as the model has it.
     pub fn region(&self, i: usize) -> Option<&Region> {
         self.regions.get(i)
+    }
+
+    /// Receives still posted.
+    pub fn recvs(&self) -> u32 {
+        self.recvs
+    }
+
+    /// The PSN it expects next.
+    pub fn epsn(&self) -> Psn {
+        self.epsn
     }
 
     /// Takes `req` (a UC request); a UC responder answers nothing.
@@ -744,6 +786,17 @@ impl UcResponder {
         }
         self.epsn = psn.next();
         let last = matches!(info.position, Position::Last | Position::Only);
+        // IBA 9.7.5.1.4 (length, as 9.8.3 applies it to UC; unverified clause): a FIRST or
+        // MIDDLE carries exactly one PMTU, a LAST or ONLY at most one; else the message is
+        // dropped.
+        let n = req.payload.len();
+        let len_ok = if last { n <= self.pmtu } else { n == self.pmtu };
+        if !len_ok {
+            self.msg = None;
+            self.dropping = !last;
+            return;
+        }
+        let imm = info.has(rnic_wire::opcode::HeaderKind::ImmDt).then(|| req.repr.ext.imm_data.unwrap_or(0));
         match info.operation {
             Operation::Send => {
                 if starts {
@@ -761,7 +814,7 @@ impl UcResponder {
                     let n = u64::try_from(self.send_data.len()).unwrap_or(u64::MAX);
                     if self.recvs > 0 && n <= self.recv_len {
                         self.recvs -= 1;
-                        self.completions.push(UcRecv { data: std::mem::take(&mut self.send_data) });
+                        self.completions.push(UcRecv { data: std::mem::take(&mut self.send_data), imm, write: false });
                     }
                 }
             }
@@ -798,6 +851,12 @@ impl UcResponder {
                     }
                 }
                 self.msg = if last { None } else { Some(InMsg::Write { region, va: va + n, left: left - n }) };
+                // IBA 9.4.3 (unverified clause): a WRITE with immediate consumes a receive
+                // when its last packet lands.
+                if last && imm.is_some() && self.recvs > 0 {
+                    self.recvs -= 1;
+                    self.completions.push(UcRecv { data: Vec::new(), imm, write: true });
+                }
             }
             _ => {}
         }
@@ -860,6 +919,11 @@ impl UdReceiver {
 
     fn drop(&mut self, why: &'static str) {
         self.dropped.push(why);
+    }
+
+    /// Receives still posted.
+    pub fn recvs(&self) -> u32 {
+        self.recvs
     }
 
     /// Takes the datagram `req`; a UD receiver answers nothing.

@@ -197,7 +197,7 @@ pub fn run(link: &mut Link, s: &UcScenario, o: &Options) -> Outcome {
     let rw_len = usize::try_from(peer.rw.2).unwrap_or(0);
     let region =
         Region { va: peer.rw.0, rkey: peer.rw.1, write: true, read: false, atomic: false, data: rw_pattern(rw_len) };
-    let mut model = UcResponder::new(Psn::new(peer.epsn), peer.recvs, u64::from(peer.recv_len), vec![region]);
+    let mut model = UcResponder::new(Psn::new(peer.epsn), peer.recvs, u64::from(peer.recv_len), pmtu, vec![region]);
     let env = UcEnv { dest: peer.qpn, psn: peer.epsn, pmtu, rw: peer.rw };
     let mark = link.mark();
     for r in (s.build)(&env) {

@@ -161,7 +161,7 @@ pub fn all() -> Vec<UdScenario> {
 }
 
 /// What a completion is, in a line.
-fn describe(c: &Completion) -> String {
+pub(crate) fn describe(c: &Completion) -> String {
     let mut s = format!(
         "receive completion: status {}, {} bytes, src QP {:#x}, flags {:#x} (wr_id {})",
         c.status, c.byte_len, c.src_qp, c.flags, c.wr_id
@@ -172,7 +172,7 @@ fn describe(c: &Completion) -> String {
     s
 }
 
-fn describe_model(w: &UdRecv) -> String {
+pub(crate) fn describe_model(w: &UdRecv) -> String {
     let mut s = match w.status {
         UdStatus::Success => format!(
             "receive completion: success, {} bytes (40 + {}), src QP {:#x}, GRH",
@@ -231,6 +231,59 @@ fn grh_ok(b: &[u8], src: IpAddr, dst: IpAddr) -> bool {
     }
 }
 
+/// Where the receive completions `got` (and the buffers they name, read over `peer`)
+/// differ from the model's `want`, in order: the same count (a length error the model
+/// allows to be a silent drop may be missing), each one's status, length, source QP,
+/// flags and immediate data, and each delivered datagram's buffer: its payload after a
+/// GRH area naming the tester and the responder.
+pub(crate) fn judge_receives(peer: &mut Session, link: &Link, want: &[UdRecv], got: &[Completion]) -> Vec<String> {
+    let mut why: Vec<String> = Vec::new();
+    // Each model completion in order; an optional one may be missing.
+    let mut at = 0;
+    let mut delivered: Vec<(&Completion, &UdRecv)> = Vec::new();
+    for w in want {
+        match got.get(at) {
+            Some(g) if differs(g, w).is_none() => {
+                if w.status == UdStatus::Success {
+                    delivered.push((g, w));
+                }
+                at += 1;
+            }
+            _ if w.optional => {}
+            Some(g) => {
+                why.push(format!("{}: {}", describe(g), differs(g, w).unwrap_or_default()));
+                at = got.len();
+                break;
+            }
+            None => {
+                why.push(format!("missing: {}", describe_model(w)));
+                break;
+            }
+        }
+    }
+    if why.is_empty() && at < got.len() {
+        why.push(format!("{} receive completion(s) more than the model's", got.len() - at));
+    }
+    for (g, w) in delivered {
+        let len = u32::try_from(w.data.len()).unwrap_or(0) + 40;
+        match peer.receive_buffer(g.wr_id, len) {
+            Ok(b) => {
+                if b.get(40..) != Some(&w.data[..]) {
+                    why.push(format!("receive buffer {} does not hold the datagram's payload after 40 bytes", g.wr_id));
+                }
+                if !grh_ok(&b, link.local(), link.peer()) {
+                    why.push(format!(
+                        "receive buffer {}: the GRH area is not the network header from the tester",
+                        g.wr_id
+                    ));
+                }
+            }
+            Err(e) => why.push(e),
+        }
+    }
+    why
+}
+
 static SESSIONS: AtomicU32 = AtomicU32::new(0);
 
 /// Runs one UD scenario on a UD session of its own.
@@ -286,49 +339,7 @@ pub fn run(link: &mut Link, s: &UdScenario, o: &Options) -> Outcome {
     if !back.is_empty() {
         why.push(format!("a UD receiver sent {} packet(s) back", back.len()));
     }
-    // Each model completion in order; an optional one may be missing.
-    let mut at = 0;
-    let mut delivered: Vec<(&Completion, &UdRecv)> = Vec::new();
-    for w in &model.completions {
-        match got.get(at) {
-            Some(g) if differs(g, w).is_none() => {
-                if w.status == UdStatus::Success {
-                    delivered.push((g, w));
-                }
-                at += 1;
-            }
-            _ if w.optional => {}
-            Some(g) => {
-                why.push(format!("{}: {}", describe(g), differs(g, w).unwrap_or_default()));
-                at = got.len();
-                break;
-            }
-            None => {
-                why.push(format!("missing: {}", describe_model(w)));
-                break;
-            }
-        }
-    }
-    if why.is_empty() && at < got.len() {
-        why.push(format!("{} receive completion(s) more than the model's", got.len() - at));
-    }
-    for (g, w) in delivered {
-        let len = u32::try_from(w.data.len()).unwrap_or(0) + 40;
-        match peer.receive_buffer(g.wr_id, len) {
-            Ok(b) => {
-                if b.get(40..) != Some(&w.data[..]) {
-                    why.push(format!("receive buffer {} does not hold the datagram's payload after 40 bytes", g.wr_id));
-                }
-                if !grh_ok(&b, link.local(), link.peer()) {
-                    why.push(format!(
-                        "receive buffer {}: the GRH area is not the network header from the tester",
-                        g.wr_id
-                    ));
-                }
-            }
-            Err(e) => why.push(e),
-        }
-    }
+    why.extend(judge_receives(&mut peer, link, &model.completions, &got));
     if !why.is_empty() {
         out.verdict = Verdict::Diverges(why.join("; "));
     }
