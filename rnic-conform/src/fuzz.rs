@@ -69,12 +69,44 @@ impl Rng {
         }
     }
 
-    fn index(&mut self, n: usize) -> usize {
+    pub(crate) fn index(&mut self, n: usize) -> usize {
         usize::try_from(self.below(u64::try_from(n).unwrap_or(u64::MAX))).unwrap_or(0)
     }
 
-    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
+    pub(crate) fn pick<T: Copy>(&mut self, v: &[T]) -> T {
         v[self.index(v.len())]
+    }
+}
+
+/// The transport whose connection is fuzzed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Service {
+    /// Reliable connected, through the CM (this module).
+    #[default]
+    Rc,
+    /// Unreliable connected, on a session ([`crate::fuzz_ucud`]).
+    Uc,
+    /// Unreliable datagram, on a session ([`crate::fuzz_ucud`]).
+    Ud,
+}
+
+impl Service {
+    /// "RC", "UC", "UD".
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::Rc => "RC",
+            Service::Uc => "UC",
+            Service::Ud => "UD",
+        }
+    }
+
+    /// The rules its mutants are drawn from.
+    pub fn rules(self) -> &'static [Rule] {
+        match self {
+            Service::Rc => &RULES,
+            Service::Uc => &UC_RULES,
+            Service::Ud => &UD_RULES,
+        }
     }
 }
 
@@ -159,6 +191,13 @@ pub enum Rule {
     Reorder,
     /// A packet not sent (lost).
     Drop,
+    /// UD: the DETH's Q_Key, a bit of it or a boundary value (the high bit included).
+    QKey,
+    /// UD: the DETH's source QP.
+    SrcQp,
+    /// UD: the datagram's length against the receive buffer (0, exactly what fits, one
+    /// byte more, a PMTU).
+    Length,
 }
 
 /// Every rule, in the order the generator draws them from.
@@ -180,6 +219,50 @@ pub const RULES: [Rule; 22] = [
     Rule::AtomicVa,
     Rule::AtomicRkey,
     Rule::AtomicOperands,
+    Rule::Truncate,
+    Rule::BadIcrc,
+    Rule::Duplicate,
+    Rule::Reorder,
+    Rule::Drop,
+];
+
+/// The rules of UD mutants ([`crate::fuzz_ucud`]).
+pub const UD_RULES: [Rule; 18] = [
+    Rule::BthBitFlip,
+    Rule::ExtBitFlip,
+    Rule::PayloadBitFlip,
+    Rule::Opcode,
+    Rule::Psn,
+    Rule::PKey,
+    Rule::DestQp,
+    Rule::TVer,
+    Rule::PadCnt,
+    Rule::Flags,
+    Rule::QKey,
+    Rule::SrcQp,
+    Rule::Length,
+    Rule::Truncate,
+    Rule::BadIcrc,
+    Rule::Duplicate,
+    Rule::Reorder,
+    Rule::Drop,
+];
+
+/// The rules of UC mutants ([`crate::fuzz_ucud`]).
+pub const UC_RULES: [Rule; 18] = [
+    Rule::BthBitFlip,
+    Rule::ExtBitFlip,
+    Rule::PayloadBitFlip,
+    Rule::Opcode,
+    Rule::Psn,
+    Rule::PKey,
+    Rule::DestQp,
+    Rule::TVer,
+    Rule::PadCnt,
+    Rule::Flags,
+    Rule::RethVa,
+    Rule::RethRkey,
+    Rule::RethLen,
     Rule::Truncate,
     Rule::BadIcrc,
     Rule::Duplicate,
@@ -213,6 +296,38 @@ impl Rule {
             Rule::Duplicate => "duplicate",
             Rule::Reorder => "reorder",
             Rule::Drop => "drop",
+            Rule::QKey => "qkey",
+            Rule::SrcQp => "src-qp",
+            Rule::Length => "length",
+        }
+    }
+
+    /// The IBA rules a conforming receiver of `service` follows for it.
+    pub fn cite_in(self, service: Service) -> &'static str {
+        match (service, self) {
+            (Service::Rc, r) => r.cite(),
+            (_, Rule::BthBitFlip | Rule::ExtBitFlip) => "whichever field the bit lands in (the rules of the other entries); nothing is ever sent back",
+            (_, Rule::PayloadBitFlip) => "IBA 9.4.3 / 9.4.1: the payload is data, delivered or placed as it came",
+            (Service::Ud, Rule::Opcode) => "IBA 9.6.1 (unverified clause): a UD QP takes UD SEND ONLY (with immediate or not) alone; another transport's or a reserved opcode is dropped silently",
+            (_, Rule::Opcode) => "IBA 9.6.1 / 9.8.3 (unverified clauses): another transport's or a reserved opcode is dropped silently; one out of sequence ends the message, dropped",
+            (Service::Ud, Rule::Psn) => "IBA 9.8 (unverified clause): UD checks no PSN: any PSN is delivered",
+            (_, Rule::Psn) => "IBA 9.8.3 (unverified clause): a PSN gap drops the message in progress; a FIRST or ONLY at any PSN starts the next",
+            (_, Rule::PKey) => "IBA 9.6.2 / 10.9.3 (unverified clauses): another partition is dropped silently; 0x7FFF (limited) and 0xFFFF are the QP's",
+            (_, Rule::DestQp) => "IBA 9.6.1 (unverified clause): a packet for another QP is not this QP's, and nothing is sent back",
+            (_, Rule::TVer) => "IBA 9.6.1.1 (unverified clause): a TVer other than 0 is dropped silently",
+            (_, Rule::PadCnt) => "IBA 9.2.2: the payload ends PadCnt bytes earlier (UC: a FIRST or MIDDLE then is not one PMTU, 9.7.5.1.4: dropped)",
+            (_, Rule::Flags) => "IBA 9.2 (unverified clause): SE, MigReq, FECN/BECN, AckReq and reserved bits change nothing delivered",
+            (_, Rule::QKey) => "IBA 10.2.5 / C10-15 (unverified clause): a Q_Key not the QP's, the high bit included, is dropped silently",
+            (_, Rule::SrcQp) => "IBA 10.2.5 / 11.4.2.1 (unverified clauses): the DETH's source QP is reported in the completion as it came",
+            (_, Rule::Length) => "IBA 10.8.3.1 / 9.9.3 class D (unverified clauses): what fits the receive less its 40-byte GRH area is delivered; one byte more is a local length error (or dropped)",
+            (_, Rule::RethVa | Rule::RethRkey | Rule::RethLen) => "IBA 9.8.3 / 10.6.3.1 (unverified clauses): a WRITE failing R_Key, access, bounds or length is dropped silently, the QP staying up",
+            (_, Rule::Truncate) => "IBA 9.6 (unverified clause): a packet shorter than its headers is dropped; a payload cut short (ICRC good) is a shorter payload",
+            (_, Rule::BadIcrc) => "IBA C9-3: a packet with a bad ICRC is dropped silently",
+            (Service::Ud, Rule::Duplicate) => "IBA 9.8 (unverified clause): UD detects no duplicates: both copies are delivered",
+            (_, Rule::Duplicate) => "IBA 9.8.3 (unverified clause): UC detects no duplicates: a repeated FIRST or ONLY starts a message again, a repeated MIDDLE or LAST ends the one in progress",
+            (Service::Ud, Rule::Reorder | Rule::Drop) => "IBA 9.8 (unverified clause): each datagram stands alone: delivered in the order it came, a lost one is simply not delivered",
+            (_, Rule::Reorder | Rule::Drop) => "IBA 9.8.3 (unverified clause): a PSN gap drops the message in progress, no retransmission; the next FIRST or ONLY is taken",
+            (_, _) => "",
         }
     }
 
@@ -237,6 +352,7 @@ impl Rule {
             Rule::BadIcrc => "IBA C9-3: a packet with a bad ICRC is dropped silently",
             Rule::Duplicate => "IBA 9.7.5.1.5: a duplicate is acknowledged again (SEND, WRITE) or answered again (READ, atomic), not executed",
             Rule::Reorder | Rule::Drop => "IBA 9.7.5.1.2: a packet ahead gets one PSN sequence error NAK; the requester goes back to the expected PSN",
+            Rule::QKey | Rule::SrcQp | Rule::Length => "",
         }
     }
 
@@ -294,7 +410,7 @@ struct Mutant {
     probe: (u64, u32),
 }
 
-fn flip(bytes: &mut [u8], from: usize, to: usize, rng: &mut Rng) -> String {
+pub(crate) fn flip(bytes: &mut [u8], from: usize, to: usize, rng: &mut Rng) -> String {
     let bits = to.saturating_sub(from) * 8;
     let bit = rng.index(bits.max(1));
     let (byte, b) = (from + bit / 8, 7 - bit % 8);
@@ -304,7 +420,7 @@ fn flip(bytes: &mut [u8], from: usize, to: usize, rng: &mut Rng) -> String {
     format!("bit {b} of byte {byte} flipped")
 }
 
-fn put(bytes: &mut [u8], at: usize, v: &[u8]) {
+pub(crate) fn put(bytes: &mut [u8], at: usize, v: &[u8]) {
     if let Some(s) = bytes.get_mut(at..at + v.len()) {
         s.copy_from_slice(v);
     }
@@ -433,7 +549,7 @@ fn draw(seed: u64, index: u32, model: &Responder, env: &Env) -> Mutant {
 }
 
 /// Changes one field of `w` (a packet of the base) as `rule` says; what it did.
-fn mutate(
+pub(crate) fn mutate(
     rule: Rule,
     w: &mut Vec<u8>,
     rng: &mut Rng,
@@ -588,7 +704,9 @@ fn mutate(
             w.extend_from_slice(&[0; 4]);
             format!("cut to {at} bytes before the ICRC (was {})", len - 4)
         }
-        Rule::BadIcrc | Rule::Duplicate | Rule::Reorder | Rule::Drop => String::new(),
+        Rule::BadIcrc | Rule::Duplicate | Rule::Reorder | Rule::Drop | Rule::QKey | Rule::SrcQp | Rule::Length => {
+            String::new()
+        }
     }
 }
 
@@ -656,11 +774,18 @@ pub struct FuzzOptions {
     /// Send the mutant, the retransmission and the probe back to back, without waiting
     /// for answers in between (a peer's handling of requests arriving in one burst).
     pub eager: bool,
+    /// For the tests of the tester: UC and UD models told a key other than the peer's
+    /// (UD: its Q_Key, UC: its region's R_Key), as a peer that takes a wrong key would
+    /// look to a right model: each delivery or WRITE the peer makes then diverges. The
+    /// RC fuzzer ignores it.
+    pub plant: bool,
 }
 
 /// The result of a fuzzing run.
 #[derive(Debug, Clone, Default)]
 pub struct FuzzReport {
+    /// The transport fuzzed.
+    pub service: Service,
     /// Seed.
     pub seed: u64,
     /// Mutants played.
@@ -928,8 +1053,12 @@ fn play(
 
 /// Runs the fuzzer: `f.count` mutants (or `f.only`) against the peer.
 pub fn run(link: &mut Link, o: &Options, f: &FuzzOptions) -> FuzzReport {
-    let mut rep =
-        FuzzReport { seed: f.seed, per_rule: RULES.iter().map(|&r| (r, 0, 0)).collect(), ..FuzzReport::default() };
+    let mut rep = FuzzReport {
+        service: Service::Rc,
+        seed: f.seed,
+        per_rule: RULES.iter().map(|&r| (r, 0, 0)).collect(),
+        ..FuzzReport::default()
+    };
     let indices: Vec<u32> = f.only.clone().unwrap_or_else(|| (0..f.count).collect());
     let fresh_each = f.only.is_some();
     let mut live: Option<Live> = None;
@@ -993,18 +1122,20 @@ pub fn run(link: &mut Link, o: &Options, f: &FuzzOptions) -> FuzzReport {
 /// The report: totals, per rule, and every mutant that did not pass with how to make it
 /// again.
 pub fn report(r: &FuzzReport) -> String {
+    let t = r.service.name();
     let mut s = format!(
-        "fuzz seed {:#x}: {} mutants, {} pass, {} not judged, {} do not pass; {} connections\n",
+        "fuzz {t} seed {:#x}: {} mutants, {} pass, {} not judged, {} do not pass; {} {}\n",
         r.seed,
         r.played,
         r.passed,
         r.unjudged,
         r.failures.len(),
-        r.connections
+        r.connections,
+        if r.service == Service::Rc { "connections" } else { "sessions" }
     );
     for (rule, played, passed) in &r.per_rule {
         if *played > 0 {
-            s += &format!("  {:<18} {passed:>4} of {played:>4} pass   {}\n", rule.name(), rule.cite());
+            s += &format!("  {:<18} {passed:>4} of {played:>4} pass   {}\n", rule.name(), rule.cite_in(r.service));
         }
     }
     for m in &r.failures {
@@ -1014,16 +1145,20 @@ pub fn report(r: &FuzzReport) -> String {
             Verdict::NoAnswer(why) => format!("PEER STOPPED ANSWERING: {why}"),
             Verdict::NotRun(why) => format!("not run: {why}"),
         };
-        s += &format!("mutant {} ({}, {}: {}): {v}\n", m.index, m.rule.name(), m.base, m.detail);
+        s += &format!("{t} mutant {} ({}, {}: {}): {v}\n", m.index, m.rule.name(), m.base, m.detail);
         s += &format!(
             "    expected: {}\n    observed: {}\n",
             m.expected.join("  |  "),
             if m.observed.is_empty() { "nothing".into() } else { m.observed.join("; ") }
         );
-        s += &format!("    again: --fuzz-only {} --seed {:#x}\n", m.index, r.seed);
+        let flag = match r.service {
+            Service::Rc => String::new(),
+            other => format!("--fuzz-transport {} ", other.name().to_lowercase()),
+        };
+        s += &format!("    again: {flag}--fuzz-only {} --seed {:#x}\n", m.index, r.seed);
     }
     for (i, rule, why) in &r.not_judged {
-        s += &format!("not judged: mutant {i} ({}, {why})\n", rule.name());
+        s += &format!("not judged: {t} mutant {i} ({}, {why})\n", rule.name());
     }
     if let Some(why) = &r.stopped {
         s += &format!("stopped: {why}\n");

@@ -14,6 +14,7 @@
 pub mod cm;
 pub mod cm_scenario;
 pub mod fuzz;
+pub mod fuzz_ucud;
 pub mod judge;
 pub mod link;
 pub mod model;

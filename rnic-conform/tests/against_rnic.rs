@@ -13,7 +13,7 @@
 //! says why it is skipped.
 
 use rnic_conform::cm_scenario;
-use rnic_conform::fuzz::{FuzzOptions, FuzzReport};
+use rnic_conform::fuzz::{FuzzOptions, FuzzReport, Service};
 use rnic_conform::link::Link;
 use rnic_conform::scenario::{self, Options, Outcome, Verdict};
 use rnic_conform::{uc, ud, wrap};
@@ -198,7 +198,14 @@ fn rnic_passes_the_fuzzer() {
         Err(why) => return eprintln!("skipped: {why}"),
     };
     let _r = responder(&libs, &exe, "127.0.107.2", 7473, None);
-    let f = FuzzOptions { seed: 0x5eed, count: 200, only: None, grace: Duration::from_millis(30), eager: false };
+    let f = FuzzOptions {
+        seed: 0x5eed,
+        count: 200,
+        only: None,
+        grace: Duration::from_millis(30),
+        eager: false,
+        plant: false,
+    };
     let r = fuzz("127.0.107.1", "127.0.107.2", 7473, &f);
     let report = rnic_conform::fuzz::report(&r);
     println!("{report}");
@@ -221,7 +228,14 @@ fn the_fuzzer_finds_a_responder_that_answers_twice() {
         Err(why) => return eprintln!("skipped: {why}"),
     };
     let _r = responder(&libs, &exe, "127.0.108.2", 7474, Some("dup=1"));
-    let f = FuzzOptions { seed: 0x5eed, count: 30, only: None, grace: Duration::from_millis(30), eager: false };
+    let f = FuzzOptions {
+        seed: 0x5eed,
+        count: 30,
+        only: None,
+        grace: Duration::from_millis(30),
+        eager: false,
+        plant: false,
+    };
     let r = fuzz("127.0.108.1", "127.0.108.2", 7474, &f);
     let report = rnic_conform::fuzz::report(&r);
     println!("{report}");
@@ -269,7 +283,14 @@ fn a_peer_that_dies_ends_the_fuzzer_with_a_verdict() {
         std::thread::sleep(Duration::from_millis(1500));
         drop(r);
     });
-    let f = FuzzOptions { seed: 0x5eed, count: 100_000, only: None, grace: Duration::from_millis(30), eager: false };
+    let f = FuzzOptions {
+        seed: 0x5eed,
+        count: 100_000,
+        only: None,
+        grace: Duration::from_millis(30),
+        eager: false,
+        plant: false,
+    };
     let o = Options {
         port: 7475,
         cm_wait: Duration::from_secs(2),
@@ -290,5 +311,84 @@ fn a_peer_that_dies_ends_the_fuzzer_with_a_verdict() {
     if let Some(m) = rep.failures.first() {
         assert!(matches!(m.verdict, Verdict::NoAnswer(_) | Verdict::Diverges(_)), "{report}");
         assert!(why.contains(&format!("after mutant {}", m.index)), "{report}");
+    }
+}
+
+fn fuzz_ucud(local: &str, peer: &str, port: u16, f: &FuzzOptions, service: Service) -> FuzzReport {
+    let mut link = Link::open(local.parse().unwrap(), peer.parse().unwrap()).unwrap();
+    let o = Options { port, quiet: Duration::from_millis(60), ..Options::default() };
+    rnic_conform::fuzz_ucud::run(&mut link, &o, f, service)
+}
+
+/// The UD and UC fuzzers against rnic: every mutant of a fixed seed is delivered, placed
+/// or dropped as the models say (the completions, the bytes and, for UC, the whole region
+/// read back over the session; nothing on the wire), every rule among them.
+#[test]
+fn rnic_passes_the_ud_and_uc_fuzzers() {
+    let (libs, exe) = match setup() {
+        Ok(x) => x,
+        Err(why) => return eprintln!("skipped: {why}"),
+    };
+    let _r = responder(&libs, &exe, "127.0.112.2", 7477, None);
+    for (service, count) in [(Service::Ud, 80u32), (Service::Uc, 80)] {
+        let f = FuzzOptions {
+            seed: 0x5eed,
+            count,
+            only: None,
+            grace: Duration::from_millis(30),
+            eager: false,
+            plant: false,
+        };
+        let r = fuzz_ucud("127.0.112.1", "127.0.112.2", 7477, &f, service);
+        let report = rnic_conform::fuzz::report(&r);
+        println!("{report}");
+        assert_eq!(r.played, count, "{report}");
+        assert!(r.failures.is_empty() && r.stopped.is_none(), "{report}");
+        assert!(r.unjudged <= 2, "{report}");
+        for (rule, played, passed) in &r.per_rule {
+            assert!(*played > 0 && *passed > 0, "{} {} not exercised:\n{report}", service.name(), rule.name());
+        }
+    }
+}
+
+/// The models told a key other than the responder's (`plant`: UD's Q_Key, UC's R_Key), as
+/// a peer that takes a wrong key looks to a right model: the datagrams it delivers and the
+/// WRITEs it places diverge, each with its capture, and `--fuzz-only` makes one again.
+#[test]
+fn the_ud_and_uc_fuzzers_find_a_peer_that_takes_a_wrong_key() {
+    let (libs, exe) = match setup() {
+        Ok(x) => x,
+        Err(why) => return eprintln!("skipped: {why}"),
+    };
+    let _r = responder(&libs, &exe, "127.0.113.2", 7478, None);
+    for service in [Service::Ud, Service::Uc] {
+        let f = FuzzOptions {
+            seed: 0x5eed,
+            count: 20,
+            only: None,
+            grace: Duration::from_millis(30),
+            eager: false,
+            plant: true,
+        };
+        let r = fuzz_ucud("127.0.113.1", "127.0.113.2", 7478, &f, service);
+        let report = rnic_conform::fuzz::report(&r);
+        println!("{report}");
+        assert!(r.stopped.is_none(), "{report}");
+        assert!(r.failures.len() >= 10, "{report}");
+        for m in &r.failures {
+            assert!(matches!(m.verdict, Verdict::Diverges(_)), "{report}");
+            assert!(!m.capture.is_empty(), "mutant {}: no capture", m.index);
+        }
+        let first = &r.failures[0];
+        let again = FuzzOptions { only: Some(vec![first.index]), ..f };
+        let r2 = fuzz_ucud("127.0.113.1", "127.0.113.2", 7478, &again, service);
+        assert_eq!(r2.played, 1);
+        assert_eq!(r2.failures.len(), 1, "{}", rnic_conform::fuzz::report(&r2));
+        assert_eq!((r2.failures[0].rule, r2.failures[0].base), (first.rule, first.base));
+        assert!(rnic_conform::fuzz::report(&r2).contains(&format!(
+            "again: --fuzz-transport {} --fuzz-only {}",
+            service.name().to_lowercase(),
+            first.index
+        )));
     }
 }
