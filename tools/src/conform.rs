@@ -5,7 +5,8 @@
 
 use clap::Parser;
 use rnic_conform::cm_scenario;
-use rnic_conform::fuzz::{self, FuzzOptions};
+use rnic_conform::fuzz::{self, FuzzOptions, Service};
+use rnic_conform::fuzz_ucud;
 use rnic_conform::link::{pcap, Link};
 use rnic_conform::scenario::{self, Options, Verdict};
 use rnic_conform::{uc, ud, wrap};
@@ -58,6 +59,11 @@ pub struct Args {
     /// for the answers in between.
     #[arg(long)]
     pub fuzz_eager: bool,
+    /// Which transport's connection the fuzzer mutates: rc (through the CM), uc or ud (on
+    /// a session with the responder), or all three in turn (each with the seed, the count
+    /// and any --fuzz-only).
+    #[arg(long, default_value = "rc", value_parser = ["rc", "uc", "ud", "all"])]
+    pub fuzz_transport: String,
 }
 
 fn parse_seed(s: &str) -> Result<u64, String> {
@@ -119,15 +125,34 @@ pub fn run(a: &Args) -> ExitCode {
             only: a.fuzz_only.clone(),
             grace: Duration::from_millis(a.grace_ms),
             eager: a.fuzz_eager,
+            plant: false,
         };
-        let r = fuzz::run(&mut link, &o, &f);
-        print!("{}", fuzz::report(&r));
+        let services = match a.fuzz_transport.as_str() {
+            "uc" => vec![Service::Uc],
+            "ud" => vec![Service::Ud],
+            "all" => vec![Service::Rc, Service::Uc, Service::Ud],
+            _ => vec![Service::Rc],
+        };
+        let mut ok = true;
+        for service in services {
+            let r = match service {
+                Service::Rc => fuzz::run(&mut link, &o, &f),
+                s => fuzz_ucud::run(&mut link, &o, &f, s),
+            };
+            print!("{}", fuzz::report(&r));
+            // RC's captures keep their names; UC's and UD's name their transport.
+            let prefix = match service {
+                Service::Rc => "fuzz".to_string(),
+                s => format!("fuzz-{}", s.name().to_lowercase()),
+            };
+            let caps = r.failures.iter().map(|m| (format!("{prefix}-{:x}-{}", r.seed, m.index), &m.capture[..]));
+            write_captures(&a.captures, caps);
+            ok &= r.failures.is_empty() && r.stopped.is_none();
+        }
         if link.malformed > 0 {
             println!("{} packets from the peer failed the ICRC or structure checks and were dropped", link.malformed);
         }
-        let caps = r.failures.iter().map(|m| (format!("fuzz-{:x}-{}", r.seed, m.index), &m.capture[..]));
-        write_captures(&a.captures, caps);
-        return if r.failures.is_empty() && r.stopped.is_none() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+        return if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE };
     }
     let mut outcomes = Vec::new();
     for (n, s) in all.iter().enumerate() {
