@@ -59,11 +59,11 @@ pub struct Args {
     /// for the answers in between.
     #[arg(long)]
     pub fuzz_eager: bool,
-    /// Which transport's connection the fuzzer mutates: rc (through the CM), uc or ud (on
-    /// a session with the responder), or all three in turn (each with the seed, the count
-    /// and any --fuzz-only).
-    #[arg(long, default_value = "rc", value_parser = ["rc", "uc", "ud", "all"])]
-    pub fuzz_transport: String,
+    /// Which transports' connections the fuzzer mutates, in turn (comma-separated): rc
+    /// (through the CM), uc or ud (on a session with the responder), or all three; each
+    /// with the seed, the count and any --fuzz-only.
+    #[arg(long, default_value = "rc", value_delimiter = ',', value_parser = ["rc", "uc", "ud", "all"])]
+    pub fuzz_transport: Vec<String>,
 }
 
 fn parse_seed(s: &str) -> Result<u64, String> {
@@ -127,12 +127,20 @@ pub fn run(a: &Args) -> ExitCode {
             eager: a.fuzz_eager,
             plant: false,
         };
-        let services = match a.fuzz_transport.as_str() {
-            "uc" => vec![Service::Uc],
-            "ud" => vec![Service::Ud],
-            "all" => vec![Service::Rc, Service::Uc, Service::Ud],
-            _ => vec![Service::Rc],
-        };
+        let mut services = Vec::new();
+        for t in &a.fuzz_transport {
+            let these: &[Service] = match t.as_str() {
+                "uc" => &[Service::Uc],
+                "ud" => &[Service::Ud],
+                "all" => &[Service::Rc, Service::Uc, Service::Ud],
+                _ => &[Service::Rc],
+            };
+            for s in these {
+                if !services.contains(s) {
+                    services.push(*s);
+                }
+            }
+        }
         let mut ok = true;
         for service in services {
             let r = match service {
