@@ -504,6 +504,19 @@ impl Engine {
         }
     }
 
+    /// Like [`poll_timeout`](Self::poll_timeout), with held ACKs not counted as due.
+    pub fn poll_timeout_holding_acks(&self) -> Option<Time> {
+        let pending = !self.cx.out.tx.is_empty() || !self.cx.reads.is_empty() || self.gsi.agent.has_transmit();
+        if pending || self.cx.freed.iter().any(|&d| self.dest_due(d)) {
+            return Some(0);
+        }
+        let qps = self.cx.timers.peek().map(|Reverse((t, _))| *t);
+        match (qps, self.gsi.agent.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// True when `drain_transmits` has (or will generate) packets.
     pub fn has_pending_transmit(&self) -> bool {
         !self.cx.out.tx.is_empty()
