@@ -357,12 +357,8 @@ fn request_after_dreq(link: &mut Link, o: &Options, req: cm::Request) -> Played 
         return (Verdict::NotRun(e.to_string()), expected, observed);
     }
     let end = Instant::now() + o.answer_wait.min(2 * o.quiet);
-    let mut back = Vec::new();
-    while let Some(p) = link.recv(end) {
-        if p.repr.bth.dest_qp.value() == c.local_qpn && p.repr.bth.opcode != Opcode::CNP {
-            back.push(answer_of(&p.repr, &p.payload).to_string());
-        }
-    }
+    let back: Vec<String> =
+        link.packets_to(c.local_qpn, end).iter().map(|p| answer_of(&p.repr, &p.payload).to_string()).collect();
     if back.is_empty() {
         observed.push("no answer to the SEND".into());
         (Verdict::Pass, expected, observed)

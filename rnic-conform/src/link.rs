@@ -10,6 +10,7 @@ use rnic_wire::ipv4::{self, Ipv4Repr};
 use rnic_wire::ipv6::Ipv6Repr;
 use rnic_wire::roce::{RocePacket, RoceRepr};
 use rnic_wire::udp;
+use rnic_wire::Opcode;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -108,6 +109,14 @@ impl Link {
         self.records.push(Record { ts: now(), frame: frame((self.local, ROCE_PORT), (self.peer, ROCE_PORT), 0, &buf) });
         self.sock.send_to(&buf, SocketAddr::new(self.peer, ROCE_PORT))?;
         Ok(())
+    }
+
+    /// Every packet the peer sends to the tester's QP `qpn` until `deadline` (CNPs aside:
+    /// congestion notifications answer no request).
+    pub fn packets_to(&mut self, qpn: u32, deadline: Instant) -> Vec<Received> {
+        std::iter::from_fn(|| self.recv(deadline))
+            .filter(|p| p.repr.bth.dest_qp.value() == qpn && p.repr.bth.opcode != Opcode::CNP)
+            .collect()
     }
 
     /// The next packet from the peer that passes every check, or `None` at `deadline`.

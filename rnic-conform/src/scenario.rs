@@ -405,6 +405,13 @@ pub struct Outcome {
     pub capture: Vec<Record>,
 }
 
+impl Outcome {
+    /// A scenario's outcome before it runs: passing, nothing expected or seen yet.
+    pub fn new(name: &'static str, rule: &'static str) -> Outcome {
+        Outcome { name, rule, verdict: Verdict::Pass, expected: Vec::new(), observed: Vec::new(), capture: Vec::new() }
+    }
+}
+
 /// How to reach the peer and how long to wait for it.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
@@ -463,14 +470,7 @@ pub fn open(
 
 /// Runs one scenario on a connection of its own. `n` makes its QPN and communication ID.
 pub fn run(link: &mut Link, s: &Scenario, n: u32, o: &Options) -> Outcome {
-    let mut out = Outcome {
-        name: s.name,
-        rule: s.rule,
-        verdict: Verdict::Pass,
-        expected: Vec::new(),
-        observed: Vec::new(),
-        capture: Vec::new(),
-    };
+    let mut out = Outcome::new(s.name, s.rule);
     let (c, mut model, env) = match open(link, 0x00c0_0000 + n, n, s.start_psn, o) {
         Ok(x) => x,
         Err(e) => {

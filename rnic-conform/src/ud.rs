@@ -288,14 +288,7 @@ static SESSIONS: AtomicU32 = AtomicU32::new(0);
 
 /// Runs one UD scenario on a UD session of its own.
 pub fn run(link: &mut Link, s: &UdScenario, o: &Options) -> Outcome {
-    let mut out = Outcome {
-        name: s.name,
-        rule: s.rule,
-        verdict: Verdict::Pass,
-        expected: Vec::new(),
-        observed: Vec::new(),
-        capture: Vec::new(),
-    };
+    let mut out = Outcome::new(s.name, s.rule);
     let n = SESSIONS.fetch_add(1, Ordering::Relaxed) & 0xffff;
     let qpn = 0x00d0_0000 + n;
     let mut peer = match Session::open(link, o.port, Kind::Ud, qpn, o.mtu_code, None, o.cm_wait) {
@@ -316,13 +309,11 @@ pub fn run(link: &mut Link, s: &UdScenario, o: &Options) -> Outcome {
         }
     }
     // UD answers nothing: whatever comes to the tester's QP in `quiet` is a divergence.
-    let mut back = Vec::new();
-    let end = Instant::now() + o.quiet;
-    while let Some(p) = link.recv(end) {
-        if p.repr.bth.dest_qp.value() == qpn && p.repr.bth.opcode != Opcode::CNP {
-            back.push(format!("{} psn={:#08x}", p.repr.bth.opcode.name(), p.repr.bth.psn.value()));
-        }
-    }
+    let back: Vec<String> = link
+        .packets_to(qpn, Instant::now() + o.quiet)
+        .iter()
+        .map(|p| format!("{} psn={:#08x}", p.repr.bth.opcode.name(), p.repr.bth.psn.value()))
+        .collect();
     out.capture = link.records_since(mark).to_vec();
     out.expected = model.completions.iter().map(describe_model).collect();
     out.expected.extend(model.dropped.iter().map(|d| format!("dropped: {d}")));

@@ -79,14 +79,7 @@ static SESSIONS: AtomicU32 = AtomicU32::new(0);
 
 /// Runs one PSN-wrap scenario on an RC session of its own.
 pub fn run(link: &mut Link, s: &Scenario, o: &Options) -> Outcome {
-    let mut out = Outcome {
-        name: s.name,
-        rule: s.rule,
-        verdict: Verdict::Pass,
-        expected: Vec::new(),
-        observed: Vec::new(),
-        capture: Vec::new(),
-    };
+    let mut out = Outcome::new(s.name, s.rule);
     let n = SESSIONS.fetch_add(1, Ordering::Relaxed) & 0xffff;
     let qpn = 0x00b0_0000 + n;
     let peer = match Session::open(link, o.port, Kind::Rc, qpn, o.mtu_code, Some(s.start_psn), o.cm_wait) {
