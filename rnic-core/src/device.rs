@@ -1140,11 +1140,10 @@ impl Core {
             }
             self.last_work = t;
             let engine_due = match self.ack_hold_until {
-                Some(d) => self.engine.poll_timeout_holding_acks().map_or(d, |e| e.min(d)),
-                None => self.engine.poll_timeout().unwrap_or(Time::MAX),
+                Some(d) => Some(self.engine.poll_timeout_holding_acks().map_or(d, |e| e.min(d))),
+                None => self.engine.poll_timeout(),
             };
-            self.next_timer =
-                [Some(engine_due).filter(|&d| d != Time::MAX), self.link.next_due()].into_iter().flatten().min();
+            self.next_timer = [engine_due, self.link.next_due()].into_iter().flatten().min();
         }
         if self.shutdown {
             self.link.flush();

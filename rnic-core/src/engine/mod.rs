@@ -494,17 +494,14 @@ impl Engine {
     /// `Some(0)` means output is waiting to be generated (paced READ responses): drain
     /// the transmits again without sleeping.
     pub fn poll_timeout(&self) -> Option<Time> {
-        if self.has_pending_transmit() || self.cx.freed.iter().any(|&d| self.dest_due(d)) {
+        if !self.cx.acks.is_empty() {
             return Some(0);
         }
-        let qps = self.cx.timers.peek().map(|Reverse((t, _))| *t);
-        match (qps, self.gsi.agent.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.poll_timeout_holding_acks()
     }
 
-    /// Like [`poll_timeout`](Self::poll_timeout), with held ACKs not counted as due.
+    /// Like [`poll_timeout`](Self::poll_timeout), with held ACKs not counted as due (the
+    /// driver holds a libibverbs program's ACKs for a while, with its own deadline).
     pub fn poll_timeout_holding_acks(&self) -> Option<Time> {
         let pending = !self.cx.out.tx.is_empty() || !self.cx.reads.is_empty() || self.gsi.agent.has_transmit();
         if pending || self.cx.freed.iter().any(|&d| self.dest_due(d)) {
