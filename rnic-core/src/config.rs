@@ -83,6 +83,16 @@ pub struct DeviceConfig {
     /// answers ARP for it. Needs CAP_NET_RAW. The socket is opened in the network
     /// namespace of the thread calling [`Device::open`](crate::device::Device::open).
     pub netdev: Option<String>,
+    /// How many shards the device's work is spread over: each an engine with its own
+    /// socket in the device's reuseport group and its own progress thread, holding the
+    /// QPs created on it (the kernel steers each datagram to its QP's shard, so one QP's
+    /// packets stay on one thread, in order). `None` (the default): `RNIC_SHARDS` when set
+    /// (for UDP devices), else half the CPUs the process may use (`sched_getaffinity`),
+    /// at most 8, at least 1, and no more than the device's group of processes has
+    /// members free. Raw-Ethernet devices run one (every `AF_PACKET` socket on an
+    /// interface sees every frame: nothing steers a frame to one of several). A number
+    /// is taken exactly or the open fails, naming why.
+    pub shards: Option<usize>,
     /// Raw Ethernet: tag this device's frames with this 802.1Q VLAN ID (1..=4094) and take
     /// only frames of that VLAN (`RNIC_DEVICES=rnic0=10.77.0.2@veth0:42`).
     pub vlan: Option<u16>,
@@ -156,6 +166,7 @@ impl DeviceConfig {
             congestion_control: env.cc.unwrap_or_default(),
             netdev: None,
             vlan: None,
+            shards: None,
         }
     }
 }
@@ -181,6 +192,9 @@ pub struct EnvSettings {
     /// `RNIC_WAKE_BOOST=0|1`: the progress thread's real-time wake-ups
     /// ([`DeviceConfig::wake_boost`]).
     pub wake_boost: Option<bool>,
+    /// `RNIC_SHARDS=N`: the shards of every UDP device whose configuration leaves them
+    /// open ([`DeviceConfig::shards`]), 1 to 64.
+    pub shards: Option<usize>,
 }
 
 impl EnvSettings {
@@ -212,6 +226,9 @@ impl EnvSettings {
                 }
             });
         }
+        if let Some(v) = var("RNIC_SHARDS") {
+            e.shards = Some(parse_shards(&v).map_err(|why| format!("RNIC_SHARDS={v:?}: {why}"))?);
+        }
         e.ipv4_id = crate::rx_icrc::policy_from_env()?;
         if std::env::var_os("RNIC_CC").is_some() {
             e.cc = Some(CongestionControl::from_env()?);
@@ -221,6 +238,19 @@ impl EnvSettings {
             e.faults = Some(v);
         }
         Ok(e)
+    }
+}
+
+/// The most shards a device takes: every shard is a member of the device's group of
+/// processes, which has `share::MEMBERS` (the driver checks that they agree).
+pub(crate) const MAX_SHARDS: usize = 64;
+
+/// `RNIC_SHARDS`'s value: a number of shards, 1 to [`MAX_SHARDS`].
+fn parse_shards(v: &str) -> Result<usize, String> {
+    match v.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_SHARDS).contains(&n) => Ok(n),
+        Ok(_) => Err(format!("a device runs 1 to {MAX_SHARDS} shards")),
+        Err(_) => Err(format!("not a number of shards (1 to {MAX_SHARDS}; unset: half the CPUs, at most 8)")),
     }
 }
 
@@ -308,4 +338,19 @@ pub struct TransportInfo {
     pub spin: Duration,
     /// Raw Ethernet frames on an interface (`DeviceConfig::netdev`) instead of UDP.
     pub raw: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_shards;
+
+    #[test]
+    fn rnic_shards_takes_1_to_64_and_says_what_else_is_wrong() {
+        assert_eq!(parse_shards("1"), Ok(1));
+        assert_eq!(parse_shards(" 64 "), Ok(64));
+        assert!(parse_shards("0").unwrap_err().contains("1 to 64"));
+        assert!(parse_shards("65").unwrap_err().contains("1 to 64"));
+        assert!(parse_shards("auto").unwrap_err().contains("not a number"));
+        assert!(parse_shards("-2").unwrap_err().contains("not a number"));
+    }
 }

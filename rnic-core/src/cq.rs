@@ -34,6 +34,9 @@ pub struct Cq {
     /// Completions are stamped with the clock as they are pushed
     /// ([`Cq::stamp_completions`]).
     stamp: AtomicBool,
+    /// The device shards whose QPs complete here (bit *i*: shard *i*), so that a poll
+    /// that runs a round itself runs it where this CQ's completions come from.
+    shards: std::sync::atomic::AtomicU64,
 }
 
 /// A resize below the completions waiting ([`Cq::resize`]).
@@ -70,6 +73,18 @@ const ARM_NEXT: u32 = 1;
 const ARM_SOLICITED: u32 = 2;
 
 impl Cq {
+    /// Notes that a QP of device shard `shard` completes here.
+    pub(crate) fn fed_by(&self, shard: usize) {
+        if shard < 64 {
+            self.shards.fetch_or(1 << shard, Ordering::Relaxed);
+        }
+    }
+
+    /// The shards whose QPs complete here (bit *i*: shard *i*); 0 before any QP.
+    pub(crate) fn feeding_shards(&self) -> u64 {
+        self.shards.load(Ordering::Relaxed)
+    }
+
     /// A CQ holding up to `depth` completions.
     pub fn new(id: u32, depth: usize) -> Cq {
         Cq {
@@ -83,6 +98,7 @@ impl Cq {
             returned: parking_lot::Mutex::new(std::collections::VecDeque::new()),
             has_returned: AtomicBool::new(false),
             stamp: AtomicBool::new(false),
+            shards: std::sync::atomic::AtomicU64::new(0),
         }
     }
 

@@ -1,8 +1,8 @@
-//! The driver: runs one [`Engine`] on one progress thread per device over the UDP
-//! transport.
+//! The driver: runs a device's [`Engine`]s, one per shard, each on its own progress thread
+//! and socket (the kernel steers each datagram to its QP's shard; one shard on two CPUs).
 //!
 //! ```text
-//!  application threads                progress thread (the only one per device)
+//!  application threads                progress thread (one per shard)
 //!  post_send: validate on the caller  --Cmd::PostSend-->  engine  <-- recvmmsg (+GRO) + ICRC check
 //!  modify/create: Cmd + reply channel                     |
 //!  poll_cq: lock-free CQ  <------- completions -----------+--> sendmmsg (+GSO), ICRC filled
@@ -16,8 +16,8 @@
 //! The progress thread polls both its command channel and its socket without blocking;
 //! after `spin` without work it sleeps in `ppoll` on the socket and an eventfd until a
 //! datagram, a timer, or a poster's wake-up (the posting thread bumps the eventfd when it
-//! finds the thread asleep). One thread per device, not two: on a 2-CPU machine every
-//! extra runnable thread costs a context switch per hand-off.
+//! finds the thread asleep). One thread per shard, not a receive thread beside it: on a
+//! 2-CPU machine every extra runnable thread costs a context switch per hand-off.
 //!
 //! The engine and both halves of the transport live in one `Core` behind a mutex that
 //! the progress thread takes for each round. A busy-polling application may run a round
@@ -47,7 +47,7 @@ use crate::Time;
 use crossbeam_channel::{Receiver, Sender};
 use rnic_wire::{Qpn, ROCEV2_UDP_PORT};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -128,7 +128,6 @@ struct Inner {
     port_mtu: PathMtu,
     mtpt: Arc<Mtpt>,
     counters: Arc<Counters>,
-    cmd: Sender<Cmd>,
     events: Receiver<AsyncEvent>,
     cm_events: Receiver<crate::cm::CmEvent>,
     /// Readable while CM events wait (a program may `poll` it, as an rdma_cm event
@@ -137,18 +136,11 @@ struct Inner {
     next_pd: AtomicU32,
     next_cq: AtomicU32,
     next_srq: AtomicU32,
-    /// The progress thread is (about to be) asleep in `ppoll`: wake it with a datagram.
-    sleeping: Arc<AtomicBool>,
-    /// A work request went straight into the engine ([`Device::post_send`] finding the
-    /// core free) and no round has sent it yet: the progress thread must not sleep.
-    posted: Arc<AtomicBool>,
-    /// When an application thread last ran a round ([`Device::progress`]), in the
-    /// core's nanoseconds; 0: never. Read by the progress thread without the lock.
-    inline_at: Arc<AtomicU64>,
-    /// Wakes the progress thread from its `ppoll` (which also watches the socket).
-    waker: Arc<rnic_io::EventFd>,
-    /// The engine and the transport; the progress thread locks it for each round.
-    core: Arc<parking_lot::Mutex<Core>>,
+    /// The engines the device's work is spread over (at least one); shard 0 runs the CM.
+    shards: Box<[Shard]>,
+    /// The shard of each member number a QPN carries (`share::member_of`), `NO_SHARD`
+    /// for members that are not this device's.
+    by_member: [u8; MEMBERS],
     threads: parking_lot::Mutex<Vec<JoinHandle<()>>>,
     /// A raw-Ethernet device's claim of its interface and address (processes share UDP
     /// devices only).
@@ -171,65 +163,63 @@ impl Device {
     }
 
     /// Opens a device; `shared`: its name in [`Device::open_shared`]'s table. The steps:
-    /// the environment's settings, the capture, the wire ([`Wire::open`]), the engine's
-    /// configuration ([`engine_config`]), the progress thread.
+    /// the environment's settings, the capture, the wire of each shard ([`Wire::open`]),
+    /// each shard's engine ([`engine_config`]) and progress thread.
     fn open_as(mut config: DeviceConfig, shared: Option<String>) -> Result<Device, DeviceError> {
         apply_env(&mut config)?;
+        let want = shard_count(&config)?;
         let capture = open_capture(&config)?;
         let counters = Arc::new(Counters::default());
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
-        let wire = Wire::open(&config, capture, &counters)?;
-        let engine_config = engine_config(&config, &wire);
-        let Wire { link, local, transport, iface, raw_claim, .. } = wire;
-        // Fault injection wraps whichever transport it is.
-        let link: Box<dyn Transport> = match &config.faults {
-            Some(f) => Box::new(Faulty::new(link, f.clone())),
-            None => link,
-        };
+        let first = Wire::open(&config, capture.clone(), &counters, true)?.ok_or_else(|| DeviceError::Config {
+            name: config.name.clone(),
+            why: "the device's group of processes has no member free".into(),
+        })?;
+        let mut wires = vec![first];
+        while wires.len() < want.count {
+            // Past the first, a shard is one more member of the device's group: an
+            // automatic count stops where the group has no member left.
+            match Wire::open(&config, capture.clone(), &counters, want.exact)? {
+                Some(w) => wires.push(w),
+                None => break,
+            }
+        }
+        let (local, transport, port_mtu) =
+            (wires[0].local, wires[0].transport, engine_config(&config, &wires[0]).port_mtu);
+        let iface = wires[0].iface.clone();
+        let raw_claim = wires[0].raw_claim.take();
         let mtpt = Arc::new(Mtpt::new(config.max_mr));
-        let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let (ev_tx, ev_rx) = crossbeam_channel::unbounded();
         let (cm_tx, cm_rx) = crossbeam_channel::unbounded();
         let cm_fd = Arc::new(rnic_io::EventFd::new().map_err(io_err)?);
-        let sleeping = Arc::new(AtomicBool::new(false));
-        let posted = Arc::new(AtomicBool::new(false));
         // The one port is up as soon as the socket is bound (IBV_EVENT_PORT_ACTIVE).
         let _ = ev_tx.send(AsyncEvent::PortActive { port: 1 });
-        let port_mtu = engine_config.port_mtu;
-        let engine = Engine::new(engine_config, mtpt.clone(), counters.clone());
-        let waker = Arc::new(rnic_io::EventFd::new().map_err(io_err)?);
-        let wake_fds = link.wake_fds().map_err(io_err)?;
-        let core = {
-            let next_timer = [engine.poll_timeout(), link.next_due()].into_iter().flatten().min();
-            Arc::new(parking_lot::Mutex::new(Core {
-                engine,
-                cmds: cmd_rx.clone(),
-                link,
-                events: ev_tx,
-                cm_events: cm_tx,
-                cm_fd: cm_fd.clone(),
-                batch: Vec::with_capacity(256),
-                start: Instant::now(),
-                next_timer,
-                last_work: 0,
-                shutdown: false,
-                posted: posted.clone(),
-                ack_hold_until: None,
-            }))
-        };
-        let inline_at = Arc::new(AtomicU64::new(0));
-        let progress = {
-            let (core, sleeping, waker, posted) = (core.clone(), sleeping.clone(), waker.clone(), posted.clone());
-            let wake_boost = config.wake_boost;
-            let inline = Inline { at: inline_at.clone(), epoch: core.lock().start };
-            std::thread::Builder::new()
-                .name(format!("{}-progress", config.name))
-                .spawn(move || {
-                    let flags = Flags { sleeping, posted };
-                    progress_loop(core, cmd_rx, wake_fds, waker, flags, inline, transport.spin, wake_boost)
-                })
-                .map_err(io_err)?
-        };
+        let mut shards = Vec::with_capacity(wires.len());
+        let mut threads = Vec::with_capacity(wires.len());
+        let mut by_member = [NO_SHARD; MEMBERS];
+        let ends = Ends { mtpt: &mtpt, counters: &counters, events: &ev_tx, cm_events: &cm_tx, cm_fd: &cm_fd };
+        for (i, wire) in wires.into_iter().enumerate() {
+            let member = wire.cm_member;
+            match Shard::start(&config, i, wire, &ends) {
+                Ok((shard, thread)) => {
+                    if let Some(m) = member {
+                        by_member[usize::from(m) % MEMBERS] = u8::try_from(i).unwrap_or(NO_SHARD);
+                    }
+                    shards.push(shard);
+                    threads.push(thread);
+                }
+                Err(e) => {
+                    // Stop the shards already running before reporting.
+                    for s in &shards {
+                        let _ = s.send_cmd(Cmd::Shutdown);
+                    }
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    return Err(e);
+                }
+            }
+        }
         Ok(Device {
             inner: Arc::new(Inner {
                 config,
@@ -239,19 +229,15 @@ impl Device {
                 port_mtu,
                 mtpt,
                 counters,
-                cmd: cmd_tx,
                 events: ev_rx,
                 cm_events: cm_rx,
                 cm_fd,
                 next_pd: AtomicU32::new(1),
                 next_cq: AtomicU32::new(1),
                 next_srq: AtomicU32::new(1),
-                sleeping,
-                posted,
-                inline_at,
-                waker,
-                core,
-                threads: parking_lot::Mutex::new(vec![progress]),
+                shards: shards.into_boxed_slice(),
+                by_member,
+                threads: parking_lot::Mutex::new(threads),
                 // Made here, after every fallible step: a `Shared` dropped on an error
                 // path would take the table's lock, which `open_shared` holds.
                 _raw_claim: raw_claim,
@@ -353,44 +339,40 @@ impl Device {
     /// applications call it to take the hand-offs to the progress thread out of their
     /// latency. Returns whether there was work. Never blocks.
     pub fn progress(&self) -> bool {
-        match self.inner.core.try_lock() {
-            Some(mut c) => {
-                let now = c.now();
-                crate::hop_trace::mark(crate::hop_trace::Step::RoundStarted);
-                self.inner.inline_at.store(now.max(1), Ordering::Relaxed);
-                let worked = c.round(By::App, now) == Round::Worked;
-                if worked {
-                    // A round with work can be long (a window of packets to send): say
-                    // so again at its end, lest the progress thread think it stopped.
-                    self.inner.inline_at.store(c.now().max(1), Ordering::Relaxed);
-                }
-                worked
-            }
-            None => false,
+        let mut worked = false;
+        for shard in self.inner.busy_shards() {
+            worked |= shard.progress(By::App);
         }
+        worked
     }
 
     /// Runs one round on the calling thread, like [`progress`](Self::progress), without
     /// telling the progress thread to stay away: for callers that cannot promise to keep
     /// calling (the libibverbs library, whose program may next spin on memory an RDMA
-    /// WRITE fills, which only the progress thread can deliver). Never blocks.
-    pub fn progress_shared(&self) -> bool {
-        match self.inner.core.try_lock() {
-            Some(mut c) => {
-                let now = c.now();
-                // No next round is promised: ACKs wait for the program's answer at most
-                // ACK_HOLD_NS, then the progress thread's timer sends them.
-                let worked = c.round(By::Library, now) == Round::Worked;
-                drop(c);
-                if worked && self.inner.sleeping.load(Ordering::SeqCst) {
-                    // The round may have armed a timer (a retransmission) earlier than
-                    // the one the sleeping progress thread waits for: let it look again.
-                    self.inner.waker.notify();
-                }
-                worked
-            }
-            None => false,
+    /// WRITE fills, which only the progress thread can deliver). It runs on the shards
+    /// whose QPs complete into `cq` (those holding QPs while none does yet). Never blocks.
+    pub fn progress_shared(&self, cq: &Cq) -> bool {
+        let shards = &self.inner.shards;
+        if shards.len() == 1 {
+            return shards[0].progress(By::Library);
         }
+        let mask = cq.feeding_shards();
+        let mut worked = false;
+        if mask == 0 {
+            for shard in self.inner.busy_shards() {
+                worked |= shard.progress(By::Library);
+            }
+        } else {
+            for (_, shard) in shards.iter().enumerate().filter(|(i, _)| *i < 64 && mask & (1 << i) != 0) {
+                worked |= shard.progress(By::Library);
+            }
+        }
+        worked
+    }
+
+    /// How many shards the device's work is spread over ([`DeviceConfig::shards`]).
+    pub fn shards(&self) -> usize {
+        self.inner.shards.len()
     }
 
     /// Gives `cq` room for `depth` completions ([`Cq::resize`]) under the device's lock,
@@ -398,9 +380,12 @@ impl Device {
     /// completes at once, so the completions waiting are counted, as rxe's post completes
     /// an unreliable send): no completion is pushed while its queue is replaced.
     pub fn resize_cq(&self, cq: &Cq, depth: usize) -> Result<(), crate::cq::CqResizeError> {
-        let mut c = self.inner.core.lock();
-        let now = c.now();
-        let _ = c.round(By::Progress, now);
+        // Every shard's lock, in order (nothing else holds two), so that no shard pushes.
+        let mut cores: Vec<_> = self.inner.shards.iter().map(|s| s.core.lock()).collect();
+        for c in &mut cores {
+            let now = c.now();
+            let _ = c.round(By::Progress, now);
+        }
         cq.resize(depth)
     }
 
@@ -416,7 +401,7 @@ impl Device {
     /// up to a few hundred microseconds, as from an application's own round): watch it at
     /// a millisecond's pace, not in a tight loop.
     pub fn qp_rates(&self) -> Vec<crate::engine::QpRate> {
-        self.inner.core.lock().engine.qp_rates()
+        self.inner.shards.iter().flat_map(|s| s.core.lock().engine.qp_rates()).collect()
     }
 
     /// The device's counters.
@@ -562,7 +547,9 @@ impl Device {
     /// unpinned while they are still the block's.
     fn retire(&self, block: &MemBlock) {
         block.revoke();
-        drop(self.inner.core.lock());
+        for shard in self.inner.shards.iter() {
+            drop(shard.core.lock());
+        }
         block.unpin();
     }
 
@@ -571,15 +558,33 @@ impl Device {
         Arc::new(Cq::new(self.inner.next_cq.fetch_add(1, Ordering::Relaxed), depth))
     }
 
-    fn call<T>(&self, make: impl FnOnce(Sender<T>) -> Cmd) -> Result<T, DeviceError> {
+    fn call<T>(&self, shard: &Shard, make: impl FnOnce(Sender<T>) -> Cmd) -> Result<T, DeviceError> {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        self.inner.send_cmd(make(tx)).map_err(|_| DeviceError::Stopped(self.name().into()))?;
+        shard.send_cmd(make(tx)).map_err(|_| DeviceError::Stopped(self.name().into()))?;
         rx.recv().map_err(|_| DeviceError::Stopped(self.name().into()))
     }
 
     /// Creates a QP in the RESET state (its type, PD, limits, CQs and SRQ: [`QpInit`]).
+    ///
+    /// It goes to the shard holding the fewest QPs (the lowest of those), where it stays.
     pub fn create_qp(&self, init: QpInit) -> Result<Arc<QpShared>, DeviceError> {
-        Ok(self.call(|reply| Cmd::CreateQp { init, reply })??)
+        let shards = &self.inner.shards;
+        let (i, shard) = shards
+            .iter()
+            .enumerate()
+            .min_by_key(|(i, s)| (s.qps.load(Ordering::Relaxed), *i))
+            .unwrap_or((0, &shards[0]));
+        let cqs =
+            [Some(init.send_cq.clone()), Some(init.recv_cq.clone()), init.srq.as_ref().and_then(|s| s.cq().cloned())];
+        shard.qps.fetch_add(1, Ordering::Relaxed);
+        let qp = self.call(shard, |reply| Cmd::CreateQp { init, reply }).and_then(|r| Ok(r?));
+        match &qp {
+            Ok(_) => cqs.iter().flatten().for_each(|cq| cq.fed_by(i)),
+            Err(_) => {
+                shard.qps.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        qp
     }
 
     /// Creates a shared receive queue of `max_wr` WQEs of up to `max_sge` SGEs in `pd`.
@@ -606,7 +611,8 @@ impl Device {
         f: impl FnOnce(&mut crate::cm::CmAgent, Time) -> T + Send + 'static,
     ) -> Result<T, DeviceError> {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        self.inner
+        // Shard 0 runs the device's CM: every connection's IDs carry its member number.
+        self.inner.shards[0]
             .send_cmd(Cmd::Cm(Box::new(move |cm, now| {
                 let _ = tx.send(f(cm, now));
             })))
@@ -639,17 +645,20 @@ impl Device {
 
     /// Modifies a QP (checked against IBA's table by the engine).
     pub fn modify_qp(&self, qpn: Qpn, attr: QpAttr) -> Result<(), DeviceError> {
-        Ok(self.call(|reply| Cmd::ModifyQp { qpn, attr, reply })??)
+        Ok(self.call(self.inner.shard_of(qpn), |reply| Cmd::ModifyQp { qpn, attr, reply })??)
     }
 
     /// Reads a QP's attributes.
     pub fn query_qp(&self, qpn: Qpn) -> Result<QpAttr, DeviceError> {
-        Ok(self.call(|reply| Cmd::QueryQp { qpn, reply })??)
+        Ok(self.call(self.inner.shard_of(qpn), |reply| Cmd::QueryQp { qpn, reply })??)
     }
 
     /// Destroys a QP (detaching it from its multicast groups).
     pub fn destroy_qp(&self, qpn: Qpn) -> Result<(), DeviceError> {
-        Ok(self.call(|reply| Cmd::DestroyQp { qpn, reply })??)
+        let shard = self.inner.shard_of(qpn);
+        self.call(shard, |reply| Cmd::DestroyQp { qpn, reply })??;
+        let _ = shard.qps.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        Ok(())
     }
 
     /// Attaches UD QP `qpn` to the multicast group at IP address `group`
@@ -670,7 +679,7 @@ impl Device {
     }
 
     fn mcast(&self, qpn: Qpn, group: std::net::IpAddr, attach: bool) -> Result<(), DeviceError> {
-        self.call(|reply| Cmd::Mcast { qpn, group, attach, reply })?.map_err(|r| match r {
+        self.call(self.inner.shard_of(qpn), |reply| Cmd::Mcast { qpn, group, attach, reply })?.map_err(|r| match r {
             McastRefusal::Engine(e) => DeviceError::Engine(e),
             McastRefusal::Wire(source) => DeviceError::Io { name: self.name().to_string(), source },
         })
@@ -689,13 +698,14 @@ impl Device {
     /// Hands an already validated send WQE to the engine.
     #[inline]
     pub fn post_send_wqe(&self, qp: &QpShared, wqe: SendWqe) {
-        match self.direct() {
+        let shard = self.inner.shard_of(qp.qpn);
+        match shard.direct() {
             Some(mut c) => {
                 // No clock read here: the round that sends the work request reads it.
                 c.engine.queue_send(qp.qpn, wqe);
-                self.posted_direct(c);
+                shard.posted_direct(c);
             }
-            None => self.queue_cmd(Cmd::PostSend(qp.qpn, wqe), &qp.sq_outstanding),
+            None => shard.queue_cmd(Cmd::PostSend(qp.qpn, wqe), &qp.sq_outstanding),
         }
     }
 
@@ -704,54 +714,26 @@ impl Device {
         let wr = &wr.into();
         let mut wqe = RecvWqe::unchecked(wr.wr_id);
         qp::validate_recv_into(qp, &self.inner.mtpt, wr, &mut wqe)?;
-        match self.direct() {
+        let shard = self.inner.shard_of(qp.qpn);
+        match shard.direct() {
             Some(mut c) => {
                 c.engine.post_recv(qp.qpn, wqe);
-                self.posted_direct(c);
+                shard.posted_direct(c);
             }
-            None => self.queue_cmd(Cmd::PostRecv(qp.qpn, wqe), &qp.rq_outstanding),
+            None => shard.queue_cmd(Cmd::PostRecv(qp.qpn, wqe), &qp.rq_outstanding),
         }
         Ok(())
     }
-
-    /// The core, when a poster may put a work request straight into the engine: it is
-    /// free (an application driving the device itself, or a progress thread between
-    /// rounds) and no earlier command waits, so order is kept. No channel hop, and the
-    /// work request is not moved through a `Cmd`.
-    #[inline]
-    fn direct(&self) -> Option<parking_lot::MutexGuard<'_, Core>> {
-        if !self.inner.cmd.is_empty() {
-            return None;
-        }
-        let c = self.inner.core.try_lock()?;
-        (c.cmds.is_empty() && !c.shutdown).then_some(c)
-    }
-
-    /// After a direct post: the next round, on whichever thread, sends it.
-    #[inline]
-    fn posted_direct(&self, c: parking_lot::MutexGuard<'_, Core>) {
-        // Relaxed: set under the core's lock (a round, which takes the lock, sees it), and
-        // ordered before the `sleeping` load by the SeqCst fence in `wake_if_sleeping`
-        // (the progress thread's pre-sleep check has the matching fence): one full
-        // barrier per post instead of two.
-        self.inner.posted.store(true, Ordering::Relaxed);
-        drop(c);
-        self.inner.wake_if_sleeping();
-    }
-
-    /// Queues a work request for the progress thread.
-    fn queue_cmd(&self, cmd: Cmd, slot: &AtomicU32) {
-        if self.inner.send_cmd(cmd).is_err() {
-            // The device is shutting down: release the reserved slot.
-            slot.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
 }
 
-/// `RNIC_*` settings the configuration does not already fix (today: `RNIC_FAULTS`, when
-/// the program gave no fault chain); every variable is checked, a bad one is an error.
+/// `RNIC_*` settings the configuration does not already fix (`RNIC_FAULTS`, when the
+/// program gave no fault chain; `RNIC_SHARDS`, when it gave no shard count, for a UDP
+/// device); every variable is checked, a bad one is an error.
 fn apply_env(config: &mut DeviceConfig) -> Result<(), DeviceError> {
     let env = EnvSettings::read().map_err(|why| DeviceError::Config { name: config.name.clone(), why })?;
+    if config.shards.is_none() && config.netdev.is_none() {
+        config.shards = env.shards;
+    }
     if config.faults.is_none() {
         if let Some(spec) = &env.faults {
             let f =
@@ -828,14 +810,17 @@ struct Wire {
 }
 
 impl Wire {
+    /// Opens one shard's wire; `None` when the device's group has no member left and
+    /// `must` is false (an automatic shard count takes what is free).
     fn open(
         config: &DeviceConfig,
         capture: Option<Arc<Capture>>,
         counters: &Arc<Counters>,
-    ) -> Result<Wire, DeviceError> {
+        must: bool,
+    ) -> Result<Option<Wire>, DeviceError> {
         match &config.netdev {
-            None => Wire::udp(config, capture, counters),
-            Some(netdev) => Wire::raw(config, netdev, capture, counters),
+            None => Wire::udp(config, capture, counters, must),
+            Some(netdev) => Wire::raw(config, netdev, capture, counters).map(Some),
         }
     }
 
@@ -843,18 +828,26 @@ impl Wire {
         config: &DeviceConfig,
         capture: Option<Arc<Capture>>,
         counters: &Arc<Counters>,
-    ) -> Result<Wire, DeviceError> {
+        must: bool,
+    ) -> Result<Option<Wire>, DeviceError> {
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
-        let share = crate::transport::share::join(SocketAddr::new(config.ip, config.port)).map_err(|e| {
-            DeviceError::Config { name: config.name.clone(), why: format!("cannot join the device's processes: {e}") }
-        })?;
+        let share = match crate::transport::share::join(SocketAddr::new(config.ip, config.port)) {
+            Ok(share) => share,
+            Err(e) if !must && e.kind() == std::io::ErrorKind::AddrInUse => return Ok(None),
+            Err(e) => {
+                return Err(DeviceError::Config {
+                    name: config.name.clone(),
+                    why: format!("cannot join the device's processes: {e}"),
+                })
+            }
+        };
         let sock = bind(config)?;
         let local = sock.local_addr().map_err(io_err)?;
         let member = share.member();
         let transport = transport_info(config, &sock);
         let rcvbuf = rnic_io::rx_backlog(&sock).map_or(16 << 20, |(_, b)| u64::from(b));
         let udp = Udp::new(config, sock, transport, capture, counters.clone(), Some(share)).map_err(io_err)?;
-        Ok(Wire {
+        Ok(Some(Wire {
             link: Box::new(udp),
             local,
             transport,
@@ -863,7 +856,7 @@ impl Wire {
             qpns: crate::transport::share::qpn_range(member),
             cm_member: Some(member),
             raw_claim: None,
-        })
+        }))
     }
 
     fn raw(
@@ -901,7 +894,100 @@ impl Wire {
     }
 }
 
-impl Inner {
+/// What every shard of a device shares: the memory table, the counters, the event
+/// channels.
+struct Ends<'a> {
+    mtpt: &'a Arc<Mtpt>,
+    counters: &'a Arc<Counters>,
+    events: &'a Sender<AsyncEvent>,
+    cm_events: &'a Sender<crate::cm::CmEvent>,
+    cm_fd: &'a Arc<rnic_io::EventFd>,
+}
+
+/// One shard of a device: an engine on its own socket (a member of the device's
+/// reuseport group, so the kernel steers the datagrams of the shard's QPs to it), with
+/// its command channel and progress thread. A QP lives on the shard that created it for
+/// its whole life: its packets meet one engine on one thread, in the order the socket
+/// queued them.
+struct Shard {
+    cmd: Sender<Cmd>,
+    /// The progress thread is (about to be) asleep in `ppoll`: wake it with the eventfd.
+    sleeping: Arc<AtomicBool>,
+    /// A work request went straight into the engine ([`Device::post_send`] finding the
+    /// core free) and no round has sent it yet: the progress thread must not sleep.
+    posted: Arc<AtomicBool>,
+    /// When an application thread last ran a round here ([`Device::progress`]), in the
+    /// core's nanoseconds; 0: never. Read by the progress thread without the lock.
+    inline_at: Arc<AtomicU64>,
+    /// Wakes the progress thread from its `ppoll` (which also watches the socket).
+    waker: Arc<rnic_io::EventFd>,
+    /// The engine and the transport; the progress thread locks it for each round.
+    core: Arc<parking_lot::Mutex<Core>>,
+    /// The QPs living here (a new QP goes to the shard with the fewest).
+    qps: AtomicUsize,
+}
+
+impl Shard {
+    /// Starts shard `index` of a device on `wire`: its engine and progress thread.
+    fn start(
+        config: &DeviceConfig,
+        index: usize,
+        wire: Wire,
+        ends: &Ends<'_>,
+    ) -> Result<(Shard, JoinHandle<()>), DeviceError> {
+        let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
+        let engine_config = engine_config(config, &wire);
+        let Wire { link, transport, .. } = wire;
+        // Fault injection wraps whichever transport it is.
+        let link: Box<dyn Transport> = match &config.faults {
+            Some(f) => Box::new(Faulty::new(link, f.clone())),
+            None => link,
+        };
+        let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
+        let sleeping = Arc::new(AtomicBool::new(false));
+        let posted = Arc::new(AtomicBool::new(false));
+        let engine = Engine::new(engine_config, ends.mtpt.clone(), ends.counters.clone());
+        let waker = Arc::new(rnic_io::EventFd::new().map_err(io_err)?);
+        let wake_fds = link.wake_fds().map_err(io_err)?;
+        let core = {
+            let next_timer = [engine.poll_timeout(), link.next_due()].into_iter().flatten().min();
+            Arc::new(parking_lot::Mutex::new(Core {
+                engine,
+                cmds: cmd_rx.clone(),
+                link,
+                events: ends.events.clone(),
+                cm_events: ends.cm_events.clone(),
+                cm_fd: ends.cm_fd.clone(),
+                batch: Vec::with_capacity(256),
+                start: Instant::now(),
+                next_timer,
+                last_work: 0,
+                shutdown: false,
+                posted: posted.clone(),
+                ack_hold_until: None,
+            }))
+        };
+        let inline_at = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (core, sleeping, waker, posted) = (core.clone(), sleeping.clone(), waker.clone(), posted.clone());
+            let wake_boost = config.wake_boost;
+            let inline = Inline { at: inline_at.clone(), epoch: core.lock().start };
+            // Thread names stop at 15 bytes: shard 0 keeps the name it always had.
+            let name = match index {
+                0 => format!("{}-progress", config.name),
+                i => format!("{}-prog{i}", config.name),
+            };
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(move || {
+                    let flags = Flags { sleeping, posted };
+                    progress_loop(core, cmd_rx, wake_fds, waker, flags, inline, transport.spin, wake_boost)
+                })
+                .map_err(io_err)?
+        };
+        Ok((Shard { cmd: cmd_tx, sleeping, posted, inline_at, waker, core, qps: AtomicUsize::new(0) }, thread))
+    }
+
     /// Queues a command for the progress thread and wakes it if it sleeps.
     fn send_cmd(&self, cmd: Cmd) -> Result<(), ()> {
         self.cmd.send(cmd).map_err(|_| ())?;
@@ -921,6 +1007,124 @@ impl Inner {
             // before the sleeping thread sees it, and the wake-up would be lost.
             self.waker.notify();
         }
+    }
+
+    /// A round on the calling thread, for an application that promises to keep calling
+    /// ([`By::App`]: the progress thread stays away) or a library that cannot
+    /// ([`By::Library`]). Never blocks.
+    fn progress(&self, by: By) -> bool {
+        let Some(mut c) = self.core.try_lock() else { return false };
+        let now = c.now();
+        if by == By::App {
+            crate::hop_trace::mark(crate::hop_trace::Step::RoundStarted);
+            self.inline_at.store(now.max(1), Ordering::Relaxed);
+        }
+        let worked = c.round(by, now) == Round::Worked;
+        if by == By::App {
+            if worked {
+                // A round with work can be long (a window of packets to send): say so
+                // again at its end, lest the progress thread think it stopped.
+                self.inline_at.store(c.now().max(1), Ordering::Relaxed);
+            }
+            return worked;
+        }
+        drop(c);
+        if worked && self.sleeping.load(Ordering::SeqCst) {
+            // The round may have armed a timer (a retransmission) earlier than the one
+            // the sleeping progress thread waits for: let it look again.
+            self.waker.notify();
+        }
+        worked
+    }
+
+    /// The core, when a poster may put a work request straight into the engine: it is
+    /// free (an application driving the device itself, or a progress thread between
+    /// rounds) and no earlier command waits, so order is kept. No channel hop, and the
+    /// work request is not moved through a `Cmd`.
+    #[inline]
+    fn direct(&self) -> Option<parking_lot::MutexGuard<'_, Core>> {
+        if !self.cmd.is_empty() {
+            return None;
+        }
+        let c = self.core.try_lock()?;
+        (c.cmds.is_empty() && !c.shutdown).then_some(c)
+    }
+
+    /// After a direct post: the next round, on whichever thread, sends it.
+    #[inline]
+    fn posted_direct(&self, c: parking_lot::MutexGuard<'_, Core>) {
+        // Relaxed: set under the core's lock (a round, which takes the lock, sees it), and
+        // ordered before the `sleeping` load by the SeqCst fence in `wake_if_sleeping`
+        // (the progress thread's pre-sleep check has the matching fence): one full
+        // barrier per post instead of two.
+        self.posted.store(true, Ordering::Relaxed);
+        drop(c);
+        self.wake_if_sleeping();
+    }
+
+    /// Queues a work request for the progress thread.
+    fn queue_cmd(&self, cmd: Cmd, slot: &AtomicU32) {
+        if self.send_cmd(cmd).is_err() {
+            // The device is shutting down: release the reserved slot.
+            slot.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// No shard of this device: a member number another process holds.
+const NO_SHARD: u8 = u8::MAX;
+/// Members of a device's group, each a shard of some process.
+const MEMBERS: usize = crate::transport::share::MEMBERS as usize;
+const _: () = assert!(MEMBERS == crate::config::MAX_SHARDS, "a device's shards are members of its group");
+
+/// How many shards a device opens with: exactly `count`, or up to `count` when the
+/// group's free members decide.
+struct ShardCount {
+    count: usize,
+    exact: bool,
+}
+
+/// [`DeviceConfig::shards`], checked; or the default: half the CPUs this process may
+/// use, at most 8 (each shard is a progress thread that spins while it has work, and a
+/// loopback pair is two devices on one host; on two CPUs every extra runnable thread
+/// costs a context switch per hand-off, so there it is one). Raw-Ethernet devices run
+/// one shard: every `AF_PACKET` socket on an interface sees every frame, so nothing
+/// steers a frame to one of several.
+fn shard_count(config: &DeviceConfig) -> Result<ShardCount, DeviceError> {
+    let bad = |why: String| DeviceError::Config { name: config.name.clone(), why };
+    match (config.shards, config.netdev.is_some()) {
+        (Some(0), _) => Err(bad("shards: a device runs at least one".into())),
+        (Some(n), _) if n > MEMBERS => Err(bad(format!("shards: {n}, more than the {MEMBERS} members a device has"))),
+        (Some(n), true) if n > 1 => Err(bad(format!(
+            "shards: {n} on a raw-Ethernet device, which runs one (every AF_PACKET socket on the interface sees every frame)"
+        ))),
+        (Some(n), _) => Ok(ShardCount { count: n, exact: true }),
+        (None, true) => Ok(ShardCount { count: 1, exact: true }),
+        (None, false) => Ok(ShardCount { count: (rnic_io::cpu::available() / 2).clamp(1, 8), exact: false }),
+    }
+}
+
+impl Inner {
+    /// The shard QP `qpn` lives on (shard 0 for a number that is none of this device's
+    /// QPs: its engine refuses it as any unknown QPN).
+    #[inline]
+    fn shard_of(&self, qpn: Qpn) -> &Shard {
+        let i = match self.shards.len() {
+            1 => 0,
+            _ => self.by_member[usize::from(crate::transport::share::member_of(qpn.value())) % MEMBERS],
+        };
+        self.shards.get(usize::from(i)).unwrap_or(&self.shards[0])
+    }
+
+    /// The shards an application's own round runs on: those holding QPs (shard 0 when
+    /// none does, for the CM).
+    fn busy_shards(&self) -> impl Iterator<Item = &Shard> {
+        let any = self.shards.iter().any(|s| s.qps.load(Ordering::Relaxed) > 0);
+        self.shards
+            .iter()
+            .enumerate()
+            .filter(move |(i, s)| if any { s.qps.load(Ordering::Relaxed) > 0 } else { *i == 0 })
+            .map(|(_, s)| s)
     }
 }
 
@@ -971,7 +1175,9 @@ fn same_identity(have: &DeviceConfig, want: &DeviceConfig) -> Result<(), String>
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        let _ = self.send_cmd(Cmd::Shutdown);
+        for shard in self.shards.iter() {
+            let _ = shard.send_cmd(Cmd::Shutdown);
+        }
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }

@@ -294,7 +294,7 @@ unsafe fn advance(cq: *mut ibv_cq_ex, c: &Cq, progress: bool) -> c_int {
     if wc.is_none() && progress {
         // As `ibv_poll_cq`: a busy poller runs a round itself rather than wait for the
         // progress thread.
-        c.core.progress_shared();
+        c.core.progress_shared(&c.cq);
         wc = c.cq.poll_one();
     }
     let Some(wc) = wc else { return libc::ENOENT };
@@ -603,7 +603,7 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc:
         if n == 0 {
             if got == 0 && !progressed {
                 progressed = true;
-                c.core.progress_shared();
+                c.core.progress_shared(&c.cq);
                 continue;
             }
             break;
