@@ -161,32 +161,47 @@ impl Cq {
         self.overflowed.load(Ordering::Acquire)
     }
 
-    /// Queues a completion (progress thread). On overflow the CQ enters the error state.
+    /// Queues a completion (progress thread) and raises the notification it makes due.
+    /// On overflow the CQ enters the error state.
     #[inline]
-    pub fn push(&self, mut wc: WorkCompletion, solicited: bool) -> Result<(), CqOverflow> {
+    pub fn push(&self, wc: WorkCompletion, solicited: bool) -> Result<(), CqOverflow> {
+        if self.push_quiet(wc, solicited)? {
+            self.raise();
+        }
+        Ok(())
+    }
+
+    /// Queues a completion like [`push`](Self::push) and disarms the notification it
+    /// makes due, without raising it: returns whether one is due, for the caller to
+    /// [`raise`](Self::raise) (the driver raises a round's events at its end).
+    #[inline]
+    pub(crate) fn push_quiet(&self, mut wc: WorkCompletion, solicited: bool) -> Result<bool, CqOverflow> {
         if self.overflowed() {
             return Err(CqOverflow { cq: self.id });
         }
         if self.stamp.load(Ordering::Relaxed) {
             wc.timestamp_ns = rnic_io::time::monotonic_ns();
         }
+        let status = wc.status;
         if self.queue.load().push(wc).is_err() {
             self.overflowed.store(true, Ordering::Release);
             return Err(CqOverflow { cq: self.id });
         }
         let arm = self.armed.load(Ordering::Acquire);
-        if arm == ARM_NEXT || (arm == ARM_SOLICITED && (solicited || wc.status != crate::wr::WcStatus::Success)) {
-            // IBA 11.4.2.2: the notification fires once per request.
-            if self.armed.compare_exchange(arm, ARM_NONE, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                if let Some(tx) = self.notify.lock().as_ref() {
-                    let _ = tx.send(self.id);
-                }
-                if let Some(n) = self.notifier.lock().as_ref() {
-                    (n.0)(self.id);
-                }
-            }
+        // IBA 11.4.2.2: the notification fires once per request.
+        Ok((arm == ARM_NEXT || (arm == ARM_SOLICITED && (solicited || status != crate::wr::WcStatus::Success)))
+            && self.armed.compare_exchange(arm, ARM_NONE, Ordering::AcqRel, Ordering::Acquire).is_ok())
+    }
+
+    /// Delivers a notification [`push_quiet`](Self::push_quiet) made due: to the channel
+    /// and the notifier attached.
+    pub(crate) fn raise(&self) {
+        if let Some(tx) = self.notify.lock().as_ref() {
+            let _ = tx.send(self.id);
         }
-        Ok(())
+        if let Some(n) = self.notifier.lock().as_ref() {
+            (n.0)(self.id);
+        }
     }
 
     /// Takes up to `out.len()` completions, oldest first; returns how many.

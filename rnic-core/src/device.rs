@@ -370,6 +370,52 @@ impl Device {
         worked
     }
 
+    /// Sleeps until `fd` is readable (a completion channel's descriptor, which `cq`'s
+    /// notifications make readable) or `timeout` passes, doing the device's work for `cq`
+    /// on the calling thread meanwhile: a round first (it sends what the caller posted
+    /// before it came to sleep), then a sleep on `fd` and the sockets of the shards feeding
+    /// `cq`, and a round whenever a datagram comes, until `fd` is readable. A program that
+    /// sleeps on a completion channel then pays one wake-up per message, its own: the
+    /// datagram wakes it and it handles the packet, where the progress thread's wake-up
+    /// (often asleep after its spin, between two messages of a ping-pong) came first and
+    /// the program's second. The progress thread still runs as ever (both may wake; the one
+    /// that takes the shard's lock first does the round). Returns whether `fd` is readable.
+    pub fn wait_driving(&self, cq: &Cq, fd: std::os::fd::BorrowedFd<'_>, timeout: Option<Duration>) -> bool {
+        use std::os::fd::AsFd;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let shards = &self.inner.shards;
+        let mask = match cq.feeding_shards() {
+            0 => self.inner.busy_shards().fold(0u64, |m, s| {
+                let i = shards.iter().position(|x| std::ptr::eq(x, s)).unwrap_or(0);
+                m | 1 << (i % 64)
+            }),
+            m => m,
+        };
+        let feeding =
+            || shards.iter().enumerate().filter(move |(i, _)| *i < 64 && mask & (1 << i) != 0).map(|(_, s)| s);
+        let mut fds = vec![fd];
+        fds.extend(feeding().filter_map(|s| s.rx_fd.as_ref().map(AsFd::as_fd)));
+        loop {
+            for s in feeding() {
+                s.progress(By::Library);
+            }
+            if rnic_io::wait_readable(&[fd], Some(Duration::ZERO)).unwrap_or(false) {
+                return true;
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return false,
+                },
+                None => None,
+            };
+            if rnic_io::wait_readable(&fds, left).is_err() {
+                // Not a descriptor ppoll takes: sleep on the channel alone, as before.
+                return rnic_io::wait_readable(&[fd], left).unwrap_or(false);
+            }
+        }
+    }
+
     /// How many shards the device's work is spread over ([`DeviceConfig::shards`]).
     pub fn shards(&self) -> usize {
         self.inner.shards.len()
@@ -925,6 +971,9 @@ struct Shard {
     core: Arc<parking_lot::Mutex<Core>>,
     /// The QPs living here (a new QP goes to the shard with the fewest).
     qps: AtomicUsize,
+    /// The shard's socket (a duplicate of its descriptor), for a program's thread that
+    /// sleeps until a datagram comes ([`Device::wait_driving`]).
+    rx_fd: Option<std::os::fd::OwnedFd>,
 }
 
 impl Shard {
@@ -946,9 +995,14 @@ impl Shard {
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let sleeping = Arc::new(AtomicBool::new(false));
         let posted = Arc::new(AtomicBool::new(false));
-        let engine = Engine::new(engine_config, ends.mtpt.clone(), ends.counters.clone());
+        let mut engine = Engine::new(engine_config, ends.mtpt.clone(), ends.counters.clone());
+        // A round's completion events are raised at its end (`Core::round`).
+        engine.defer_cq_events();
         let waker = Arc::new(rnic_io::EventFd::new().map_err(io_err)?);
         let wake_fds = link.wake_fds().map_err(io_err)?;
+        // The first is the socket itself (the others: multicast groups, the inbox of the
+        // device's group, which the progress thread looks after).
+        let rx_fd = wake_fds.first().map(|f| f.try_clone()).transpose().map_err(io_err)?;
         let core = {
             let next_timer = [engine.poll_timeout(), link.next_due()].into_iter().flatten().min();
             Arc::new(parking_lot::Mutex::new(Core {
@@ -985,7 +1039,7 @@ impl Shard {
                 })
                 .map_err(io_err)?
         };
-        Ok((Shard { cmd: cmd_tx, sleeping, posted, inline_at, waker, core, qps: AtomicUsize::new(0) }, thread))
+        Ok((Shard { cmd: cmd_tx, sleeping, posted, inline_at, waker, core, qps: AtomicUsize::new(0), rx_fd }, thread))
     }
 
     /// Queues a command for the progress thread and wakes it if it sleeps.
@@ -1321,6 +1375,10 @@ impl Core {
         if timed && self.link.next_due().is_some_and(|d| d <= t) {
             self.link.maintain(t, &mut self.engine);
         }
+        // What arrived and what timed out is handled: the events of its completions go
+        // now, before this round's sends (a `sendmsg` on loopback runs the peer's receive:
+        // microseconds a sleeping program need not wait).
+        self.engine.raise_cq_events();
         if worked || timed {
             let hold = by != By::Progress && received && !timed;
             self.transmit(t, hold);
@@ -1333,6 +1391,8 @@ impl Core {
             if received {
                 crate::hop_trace::mark(crate::hop_trace::Step::RoundEnded);
             }
+            // And those of the completions its sends made (UD, UC).
+            self.engine.raise_cq_events();
             while let Some(ev) = self.engine.poll_event() {
                 let _ = self.events.send(ev);
             }

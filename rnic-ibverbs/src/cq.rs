@@ -495,7 +495,24 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             set_errno(libc::EAGAIN);
             return -1;
         }
-        sh.fd.wait(None);
+        // Sleep on the channel while doing the device's work on this thread (a round now
+        // sends what the program just posted; a datagram for the channel's first CQ wakes
+        // this thread, which handles it): one wake-up per message, this thread's, instead
+        // of the progress thread's and then this one's.
+        let first = sh.cqs.lock().values().next().map(|&p| {
+            // SAFETY: a live CQ of this channel (destroy removes it from the map first,
+            // under this lock); its device and queue are cloned out while it is held.
+            let c = unsafe { &*(p as *const Cq) };
+            (c.core.clone(), c.cq.clone())
+        });
+        match first {
+            Some((dev, cq)) => {
+                dev.wait_driving(&cq, std::os::fd::AsFd::as_fd(&sh.fd), None);
+            }
+            None => {
+                sh.fd.wait(None);
+            }
+        }
     }
 }
 

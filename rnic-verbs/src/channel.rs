@@ -12,6 +12,9 @@ pub(crate) enum ChanBackend {
         tx: crossbeam_channel::Sender<u32>,
         rx: crossbeam_channel::Receiver<u32>,
         cqs: parking_lot::Mutex<HashMap<u32, Weak<Cq>>>,
+        /// Readable once an event is queued: `get_cq_event` sleeps on it while it does the
+        /// device's work (`Device::wait_driving`).
+        wake: Arc<rnic_io::EventFd>,
     },
     #[cfg(feature = "hw")]
     Hw(crate::hw::HwCompChannel),
@@ -39,7 +42,11 @@ impl CompChannel {
         let b = match &ctx.b {
             Backend::Emu(_) => {
                 let (tx, rx) = crossbeam_channel::unbounded();
-                ChanBackend::Emu { tx, rx, cqs: parking_lot::Mutex::new(HashMap::new()) }
+                let wake = Arc::new(
+                    rnic_io::EventFd::new()
+                        .map_err(|e| crate::Error::Host { op: "create completion channel", source: e })?,
+                );
+                ChanBackend::Emu { tx, rx, cqs: parking_lot::Mutex::new(HashMap::new()), wake }
             }
             #[cfg(feature = "hw")]
             Backend::Hw(h) => ChanBackend::Hw(
@@ -56,8 +63,10 @@ impl CompChannel {
 
     /// Connects an emulated CQ to this channel.
     pub(crate) fn attach_emu(&self, cq: &Arc<Cq>) {
-        if let ChanBackend::Emu { tx, cqs, .. } = &self.inner.b {
+        if let ChanBackend::Emu { tx, cqs, wake, .. } = &self.inner.b {
             cq.set_channel(Some(tx.clone()));
+            let wake = wake.clone();
+            cq.set_notifier(Some(rnic_core::cq::CqNotifier(Arc::new(move |_| wake.notify()))));
             cqs.lock().insert(cq.id(), Arc::downgrade(cq));
         }
     }

@@ -295,13 +295,31 @@ impl CompChannel {
     pub fn get_cq_event(&self, timeout: Duration) -> Result<CompletionQueue> {
         let ctx = self.inner.ctx.clone();
         match &self.inner.b {
-            ChanBackend::Emu { rx, cqs, .. } => {
+            ChanBackend::Emu { rx, cqs, wake, .. } => {
                 let deadline = Instant::now() + timeout;
                 loop {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    let id = match rx.recv_timeout(left) {
+                    wake.clear();
+                    let id = match rx.try_recv() {
                         Ok(id) => id,
-                        Err(_) => return Err(Error::EventTimeout(timeout)),
+                        Err(crossbeam_channel::TryRecvError::Disconnected) => return Err(Error::EventTimeout(timeout)),
+                        Err(crossbeam_channel::TryRecvError::Empty) => {
+                            let left = deadline.saturating_duration_since(Instant::now());
+                            if left.is_zero() {
+                                return Err(Error::EventTimeout(timeout));
+                            }
+                            // Sleep doing the device's work for the channel's first CQ on this
+                            // thread: a datagram wakes it, one wake-up per message.
+                            let first = cqs.lock().values().find_map(Weak::upgrade);
+                            match (first, &ctx.b) {
+                                (Some(cq), crate::context::Backend::Emu(e)) => {
+                                    e.dev.wait_driving(&cq, std::os::fd::AsFd::as_fd(&**wake), Some(left));
+                                }
+                                _ => {
+                                    wake.wait(Some(left));
+                                }
+                            }
+                            continue;
+                        }
                     };
                     // An event of a CQ dropped meanwhile is skipped.
                     let cq = cqs.lock().get(&id).and_then(Weak::upgrade);

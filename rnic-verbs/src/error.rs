@@ -27,6 +27,16 @@ pub enum Error {
     /// Opening the device failed.
     #[error("open device")]
     OpenDevice(#[source] DeviceError),
+
+    /// The host refused what a call needs of it (a descriptor).
+    #[error("{op}")]
+    Host {
+        /// The call.
+        op: &'static str,
+        /// The host's reason.
+        #[source]
+        source: std::io::Error,
+    },
     /// Registering memory failed.
     #[error("register memory region")]
     RegMr(#[source] DeviceError),

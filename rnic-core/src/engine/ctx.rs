@@ -216,6 +216,9 @@ pub(crate) struct Ctx {
     pub(crate) dests: Dests,
     /// Destinations whose in-flight bytes went down since the waiters were last served.
     pub(crate) freed: Vec<IpAddr>,
+    /// CQs whose notification is due, raised together by `Engine::raise_cq_events`;
+    /// `None`: each is raised as its completion is queued.
+    pub(crate) due_events: Option<Vec<Arc<crate::cq::Cq>>>,
 }
 
 /// Which of a QP's completion queues.
@@ -232,6 +235,7 @@ impl Ctx {
             mtpt,
             counters,
             out: Outbox::default(),
+            due_events: None,
             events: VecDeque::new(),
             timers: BinaryHeap::new(),
             acks: Vec::new(),
@@ -251,8 +255,16 @@ impl Ctx {
             CqSide::Send => &qp.send_cq,
             CqSide::Recv => qp.resp_cq(),
         };
-        if cq.push(wc, solicited).is_ok() {
-            return;
+        match cq.push_quiet(wc, solicited) {
+            Ok(false) => return,
+            Ok(true) => {
+                match &mut self.due_events {
+                    Some(due) => due.push(cq.clone()),
+                    None => cq.raise(),
+                }
+                return;
+            }
+            Err(_) => {}
         }
         let cq = cq.id();
         self.counters.cq_overflow.fetch_add(1, Ordering::Relaxed);

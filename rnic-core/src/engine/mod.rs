@@ -645,6 +645,27 @@ impl Engine {
         self.cx.out.move_into(out);
     }
 
+    /// From now on, the completion notifications that work makes due wait for
+    /// [`raise_cq_events`](Self::raise_cq_events) instead of being raised as each
+    /// completion is queued. The driver raises a round's events at the round's end, when
+    /// every completion of the round is queued: a program that takes an event and polls
+    /// another CQ for a completion the same packets brought (the send's, from the ACK that
+    /// came with the answer) finds it there (Debian's perftest `-e` waits for both CQs on
+    /// one channel, and took the receive's event first while the ACK's completion was
+    /// still being made).
+    pub fn defer_cq_events(&mut self) {
+        self.cx.due_events.get_or_insert_with(Vec::new);
+    }
+
+    /// Raises the notifications deferred since the last call ([`defer_cq_events`](Self::defer_cq_events)).
+    pub fn raise_cq_events(&mut self) {
+        if let Some(due) = &mut self.cx.due_events {
+            for cq in due.drain(..) {
+                cq.raise();
+            }
+        }
+    }
+
     /// Whether coalesced ACKs are waiting for a drain.
     pub fn has_held_acks(&self) -> bool {
         !self.cx.acks.is_empty()
