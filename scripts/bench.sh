@@ -7,7 +7,9 @@
 # quotients stock/rnic-perf and rnic-perf/UDP.
 #
 #   scripts/bench.sh [ROUNDS] [TESTS...]    default 5 rounds; tests: write send read atomic
-#                                           (latency), bw (stock ib_write_bw -s 65536 next to
+#                                           (latency), events (ib_send_lat -e next to rnic
+#                                           perf send_lat -e: both sleep on a completion
+#                                           channel), bw (stock ib_write_bw -s 65536 next to
 #                                           rnic perf write_bw), q1 q16 q256 (rnic perf write_bw
 #                                           with that many QPs), rate (rnic perf send_bw -s 64
 #                                           -t 1024, messages/s); default: all of them
@@ -28,31 +30,31 @@ command -v ib_write_lat >/dev/null || { echo "bench: perftest is not installed (
 rounds=${1:-5}
 shift || true
 tests=("$@")
-[ ${#tests[@]} -gt 0 ] || tests=(write send read atomic bw q1 q16 q256 rate)
+[ ${#tests[@]} -gt 0 ] || tests=(write send read atomic events bw q1 q16 q256 rate)
 out=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
 port=19320
 
 # Stock ib_<t>_lat, default options but the size (8 bytes) and 5000 iterations; prints
 # the typical latency in microseconds (perftest's t_typical), or "nan".
-stock() { # t
+stock() { # t [flag]
     port=$((port + 1))
     local size=(-s 8)
     [ "$1" = atomic ] && size=()
-    timeout 60 "$rnic" exec -- "ib_$1_lat" -d rnic0 "${size[@]}" -n 5000 -p $port >"$out/srv" 2>&1 &
+    timeout 60 "$rnic" exec -- "ib_$1_lat" -d rnic0 "${size[@]}" -n 5000 -p $port ${2:-} >"$out/srv" 2>&1 &
     local srv=$!
     sleep 0.3
-    timeout 60 "$rnic" exec -- "ib_$1_lat" -d rnic1 "${size[@]}" -n 5000 -p $port 127.0.0.1 >"$out/cli" 2>&1 || true
+    timeout 60 "$rnic" exec -- "ib_$1_lat" -d rnic1 "${size[@]}" -n 5000 -p $port ${2:-} 127.0.0.1 >"$out/cli" 2>&1 || true
     wait $srv 2>/dev/null || true
     # The row after perftest's header: #bytes #iterations t_min t_max t_typical ...
     awk '/t_typical/ {h=1; next} h && NF >= 5 && $1 ~ /^[0-9]+$/ {print $5; exit}' "$out/cli" | grep . || echo nan
 }
 
 # rnic perf's <t>_lat (one process, two devices), 8 bytes: "typical baseline" in us.
-own() { # t
+own() { # t [flag]
     local size=(-s 8)
     [ "$1" = atomic ] && size=()
-    timeout 120 "$rnic" perf "$1_lat" "${size[@]}" --rounds 1 --json 2>/dev/null | tail -1 |
+    timeout 120 "$rnic" perf "$1_lat" "${size[@]}" ${2:-} --rounds 1 --json 2>/dev/null | tail -1 |
         python3 -c 'import json,sys
 try:
     d = json.loads(sys.stdin.read()); print(d["lat_typical_us"], d.get("baseline", "nan"))
@@ -102,6 +104,11 @@ row() { # t
     rate)
         read -r o b <<<"$(perf msg_rate_mpps baseline_msg_rate_mpps send_bw -s 64 -t 1024 -D 2)"
         echo "$o $o $b" ;;
+    events)
+        local s
+        s=$(stock send -e)
+        read -r o b <<<"$(own send -e)"
+        echo "$s $o $b" ;;
     *)
         local s
         s=$(stock "$1")
