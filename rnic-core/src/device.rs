@@ -335,9 +335,9 @@ impl Device {
     }
 
     /// Runs one round of the device's work (commands, received packets, timers, sends)
-    /// on the calling thread, if the progress thread is not running one: busy-polling
-    /// applications call it to take the hand-offs to the progress thread out of their
-    /// latency. Returns whether there was work. Never blocks.
+    /// on the calling thread, on every shard holding QPs whose progress thread is not
+    /// running one: busy-polling applications call it to take the hand-offs to the
+    /// progress thread out of their latency. Returns whether there was work. Never blocks.
     pub fn progress(&self) -> bool {
         let mut worked = false;
         for shard in self.inner.busy_shards() {

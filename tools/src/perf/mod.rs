@@ -743,7 +743,9 @@ pub fn run(a: &Args) -> ExitCode {
         let (c, s) = Ctrl::pair();
         // Both ends of a ping-pong in one process: keep their two busy-polling threads on
         // two CPUs, as the UDP baseline's are (the scheduler may otherwise stack them).
-        PIN.store(test.lat, Ordering::Relaxed);
+        // Not threads that sleep on completion events (-e): a woken thread pinned to one
+        // CPU waits for it, where the scheduler would have run it on the other.
+        PIN.store(test.lat && !a.events, Ordering::Relaxed);
         let peer_dev = a.peer_netdev.clone().map(rdma::DevSel::Netdev);
         let server = std::thread::spawn(move || server_side(s, peer, peer_dev));
         let r = client(c, ip, dev, test, &params, progress, a.json);
