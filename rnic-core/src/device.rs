@@ -339,8 +339,11 @@ impl Device {
     /// running one: busy-polling applications call it to take the hand-offs to the
     /// progress thread out of their latency. Returns whether there was work. Never blocks.
     pub fn progress(&self) -> bool {
+        if let [one] = &*self.inner.shards {
+            return one.progress(By::App);
+        }
         let mut worked = false;
-        for shard in self.inner.busy_shards() {
+        for shard in self.inner.shards_in(self.inner.busy_shards()) {
             worked |= shard.progress(By::App);
         }
         worked
@@ -352,20 +355,12 @@ impl Device {
     /// WRITE fills, which only the progress thread can deliver). It runs on the shards
     /// whose QPs complete into `cq` (those holding QPs while none does yet). Never blocks.
     pub fn progress_shared(&self, cq: &Cq) -> bool {
-        let shards = &self.inner.shards;
-        if shards.len() == 1 {
-            return shards[0].progress(By::Library);
+        if let [one] = &*self.inner.shards {
+            return one.progress(By::Library);
         }
-        let mask = cq.feeding_shards();
         let mut worked = false;
-        if mask == 0 {
-            for shard in self.inner.busy_shards() {
-                worked |= shard.progress(By::Library);
-            }
-        } else {
-            for (_, shard) in shards.iter().enumerate().filter(|(i, _)| *i < 64 && mask & (1 << i) != 0) {
-                worked |= shard.progress(By::Library);
-            }
+        for shard in self.inner.shards_in(self.inner.shards_feeding(cq)) {
+            worked |= shard.progress(By::Library);
         }
         worked
     }
@@ -383,16 +378,8 @@ impl Device {
     pub fn wait_driving(&self, cq: &Cq, fd: std::os::fd::BorrowedFd<'_>, timeout: Option<Duration>) -> bool {
         use std::os::fd::AsFd;
         let deadline = timeout.map(|t| Instant::now() + t);
-        let shards = &self.inner.shards;
-        let mask = match cq.feeding_shards() {
-            0 => self.inner.busy_shards().fold(0u64, |m, s| {
-                let i = shards.iter().position(|x| std::ptr::eq(x, s)).unwrap_or(0);
-                m | 1 << (i % 64)
-            }),
-            m => m,
-        };
-        let feeding =
-            || shards.iter().enumerate().filter(move |(i, _)| *i < 64 && mask & (1 << i) != 0).map(|(_, s)| s);
+        let mask = self.inner.shards_feeding(cq);
+        let feeding = || self.inner.shards_in(mask);
         let mut fds = vec![fd];
         fds.extend(feeding().filter_map(|s| s.rx_fd.as_ref().map(AsFd::as_fd)));
         loop {
@@ -1170,15 +1157,34 @@ impl Inner {
         self.shards.get(usize::from(i)).unwrap_or(&self.shards[0])
     }
 
-    /// The shards an application's own round runs on: those holding QPs (shard 0 when
-    /// none does, for the CM).
-    fn busy_shards(&self) -> impl Iterator<Item = &Shard> {
-        let any = self.shards.iter().any(|s| s.qps.load(Ordering::Relaxed) > 0);
-        self.shards
+    /// The shards an application's own round runs on (bit *i*: shard *i*): those holding
+    /// QPs (shard 0 when none does, for the CM).
+    fn busy_shards(&self) -> u64 {
+        let held = self
+            .shards
             .iter()
+            .take(64)
             .enumerate()
-            .filter(move |(i, s)| if any { s.qps.load(Ordering::Relaxed) > 0 } else { *i == 0 })
-            .map(|(_, s)| s)
+            .filter(|(_, s)| s.qps.load(Ordering::Relaxed) > 0)
+            .fold(0u64, |m, (i, _)| m | 1 << i);
+        if held == 0 {
+            1
+        } else {
+            held
+        }
+    }
+
+    /// The shards whose QPs complete into `cq` (the busy ones while no QP does yet).
+    fn shards_feeding(&self, cq: &Cq) -> u64 {
+        match cq.feeding_shards() {
+            0 => self.busy_shards(),
+            m => m,
+        }
+    }
+
+    /// The shards of `mask`.
+    fn shards_in(&self, mask: u64) -> impl Iterator<Item = &Shard> {
+        self.shards.iter().take(64).enumerate().filter(move |(i, _)| mask & (1 << i) != 0).map(|(_, s)| s)
     }
 }
 
