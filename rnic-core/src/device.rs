@@ -382,9 +382,17 @@ impl Device {
         let feeding = || self.inner.shards_in(mask);
         let mut fds = vec![fd];
         fds.extend(feeding().filter_map(|s| s.rx_fd.as_ref().map(AsFd::as_fd)));
+        let mut ran = true;
         loop {
+            if !ran {
+                // Every shard's lock was taken (its progress thread is in a round, which
+                // takes the datagram that woke us): let it run rather than spin on the
+                // socket it has not read yet.
+                std::thread::yield_now();
+            }
+            ran = false;
             for s in feeding() {
-                s.progress(By::Library);
+                ran |= s.try_progress(By::Library).is_some();
             }
             if rnic_io::wait_readable(&[fd], Some(Duration::ZERO)).unwrap_or(false) {
                 return true;
@@ -1054,7 +1062,13 @@ impl Shard {
     /// ([`By::App`]: the progress thread stays away) or a library that cannot
     /// ([`By::Library`]). Never blocks.
     fn progress(&self, by: By) -> bool {
-        let Some(mut c) = self.core.try_lock() else { return false };
+        self.try_progress(by).unwrap_or(false)
+    }
+
+    /// [`progress`](Self::progress); `None` when the lock was taken (by the progress
+    /// thread, or another thread of the program) and no round ran.
+    fn try_progress(&self, by: By) -> Option<bool> {
+        let mut c = self.core.try_lock()?;
         let now = c.now();
         if by == By::App {
             crate::hop_trace::mark(crate::hop_trace::Step::RoundStarted);
@@ -1067,7 +1081,7 @@ impl Shard {
                 // again at its end, lest the progress thread think it stopped.
                 self.inline_at.store(c.now().max(1), Ordering::Relaxed);
             }
-            return worked;
+            return Some(worked);
         }
         drop(c);
         if worked && self.sleeping.load(Ordering::SeqCst) {
@@ -1075,7 +1089,7 @@ impl Shard {
             // the sleeping progress thread waits for: let it look again.
             self.waker.notify();
         }
-        worked
+        Some(worked)
     }
 
     /// The core, when a poster may put a work request straight into the engine: it is
