@@ -11,7 +11,8 @@
 #                                           perf send_lat -e: both sleep on a completion
 #                                           channel), bw (stock ib_write_bw -s 65536 next to
 #                                           rnic perf write_bw), q1 q16 q256 (rnic perf write_bw
-#                                           with that many QPs), rate (rnic perf send_bw -s 64
+#                                           with that many QPs; q16x2: -q 16 with every device
+#                                           on two shards, RNIC_SHARDS=2), rate (rnic perf send_bw -s 64
 #                                           -t 1024, messages/s); default: all of them
 #   RNIC_SPIN_US=... scripts/bench.sh       the environment reaches every run
 #   RNIC=other/target/release/rnic scripts/bench.sh   another build (its own libraries,
@@ -30,7 +31,7 @@ command -v ib_write_lat >/dev/null || { echo "bench: perftest is not installed (
 rounds=${1:-5}
 shift || true
 tests=("$@")
-[ ${#tests[@]} -gt 0 ] || tests=(write send read atomic events bw q1 q16 q256 rate)
+[ ${#tests[@]} -gt 0 ] || tests=(write send read atomic events bw q1 q16 q16x2 q256 rate)
 out=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
 port=19320
@@ -101,6 +102,9 @@ row() { # t
     q1 | q16 | q256)
         read -r o b <<<"$(perf bw_avg_mbps baseline write_bw -s 65536 -D 2 -q "${1#q}")"
         echo "$o $o $b" ;;
+    q16x2)
+        read -r o b <<<"$(RNIC_SHARDS=2 perf bw_avg_mbps baseline write_bw -s 65536 -D 2 -q 16)"
+        echo "$o $o $b" ;;
     rate)
         read -r o b <<<"$(perf msg_rate_mpps baseline_msg_rate_mpps send_bw -s 64 -t 1024 -D 2)"
         echo "$o $o $b" ;;
@@ -134,13 +138,14 @@ def med(xs):
     return (st.median(xs), min(xs), max(xs)) if xs else (math.nan, math.nan, math.nan)
 def f(m):
     return f"{m[0]:8.2f} [{m[1]:.2f}-{m[2]:.2f}]"
-units = {"bw": "MB/s", "q1": "MB/s", "q16": "MB/s", "q256": "MB/s", "rate": "M msg/s"}
+units = {"bw": "MB/s", "q1": "MB/s", "q16": "MB/s", "q16x2": "MB/s", "q256": "MB/s", "rate": "M msg/s"}
 print(f"{'test':8} {'unit':>8} {'stock perftest':>24} {'rnic perf':>24} {'UDP baseline':>24} {'stock/rnic perf':>24} {'rnic perf/UDP':>24}")
 for t, v in rows.items():
     s = med([x[0] for x in v]); o = med([x[1] for x in v]); b = med([x[2] for x in v])
     q1 = med([x[0] / x[1] for x in v]); q2 = med([x[1] / x[2] for x in v])
-    stock = f(s) if t not in ("q1", "q16", "q256", "rate") else "-"
-    ratio = f(q1) if t not in ("q1", "q16", "q256", "rate") else "-"
+    own_only = ("q1", "q16", "q16x2", "q256", "rate")
+    stock = f(s) if t not in own_only else "-"
+    ratio = f(q1) if t not in own_only else "-"
     print(f"{t:8} {units.get(t, 'us'):>8} {stock:>24} {f(o):>24} {f(b):>24} {ratio:>24} {f(q2):>24}")
 print(f"medians [min-max] of {len(next(iter(rows.values())))} interleaved rounds; latencies are typical (median) one-way;")
 print("rnic perf/UDP: below 1 is slower than the baseline for bandwidth and rate, above 1 for latency")
