@@ -87,9 +87,11 @@ pub struct DeviceConfig {
     /// socket in the device's reuseport group and its own progress thread, holding the
     /// QPs created on it (the kernel steers each datagram to its QP's shard, so one QP's
     /// packets stay on one thread, in order). `None` (the default): `RNIC_SHARDS` when set
-    /// (for UDP devices), else half the CPUs the process may use (`sched_getaffinity`),
-    /// at most 8, at least 1, and no more than the device's group of processes has
-    /// members free. Raw-Ethernet devices run one (every `AF_PACKET` socket on an
+    /// (for UDP devices), else, for the device's first process, half the CPUs it may use
+    /// (`sched_getaffinity`), at most 8, at least 1, and no more than the device's group
+    /// has members free; a process that finds others already on the device runs one
+    /// (every shard is one of the group's 64 members, which a job of many processes on one
+    /// device needs). Raw-Ethernet devices run one (every `AF_PACKET` socket on an
     /// interface sees every frame: nothing steers a frame to one of several). A number
     /// is taken exactly or the open fails, naming why.
     pub shards: Option<usize>,

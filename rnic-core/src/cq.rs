@@ -1,4 +1,4 @@
-//! Completion queues: a bounded queue the progress thread pushes into and the
+//! Completion queues: a bounded queue the device's rounds (on a progress thread or a program's) push into and the
 //! application polls, with no lock shared between the two.
 
 use crate::wr::WorkCompletion;
@@ -49,7 +49,7 @@ pub struct CqResizeError {
     pub waiting: usize,
 }
 
-/// A callback run on the progress thread when an armed notification fires: it must be
+/// A callback run on the thread running the device's round when an armed notification fires: it must be
 /// quick and must not block (write an eventfd, push to a queue).
 #[derive(Clone)]
 pub struct CqNotifier(pub std::sync::Arc<dyn Fn(u32) + Send + Sync>);
@@ -161,7 +161,7 @@ impl Cq {
         self.overflowed.load(Ordering::Acquire)
     }
 
-    /// Queues a completion (progress thread) and raises the notification it makes due.
+    /// Queues a completion (a device's round) and raises the notification it makes due.
     /// On overflow the CQ enters the error state.
     #[inline]
     pub fn push(&self, wc: WorkCompletion, solicited: bool) -> Result<(), CqOverflow> {

@@ -19,8 +19,8 @@
 //! finds the thread asleep). One thread per shard, not a receive thread beside it: on a
 //! 2-CPU machine every extra runnable thread costs a context switch per hand-off.
 //!
-//! The engine and both halves of the transport live in one `Core` behind a mutex that
-//! the progress thread takes for each round. A busy-polling application may run a round
+//! Each shard's engine and both halves of its transport live in one `Core` behind a mutex
+//! that the shard's progress thread takes for each round. A busy-polling application may run a round
 //! itself with [`Device::progress`] (uncontended `try_lock`, never blocks); while it does,
 //! the progress thread stays away, so the packet, the engine and the poll meet on one
 //! thread with no hand-off (what a latency benchmark needs on 2 CPUs).
@@ -175,8 +175,12 @@ impl Device {
             name: config.name.clone(),
             why: "the device's group of processes has no member free".into(),
         })?;
+        // An automatic count spreads only the device's first process over several shards:
+        // every shard is one of the group's 64 members, and a job of many processes on one
+        // device (MPI ranks) must not run out of them.
+        let count = if want.exact || first.alone { want.count } else { 1 };
         let mut wires = vec![first];
-        while wires.len() < want.count {
+        while wires.len() < count {
             // Past the first, a shard is one more member of the device's group: an
             // automatic count stops where the group has no member left.
             match Wire::open(&config, capture.clone(), &counters, want.exact)? {
@@ -185,7 +189,7 @@ impl Device {
             }
         }
         let (local, transport, port_mtu) =
-            (wires[0].local, wires[0].transport, engine_config(&config, &wires[0]).port_mtu);
+            (wires[0].local, wires[0].transport, engine_config(&config, &wires[0], 1).port_mtu);
         let iface = wires[0].iface.clone();
         let raw_claim = wires[0].raw_claim.take();
         let mtpt = Arc::new(Mtpt::new(config.max_mr));
@@ -197,7 +201,15 @@ impl Device {
         let mut shards = Vec::with_capacity(wires.len());
         let mut threads = Vec::with_capacity(wires.len());
         let mut by_member = [NO_SHARD; MEMBERS];
-        let ends = Ends { mtpt: &mtpt, counters: &counters, events: &ev_tx, cm_events: &cm_tx, cm_fd: &cm_fd };
+        let ends = Ends {
+            shards: wires.len(),
+            start: Instant::now(),
+            mtpt: &mtpt,
+            counters: &counters,
+            events: &ev_tx,
+            cm_events: &cm_tx,
+            cm_fd: &cm_fd,
+        };
         for (i, wire) in wires.into_iter().enumerate() {
             let member = wire.cm_member;
             match Shard::start(&config, i, wire, &ends) {
@@ -383,6 +395,9 @@ impl Device {
         let mut fds = vec![fd];
         fds.extend(feeding().filter_map(|s| s.rx_fd.as_ref().map(AsFd::as_fd)));
         let mut ran = true;
+        // Since when the sockets have kept waking this thread without the channel becoming
+        // readable (other QPs' traffic on the same shards).
+        let mut busy_since: Option<Instant> = None;
         loop {
             if !ran {
                 // Every shard's lock was taken (its progress thread is in a round, which
@@ -404,10 +419,17 @@ impl Device {
                 },
                 None => None,
             };
+            if busy_since.is_some_and(|t| t.elapsed() > WAIT_DRIVING_BUSY) {
+                // The shards are busy with other QPs' traffic, and their progress threads
+                // are awake for it: they raise the event; sleep on the channel alone
+                // rather than spend a CPU on rounds for others.
+                return rnic_io::wait_readable(&[fd], left).unwrap_or(false);
+            }
             if rnic_io::wait_readable(&fds, left).is_err() {
                 // Not a descriptor ppoll takes: sleep on the channel alone, as before.
                 return rnic_io::wait_readable(&[fd], left).unwrap_or(false);
             }
+            busy_since.get_or_insert_with(Instant::now);
         }
     }
 
@@ -801,8 +823,8 @@ fn open_capture(config: &DeviceConfig) -> Result<Option<Arc<Capture>>, DeviceErr
         .transpose()
 }
 
-/// The engine's configuration for a device on `wire`.
-fn engine_config(config: &DeviceConfig, wire: &Wire) -> EngineConfig {
+/// The engine's configuration for one of `shards` shards of a device on `wire`.
+fn engine_config(config: &DeviceConfig, wire: &Wire, shards: usize) -> EngineConfig {
     let iface = wire.iface.as_ref();
     // CM IDs differ from run to run (Linux draws them at random): the clock and the pid.
     let cm_seed = std::time::SystemTime::now()
@@ -823,7 +845,11 @@ fn engine_config(config: &DeviceConfig, wire: &Wire) -> EngineConfig {
         // 1024 QPs and congestion control off: half of a 128 MiB buffer (32 MiB)
         // overflowed it (kernel RcvbufErrors, RETRY_EXC_ERR within 21 s); 8 MiB held for
         // the whole minute.
-        max_inflight_per_dest: (wire.rcvbuf / 4).clamp(256 << 10, 8 << 20),
+        // Shards send to a destination independently: each takes its share of the bound,
+        // so that together they stay inside it (at least 64 KiB each).
+        max_inflight_per_dest: ((wire.rcvbuf / 4).clamp(256 << 10, 8 << 20)
+            / u64::try_from(shards.max(1)).unwrap_or(1))
+        .max(64 << 10),
         port_mtu: iface.and_then(|i| i.active_mtu_for(config.ip.is_ipv6())).unwrap_or(PathMtu::Mtu4096),
         // rxe's CA GUID: the EUI-64 of its netdev's MAC.
         ca_guid: iface.map_or(crate::engine::guid_for(wire.local.ip()), |i| crate::engine::guid_for_mac(i.mac.0)),
@@ -848,6 +874,8 @@ struct Wire {
     cm_member: Option<u8>,
     /// The claim on a raw device's interface, address and VLAN, held while it runs.
     raw_claim: Option<std::os::unix::net::UnixDatagram>,
+    /// No other member of the device's group existed when this one joined.
+    alone: bool,
 }
 
 impl Wire {
@@ -885,6 +913,7 @@ impl Wire {
         let sock = bind(config)?;
         let local = sock.local_addr().map_err(io_err)?;
         let member = share.member();
+        let alone = share.alone();
         let transport = transport_info(config, &sock);
         let rcvbuf = rnic_io::rx_backlog(&sock).map_or(16 << 20, |(_, b)| u64::from(b));
         let udp = Udp::new(config, sock, transport, capture, counters.clone(), Some(share)).map_err(io_err)?;
@@ -897,6 +926,7 @@ impl Wire {
             qpns: crate::transport::share::qpn_range(member),
             cm_member: Some(member),
             raw_claim: None,
+            alone,
         }))
     }
 
@@ -931,6 +961,7 @@ impl Wire {
             qpns: (crate::engine::FIRST_QPN, crate::engine::LAST_QPN),
             cm_member: None,
             raw_claim: Some(claim),
+            alone: true,
         })
     }
 }
@@ -938,6 +969,11 @@ impl Wire {
 /// What every shard of a device shares: the memory table, the counters, the event
 /// channels.
 struct Ends<'a> {
+    /// How many shards the device has.
+    shards: usize,
+    /// The device's clock: every shard's times count from it (a fault chain the shards
+    /// share holds packets by it).
+    start: Instant,
     mtpt: &'a Arc<Mtpt>,
     counters: &'a Arc<Counters>,
     events: &'a Sender<AsyncEvent>,
@@ -980,7 +1016,7 @@ impl Shard {
         ends: &Ends<'_>,
     ) -> Result<(Shard, JoinHandle<()>), DeviceError> {
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
-        let engine_config = engine_config(config, &wire);
+        let engine_config = engine_config(config, &wire, ends.shards);
         let Wire { link, transport, .. } = wire;
         // Fault injection wraps whichever transport it is.
         let link: Box<dyn Transport> = match &config.faults {
@@ -998,8 +1034,10 @@ impl Shard {
         // The first is the socket itself (the others: multicast groups, the inbox of the
         // device's group, which the progress thread looks after).
         let rx_fd = wake_fds.first().map(|f| f.try_clone()).transpose().map_err(io_err)?;
+        let next_due = Arc::new(AtomicU64::new(NO_TIMER));
         let core = {
             let next_timer = [engine.poll_timeout(), link.next_due()].into_iter().flatten().min();
+            next_due.store(next_timer.unwrap_or(NO_TIMER), Ordering::SeqCst);
             Arc::new(parking_lot::Mutex::new(Core {
                 engine,
                 cmds: cmd_rx.clone(),
@@ -1008,8 +1046,9 @@ impl Shard {
                 cm_events: ends.cm_events.clone(),
                 cm_fd: ends.cm_fd.clone(),
                 batch: Vec::with_capacity(256),
-                start: Instant::now(),
+                start: ends.start,
                 next_timer,
+                next_due: next_due.clone(),
                 last_work: 0,
                 shutdown: false,
                 posted: posted.clone(),
@@ -1029,7 +1068,7 @@ impl Shard {
             std::thread::Builder::new()
                 .name(name)
                 .spawn(move || {
-                    let flags = Flags { sleeping, posted };
+                    let flags = Flags { sleeping, posted, next_due };
                     progress_loop(core, cmd_rx, wake_fds, waker, flags, inline, transport.spin, wake_boost)
                 })
                 .map_err(io_err)?
@@ -1107,7 +1146,10 @@ impl Shard {
 
     /// After a direct post: the next round, on whichever thread, sends it.
     #[inline]
-    fn posted_direct(&self, c: parking_lot::MutexGuard<'_, Core>) {
+    fn posted_direct(&self, mut c: parking_lot::MutexGuard<'_, Core>) {
+        // A post to a QP in the error state completes at once (flushed): its event now,
+        // not at the next round's end.
+        c.engine.raise_cq_events();
         // Relaxed: set under the core's lock (a round, which takes the lock, sees it), and
         // ordered before the `sleeping` load by the SeqCst fence in `wake_if_sleeping`
         // (the progress thread's pre-sleep check has the matching fence): one full
@@ -1140,7 +1182,7 @@ struct ShardCount {
 }
 
 /// [`DeviceConfig::shards`], checked; or the default: half the CPUs this process may
-/// use, at most 8 (each shard is a progress thread that spins while it has work, and a
+/// use, at most 8 (for the device's first process only: see `open_as`) (each shard is a progress thread that spins while it has work, and a
 /// loopback pair is two devices on one host; on two CPUs every extra runnable thread
 /// costs a context switch per hand-off, so there it is one). Raw-Ethernet devices run
 /// one shard: every `AF_PACKET` socket on an interface sees every frame, so nothing
@@ -1262,6 +1304,12 @@ fn to_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// How long [`Device::wait_driving`] keeps doing rounds while the shards' sockets wake it
+/// and its channel stays quiet, before it leaves the work to the progress threads and
+/// sleeps on the channel alone: a ping-pong's answer comes in the first datagram, and
+/// traffic of other QPs must not keep a sleeping program's thread busy.
+const WAIT_DRIVING_BUSY: Duration = Duration::from_micros(50);
+
 /// In a round that receives many datagrams, the held ACKs are sent after every this
 /// many packets (a quarter of the requester's 128-packet window).
 const ACK_EVERY: usize = 32;
@@ -1286,6 +1334,10 @@ struct Core {
     /// The next wake-up (engine timers, packets the fault chain delays), as of the last
     /// piece of work: nothing else changes it.
     next_timer: Option<Time>,
+    /// `next_timer` for the progress thread to read without the lock (`NO_TIMER`: none):
+    /// a round another thread runs can move it earlier while the progress thread is
+    /// about to sleep (see `progress_loop`).
+    next_due: Arc<AtomicU64>,
     /// When a round last found work (whichever thread ran it).
     last_work: Time,
     /// `Cmd::Shutdown` was handled (possibly by an application thread's round).
@@ -1430,6 +1482,7 @@ impl Core {
                 None => self.engine.poll_timeout(),
             };
             self.next_timer = [engine_due, self.link.next_due()].into_iter().flatten().min();
+            self.next_due.store(self.next_timer.unwrap_or(NO_TIMER), Ordering::SeqCst);
         }
         if self.shutdown {
             self.link.flush();
@@ -1532,7 +1585,12 @@ const INLINE_BACKOFF_MAX: Duration = Duration::from_millis(2);
 struct Flags {
     sleeping: Arc<AtomicBool>,
     posted: Arc<AtomicBool>,
+    /// The core's next timer (`Core::next_due`).
+    next_due: Arc<AtomicU64>,
 }
+
+/// `Core::next_due` when no timer is armed.
+const NO_TIMER: Time = Time::MAX;
 
 #[allow(clippy::too_many_arguments)]
 fn progress_loop(
@@ -1548,7 +1606,7 @@ fn progress_loop(
     // Real-time wake-ups (`DeviceConfig::wake_boost`), where the process may: tried once.
     let boost = wake_boost && rnic_io::cpu::set_realtime(true).is_ok() && rnic_io::cpu::set_realtime(false).is_ok();
     let mut boosted = false;
-    let Flags { sleeping, posted } = flags;
+    let Flags { sleeping, posted, next_due } = flags;
     use std::os::fd::AsFd;
     // "Recently" is the spin period, at least 50 us even when spinning is off: an
     // application polling in a loop calls far more often than that.
@@ -1573,9 +1631,9 @@ fn progress_loop(
         };
         backoff = INLINE_BACKOFF;
         let now = c.now();
-        let (round, last_work, wait) = {
+        let (round, last_work) = {
             let r = c.round(By::Progress, now);
-            (r, c.last_work, c.next_timer.map(|t| Duration::from_nanos(t.saturating_sub(now))))
+            (r, c.last_work)
         };
         drop(c);
         if boosted {
@@ -1600,6 +1658,14 @@ fn progress_loop(
         }
         sleeping.store(true, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
+        // The timer again, now that `sleeping` is visible: a round a program's thread ran
+        // since this thread's own (a libibverbs poll holding ACKs, arming a retry) either
+        // published an earlier timer before this load, or sees `sleeping` and wakes it
+        // (`Shard::try_progress`); before, it could sleep past that timer.
+        let wait = match next_due.load(Ordering::SeqCst) {
+            NO_TIMER => None,
+            due => Some(Duration::from_nanos(due.saturating_sub(to_ns(inline.epoch.elapsed())))),
+        };
         if cmds.is_empty() && !posted.load(Ordering::SeqCst) {
             if boost && !boosted {
                 // Asleep as a real-time thread, woken as one: the packet is handled

@@ -496,7 +496,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             return -1;
         }
         // Sleep on the channel while doing the device's work on this thread (a round now
-        // sends what the program just posted; a datagram for the channel's first CQ wakes
+        // sends what the program just posted; a datagram to the shards of the channel's first CQ wakes
         // this thread, which handles it): one wake-up per message, this thread's, instead
         // of the progress thread's and then this one's.
         let first = sh.cqs.lock().values().next().map(|&p| {

@@ -647,8 +647,9 @@ impl Engine {
 
     /// From now on, the completion notifications that work makes due wait for
     /// [`raise_cq_events`](Self::raise_cq_events) instead of being raised as each
-    /// completion is queued. The driver raises a round's events at the round's end, when
-    /// every completion of the round is queued: a program that takes an event and polls
+    /// completion is queued. The driver raises a round's events once it has handled what
+    /// the round received (and again at its end, for what its sends completed), when
+    /// every completion those packets made is queued: a program that takes an event and polls
     /// another CQ for a completion the same packets brought (the send's, from the ACK that
     /// came with the answer) finds it there (Debian's perftest `-e` waits for both CQs on
     /// one channel, and took the receive's event first while the ACK's completion was
@@ -658,6 +659,7 @@ impl Engine {
     }
 
     /// Raises the notifications deferred since the last call ([`defer_cq_events`](Self::defer_cq_events)).
+    #[inline]
     pub fn raise_cq_events(&mut self) {
         if let Some(due) = &mut self.cx.due_events {
             for cq in due.drain(..) {

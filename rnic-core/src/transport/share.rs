@@ -420,7 +420,10 @@ pub fn join(addr: SocketAddr) -> io::Result<Share> {
     }
     Err(io::Error::new(
         io::ErrorKind::AddrInUse,
-        format!("{MEMBERS} processes already share the device at {addr}, the most one device takes"),
+        format!(
+            "the device at {addr} has all its {MEMBERS} members taken (each process sharing it holds one per shard: \
+             RNIC_SHARDS=1 takes the fewest)"
+        ),
     ))
 }
 
@@ -536,6 +539,11 @@ impl Share {
     /// This process's member number.
     pub fn member(&self) -> u8 {
         self.member
+    }
+
+    /// Whether no other member holds its name now (this one is the device's only one).
+    pub fn alone(&self) -> bool {
+        (0..MEMBERS).all(|m| m == self.member || !self.alive(m))
     }
 
     /// Whether this member owns the packet's QP (QP1: whether it is the agent). A packet
