@@ -30,13 +30,11 @@ use crate::model::{classify_as, Region, Request, UcRecv, UcResponder, UdReceiver
 use crate::scenario::{rw_pattern, Advert, Env, Options, Verdict};
 use crate::session::{Completion, Kind, Session, WC_WITH_IMM};
 use crate::ud::{describe, describe_model, judge_receives};
-use rnic_wire::bth::BthRepr;
 use rnic_wire::deth::DethRepr;
 use rnic_wire::opcode::Transport;
 use rnic_wire::reth::RethRepr;
-use rnic_wire::roce::{ExtHeaders, RoceRepr};
+use rnic_wire::roce::ExtHeaders;
 use rnic_wire::{Opcode, Psn, Qpn};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 /// A packet as sent: BTH..ICRC (the ICRC filled when sent), made wrong or not.
@@ -69,18 +67,7 @@ struct Mutant {
 const PROBE_AREA: u32 = 4096;
 
 fn packet(op: Opcode, dest: u32, psn: Psn, ext: ExtHeaders, payload: Vec<u8>) -> Request {
-    let bth = BthRepr {
-        opcode: op,
-        se: false,
-        migreq: false,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: Qpn::new(dest),
-        ack_req: false,
-        psn,
-    };
-    Request { repr: RoceRepr { bth, ext, payload_len: payload.len() }, payload, pad: None, settle: false }
+    Request::new(op, dest, psn, false, ext, payload)
 }
 
 fn bytes(rng: &mut Rng, n: usize) -> Vec<u8> {
@@ -395,14 +382,10 @@ impl Live {
     }
 }
 
-/// Sessions made by this process's fuzzers: each its own tester QPN.
-static SESSIONS: AtomicU32 = AtomicU32::new(0);
-
 fn open(link: &Link, o: &Options, f: &FuzzOptions, service: Service) -> Result<Live, String> {
-    let n = SESSIONS.fetch_add(1, Ordering::Relaxed) & 0x7_ffff;
     let (kind, src) = match service {
-        Service::Ud => (Kind::Ud, 0x00e0_0000 + n),
-        _ => (Kind::Uc, 0x00e8_0000 + n),
+        Service::Ud => (Kind::Ud, crate::session::tester_qpn(0x00e0_0000, 0x8_0000)),
+        _ => (Kind::Uc, crate::session::tester_qpn(0x00e8_0000, 0x8_0000)),
     };
     let peer = Session::open(link, o.port, kind, src, o.mtu_code, None, o.cm_wait)?;
     let pmtu = 128usize << o.mtu_code;

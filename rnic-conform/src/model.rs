@@ -190,6 +190,32 @@ pub struct Request {
     pub settle: bool,
 }
 
+impl Request {
+    /// A request of `op` to QP `dest` at `psn`, with the default partition and no other
+    /// BTH flag than AckReq (the tester's requests: the scenarios, UC, the fuzzers).
+    pub fn new(
+        op: Opcode,
+        dest: u32,
+        psn: Psn,
+        ack_req: bool,
+        ext: rnic_wire::roce::ExtHeaders,
+        payload: Vec<u8>,
+    ) -> Request {
+        let bth = rnic_wire::bth::BthRepr {
+            opcode: op,
+            se: false,
+            migreq: false,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: rnic_wire::Qpn::new(dest),
+            ack_req,
+            psn,
+        };
+        Request { repr: RoceRepr { bth, ext, payload_len: payload.len() }, payload, pad: None, settle: false }
+    }
+}
+
 impl Responder {
     /// A responder whose expected PSN is `epsn`, with `recvs` receive WQEs of `recv_len`
     /// bytes posted, path MTU `pmtu` bytes, and these regions.

@@ -13,9 +13,8 @@ use crate::judge::{answer_of, judge};
 use crate::link::{Link, Record};
 use crate::model::{Answer, Region, Request, Responder};
 use rnic_wire::atomic::AtomicEthRepr;
-use rnic_wire::bth::BthRepr;
 use rnic_wire::reth::RethRepr;
-use rnic_wire::roce::{ExtHeaders, RoceRepr};
+use rnic_wire::roce::ExtHeaders;
 use rnic_wire::{Opcode, Psn, Qpn};
 use std::time::{Duration, Instant};
 
@@ -88,21 +87,32 @@ pub struct Env {
     pub ad: Advert,
 }
 
+/// Sends `reqs` to the peer, each through `model` first (a UC or UD receiver's oracle),
+/// then takes what comes back to the tester's QP `qpn` within `quiet`: such a receiver
+/// answers nothing, so each line returned (opcode and PSN) is a divergence. `Err`: a send
+/// failed.
+pub(crate) fn play_unanswered(
+    link: &mut Link,
+    reqs: Vec<Request>,
+    mut model: impl FnMut(&Request),
+    qpn: u32,
+    quiet: Duration,
+) -> Result<Vec<String>, String> {
+    for r in reqs {
+        model(&r);
+        link.send_with(&r.repr, &r.payload, |_| ()).map_err(|e| format!("sending: {e}"))?;
+    }
+    Ok(link
+        .packets_to(qpn, Instant::now() + quiet)
+        .iter()
+        .map(|p| format!("{} psn={:#08x}", p.repr.bth.opcode.name(), p.repr.bth.psn.value()))
+        .collect())
+}
+
 impl Env {
     /// A request with opcode `op` at PSN `psn + k`.
     pub(crate) fn req(&self, op: Opcode, k: u32, ack_req: bool, ext: ExtHeaders, payload: Vec<u8>) -> Request {
-        let bth = BthRepr {
-            opcode: op,
-            se: false,
-            migreq: false,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::new(self.dest),
-            ack_req,
-            psn: Psn::new(self.psn).add(k),
-        };
-        Request { repr: RoceRepr { bth, ext, payload_len: payload.len() }, payload, pad: None, settle: false }
+        Request::new(op, self.dest, Psn::new(self.psn).add(k), ack_req, ext, payload)
     }
     pub(crate) fn send(&self, op: Opcode, k: u32, ack_req: bool, len: usize) -> Request {
         self.req(op, k, ack_req, ExtHeaders::default(), vec![0x5a; len])

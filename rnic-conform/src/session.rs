@@ -101,6 +101,16 @@ pub fn gid(ip: IpAddr) -> [u8; 16] {
     }
 }
 
+/// Sessions this process opened: each tester QPN is taken once.
+static OPENED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The tester's QPN for a new session: `base` plus a number below `span` that no recent
+/// session of this process used (every session gets its own, so a late packet of an
+/// earlier one never lands on a later one's QP).
+pub(crate) fn tester_qpn(base: u32, span: u32) -> u32 {
+    base + OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % span.max(1)
+}
+
 /// Bytes of an answer to a hello.
 const ANSWER_LEN: usize = 44;
 

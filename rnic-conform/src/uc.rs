@@ -11,12 +11,9 @@ use crate::link::Link;
 use crate::model::{Region, Request, UcResponder};
 use crate::scenario::{rw_pattern, Options, Outcome, Verdict};
 use crate::session::{Kind, Session};
-use rnic_wire::bth::BthRepr;
 use rnic_wire::reth::RethRepr;
-use rnic_wire::roce::{ExtHeaders, RoceRepr};
-use rnic_wire::{Opcode, Psn, Qpn};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Instant;
+use rnic_wire::roce::ExtHeaders;
+use rnic_wire::{Opcode, Psn};
 
 /// What a UC scenario's requests are built from.
 #[derive(Debug, Clone, Copy)]
@@ -33,22 +30,11 @@ pub struct UcEnv {
 
 impl UcEnv {
     fn req(&self, op: Opcode, k: u32, reth: Option<(u64, u32, u32)>, payload: Vec<u8>) -> Request {
-        let bth = BthRepr {
-            opcode: op,
-            se: false,
-            migreq: false,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::new(self.dest),
-            ack_req: false,
-            psn: Psn::new(self.psn).add(k),
-        };
         let ext = ExtHeaders {
             reth: reth.map(|(va, rkey, dma_len)| RethRepr { va, rkey, dma_len }),
             ..ExtHeaders::default()
         };
-        Request { repr: RoceRepr { bth, ext, payload_len: payload.len() }, payload, pad: None, settle: false }
+        Request::new(op, self.dest, Psn::new(self.psn).add(k), false, ext, payload)
     }
 }
 
@@ -172,13 +158,10 @@ pub fn all() -> Vec<UcScenario> {
     ]
 }
 
-static SESSIONS: AtomicU32 = AtomicU32::new(0);
-
 /// Runs one UC scenario on a UC session of its own.
 pub fn run(link: &mut Link, s: &UcScenario, o: &Options) -> Outcome {
     let mut out = Outcome::new(s.name, s.rule);
-    let n = SESSIONS.fetch_add(1, Ordering::Relaxed) & 0xffff;
-    let qpn = 0x00f0_0000 + n;
+    let qpn = crate::session::tester_qpn(0x00f0_0000, 0x1_0000);
     let mut peer = match Session::open(link, o.port, Kind::Uc, qpn, o.mtu_code, s.start_psn, o.cm_wait) {
         Ok(p) => p,
         Err(e) => {
@@ -193,19 +176,13 @@ pub fn run(link: &mut Link, s: &UcScenario, o: &Options) -> Outcome {
     let mut model = UcResponder::new(Psn::new(peer.epsn), peer.recvs, u64::from(peer.recv_len), pmtu, vec![region]);
     let env = UcEnv { dest: peer.qpn, psn: peer.epsn, pmtu, rw: peer.rw };
     let mark = link.mark();
-    for r in (s.build)(&env) {
-        model.handle(&r);
-        if let Err(e) = link.send_with(&r.repr, &r.payload, |_| ()) {
-            out.verdict = Verdict::NotRun(format!("sending: {e}"));
+    let back = match crate::scenario::play_unanswered(link, (s.build)(&env), |r| model.handle(r), qpn, o.quiet) {
+        Ok(back) => back,
+        Err(e) => {
+            out.verdict = Verdict::NotRun(e);
             return out;
         }
-    }
-    // UC answers nothing: whatever comes to the tester's QP in `quiet` is a divergence.
-    let back: Vec<String> = link
-        .packets_to(qpn, Instant::now() + o.quiet)
-        .iter()
-        .map(|p| format!("{} psn={:#08x}", p.repr.bth.opcode.name(), p.repr.bth.psn.value()))
-        .collect();
+    };
     out.capture = link.records_since(mark).to_vec();
     let want: Vec<String> =
         model.completions.iter().map(|c| format!("receive completion: success, {} bytes", c.data.len())).collect();

@@ -20,8 +20,6 @@ use rnic_wire::deth::DethRepr;
 use rnic_wire::roce::{ExtHeaders, RoceRepr};
 use rnic_wire::{Opcode, Psn, Qpn};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Instant;
 
 /// `IBV_WC_RECV`.
 const WC_RECV: u32 = 128;
@@ -284,13 +282,10 @@ pub(crate) fn judge_receives(peer: &mut Session, link: &Link, want: &[UdRecv], g
     why
 }
 
-static SESSIONS: AtomicU32 = AtomicU32::new(0);
-
 /// Runs one UD scenario on a UD session of its own.
 pub fn run(link: &mut Link, s: &UdScenario, o: &Options) -> Outcome {
     let mut out = Outcome::new(s.name, s.rule);
-    let n = SESSIONS.fetch_add(1, Ordering::Relaxed) & 0xffff;
-    let qpn = 0x00d0_0000 + n;
+    let qpn = crate::session::tester_qpn(0x00d0_0000, 0x1_0000);
     let mut peer = match Session::open(link, o.port, Kind::Ud, qpn, o.mtu_code, None, o.cm_wait) {
         Ok(p) => p,
         Err(e) => {
@@ -301,19 +296,13 @@ pub fn run(link: &mut Link, s: &UdScenario, o: &Options) -> Outcome {
     let mut model = UdReceiver::new(peer.qpn, peer.qkey, peer.recvs, u64::from(peer.recv_len));
     let env = UdEnv { dest: peer.qpn, qkey: peer.qkey, src: qpn };
     let mark = link.mark();
-    for r in (s.build)(&env) {
-        model.handle(&r);
-        if let Err(e) = link.send_with(&r.repr, &r.payload, |_| ()) {
-            out.verdict = Verdict::NotRun(format!("sending: {e}"));
+    let back = match crate::scenario::play_unanswered(link, (s.build)(&env), |r| model.handle(r), qpn, o.quiet) {
+        Ok(back) => back,
+        Err(e) => {
+            out.verdict = Verdict::NotRun(e);
             return out;
         }
-    }
-    // UD answers nothing: whatever comes to the tester's QP in `quiet` is a divergence.
-    let back: Vec<String> = link
-        .packets_to(qpn, Instant::now() + o.quiet)
-        .iter()
-        .map(|p| format!("{} psn={:#08x}", p.repr.bth.opcode.name(), p.repr.bth.psn.value()))
-        .collect();
+    };
     out.capture = link.records_since(mark).to_vec();
     out.expected = model.completions.iter().map(describe_model).collect();
     out.expected.extend(model.dropped.iter().map(|d| format!("dropped: {d}")));

@@ -10,7 +10,6 @@ use crate::model::{Region, Responder};
 use crate::scenario::{self, rw_pattern, Advert, Env, Options, Outcome, Scenario, Verdict};
 use crate::session::{Kind, Session};
 use rnic_wire::{Opcode, Psn};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 fn data(seed: u8, n: usize) -> Vec<u8> {
     (0..n).map(|i| seed.wrapping_add((i % 239).to_le_bytes()[0]).wrapping_mul(5)).collect()
@@ -75,13 +74,10 @@ pub fn all() -> Vec<Scenario> {
     ]
 }
 
-static SESSIONS: AtomicU32 = AtomicU32::new(0);
-
 /// Runs one PSN-wrap scenario on an RC session of its own.
 pub fn run(link: &mut Link, s: &Scenario, o: &Options) -> Outcome {
     let mut out = Outcome::new(s.name, s.rule);
-    let n = SESSIONS.fetch_add(1, Ordering::Relaxed) & 0xffff;
-    let qpn = 0x00b0_0000 + n;
+    let qpn = crate::session::tester_qpn(0x00b0_0000, 0x1_0000);
     let peer = match Session::open(link, o.port, Kind::Rc, qpn, o.mtu_code, Some(s.start_psn), o.cm_wait) {
         Ok(p) => p,
         Err(e) => {
