@@ -232,7 +232,11 @@ impl WqeData {
             }
         };
         if let [one] = sges {
-            let slice = check(0, one)?;
+            let len = usize::try_from(one.length).unwrap_or(usize::MAX);
+            let slice = match mtpt.local_slice(one.lkey, pd, one.addr, len, need) {
+                Some(slice) => slice,
+                None => check(0, one)?,
+            };
             if u64::from(one.length) > MAX_MSG_LEN {
                 return Err(PostError::MessageTooLong { len: u64::from(one.length) });
             }
