@@ -582,8 +582,12 @@ fn peak(samples: &[(f64, u64)], total: u64) -> f64 {
     best
 }
 
-/// SEND target: counts and checks every received message (length, and the first and last
-/// 8 bytes against the pattern), re-posting each receive at once, until `target` messages
+/// After every receive buffer held one message, the SEND target checks one in this many.
+const CHECK_EVERY: u64 = 64;
+
+/// SEND target: counts and checks the received messages (every one's length; the first
+/// and last 8 bytes of each until every buffer was used once, then of one in
+/// `CHECK_EVERY`), re-posting each receive at once, until `target` messages
 /// arrived. Returns the slot offset of the last one, for the full check.
 ///
 /// UD has no retransmission: a datagram that finds no receive posted is dropped (IBA
@@ -637,11 +641,18 @@ pub fn target_send(
             }
             let qi = (wc.wr_id >> 32) as usize;
             let off = side.slot_offset(qi, (wc.wr_id & 0xffff_ffff) as usize);
-            let data = off + side.grh;
-            side.mr.read(data, &mut head).map_err(|e| rnic_verbs::report(&e))?;
-            side.mr.read(data + size - edge, &mut tail).map_err(|e| rnic_verbs::report(&e))?;
-            if head[..] != pat[..edge] || tail[..] != pat[size - edge..] {
-                return Err(format!("SEND {got}: its first/last bytes differ from what was sent"));
+            // The buffers start zeroed, so a message landing in one for the first time
+            // proves its transfer; later ones land on bytes an earlier message left, and
+            // one in CHECK_EVERY is checked (for a misplaced write), not every one: the
+            // check is the tool's work, not the device's, and at 64 bytes it cost ~4% of
+            // the receiving thread.
+            if got < side.nbuf as u64 || got % CHECK_EVERY == 0 {
+                let data = off + side.grh;
+                side.mr.read(data, &mut head).map_err(|e| rnic_verbs::report(&e))?;
+                side.mr.read(data + size - edge, &mut tail).map_err(|e| rnic_verbs::report(&e))?;
+                if head[..] != pat[..edge] || tail[..] != pat[size - edge..] {
+                    return Err(format!("SEND {got}: its first/last bytes differ from what was sent"));
+                }
             }
             last = Some(off);
             got += 1;
