@@ -605,26 +605,50 @@ impl Mtpt {
     }
 
     /// The bytes of a local access that passes every check of
-    /// [`check_local`](Self::check_local), else `None` (and `check_local` says why): the
-    /// per-work-request path, which builds no error and, inlined, hands the slice over in
-    /// registers (a `Result<MrSlice, _>` returned through memory cost a store-forwarding
-    /// stall per SGE).
-    #[inline(always)]
+    /// [`check_local`](Self::check_local), else `None` (and `check_local` says why).
+    #[cfg(test)]
     pub(crate) fn local_slice(&self, lkey: u32, pd: PdId, addr: u64, len: usize, need: AccessFlags) -> Option<MrSlice> {
+        let mut out = None;
+        self.with_local_slice(lkey, pd, addr, len, need, |s| out = Some(s));
+        out
+    }
+
+    /// Hands `put` the bytes of a local access that passes every check of
+    /// [`check_local`](Self::check_local) and returns true; else false (and `check_local`
+    /// says why). The per-work-request path: no error is built, and `put` (inlined) stores
+    /// the slice where it is kept: a `Result<MrSlice, _>` or `Option<MrSlice>` returned
+    /// and then moved cost a store-forwarding stall per SGE (its halves stored as words,
+    /// reloaded as one 16-byte move).
+    #[inline(always)]
+    pub(crate) fn with_local_slice(
+        &self,
+        lkey: u32,
+        pd: PdId,
+        addr: u64,
+        len: usize,
+        need: AccessFlags,
+        put: impl FnOnce(MrSlice),
+    ) -> bool {
         let table = self.table.read();
         let Some(Entry::Valid(region)) = table.slot(lkey).map(|s| &s.entry) else {
-            return None;
+            return false;
         };
         if region.pd != pd || !region.access.contains(need) {
-            return None;
+            return false;
         }
-        let end = addr.checked_add(u64::try_from(len).ok()?)?;
-        let region_end = region.iova.checked_add(u64::try_from(region.len).ok()?)?;
+        let Some(end) = u64::try_from(len).ok().and_then(|l| addr.checked_add(l)) else { return false };
+        let Some(region_end) = u64::try_from(region.len).ok().and_then(|l| region.iova.checked_add(l)) else {
+            return false;
+        };
         if addr < region.iova || end > region_end {
-            return None;
+            return false;
         }
-        let offset = region.block_offset.checked_add(usize::try_from(addr - region.iova).ok()?)?;
-        Some(MrSlice { block: Arc::clone(&region.block), offset, len })
+        let Some(offset) = usize::try_from(addr - region.iova).ok().and_then(|r| region.block_offset.checked_add(r))
+        else {
+            return false;
+        };
+        put(MrSlice { block: Arc::clone(&region.block), offset, len });
+        true
     }
 
     /// Checks a remote access (RDMA READ / WRITE, atomic) against the rkey and returns its

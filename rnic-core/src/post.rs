@@ -233,10 +233,12 @@ impl WqeData {
         };
         if let [one] = sges {
             let len = usize::try_from(one.length).unwrap_or(usize::MAX);
-            let slice = match mtpt.local_slice(one.lkey, pd, one.addr, len, need) {
-                Some(slice) => slice,
-                None => check(0, one)?,
-            };
+            if u64::from(one.length) <= MAX_MSG_LEN
+                && mtpt.with_local_slice(one.lkey, pd, one.addr, len, need, |slice| *self = WqeData::One(slice))
+            {
+                return Ok(len);
+            }
+            let slice = check(0, one)?;
             if u64::from(one.length) > MAX_MSG_LEN {
                 return Err(PostError::MessageTooLong { len: u64::from(one.length) });
             }

@@ -19,8 +19,16 @@ use rnic_wire::small::FethRepr;
 use rnic_wire::{Opcode, Psn, Qpn};
 
 /// Packets a message of `len` bytes takes at `mtu` (a zero-length message is one packet).
+#[inline]
 pub(crate) fn packets_for(len: usize, mtu: usize) -> u32 {
-    u32::try_from(len.div_ceil(mtu).max(1)).unwrap_or(u32::MAX)
+    // Path MTUs are powers of two (IBA 256..4096): a shift and a mask per work request
+    // rather than a 64-bit division (~1.6% of `send_bw -s 64`'s sending thread).
+    let n = if mtu.is_power_of_two() {
+        (len >> mtu.trailing_zeros()) + usize::from(len & (mtu - 1) != 0)
+    } else {
+        len.div_ceil(mtu)
+    };
+    u32::try_from(n.max(1)).unwrap_or(u32::MAX)
 }
 
 /// Where packet `k` of an `n`-packet message stands.
@@ -269,5 +277,16 @@ mod tests {
         assert_eq!(buf.len(), 12 + 16 + 4);
         assert_eq!(&buf[..12], &[0x81, 0, 0xff, 0xff, 0x40, 0xff, 0xff, 0xfe, 0, 0, 0, 0]);
         assert!(buf[12..28].iter().all(|&b| b == 0), "reserved body: {:x?}", &buf[12..28]);
+    }
+
+    proptest::proptest! {
+        /// The shift agrees with the division for every length, at every MTU a path can
+        /// have and at MTUs that are not powers of two (which take the division).
+        #[test]
+        fn packets_for_is_the_division(len in proptest::prop_oneof![0..20_000usize, proptest::arbitrary::any::<usize>()], m in 0..7usize, odd in 1..5000usize) {
+            for mtu in [256usize << (m % 5), odd] {
+                proptest::prop_assert_eq!(packets_for(len, mtu), u32::try_from(len.div_ceil(mtu).max(1)).unwrap_or(u32::MAX));
+            }
+        }
     }
 }
