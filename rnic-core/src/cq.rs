@@ -80,8 +80,17 @@ impl Cq {
         }
     }
 
-    /// The shards whose QPs complete here (bit *i*: shard *i*); 0 before any QP.
-    pub(crate) fn feeding_shards(&self) -> u64 {
+    /// [`fed_by`](Self::fed_by) unless already marked: a load, and a locked write only
+    /// the first time (per completion, for the CQ of an XRC SRQ).
+    #[inline]
+    pub(crate) fn fed_by_once(&self, shard: usize) {
+        if shard < 64 && self.shards.load(Ordering::Relaxed) & (1 << shard) == 0 {
+            self.fed_by(shard);
+        }
+    }
+
+    /// The device shards whose QPs complete here (bit *i*: shard *i*); 0 before any QP.
+    pub fn feeding_shards(&self) -> u64 {
         self.shards.load(Ordering::Relaxed)
     }
 

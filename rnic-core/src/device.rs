@@ -189,7 +189,7 @@ impl Device {
             }
         }
         let (local, transport, port_mtu) =
-            (wires[0].local, wires[0].transport, engine_config(&config, &wires[0], 1).port_mtu);
+            (wires[0].local, wires[0].transport, engine_config(&config, &wires[0], 1, 0).port_mtu);
         let iface = wires[0].iface.clone();
         let raw_claim = wires[0].raw_claim.take();
         let mtpt = Arc::new(Mtpt::new(config.max_mr));
@@ -824,7 +824,7 @@ fn open_capture(config: &DeviceConfig) -> Result<Option<Arc<Capture>>, DeviceErr
 }
 
 /// The engine's configuration for one of `shards` shards of a device on `wire`.
-fn engine_config(config: &DeviceConfig, wire: &Wire, shards: usize) -> EngineConfig {
+fn engine_config(config: &DeviceConfig, wire: &Wire, shards: usize, index: usize) -> EngineConfig {
     let iface = wire.iface.as_ref();
     // CM IDs differ from run to run (Linux draws them at random): the clock and the pid.
     let cm_seed = std::time::SystemTime::now()
@@ -855,6 +855,7 @@ fn engine_config(config: &DeviceConfig, wire: &Wire, shards: usize) -> EngineCon
         ca_guid: iface.map_or(crate::engine::guid_for(wire.local.ip()), |i| crate::engine::guid_for_mac(i.mac.0)),
         qpns: wire.qpns,
         cm_member: wire.cm_member,
+        shard: index,
         ..EngineConfig::new(wire.local.ip())
     }
 }
@@ -1016,7 +1017,7 @@ impl Shard {
         ends: &Ends<'_>,
     ) -> Result<(Shard, JoinHandle<()>), DeviceError> {
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
-        let engine_config = engine_config(config, &wire, ends.shards);
+        let engine_config = engine_config(config, &wire, ends.shards, index);
         let Wire { link, transport, .. } = wire;
         // Fault injection wraps whichever transport it is.
         let link: Box<dyn Transport> = match &config.faults {

@@ -119,6 +119,20 @@ fn a_request_for_an_srq_of_the_targets_domain_lands_in_it() {
     assert_eq!(x.target.state(), QpState::Rts);
 }
 
+/// An XRC SRQ's CQ is named by no QP when the QP is created, so a device with several
+/// shards could not know which shard's rounds a poll of it must run: the engine that
+/// completes a receive there marks it as fed by its shard (shard 0 here), and only the
+/// CQ that took the completion.
+#[test]
+fn the_cq_of_an_xrc_srq_learns_which_shard_feeds_it() {
+    let mut x = Xrc::new();
+    assert_eq!((x.mine.1.feeding_shards(), x.other.1.feeding_shards()), (0, 0), "no QP names them");
+    x.send(1, x.mine.0.id(), b"marks its CQ");
+    assert_eq!(Pair::wcs(&x.mine.1).len(), 1);
+    assert_eq!(x.mine.1.feeding_shards(), 1, "fed by shard 0, whose engine completed the receive");
+    assert_eq!(x.other.1.feeding_shards(), 0, "the other domain's CQ took nothing");
+}
+
 /// IBA Annex A14 (the XRC target's SRQ check, with 9.7.5.2.2's invalid request NAK):
 /// an XRCETH naming an SRQ outside the target QP's XRC domain, or no SRQ, is NAKed
 /// invalid request; the initiator's WR completes REM_INV_REQ_ERR and later ones flush.

@@ -77,6 +77,10 @@ pub struct EngineConfig {
     /// A process sharing its device: its member number, which the CM puts in its
     /// communication IDs ([`crate::cm::CmConfig::member`]).
     pub cm_member: Option<u8>,
+    /// Which of its device's shards this engine is (0 for one alone): an XRC SRQ's CQ,
+    /// which no QP names when it is created, is marked as fed by it when a receive
+    /// completes there ([`Cq::feeding_shards`]).
+    pub shard: usize,
 }
 
 /// Payload bytes up to which a packet counts as small for the window
@@ -112,6 +116,7 @@ impl EngineConfig {
             port_mtu: crate::qp_state::PathMtu::Mtu4096,
             qpns: (super::qp_table::FIRST_QPN, super::qp_table::LAST_QPN),
             cm_member: None,
+            shard: 0,
         }
     }
 }
@@ -255,6 +260,12 @@ impl Ctx {
             CqSide::Send => &qp.send_cq,
             CqSide::Recv => qp.resp_cq(),
         };
+        if qp.resp.xrc_srq.is_some() && side == CqSide::Recv {
+            // An XRC SRQ's CQ: the target QPs that complete into it were not known when
+            // it was made, so the shard marks it here, once (a poll of it then runs this
+            // shard's rounds: `Device::progress_shared`).
+            cq.fed_by_once(self.config.shard);
+        }
         match cq.push_quiet(wc, solicited) {
             Ok(false) => return,
             Ok(true) => {
