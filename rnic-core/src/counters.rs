@@ -4,8 +4,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! counters {
     ($($(#[$m:meta])* $name:ident,)*) => {
-        /// Device counters. Each is monotonic; read them with [`Counters::snapshot`].
+        /// One engine's counters (a device shard's, or a fabric node's). Each is monotonic;
+        /// read them with [`Counters::snapshot`]. Aligned to a cache line of its own: each
+        /// shard's progress thread writes its set on every packet, and a line two cores
+        /// write would move between them at each write.
         #[derive(Debug, Default)]
+        #[repr(align(64))]
         pub struct Counters {
             $($(#[$m])* pub $name: AtomicU64,)*
         }
@@ -152,4 +156,64 @@ counters! {
     /// Raw Ethernet: packets dropped because their next hop did not answer ARP within a
     /// second, or too many waited for it (rnic).
     tx_neigh_unresolved,
+}
+
+/// A device's counters: the sum of its shards' [`Counters`]. Each shard counts its own
+/// packets in its own set, so no counter is written by two cores (shared, every packet's
+/// `fetch_add` on the same cache lines would have moved them between the shards' cores);
+/// a read adds them up. Cheap to clone: it shares the sets, and reads them as they are
+/// at each call.
+#[derive(Debug, Clone)]
+pub struct DeviceCounters(std::sync::Arc<[std::sync::Arc<Counters>]>);
+
+impl DeviceCounters {
+    /// The counters of a device whose shards count in `parts`.
+    pub fn new(parts: Vec<std::sync::Arc<Counters>>) -> DeviceCounters {
+        DeviceCounters(parts.into())
+    }
+
+    /// Every counter's name and value (summed over the shards), in [`Counters::snapshot`]'s
+    /// order.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let mut parts = self.0.iter();
+        let mut sum = parts.next().map(|c| c.snapshot()).unwrap_or_default();
+        for c in parts {
+            for (total, (_, v)) in sum.iter_mut().zip(c.snapshot()) {
+                total.1 = total.1.wrapping_add(v);
+            }
+        }
+        sum
+    }
+
+    /// One counter by name, summed over the shards.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.0.iter().map(|c| c.get(name)).try_fold(0u64, |sum, v| v.map(|v| sum.wrapping_add(v)))
+    }
+
+    /// Each shard's own set, in shard order.
+    pub fn shards(&self) -> &[std::sync::Arc<Counters>] {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_reads_the_sum_of_its_shards() {
+        let parts: Vec<_> = (0..3).map(|_| std::sync::Arc::new(Counters::default())).collect();
+        parts[0].sent_pkts.fetch_add(5, Ordering::Relaxed);
+        parts[2].sent_pkts.fetch_add(7, Ordering::Relaxed);
+        parts[1].icrc_err.fetch_add(1, Ordering::Relaxed);
+        let d = DeviceCounters::new(parts.clone());
+        assert_eq!((d.get("sent_pkts"), d.get("icrc_err"), d.get("rcvd_pkts")), (Some(12), Some(1), Some(0)));
+        assert_eq!(d.get("no_such_counter"), None);
+        let snap = d.snapshot();
+        assert_eq!(snap.len(), parts[0].snapshot().len());
+        assert!(snap.contains(&("sent_pkts", 12)) && snap.contains(&("icrc_err", 1)));
+        parts[1].sent_pkts.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(d.clone().get("sent_pkts"), Some(13), "a clone reads the live sets");
+        assert_eq!(std::mem::align_of::<Counters>(), 64);
+    }
 }

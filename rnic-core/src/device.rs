@@ -28,7 +28,7 @@
 use crate::capture::Capture;
 pub(crate) use crate::config::SOCKET_BUFFER;
 pub use crate::config::{CongestionControl, DeviceConfig, DeviceError, EnvSettings, TransportInfo, CC_LINE_RATE};
-use crate::counters::Counters;
+use crate::counters::{Counters, DeviceCounters};
 use crate::cq::Cq;
 use crate::engine::qp::{self, PostError, QpAttr, QpInit, QpShared, RecvWqe, SendWqe};
 use crate::engine::{AsyncEvent, Engine, EngineConfig, EngineError, TxPacket};
@@ -127,7 +127,7 @@ struct Inner {
     /// raw Ethernet).
     port_mtu: PathMtu,
     mtpt: Arc<Mtpt>,
-    counters: Arc<Counters>,
+    counters: DeviceCounters,
     events: Receiver<AsyncEvent>,
     cm_events: Receiver<crate::cm::CmEvent>,
     /// Readable while CM events wait (a program may `poll` it, as an rdma_cm event
@@ -169,9 +169,10 @@ impl Device {
         apply_env(&mut config)?;
         let want = shard_count(&config)?;
         let capture = open_capture(&config)?;
-        let counters = Arc::new(Counters::default());
+        // Each shard counts in its own set (`DeviceCounters`).
+        let mut counters = vec![Arc::new(Counters::default())];
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
-        let first = Wire::open(&config, capture.clone(), &counters, true)?.ok_or_else(|| DeviceError::Config {
+        let first = Wire::open(&config, capture.clone(), &counters[0], true)?.ok_or_else(|| DeviceError::Config {
             name: config.name.clone(),
             why: "the device's group of processes has no member free".into(),
         })?;
@@ -183,8 +184,12 @@ impl Device {
         while wires.len() < count {
             // Past the first, a shard is one more member of the device's group: an
             // automatic count stops where the group has no member left.
-            match Wire::open(&config, capture.clone(), &counters, want.exact)? {
-                Some(w) => wires.push(w),
+            let c = Arc::new(Counters::default());
+            match Wire::open(&config, capture.clone(), &c, want.exact)? {
+                Some(w) => {
+                    wires.push(w);
+                    counters.push(c);
+                }
                 None => break,
             }
         }
@@ -205,14 +210,13 @@ impl Device {
             shards: wires.len(),
             start: Instant::now(),
             mtpt: &mtpt,
-            counters: &counters,
             events: &ev_tx,
             cm_events: &cm_tx,
             cm_fd: &cm_fd,
         };
-        for (i, wire) in wires.into_iter().enumerate() {
+        for (i, (wire, c)) in wires.into_iter().zip(&counters).enumerate() {
             let member = wire.cm_member;
-            match Shard::start(&config, i, wire, &ends) {
+            match Shard::start(&config, i, wire, c.clone(), &ends) {
                 Ok((shard, thread)) => {
                     if let Some(m) = member {
                         by_member[usize::from(m) % MEMBERS] = u8::try_from(i).unwrap_or(NO_SHARD);
@@ -240,7 +244,7 @@ impl Device {
                 iface,
                 port_mtu,
                 mtpt,
-                counters,
+                counters: DeviceCounters::new(counters),
                 events: ev_rx,
                 cm_events: cm_rx,
                 cm_fd,
@@ -467,8 +471,8 @@ impl Device {
         self.inner.shards.iter().flat_map(|s| s.core.lock().engine.qp_rates()).collect()
     }
 
-    /// The device's counters.
-    pub fn counters(&self) -> &Arc<Counters> {
+    /// The device's counters (its shards' summed when read).
+    pub fn counters(&self) -> &DeviceCounters {
         &self.inner.counters
     }
 
@@ -967,8 +971,8 @@ impl Wire {
     }
 }
 
-/// What every shard of a device shares: the memory table, the counters, the event
-/// channels.
+/// What every shard of a device shares: the clock, the memory table, the event channels
+/// (each counts in its own set of counters).
 struct Ends<'a> {
     /// How many shards the device has.
     shards: usize,
@@ -976,7 +980,6 @@ struct Ends<'a> {
     /// share holds packets by it).
     start: Instant,
     mtpt: &'a Arc<Mtpt>,
-    counters: &'a Arc<Counters>,
     events: &'a Sender<AsyncEvent>,
     cm_events: &'a Sender<crate::cm::CmEvent>,
     cm_fd: &'a Arc<rnic_io::EventFd>,
@@ -1014,6 +1017,7 @@ impl Shard {
         config: &DeviceConfig,
         index: usize,
         wire: Wire,
+        counters: Arc<Counters>,
         ends: &Ends<'_>,
     ) -> Result<(Shard, JoinHandle<()>), DeviceError> {
         let io_err = |source| DeviceError::Io { name: config.name.clone(), source };
@@ -1027,7 +1031,7 @@ impl Shard {
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let sleeping = Arc::new(AtomicBool::new(false));
         let posted = Arc::new(AtomicBool::new(false));
-        let mut engine = Engine::new(engine_config, ends.mtpt.clone(), ends.counters.clone());
+        let mut engine = Engine::new(engine_config, ends.mtpt.clone(), counters);
         // A round's completion events are raised at its end (`Core::round`).
         engine.defer_cq_events();
         let waker = Arc::new(rnic_io::EventFd::new().map_err(io_err)?);

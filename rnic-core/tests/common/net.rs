@@ -4,7 +4,7 @@
 //! both, so every reliability story is checked in simulation and on real sockets.
 #![allow(dead_code, clippy::cast_possible_truncation)]
 
-use rnic_core::counters::Counters;
+use rnic_core::counters::{Counters, DeviceCounters};
 use rnic_core::cq::Cq;
 use rnic_core::device::{Device, DeviceConfig};
 use rnic_core::engine::qp::QpInit;
@@ -153,7 +153,7 @@ pub struct End {
     scq: Arc<Cq>,
     rcq: Arc<Cq>,
     qp: Arc<QpShared>,
-    counters: Arc<Counters>,
+    counters: DeviceCounters,
     taken: [Vec<WorkCompletion>; 2],
 }
 
@@ -198,7 +198,17 @@ impl FabricNet {
             let (scq, rcq) = (Arc::new(Cq::new(1, 4096)), Arc::new(Cq::new(2, 4096)));
             let qp = e.create_qp(QpInit::new(QpType::Rc, PdId(1), scq.clone(), rcq.clone()).cap(CAP)).unwrap();
             fab.add(e);
-            ends.push(End { ip, mtpt, mem, keys, scq, rcq, qp, counters, taken: [Vec::new(), Vec::new()] });
+            ends.push(End {
+                ip,
+                mtpt,
+                mem,
+                keys,
+                scq,
+                rcq,
+                qp,
+                counters: DeviceCounters::new(vec![counters]),
+                taken: [Vec::new(), Vec::new()],
+            });
         }
         for me in 0..2 {
             let other = 1 - me;
