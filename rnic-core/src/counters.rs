@@ -189,11 +189,6 @@ impl DeviceCounters {
     pub fn get(&self, name: &str) -> Option<u64> {
         self.0.iter().map(|c| c.get(name)).try_fold(0u64, |sum, v| v.map(|v| sum.wrapping_add(v)))
     }
-
-    /// Each shard's own set, in shard order.
-    pub fn shards(&self) -> &[std::sync::Arc<Counters>] {
-        &self.0
-    }
 }
 
 #[cfg(test)]

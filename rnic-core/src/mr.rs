@@ -636,15 +636,7 @@ impl Mtpt {
         if region.pd != pd || !region.access.contains(need) {
             return false;
         }
-        let Some(end) = u64::try_from(len).ok().and_then(|l| addr.checked_add(l)) else { return false };
-        let Some(region_end) = u64::try_from(region.len).ok().and_then(|l| region.iova.checked_add(l)) else {
-            return false;
-        };
-        if addr < region.iova || end > region_end {
-            return false;
-        }
-        let Some(offset) = usize::try_from(addr - region.iova).ok().and_then(|r| region.block_offset.checked_add(r))
-        else {
+        let Some(offset) = region.offset_of(addr, len, (region.iova, region.len)) else {
             return false;
         };
         put(MrSlice { block: Arc::clone(&region.block), offset, len });
@@ -723,28 +715,35 @@ impl Mtpt {
 }
 
 impl Region {
-    /// The bytes `[va, va + len)` of the region, which must lie inside `[start, start +
-    /// span)` (the region's own range, or a window's inside it), checked under `key`.
-    fn slice(&self, key: u32, va: u64, len: usize, (start, span): (u64, usize)) -> Result<MrSlice, AccessError> {
+    /// Where `[va, va + len)` starts in the block, if it lies inside `[start, start + span)`
+    /// (the region's own range, or a window's inside it) and inside the region; `None`
+    /// otherwise. Builds no error: the work-request fast path calls it per SGE.
+    #[inline(always)]
+    fn offset_of(&self, va: u64, len: usize, (start, span): (u64, usize)) -> Option<usize> {
         // In u128 nothing here can overflow: every term is below 2^64.
         let first = u128::from(va);
         let end = first + u128::from(to_u64(len));
-        if end > 1u128 << 64 {
-            return Err(AccessError::AddressOverflow { key, va, len });
-        }
-        let range_start = u128::from(start);
-        let range_end = range_start + u128::from(to_u64(span));
-        let out_of_bounds = AccessError::OutOfBounds { key, va, len, iova: start, region_len: span };
+        let range_end = u128::from(start) + u128::from(to_u64(span));
         let region_end = u128::from(self.iova) + u128::from(to_u64(self.len));
-        if first < range_start || end > range_end || first < u128::from(self.iova) || end > region_end {
-            return Err(out_of_bounds);
+        if first < u128::from(start) || end > range_end || first < u128::from(self.iova) || end > region_end {
+            return None;
         }
         // va - iova <= self.len, so it fits in usize and offset + it stays inside the block.
-        let offset = usize::try_from(va - self.iova)
-            .ok()
-            .and_then(|rel| self.block_offset.checked_add(rel))
-            .ok_or(out_of_bounds)?;
-        Ok(MrSlice { block: Arc::clone(&self.block), offset, len })
+        usize::try_from(va - self.iova).ok().and_then(|rel| self.block_offset.checked_add(rel))
+    }
+
+    /// The bytes `[va, va + len)` of the region, which must lie inside `[start, start +
+    /// span)` (the region's own range, or a window's inside it), checked under `key`.
+    fn slice(&self, key: u32, va: u64, len: usize, (start, span): (u64, usize)) -> Result<MrSlice, AccessError> {
+        match self.offset_of(va, len, (start, span)) {
+            Some(offset) => Ok(MrSlice { block: Arc::clone(&self.block), offset, len }),
+            // A range never ends past 2^64 (registration and binding refuse it), so an
+            // access that does was refused above: say which way.
+            None if u128::from(va) + u128::from(to_u64(len)) > 1u128 << 64 => {
+                Err(AccessError::AddressOverflow { key, va, len })
+            }
+            None => Err(AccessError::OutOfBounds { key, va, len, iova: start, region_len: span }),
+        }
     }
 }
 

@@ -585,12 +585,12 @@ fn peak(samples: &[(f64, u64)], total: u64) -> f64 {
     best
 }
 
-/// After every receive buffer held one message, the SEND target checks one in this many.
+/// Past its first `nbuf` messages, the SEND target checks the bytes of one in this many.
 const CHECK_EVERY: u64 = 64;
 
 /// SEND target: counts and checks the received messages (every one's length; the first
-/// and last 8 bytes of each until every buffer was used once, then of one in
-/// `CHECK_EVERY`), re-posting each receive at once, until `target` messages
+/// and last 8 bytes of each of the first `nbuf`, as many as there are receive buffers,
+/// then of one in `CHECK_EVERY`), re-posting each receive at once, until `target` messages
 /// arrived. Returns the slot offset of the last one, for the full check.
 ///
 /// UD has no retransmission: a datagram that finds no receive posted is dropped (IBA
@@ -645,10 +645,10 @@ pub fn target_send(
             let qi = (wc.wr_id >> 32) as usize;
             let off = side.slot_offset(qi, (wc.wr_id & 0xffff_ffff) as usize);
             // The buffers start zeroed, so a message landing in one for the first time
-            // proves its transfer; later ones land on bytes an earlier message left, and
-            // one in CHECK_EVERY is checked (for a misplaced write), not every one: the
-            // check is the tool's work, not the device's, and at 64 bytes it cost ~4% of
-            // the receiving thread.
+            // proves its transfer; once as many messages as buffers have come, most land
+            // on bytes an earlier message left, and one in CHECK_EVERY is checked (for a
+            // misplaced write), not every one: the check is the tool's work, not the
+            // device's, and at 64 bytes it cost ~4% of the receiving thread.
             if got < side.nbuf as u64 || got % CHECK_EVERY == 0 {
                 let data = off + side.grh;
                 side.mr.read(data, &mut head).map_err(|e| rnic_verbs::report(&e))?;
@@ -861,7 +861,7 @@ pub fn latency(
                 // gives away the rest of a time slice) made this READ/atomic latency
                 // bimodal (typical 11-12 us or 19-24 us by run) with a 99th percentile of
                 // 0.3-1.4 ms; every 64th keeps a thread sharing this CPU served.
-                idle_rounds += 1;
+                idle_rounds = idle_rounds.wrapping_add(1);
                 if idle_rounds % 64 == 0 {
                     std::thread::yield_now();
                 }
