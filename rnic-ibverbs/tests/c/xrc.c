@@ -111,8 +111,11 @@ static void connect_xrc(struct ibv_qp *i, union ibv_gid igid, struct ibv_qp *t, 
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_RTS;
 	a.sq_psn = 100;
-	a.timeout = 8; /* 1 ms: a target that is gone fails the send quickly */
-	a.retry_cnt = 2;
+	/* 16.8 ms, seven retries: a target that is gone fails the send within about 134 ms,
+	 * and a loaded host's stall does not (at 1 ms and two retries, the first send of a
+	 * CI run beside the other stock tests once failed with RETRY_EXC_ERR). */
+	a.timeout = 12;
+	a.retry_cnt = 7;
 	a.rnr_retry = 7;
 	a.max_rd_atomic = 1;
 	modify(i, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
