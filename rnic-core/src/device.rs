@@ -839,6 +839,9 @@ fn engine_config(config: &DeviceConfig, wire: &Wire, shards: usize, index: usize
         // Payloads go to the kernel straight from registered memory, except through a
         // fault chain (which may keep, corrupt or copy a packet after the round).
         zero_copy: config.zero_copy && config.faults.is_none(),
+        // Small packets go in trains on UDP with GSO (the fault chain takes packets one
+        // by one).
+        trains: wire.transport.gso && !wire.transport.raw && config.faults.is_none(),
         cm_seed,
         cc: config.congestion_control.params(),
         // Flow control: a peer like this device absorbs what its receive buffer holds.

@@ -154,7 +154,14 @@ impl Fabric {
             while self.engines[i].has_pending_transmit() {
                 self.engines[i].drain_transmits(&mut self.scratch);
             }
-            let batch: Vec<TxPacket> = self.scratch.drain(..).collect();
+            let mut batch: Vec<TxPacket> = Vec::with_capacity(self.scratch.len());
+            for p in self.scratch.drain(..) {
+                if p.train > 1 {
+                    batch.extend(p.split_train());
+                } else {
+                    batch.push(p);
+                }
+            }
             for mut tx in batch {
                 // A zero-copy packet carries its payload apart (TxPacket::payload): the
                 // wire gets the whole packet, as the UDP transport's iovecs make it.

@@ -81,6 +81,12 @@ pub struct EngineConfig {
     /// which no QP names when it is created, is marked as fed by it when a receive
     /// completes there ([`Cq::feeding_shards`]).
     pub shard: usize,
+    /// Small packets to one destination are built back to back into one buffer, up to
+    /// what one UDP GSO send carries ([`TxPacket::train`](super::TxPacket::train)): no
+    /// buffer, queue entry or iovec per packet. Only for a transport that sends a train
+    /// as one GSO message, or splits it ([`TxPacket::split_train`](super::TxPacket::split_train)):
+    /// the UDP transport. Off by default.
+    pub trains: bool,
 }
 
 /// Payload bytes up to which a packet counts as small for the window
@@ -117,6 +123,7 @@ impl EngineConfig {
             qpns: (super::qp_table::FIRST_QPN, super::qp_table::LAST_QPN),
             cm_member: None,
             shard: 0,
+            trains: false,
         }
     }
 }
@@ -239,7 +246,7 @@ impl Ctx {
             config,
             mtpt,
             counters,
-            out: Outbox::default(),
+            out: Outbox::new(config.trains),
             due_events: None,
             events: VecDeque::new(),
             timers: BinaryHeap::new(),

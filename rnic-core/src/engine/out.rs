@@ -17,8 +17,13 @@ pub struct TxPacket {
     /// UDP source port (the flow's).
     pub src_port: u16,
     /// The packet, ICRC to be filled by the transport; with a [`payload`](Self::payload)
-    /// only its headers, then pad and ICRC.
+    /// only its headers, then pad and ICRC. In a train (`train` > 1), that many packets
+    /// of equal length back to back.
     pub data: Vec<u8>,
+    /// How many packets `data` holds: 1, or a train of small packets of one length to one
+    /// destination, built into one buffer for one UDP GSO send
+    /// ([`EngineConfig::trains`](super::EngineConfig::trains)); never with a payload.
+    pub train: u16,
     /// A payload still in registered memory: with
     /// [`EngineConfig::zero_copy`](super::EngineConfig::zero_copy) for the transport to
     /// hand to the kernel without copying it, else to be copied into `data` when the ICRC
@@ -59,7 +64,26 @@ impl PartialEq for TxPayload {
 impl Eq for TxPayload {}
 
 impl TxPacket {
-    /// Length on the wire (BTH..ICRC).
+    /// One packet, its bytes all in `data`.
+    pub fn new(dst: IpAddr, src_port: u16, data: Vec<u8>) -> TxPacket {
+        TxPacket { dst, src_port, data, train: 1, payload: None }
+    }
+
+    /// The length of each packet of a train (of the packet, for one alone).
+    pub fn seg_len(&self) -> usize {
+        self.len() / usize::from(self.train.max(1))
+    }
+
+    /// The packets of a train one by one (the packet itself, for one alone).
+    pub fn split_train(self) -> Vec<TxPacket> {
+        if self.train <= 1 {
+            return vec![self];
+        }
+        let seg = self.seg_len();
+        self.data.chunks(seg).map(|c| TxPacket::new(self.dst, self.src_port, c.to_vec())).collect()
+    }
+
+    /// Length on the wire (BTH..ICRC; a train's packets together).
     pub fn len(&self) -> usize {
         self.data.len() + self.payload.as_ref().map_or(0, |p| p.len)
     }
@@ -265,14 +289,41 @@ pub(crate) struct Outbox {
     pub(crate) tx: VecDeque<TxPacket>,
     pool: Vec<Vec<u8>>,
     small: Vec<Vec<u8>>,
+    /// Buffers with room for a whole train.
+    trains: Vec<Vec<u8>>,
+    /// Small packets are built into trains ([`EngineConfig::trains`](super::EngineConfig::trains)).
+    train: bool,
 }
 
 /// Packets up to this size (ACKs, READ requests, small messages) use the small pool.
 const SMALL_BUF: usize = 512;
 /// Buffers kept per pool.
 const POOL_MAX: usize = 1024;
+/// Packets of at most this many bytes (BTH..ICRC) join trains: a 64-byte SEND, ACKs,
+/// READ requests, atomics.
+pub(crate) const TRAIN_SEG_MAX: usize = 256;
+/// Most packets in one train: what one UDP GSO send carries (64 x 256 bytes is well
+/// inside a datagram's 65507).
+pub(crate) const TRAIN_MAX: u16 = 64;
+const _: () = assert!(TRAIN_MAX as usize == rnic_io::MAX_GSO_SEGMENTS);
+const _: () = assert!(TRAIN_MAX as usize * TRAIN_SEG_MAX <= rnic_io::MAX_UDP_PAYLOAD);
+/// A train's buffer.
+const TRAIN_ROOM: usize = TRAIN_MAX as usize * TRAIN_SEG_MAX;
+/// Train buffers kept (trains in one round's batch: a few, unless many destinations).
+const TRAINS_KEPT: usize = 64;
+
+/// The member of a sharing process a packet's destination QP belongs to (the top six
+/// bits of its QPN, BTH byte 5's upper bits: what the peer's steering program reads).
+fn member_of_qpn(qpn: u32) -> u32 {
+    (qpn >> 18) & 0x3f
+}
 
 impl Outbox {
+    /// An empty outbox; `train`: small packets are built into trains.
+    pub(crate) fn new(train: bool) -> Outbox {
+        Outbox { train, ..Outbox::default() }
+    }
+
     /// Moves the queued packets to the end of `out`. Into an empty `out` (the driver's
     /// batch, every round) the two buffers trade places instead: no element-by-element
     /// move of ~100-byte packets, and no allocation, since each side keeps the other's.
@@ -288,13 +339,21 @@ impl Outbox {
 
     /// Keeps a sent packet's buffer for reuse.
     pub(crate) fn put(&mut self, buf: Vec<u8>) {
-        let pool = if buf.capacity() <= SMALL_BUF { &mut self.small } else { &mut self.pool };
-        if pool.len() < POOL_MAX {
+        let (pool, max) = if buf.capacity() >= TRAIN_ROOM {
+            (&mut self.trains, TRAINS_KEPT)
+        } else if buf.capacity() <= SMALL_BUF {
+            (&mut self.small, POOL_MAX)
+        } else {
+            (&mut self.pool, POOL_MAX)
+        };
+        if pool.len() < max {
             pool.push(buf);
         }
     }
 
-    /// Builds one packet: the payload is written in place by `fill`.
+    /// Builds one packet: the payload is written in place by `fill`. With trains, a
+    /// small packet joins the packet queued last when that one is a train it fits
+    /// ([`joins`](Self::joins)), else starts one in a buffer with room for a whole train.
     #[inline]
     pub(crate) fn emit(
         &mut self,
@@ -304,9 +363,42 @@ impl Outbox {
         repr: &RoceRepr,
         fill: impl FnOnce(&mut [u8]),
     ) {
-        let mut buf = self.buffer(repr.buffer_len());
+        let len = repr.buffer_len();
+        if self.train && len <= TRAIN_SEG_MAX {
+            let member = member_of_qpn(repr.bth.dest_qp.value());
+            if let Some(t) = self.tx.back_mut().filter(|t| Self::joins(t, dst, src_port, len, member)) {
+                let start = t.data.len();
+                t.data.resize(start + len, 0);
+                if repr.emit_with(&mut t.data[start..], fill).is_ok() {
+                    t.train += 1;
+                    counters.sent_pkts.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    t.data.truncate(start);
+                    counters.send_err.fetch_add(1, Ordering::Relaxed);
+                }
+                return;
+            }
+            let mut buf = self.buffer_with_room(len, TRAIN_ROOM);
+            let ok = repr.emit_with(&mut buf, fill).is_ok();
+            self.queue(counters, TxPacket::new(dst, src_port, buf), ok);
+            return;
+        }
+        let mut buf = self.buffer(len);
         let ok = repr.emit_with(&mut buf, fill).is_ok();
-        self.queue(counters, TxPacket { dst, src_port, data: buf, payload: None }, ok);
+        self.queue(counters, TxPacket::new(dst, src_port, buf), ok);
+    }
+
+    /// Whether a packet of `len` bytes to `dst` from `src_port`, for a QP of the peer's
+    /// `member`, can join `t`: one destination, flow and length, one sharing process of
+    /// the peer (a GSO send reaches one socket of its group), room left in the train.
+    #[inline]
+    fn joins(t: &TxPacket, dst: IpAddr, src_port: u16, len: usize, member: u32) -> bool {
+        t.payload.is_none()
+            && t.train < TRAIN_MAX
+            && t.data.len() == usize::from(t.train) * len
+            && t.dst == dst
+            && t.src_port == src_port
+            && t.data.get(5).map(|&b| u32::from(b >> 2)) == Some(member)
     }
 
     /// Builds one packet whose payload stays in registered memory until it is sent:
@@ -334,7 +426,7 @@ impl Outbox {
         let at = repr.emit_without_payload(&mut buf);
         let payload =
             at.as_ref().ok().map(|&at| TxPayload { block: block.clone(), offset, len: repr.payload_len, at, lend });
-        self.queue(counters, TxPacket { dst, src_port, data: buf, payload }, at.is_ok());
+        self.queue(counters, TxPacket { dst, src_port, data: buf, train: 1, payload }, at.is_ok());
     }
 
     /// A buffer of `len` bytes from the pool. Small (ACK-sized) and large buffers are
@@ -347,9 +439,19 @@ impl Outbox {
     /// [`buffer`](Self::buffer) from the pool for packets of `room` bytes, so that it can
     /// grow to that without reallocating (once the pool holds such buffers).
     fn buffer_with_room(&mut self, len: usize, room: usize) -> Vec<u8> {
-        let pool = if room <= SMALL_BUF { &mut self.small } else { &mut self.pool };
+        let pool = if room >= TRAIN_ROOM {
+            &mut self.trains
+        } else if room <= SMALL_BUF {
+            &mut self.small
+        } else {
+            &mut self.pool
+        };
         let mut buf = pool.pop().unwrap_or_default();
         buf.truncate(len);
+        if room >= TRAIN_ROOM {
+            // A new buffer gets a train's room once, so that the train never reallocates.
+            buf.reserve(room - buf.len());
+        }
         buf.resize(len, 0);
         buf
     }
@@ -430,5 +532,58 @@ mod tests {
         out.emit_from_memory(&counters, ctx.dst, 1, &send_only(600), &block, 8000, false);
         assert!(out.tx.is_empty(), "a payload past the block's end is not sent");
         assert_eq!(counters.send_err.load(Ordering::Relaxed), 1);
+    }
+
+    /// Small packets join the train queued last while it has room and they share its
+    /// destination, flow, length and the peer's sharing process; anything else starts a
+    /// new entry. A train's packets are byte for byte the packets built alone, and a
+    /// train's buffer comes back to the train pool.
+    #[test]
+    fn small_packets_build_trains() {
+        let counters = Counters::default();
+        let a: IpAddr = "127.0.0.2".parse().unwrap();
+        let b: IpAddr = "127.0.0.3".parse().unwrap();
+        let repr = |qpn: u32, psn: u32, len: usize| RoceRepr {
+            bth: rnic_wire::bth::BthRepr {
+                opcode: rnic_wire::opcode::Opcode::RC_SEND_ONLY,
+                se: false,
+                migreq: false,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qp: Qpn::new(qpn),
+                ack_req: false,
+                psn: Psn::new(psn),
+            },
+            ext: rnic_wire::roce::ExtHeaders::default(),
+            payload_len: len,
+        };
+        let fill = |psn: u32| move |p: &mut [u8]| p.fill(psn.to_le_bytes()[0]);
+        let mut trains = Outbox::new(true);
+        let mut alone = Outbox::new(false);
+        // (destination, source port, QPN, payload): 70 to one place, then a change of
+        // each kind, then one too large for a train.
+        let mut plan: Vec<(IpAddr, u16, u32, usize)> = vec![(a, 1, 0x11, 64); 70];
+        plan.extend([(b, 1, 0x11, 64), (b, 2, 0x11, 64), (b, 2, 0x11, 32), (b, 2, 0x11 | 1 << 18, 32)]);
+        plan.extend([(b, 2, 0x11 | 1 << 18, 32), (b, 2, 0x11 | 1 << 18, 300), (b, 2, 0x11 | 1 << 18, 32)]);
+        for (psn, &(dst, port, qpn, len)) in plan.iter().enumerate() {
+            let psn = u32::try_from(psn).unwrap();
+            trains.emit(&counters, dst, port, &repr(qpn, psn, len), fill(psn));
+            alone.emit(&counters, dst, port, &repr(qpn, psn, len), fill(psn));
+        }
+        let got: Vec<(u16, usize)> = trains.tx.iter().map(|p| (p.train, p.seg_len())).collect();
+        assert_eq!(got, [(64, 80), (6, 80), (1, 80), (1, 80), (1, 48), (2, 48), (1, 316), (1, 48)]);
+        let split: Vec<TxPacket> = trains.tx.drain(..).flat_map(TxPacket::split_train).collect();
+        assert_eq!(split, Vec::from(std::mem::take(&mut alone.tx)), "a train holds the packets built alone");
+        assert_eq!(counters.sent_pkts.load(Ordering::Relaxed), 2 * plan.len() as u64);
+        // A train's buffer goes back to the train pool and is taken for the next one.
+        let mut out = Outbox::new(true);
+        out.emit(&counters, a, 1, &repr(0x11, 0, 64), fill(0));
+        let buf = out.tx.pop_front().unwrap().data;
+        let (ptr, cap) = (buf.as_ptr(), buf.capacity());
+        assert!(cap >= TRAIN_ROOM);
+        out.put(buf);
+        out.emit(&counters, a, 1, &repr(0x11, 1, 64), fill(1));
+        assert_eq!(out.tx[0].data.as_ptr(), ptr);
     }
 }

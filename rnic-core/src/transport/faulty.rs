@@ -54,29 +54,44 @@ impl Faulty {
     }
 }
 
+impl Faulty {
+    /// One packet through the rules (a train's packets come one by one).
+    fn send_one(&mut self, now: Time, p: &mut TxPacket, counters: &Counters) {
+        let src = self.inner.local_ip(p.dst);
+        let src_port = self.inner.src_port(p);
+        p.make_contiguous();
+        if IcrcContext::new(src, p.dst, src_port, ROCEV2_UDP_PORT).fill(&mut p.data).is_err() {
+            counters.send_err.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let w = Wire { src, dst: p.dst, src_port, data: p.data.clone(), ce: false };
+        let mut later = Vec::new();
+        let inner = &mut self.inner;
+        self.faults.lock().apply(now, w, |extra, w| {
+            if extra == 0 {
+                inner.put(now, w, counters);
+            } else {
+                later.push((now.saturating_add(extra), w));
+            }
+        });
+        for (at, wire) in later {
+            self.seq += 1;
+            self.delayed.push(Delayed { at, seq: self.seq, wire });
+        }
+    }
+}
+
 impl Transport for Faulty {
     fn send(&mut self, now: Time, batch: &mut [TxPacket], counters: &Counters) {
         for p in batch.iter_mut() {
-            let src = self.inner.local_ip(p.dst);
-            let src_port = self.inner.src_port(p);
-            p.make_contiguous();
-            if IcrcContext::new(src, p.dst, src_port, ROCEV2_UDP_PORT).fill(&mut p.data).is_err() {
-                counters.send_err.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let w = Wire { src, dst: p.dst, src_port, data: p.data.clone(), ce: false };
-            let mut later = Vec::new();
-            let inner = &mut self.inner;
-            self.faults.lock().apply(now, w, |extra, w| {
-                if extra == 0 {
-                    inner.put(now, w, counters);
-                } else {
-                    later.push((now.saturating_add(extra), w));
+            if p.train > 1 {
+                // The rules take packets one by one.
+                let train = std::mem::replace(p, TxPacket::new(p.dst, p.src_port, Vec::new()));
+                for mut one in train.split_train() {
+                    self.send_one(now, &mut one, counters);
                 }
-            });
-            for (at, wire) in later {
-                self.seq += 1;
-                self.delayed.push(Delayed { at, seq: self.seq, wire });
+            } else {
+                self.send_one(now, p, counters);
             }
         }
         self.inner.send(now, &mut [], counters);

@@ -186,8 +186,8 @@ pub(crate) struct Tx {
     /// UDP GSO in use (turned off for good if the kernel refuses a GSO send).
     gso: bool,
     capture: Option<Arc<Capture>>,
-    /// (first, end) packet index of each message of the current send.
-    parts: Vec<(usize, usize)>,
+    /// The messages of the current send.
+    parts: Vec<Span>,
     /// Small pieces of the current send copied together (see `send_from`).
     glue: Vec<u8>,
     /// The current send's iovecs, in order: glued bytes or a packet's piece.
@@ -225,11 +225,62 @@ fn same_member(a: &[u8], b: &[u8]) -> bool {
 /// Pieces this small are copied into one iovec with their neighbours.
 const GLUE_MAX: usize = 128;
 
-/// One iovec of a send: `glue[a..e]`, or piece `j` of packet `k`.
+/// One iovec of a send: `glue[a..e]`, piece `j` of packet `k`, or bytes `a..e` of
+/// train `k`'s buffer.
 #[derive(Debug, Clone, Copy)]
 enum Piece {
     Glue(usize, usize),
     Packet(usize, usize),
+    Train(usize, usize, usize),
+}
+
+/// One message of a send: packets `first..end` of the batch (one packet, a GSO run of
+/// them, or one train: a GSO send of its packets); or, with `lone` > 0, packet `lone - 1`
+/// of train `first` alone (GSO off).
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    first: usize,
+    end: usize,
+    lone: u16,
+}
+
+impl Span {
+    /// The packets the message carries.
+    fn packets(self, batch: &[TxPacket]) -> usize {
+        match (self.lone, batch[self.first].train) {
+            (0, t) if t > 1 => usize::from(t),
+            (0, _) => self.end - self.first,
+            _ => 1,
+        }
+    }
+
+    /// The GSO segment size of the message (0: one datagram).
+    fn segment(self, batch: &[TxPacket], lens: &[usize]) -> u16 {
+        let seg = match (self.lone, batch[self.first].train) {
+            (0, t) if t > 1 => batch[self.first].seg_len(),
+            (0, _) if self.end - self.first > 1 => lens[self.first],
+            _ => 0,
+        };
+        u16::try_from(seg).unwrap_or(0)
+    }
+
+    /// The message's packets in order: (packet index, byte range in its `data` when it
+    /// is a train's, IPv4 ID).
+    fn wire(self, batch: &[TxPacket]) -> impl Iterator<Item = (usize, Option<std::ops::Range<usize>>, u16)> + '_ {
+        let p = &batch[self.first];
+        let seg = p.seg_len();
+        let (trains, singles) = match (self.lone, p.train) {
+            (0, t) if t > 1 => (0..usize::from(t), 0..0),
+            (0, _) => (0..0, self.first..self.end),
+            (l, _) => (usize::from(l - 1)..usize::from(l), 0..0),
+        };
+        let gso = self.lone == 0;
+        let run = singles.len();
+        let id = |i: usize, many: bool| if many { u16::try_from(i).unwrap_or(0) } else { 0 };
+        trains
+            .map(move |j| (self.first, Some(j * seg..(j + 1) * seg), id(j, gso)))
+            .chain(singles.enumerate().map(move |(i, k)| (k, None, id(i, run > 1))))
+    }
 }
 
 fn gso_refused(e: &io::Error) -> bool {
@@ -276,11 +327,31 @@ impl Tx {
         self.parts.clear();
         let mut i = start;
         while i < batch.len() {
+            let ctx0 = IcrcContext::new(self.local.ip(), batch[i].dst, self.local.port(), ROCEV2_UDP_PORT);
+            let train = batch[i].train;
+            if train > 1 {
+                // A train (small packets built back to back) is one GSO send, packet j
+                // with IPv4 ID j; without GSO, a datagram per packet, each ID 0.
+                let seg = batch[i].seg_len();
+                for (j, one) in batch[i].data.chunks_exact_mut(seg.max(1)).enumerate() {
+                    let ident = if self.gso { u16::try_from(j).unwrap_or(0) } else { 0 };
+                    if self.icrc.fill(&IcrcContext { ipv4_ident: ident, ..ctx0 }, one).is_err() {
+                        counters.send_err.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                if self.gso {
+                    self.parts.push(Span { first: i, end: i + 1, lone: 0 });
+                } else {
+                    self.parts.extend((1..=train).map(|lone| Span { first: i, end: i + 1, lone }));
+                }
+                i += 1;
+                continue;
+            }
             // A GSO send reaches one socket of the peer's group: a run takes packets for
-            // QPs of one process of the peer device (`share`).
+            // QPs of one process of the peer device (`share`); a train goes alone.
             let end = if self.gso {
                 rnic_io::run_end(&lens, i, |a, b| {
-                    batch[a].dst == batch[b].dst && same_member(&batch[a].data, &batch[b].data)
+                    batch[b].train <= 1 && batch[a].dst == batch[b].dst && same_member(&batch[a].data, &batch[b].data)
                 })
             } else {
                 i + 1
@@ -288,15 +359,12 @@ impl Tx {
             let run = end - i;
             for (k, p) in batch[i..end].iter_mut().enumerate() {
                 let ident = if run > 1 { u16::try_from(k).unwrap_or(0) } else { 0 };
-                let ctx = IcrcContext {
-                    ipv4_ident: ident,
-                    ..IcrcContext::new(self.local.ip(), p.dst, self.local.port(), ROCEV2_UDP_PORT)
-                };
+                let ctx = IcrcContext { ipv4_ident: ident, dst: p.dst, ..ctx0 };
                 if p.fill_icrc(&mut self.icrc, &ctx).is_err() {
                     counters.send_err.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            self.parts.push((i, end));
+            self.parts.push(Span { first: i, end, lone: 0 });
             i = end;
         }
         // Each packet is one piece, or three (headers, payload in registered memory, pad
@@ -304,15 +372,22 @@ impl Tx {
         // ICRC and the next one's headers; whole ACKs and small packets) are copied
         // together into `glue`: 64 one-piece SENDs of 64 bytes in one iovec instead of
         // 64 made `send_bw -s 64` ~15% faster (A/B runs); for 4 KiB segments the iovec
-        // count made no difference.
+        // count made no difference. A train is already one piece.
         let mut glue = std::mem::take(&mut self.glue);
         let mut plan = std::mem::take(&mut self.plan);
         glue.clear();
         plan.clear();
         let mut msg_first = std::mem::take(&mut self.msg_first);
         msg_first.clear();
-        for &(a, e) in &self.parts {
+        for &Span { first: a, end: e, lone } in &self.parts {
             msg_first.push(plan.len());
+            if batch[a].train > 1 {
+                let len = batch[a].data.len();
+                let seg = batch[a].seg_len();
+                let (x, y) = if lone > 0 { (usize::from(lone - 1) * seg, usize::from(lone) * seg) } else { (0, len) };
+                plan.push(Piece::Train(a, x, y.min(len)));
+                continue;
+            }
             let mut open: Option<usize> = None;
             for (k, p) in batch.iter().enumerate().take(e).skip(a) {
                 for (j, x) in p.parts().into_iter().enumerate() {
@@ -339,12 +414,13 @@ impl Tx {
         slices.extend(plan.iter().map(|&piece| match piece {
             Piece::Glue(a, e) => rnic_io::IoVec::new(&glue[a..e]),
             Piece::Packet(k, j) => batch[k].parts()[j].io_vec(),
+            Piece::Train(k, a, e) => rnic_io::IoVec::new(&batch[k].data[a..e]),
         }));
         let mut msgs: Vec<rnic_io::OutMsg<'_>> = reuse(std::mem::take(&mut self.msgs));
-        msgs.extend(self.parts.iter().zip(msg_first.windows(2)).map(|(&(a, e), w)| rnic_io::OutMsg {
-            dst: SocketAddr::new(batch[a].dst, ROCEV2_UDP_PORT),
+        msgs.extend(self.parts.iter().zip(msg_first.windows(2)).map(|(&sp, w)| rnic_io::OutMsg {
+            dst: SocketAddr::new(batch[sp.first].dst, ROCEV2_UDP_PORT),
             parts: &slices[w[0]..w[1]],
-            segment: if e - a > 1 { u16::try_from(lens[a]).unwrap_or(0) } else { 0 },
+            segment: sp.segment(batch, &lens),
         }));
         // The capture copies each packet before it is sent: a payload lent from registered
         // memory can change once the peer has it (its completion lets the owner write
@@ -367,15 +443,15 @@ impl Tx {
             crate::hop_trace::mark(crate::hop_trace::Step::Send);
             match sent {
                 Ok(k) if k > 0 => {
-                    for &(a, e) in &self.parts[m..m + k] {
-                        if e - a > 1 {
+                    for (sp, msg) in self.parts[m..m + k].iter().zip(chunk) {
+                        if msg.segment > 0 {
                             counters.tx_gso_batches.fetch_add(1, Ordering::Relaxed);
                         }
                         if let Some(c) = &mut held {
-                            for (id, k) in (a..e).enumerate() {
-                                let id = if e - a > 1 { u16::try_from(id).unwrap_or(0) } else { 0 };
+                            for (k, range, id) in sp.wire(batch) {
                                 let ports = (self.local.port(), ROCEV2_UDP_PORT);
-                                c.record_ipv4_id(self.local.ip(), batch[k].dst, ports, id, &snap[k]);
+                                let bytes = range.map_or(&snap[k][..], |r| &snap[k][r]);
+                                c.record_ipv4_id(self.local.ip(), batch[k].dst, ports, id, bytes);
                             }
                         }
                     }
@@ -386,12 +462,12 @@ impl Tx {
                     // The kernel (or the route's device) does not do GSO after all:
                     // resend from this message one datagram at a time, ICRCs for ID 0.
                     self.gso = false;
-                    resume = self.parts[m].0;
+                    resume = self.parts[m].first;
                     break;
                 }
                 _ => {
-                    let (a, e) = self.parts[m];
-                    counters.send_err.fetch_add(u64::try_from(e - a).unwrap_or(u64::MAX), Ordering::Relaxed);
+                    let lost = self.parts[m].packets(batch);
+                    counters.send_err.fetch_add(u64::try_from(lost).unwrap_or(u64::MAX), Ordering::Relaxed);
                     m += 1;
                 }
             }
@@ -693,6 +769,79 @@ impl Rx {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rnic_wire::icrc::IcrcContext;
+
+    /// A packet of `len` bytes (BTH..ICRC, ICRC zero) for QP `qpn`, PSN `psn`.
+    fn packet(len: usize, qpn: u32, psn: u8) -> Vec<u8> {
+        let mut p = vec![0u8; len];
+        p[0] = 0x04; // RC SEND ONLY
+        p[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+        p[11] = psn;
+        for (i, b) in p[12..len - 4].iter_mut().enumerate() {
+            *b = psn.wrapping_add(i.to_le_bytes()[0]);
+        }
+        p
+    }
+
+    /// A train goes out as one GSO send whose packet j carries the ICRC for IPv4 ID j
+    /// (the kernel's ID for segment j), or, with GSO off, as a datagram per packet, each
+    /// with the ICRC for ID 0; in either case in order with the packets around it, and
+    /// each datagram is exactly one packet.
+    #[test]
+    fn trains_go_out_as_one_gso_send_or_one_datagram_per_packet() {
+        let peer: IpAddr = "127.201.7.1".parse().unwrap();
+        let rx = UdpSocket::bind(SocketAddr::new(peer, ROCEV2_UDP_PORT)).expect("bind the peer");
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        for gso in [true, false] {
+            let sock = UdpSocket::bind("127.201.7.2:0").expect("bind the sender");
+            let gso = gso && rnic_io::udp_segment_supported(&sock);
+            let local = sock.local_addr().unwrap();
+            let mut tx = Tx {
+                sock,
+                local,
+                gso,
+                capture: None,
+                parts: Vec::new(),
+                glue: Vec::new(),
+                plan: Vec::new(),
+                icrc: rnic_wire::icrc::IcrcCache::new(),
+                scratch: rnic_io::SendScratch::default(),
+                lens: Vec::new(),
+                msg_first: Vec::new(),
+                iovs: Vec::new(),
+                msgs: Vec::new(),
+                tos: 0,
+            };
+            // An ACK-sized packet, a train of five 80-byte packets, another packet.
+            let mut train = TxPacket::new(peer, local.port(), Vec::new());
+            train.train = 5;
+            for psn in 1..=5 {
+                train.data.extend(packet(80, 0x11, psn));
+            }
+            let mut batch = vec![
+                TxPacket::new(peer, local.port(), packet(20, 0x11, 0)),
+                train,
+                TxPacket::new(peer, local.port(), packet(96, 0x11, 6)),
+            ];
+            let counters = Counters::default();
+            tx.send(&mut batch, &counters);
+            assert_eq!(counters.send_err.load(Ordering::Relaxed), 0);
+            let mut buf = [0u8; 2048];
+            for (psn, len) in [(0u8, 20usize), (1, 80), (2, 80), (3, 80), (4, 80), (5, 80), (6, 96)] {
+                let (n, from) = rx.recv_from(&mut buf).expect("every packet arrives");
+                assert_eq!((n, buf[11]), (len, psn), "GSO {gso}: packets in order, one per datagram");
+                assert_eq!(buf[..n - 4], packet(len, 0x11, psn)[..len - 4]);
+                let ident = if gso && (1..=5).contains(&psn) { u16::from(psn - 1) } else { 0 };
+                let ctx = IcrcContext {
+                    ipv4_ident: ident,
+                    ..IcrcContext::new(local.ip(), peer, from.port(), ROCEV2_UDP_PORT)
+                };
+                ctx.verify(&buf[..n]).unwrap_or_else(|e| panic!("GSO {gso}, PSN {psn}: ICRC for ID {ident}: {e}"));
+            }
+            let gso_sends = counters.tx_gso_batches.load(Ordering::Relaxed);
+            assert_eq!(gso_sends, u64::from(gso), "the train is one GSO send when GSO is on");
+        }
+    }
 
     #[test]
     fn reuse_keeps_the_allocation_across_lifetimes() {

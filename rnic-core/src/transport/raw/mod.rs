@@ -329,7 +329,7 @@ impl Packet {
     /// Learns that `ip` is at `mac`; sends what waited for it.
     fn learn(&mut self, ip: IpAddr, mac: MacAddr) {
         for (dst, sport, data) in self.neigh.learn(ip, mac) {
-            let mut tx = TxPacket { dst, src_port: sport, data, payload: None };
+            let mut tx = TxPacket::new(dst, sport, data);
             self.frame_packet(mac, &mut tx);
         }
     }
@@ -389,7 +389,7 @@ impl Packet {
             None => {
                 // Rare (a fault chain on a device that has not resolved its peer yet): the
                 // packet waits as an unsealed one would; its ICRC is refilled for its ID.
-                let mut p = TxPacket { dst: w.dst, src_port: w.src_port, data: w.data, payload: None };
+                let mut p = TxPacket::new(w.dst, w.src_port, w.data);
                 self.route(now, &mut p);
             }
         }
@@ -540,7 +540,15 @@ impl Transport for Packet {
     fn send(&mut self, now: Time, batch: &mut [TxPacket], _counters: &Counters) {
         self.now = now;
         for p in batch.iter_mut() {
-            self.route(now, p);
+            if p.train > 1 {
+                // Each packet of a train is a frame of its own.
+                let train = std::mem::replace(p, TxPacket::new(p.dst, p.src_port, Vec::new()));
+                for mut one in train.split_train() {
+                    self.route(now, &mut one);
+                }
+            } else {
+                self.route(now, p);
+            }
         }
         self.flush_out();
     }
