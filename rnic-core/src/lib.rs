@@ -2,9 +2,10 @@
 //!
 //! - [`mem`]: registered memory blocks the NIC reads and writes ("DMA"), pinning, and the
 //!   8-byte RDMA atomics. `unsafe` code lives there (with its child `mem::dm`, views of
-//!   device memory) and in two other modules only, each
+//!   device memory) and in three other modules only, each
 //!   with its own `allow(unsafe_code)`: `crc_copy` (copying a payload and taking its CRC
-//!   in one pass) and [`hop_trace`] (`RDTSC`, with the `hop-trace` feature). The system
+//!   in one pass), `icrc_fold` (the CRC of a short packet by carry-less multiplication)
+//!   and [`hop_trace`] (`RDTSC`, with the `hop-trace` feature). The system
 //!   calls std and socket2 lack (UDP GSO/GRO, `sendmmsg`/`recvmmsg`, `ppoll`, eventfd,
 //!   CPU affinity, reuseport BPF, the raw-Ethernet transport's `AF_PACKET` socket) are the
 //!   `rnic-io` crate's, behind safe functions.
@@ -34,6 +35,8 @@ pub type Time = u64;
 
 #[allow(unsafe_code)]
 mod crc_copy;
+#[allow(unsafe_code)]
+mod icrc_fold;
 
 #[allow(unsafe_code)]
 pub mod mem;

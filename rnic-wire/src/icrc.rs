@@ -44,6 +44,31 @@ pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], roce: &[&[u8]]) -> Res
     finish(prefix(ip_header, udp_header)?, roce)
 }
 
+/// How the pseudo-header's CRC state changes with the IPv4 identification: for two
+/// pseudo-headers equal but for the ID, `state(a) ^ state(b) == ipv4_ident_delta(a ^ b)`,
+/// whatever the addresses, ports and length. The CRC is affine, so the difference is the
+/// zero-initialised CRC of the difference: the ID's two bytes, then the 22 bytes that
+/// follow them (the rest of the IPv4 header and the UDP header). A sender of a GSO send
+/// (segment *i* gets ID *i*) takes one state per send and this per segment.
+pub const fn ipv4_ident_delta(ident: u16) -> u32 {
+    const AFTER_ID: usize = ipv4::HEADER_LEN - 6 + udp::HEADER_LEN;
+    let id = ident.to_be_bytes();
+    let mut r: u32 = 0;
+    let mut i = 0;
+    while i < 2 + AFTER_ID {
+        if i < 2 {
+            r ^= id[i] as u32;
+        }
+        let mut bit = 0;
+        while bit < 8 {
+            r = if r & 1 != 0 { (r >> 1) ^ 0xEDB8_8320 } else { r >> 1 };
+            bit += 1;
+        }
+        i += 1;
+    }
+    r
+}
+
 /// The CRC state after the pseudo-header: the LRH stand-in, then the IP and UDP headers
 /// masked. Every packet of one flow, length and IP ID shares it ([`IcrcCache`]).
 fn prefix(ip_header: &[u8], udp_header: &[u8]) -> Result<u32> {
@@ -193,6 +218,14 @@ impl IcrcCache {
         let state = ctx.prefix(roce_len)?;
         self.slots[slot] = Some((*ctx, roce_len, state));
         Ok(state)
+    }
+
+    /// The CRC-32 state after the pseudo-header of `ctx` for a packet of `roce_len` bytes
+    /// (BTH..ICRC), cached: for a sender that continues it over the packet its own way
+    /// (the state is crc32fast's: the CRC of the bytes so far, final XOR applied). The
+    /// packet's BTH goes in with its masked byte ([`bth::ICRC_MASKED_BYTE`]) all ones.
+    pub fn prefix_state(&mut self, ctx: &IcrcContext, roce_len: usize) -> Result<u32> {
+        self.prefix(ctx, roce_len)
     }
 
     /// [`IcrcContext::compute`] through the cache.
@@ -519,6 +552,24 @@ fn solve_ipv4_id(received: Icrc, computed_id0: Icrc, n_after: usize) -> Option<u
 
 #[cfg(test)]
 mod tests {
+    /// The pseudo-header state of one ID is that of another XOR `ipv4_ident_delta` of
+    /// their difference, for any addresses, ports and length (IPv4).
+    #[test]
+    fn ipv4_ident_delta_moves_the_pseudo_header_state() {
+        let ctxs = [
+            IcrcContext::new("127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap(), 49152, 4791),
+            IcrcContext::new("10.1.2.3".parse().unwrap(), "192.168.200.9".parse().unwrap(), 4791, 4791),
+        ];
+        for ctx in ctxs {
+            for len in [20usize, 80, 300, 4124] {
+                let base = ctx.prefix(len).unwrap();
+                for id in (0..64u16).chain([0x1234, 0xffff]) {
+                    let with = IcrcContext { ipv4_ident: id, ..ctx }.prefix(len).unwrap();
+                    assert_eq!(with ^ base, ipv4_ident_delta(id), "ID {id}, {len} bytes");
+                }
+            }
+        }
+    }
 
     #[test]
     fn the_cache_gives_what_the_context_computes() {

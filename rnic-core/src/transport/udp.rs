@@ -332,11 +332,12 @@ impl Tx {
             if train > 1 {
                 // A train (small packets built back to back) is one GSO send, packet j
                 // with IPv4 ID j; without GSO, a datagram per packet, each ID 0.
+                // One pseudo-header state for the train (`icrc_fold`).
                 let seg = batch[i].seg_len();
-                for (j, one) in batch[i].data.chunks_exact_mut(seg.max(1)).enumerate() {
-                    let ident = if self.gso { u16::try_from(j).unwrap_or(0) } else { 0 };
-                    if self.icrc.fill(&IcrcContext { ipv4_ident: ident, ..ctx0 }, one).is_err() {
-                        counters.send_err.fetch_add(1, Ordering::Relaxed);
+                match self.icrc.prefix_state(&ctx0, seg) {
+                    Ok(prefix) => crate::icrc_fold::fill_train(prefix, &mut batch[i].data, seg, self.gso),
+                    Err(_) => {
+                        counters.send_err.fetch_add(u64::from(train), Ordering::Relaxed);
                     }
                 }
                 if self.gso {
