@@ -13,7 +13,12 @@
 #                                           rnic perf write_bw), q1 q16 q256 (rnic perf write_bw
 #                                           with that many QPs; q16x2: -q 16 with every device
 #                                           on two shards, RNIC_SHARDS=2), rate (rnic perf send_bw -s 64
-#                                           -t 1024, messages/s); default: all of them
+#                                           -t 1024, messages/s), ucx2 (UCX's ucx_perftest
+#                                           tag_lat -s 8 over rc_verbs with two threads per
+#                                           process polling one worker, next to one thread
+#                                           each, and two over UCX's TCP transport: columns
+#                                           stock, rnic perf and baseline; average latency);
+#                                           default: all of them
 #   RNIC_SPIN_US=... scripts/bench.sh       the environment reaches every run
 #   RNIC=other/target/release/rnic scripts/bench.sh   another build (its own libraries,
 #                                           which `rnic exec` finds beside its target folder)
@@ -31,7 +36,7 @@ command -v ib_write_lat >/dev/null || { echo "bench: perftest is not installed (
 rounds=${1:-5}
 shift || true
 tests=("$@")
-[ ${#tests[@]} -gt 0 ] || tests=(write send read atomic events bw q1 q16 q16x2 q256 rate)
+[ ${#tests[@]} -gt 0 ] || tests=(write send read atomic events bw q1 q16 q16x2 q256 rate ucx2)
 out=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
 port=19320
@@ -75,6 +80,26 @@ stock_bw() {
     awk '/BW average/ {h=1; next} h && NF >= 4 && $1 ~ /^[0-9]+$/ {print $4; exit}' "$out/cli" | grep . || echo nan
 }
 
+# UCX's ucx_perftest tag_lat, 8 bytes, with this many threads per process over these
+# transports (rc_verbs on rnic0 and rnic1 under rnic exec; tcp on loopback): the average
+# latency in us (its "Final" row), or "nan".
+ucx() { # threads tls
+    command -v ucx_perftest >/dev/null || { echo nan; return; }
+    port=$((port + 1))
+    local srv_dev=() cli_dev=()
+    if [ "$2" != tcp ]; then srv_dev=(env UCX_NET_DEVICES=rnic0:1); cli_dev=(env UCX_NET_DEVICES=rnic1:1); fi
+    UCX_TLS=$2 timeout 60 "$rnic" exec -- "${srv_dev[@]}" ucx_perftest -t tag_lat -s 8 -T "$1" -n 20000 -p $port \
+        >"$out/srv" 2>&1 &
+    local srv=$!
+    sleep 1.5
+    UCX_TLS=$2 timeout 60 "$rnic" exec -- "${cli_dev[@]}" ucx_perftest -t tag_lat -s 8 -T "$1" -n 20000 -p $port \
+        127.0.0.1 >"$out/cli" 2>&1 || true
+    wait $srv 2>/dev/null || true
+    # One thread: Final: iterations typical average overall ...; several: Final:
+    # iterations average ...
+    awk '/^Final:/ {print (NF >= 8 ? $4 : $3); exit}' "$out/cli" | grep . || echo nan
+}
+
 # rnic perf with its same-run UDP baseline, one round: "<figure> <baseline figure>" from
 # the JSON fields named (bandwidth in MB/s, or the message rate in M/s).
 perf() { # field baseline_field args...
@@ -108,6 +133,8 @@ row() { # t
     rate)
         read -r o b <<<"$(perf msg_rate_mpps baseline_msg_rate_mpps send_bw -s 64 -t 1024 -D 2)"
         echo "$o $o $b" ;;
+    ucx2)
+        echo "$(ucx 2 rc_verbs,ud_verbs) $(ucx 1 rc_verbs,ud_verbs) $(ucx 2 tcp)" ;;
     events)
         local s
         s=$(stock send -e)
@@ -149,4 +176,7 @@ for t, v in rows.items():
     print(f"{t:8} {units.get(t, 'us'):>8} {stock:>24} {f(o):>24} {f(b):>24} {ratio:>24} {f(q2):>24}")
 print(f"medians [min-max] of {len(next(iter(rows.values())))} interleaved rounds; latencies are typical (median) one-way;")
 print("rnic perf/UDP: below 1 is slower than the baseline for bandwidth and rate, above 1 for latency")
+if "ucx2" in rows:
+    print("ucx2: stock = UCX tag_lat on rnic, two threads per process; rnic perf = the same, one thread;")
+    print("      baseline = two threads over UCX's TCP transport (average latencies)")
 EOF

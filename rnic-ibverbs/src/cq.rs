@@ -296,6 +296,9 @@ unsafe fn advance(cq: *mut ibv_cq_ex, c: &Cq, progress: bool) -> c_int {
         // progress thread.
         c.core.progress_shared(&c.cq);
         wc = c.cq.poll_one();
+        if wc.is_none() {
+            c.core.idle_poll();
+        }
     }
     let Some(wc) = wc else { return libc::ENOENT };
     *c.current.lock() = wc;
@@ -622,6 +625,9 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc:
                 progressed = true;
                 c.core.progress_shared(&c.cq);
                 continue;
+            }
+            if got == 0 {
+                c.core.idle_poll();
             }
             break;
         }
