@@ -621,6 +621,7 @@ impl Engine {
         if self.cx.out.tx.is_empty() {
             self.generate(true);
         }
+        self.cx.out.flush_counts(&self.cx.counters);
         self.cx.out.tx.pop_front()
     }
 
@@ -629,7 +630,7 @@ impl Engine {
     /// says so: a large READ comes out [`READ_BURST`] packets per call.
     pub fn drain_transmits(&mut self, out: &mut Vec<TxPacket>) {
         self.generate(true);
-        self.cx.out.move_into(out);
+        self.cx.out.move_into(out, &self.cx.counters);
     }
 
     /// Like [`drain_transmits`](Self::drain_transmits), but the coalesced ACKs stay held
@@ -642,7 +643,7 @@ impl Engine {
     /// responder coalesce and delay ACKs; the next drain, at the latest, sends them.
     pub fn drain_transmits_holding_acks(&mut self, out: &mut Vec<TxPacket>) {
         self.generate(false);
-        self.cx.out.move_into(out);
+        self.cx.out.move_into(out, &self.cx.counters);
     }
 
     /// From now on, the completion notifications that work makes due wait for

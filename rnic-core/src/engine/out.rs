@@ -293,6 +293,10 @@ pub(crate) struct Outbox {
     trains: Vec<Vec<u8>>,
     /// Small packets are built into trains ([`EngineConfig::trains`](super::EngineConfig::trains)).
     train: bool,
+    /// Packets built and SEND messages ended since the counters last took them
+    /// ([`flush_counts`](Self::flush_counts)): one atomic add per drain, not per packet.
+    sent: u64,
+    sends: u64,
 }
 
 /// Packets up to this size (ACKs, READ requests, small messages) use the small pool.
@@ -327,13 +331,30 @@ impl Outbox {
     /// Moves the queued packets to the end of `out`. Into an empty `out` (the driver's
     /// batch, every round) the two buffers trade places instead: no element-by-element
     /// move of ~100-byte packets, and no allocation, since each side keeps the other's.
-    pub(crate) fn move_into(&mut self, out: &mut Vec<TxPacket>) {
+    pub(crate) fn move_into(&mut self, out: &mut Vec<TxPacket>, counters: &Counters) {
+        self.flush_counts(counters);
         if out.is_empty() {
             let spare = std::mem::take(out);
             // O(1) unless the queue wrapped around its buffer (then one rotation).
             *out = Vec::from(std::mem::replace(&mut self.tx, VecDeque::from(spare)));
         } else {
             out.extend(self.tx.drain(..));
+        }
+    }
+
+    /// A SEND message's last packet was built (`rdma_sends`, at the next flush).
+    #[inline]
+    pub(crate) fn count_send(&mut self) {
+        self.sends += 1;
+    }
+
+    /// Adds the packets built and SENDs ended since the last flush to `counters`.
+    pub(crate) fn flush_counts(&mut self, counters: &Counters) {
+        if self.sent > 0 {
+            counters.sent_pkts.fetch_add(std::mem::take(&mut self.sent), Ordering::Relaxed);
+        }
+        if self.sends > 0 {
+            counters.rdma_sends.fetch_add(std::mem::take(&mut self.sends), Ordering::Relaxed);
         }
     }
 
@@ -371,7 +392,7 @@ impl Outbox {
                 t.data.resize(start + len, 0);
                 if repr.emit_with(&mut t.data[start..], fill).is_ok() {
                     t.train += 1;
-                    counters.sent_pkts.fetch_add(1, Ordering::Relaxed);
+                    self.sent += 1;
                 } else {
                     t.data.truncate(start);
                     counters.send_err.fetch_add(1, Ordering::Relaxed);
@@ -461,7 +482,7 @@ impl Outbox {
     #[inline]
     fn queue(&mut self, counters: &Counters, p: TxPacket, ok: bool) {
         if ok {
-            counters.sent_pkts.fetch_add(1, Ordering::Relaxed);
+            self.sent += 1;
             self.tx.push_back(p);
         } else {
             counters.send_err.fetch_add(1, Ordering::Relaxed);
@@ -575,6 +596,8 @@ mod tests {
         assert_eq!(got, [(64, 80), (6, 80), (1, 80), (1, 80), (1, 48), (2, 48), (1, 316), (1, 48)]);
         let split: Vec<TxPacket> = trains.tx.drain(..).flat_map(TxPacket::split_train).collect();
         assert_eq!(split, Vec::from(std::mem::take(&mut alone.tx)), "a train holds the packets built alone");
+        trains.flush_counts(&counters);
+        alone.flush_counts(&counters);
         assert_eq!(counters.sent_pkts.load(Ordering::Relaxed), 2 * plan.len() as u64);
         // A train's buffer goes back to the train pool and is taken for the next one.
         let mut out = Outbox::new(true);

@@ -249,7 +249,7 @@ fn send_data(qp: &mut Qp, cx: &mut Ctx, now: Time, dst: IpAddr, idx: usize) -> (
             None => out.emit(counters, dst, qp.src_port, &repr, |p| data.gather(offset, p)),
         }
         if pos.ends() && matches!(f.wqe.op, SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. }) {
-            counters.rdma_sends.fetch_add(1, Ordering::Relaxed);
+            out.count_send();
         }
         f.sent += 1;
         let end = psn.next();
@@ -393,10 +393,14 @@ pub(crate) fn retire_done(qp: &mut Qp, cx: &mut Ctx, now: Time) {
 
 /// Completes WQEs from the front of the send queue while they are finished.
 fn retire(qp: &mut Qp, cx: &mut Ctx, now: Time) {
+    // Send queue slots freed and not yet given back to posters (one atomic subtraction
+    // for a run of them, before any completion the program could answer by posting).
+    let mut freed = 0u32;
     while let Some(f) = qp.req.sq.front() {
         if let Some(status) = f.wqe.local_err {
             // A failed local operation reached the front: it completes in error and the
             // QP enters the error state (rxe: LOC_QP_OP_ERR for a failed LOCAL_INV).
+            qp.shared.sq_outstanding.fetch_sub(freed, Ordering::AcqRel);
             fail_front(qp, cx, status);
             return;
         }
@@ -430,10 +434,14 @@ fn retire(qp: &mut Qp, cx: &mut Ctx, now: Time) {
                 qp.req.una = end;
             }
         }
-        qp.shared.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
+        freed += 1;
         if let Some(wc) = wc {
+            qp.shared.sq_outstanding.fetch_sub(std::mem::take(&mut freed), Ordering::AcqRel);
             cx.push_wc(qp, CqSide::Send, wc, false);
         }
+    }
+    if freed > 0 {
+        qp.shared.sq_outstanding.fetch_sub(freed, Ordering::AcqRel);
     }
     arm_rto(qp, now);
     transmit(qp, cx, now);
