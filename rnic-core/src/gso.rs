@@ -83,10 +83,7 @@ impl IdVerifier {
             &with_id
         };
         // The CRC of the packet for ID 0, by the fold (`icrc_fold::body_crc`).
-        if body < rnic_wire::bth::HEADER_LEN {
-            return None;
-        }
-        let f0 = crate::icrc_fold::body_crc(self.icrc.prefix_state(ctx0, pkt.len()).ok()?, &pkt[..body]);
+        let f0 = crate::icrc_fold::body_crc(self.icrc.prefix_state(ctx0, pkt.len()).ok()?, &pkt[..body]).ok()?;
         if f0 == received {
             return Some(IdMatch::Zero);
         }

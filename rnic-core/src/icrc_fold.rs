@@ -14,7 +14,8 @@
 //! crc32fast folds a short input block after block, each multiplication waiting for the
 //! last: about 17 ns for an 80-byte packet where this takes 13, and the packets of a
 //! train do not wait for each other. A packet shorter than 16 or longer than 256 bytes
-//! before its ICRC, or a CPU without PCLMULQDQ and SSE4.1, takes crc32fast.
+//! before its ICRC, or a CPU without PCLMULQDQ and SSE4.1, takes rnic-wire's ICRC
+//! ([`continue_from`](rnic_wire::icrc::continue_from)), which the tests hold the fold to.
 //!
 //! States are crc32fast's: the CRC-32 (IEEE, reflected) of the bytes so far, final XOR
 //! applied; the shift register is its complement.
@@ -43,21 +44,27 @@ const MAX_BLOCKS: usize = 16;
 /// Fills the ICRC of each `seg`-byte packet of `data` (a whole number of them, at most
 /// 64): `prefix` is the pseudo-header state of the train's flow and length with IPv4 ID
 /// 0; with `ids`, packet *j* is a GSO segment with ID *j*, else every packet goes alone
-/// with ID 0.
-pub(crate) fn fill_train(prefix: u32, data: &mut [u8], seg: usize, ids: bool) {
-    let Some(body) = seg.checked_sub(ICRC_LEN) else { return };
-    for (j, p) in data.chunks_exact_mut(seg).enumerate() {
+/// with ID 0. Fails (leaving the rest unfilled) for packets shorter than a BTH and ICRC.
+pub(crate) fn fill_train(prefix: u32, data: &mut [u8], seg: usize, ids: bool) -> Result<(), rnic_wire::Error> {
+    let body = seg.saturating_sub(ICRC_LEN);
+    for (j, p) in data.chunks_exact_mut(seg.max(1)).enumerate() {
         let delta = if ids { ID_DELTA.get(j).copied().unwrap_or(0) } else { 0 };
-        let crc = body_crc(prefix ^ delta, &p[..body]);
+        let crc = body_crc(prefix ^ delta, &p[..body])?;
         p[body..].copy_from_slice(&crc.to_le_bytes());
     }
+    Ok(())
 }
 
-/// The CRC state `state` continued over a packet body (BTH first), the BTH's masked
-/// byte taken as all ones.
+/// The ICRC from pseudo-header state `state` over a packet body (BTH first, its masked
+/// byte taken as all ones): the fold where it applies, else rnic-wire's
+/// [`continue_from`](rnic_wire::icrc::continue_from), which also refuses a body shorter
+/// than a BTH.
 #[inline]
-pub(crate) fn body_crc(state: u32, body: &[u8]) -> u32 {
-    fast(state, body).unwrap_or_else(|| portable(state, body))
+pub(crate) fn body_crc(state: u32, body: &[u8]) -> Result<u32, rnic_wire::Error> {
+    match fast(state, body) {
+        Some(crc) => Ok(crc),
+        None => rnic_wire::icrc::continue_from(state, body),
+    }
 }
 
 /// [`body_crc`] by the fold, where the CPU, the length and the compiler allow (the
@@ -82,20 +89,6 @@ fn fast(state: u32, body: &[u8]) -> Option<u32> {
 #[inline]
 fn fast(_state: u32, _body: &[u8]) -> Option<u32> {
     None
-}
-
-/// [`body_crc`] through crc32fast.
-fn portable(state: u32, body: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new_with_initial(state);
-    let head = body.len().min(ICRC_MASKED_BYTE + 1);
-    let mut b = [0u8; ICRC_MASKED_BYTE + 1];
-    b[..head].copy_from_slice(&body[..head]);
-    if let Some(m) = b.get_mut(ICRC_MASKED_BYTE).filter(|_| head > ICRC_MASKED_BYTE) {
-        *m = 0xff;
-    }
-    h.update(&b[..head]);
-    h.update(&body[head..]);
-    h.finalize()
 }
 
 #[rustversion::since(1.87)]
@@ -162,7 +155,7 @@ mod x86 {
             && std::arch::is_x86_feature_detected!("ssse3")
     }
 
-    /// [`super::body_crc`].
+    /// [`super::body_crc`] by the fold.
     ///
     /// # Safety
     /// The CPU has PCLMULQDQ, SSE4.1 and SSSE3, and `16 <= body.len() <= 256`.
@@ -256,20 +249,23 @@ mod tests {
             }).collect();
             let want = reference(&data, seg, ids, ctx);
             let prefix = IcrcCache::new().prefix_state(&ctx, seg).unwrap();
-            fill_train(prefix, &mut data, seg, ids);
+            fill_train(prefix, &mut data, seg, ids).unwrap();
             prop_assert_eq!(data, want);
         }
     }
 
-    /// Both ways of computing a body agree for every length the fold takes, from any
-    /// state, with the masked byte set or not in the input.
+    /// The fold agrees with rnic-wire's ICRC for every length it takes, from any state,
+    /// and a body shorter than a BTH is refused, not given a CRC.
     #[test]
-    fn fold_equals_crc32fast_for_every_length() {
+    fn fold_equals_the_wire_crates_icrc_for_every_length() {
         let body: Vec<u8> = (0..256u32).map(|i| (i * 37 + 11).to_le_bytes()[0]).collect();
-        for n in 16..=256 {
+        for n in 12..=256 {
             for state in [0u32, 0x1234_5678, !0, 0x8000_0001] {
-                assert_eq!(body_crc(state, &body[..n]), portable(state, &body[..n]), "{n} bytes from {state:#x}");
+                let want = rnic_wire::icrc::continue_from(state, &body[..n]).unwrap();
+                assert_eq!(body_crc(state, &body[..n]).unwrap(), want, "{n} bytes from {state:#x}");
             }
         }
+        assert!(body_crc(0, &body[..11]).is_err());
+        assert!(fill_train(0, &mut [0u8; 30], 10, true).is_err());
     }
 }

@@ -109,6 +109,13 @@ fn prefix(ip_header: &[u8], udp_header: &[u8]) -> Result<u32> {
     Ok(h.finalize())
 }
 
+/// The ICRC of a packet (BTH..ICRC exclusive, the BTH masked here) from the state after
+/// its pseudo-header ([`IcrcCache::prefix_state`]): for a caller that takes one state for
+/// many packets, or computes the CRC its own way and checks against this.
+pub fn continue_from(state: u32, roce: &[u8]) -> Result<Icrc> {
+    finish(state, &[roce])
+}
+
 /// Continues a [`prefix`] state over the BTH (masked) and the rest of the packet.
 fn finish(state: u32, roce: &[&[u8]]) -> Result<Icrc> {
     let mut s = IcrcStream::begin(state, roce.first().copied().unwrap_or(&[]))?;

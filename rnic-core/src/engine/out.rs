@@ -497,6 +497,25 @@ mod tests {
     use rnic_wire::icrc::{IcrcCache, IcrcContext};
     use rnic_wire::{Psn, Qpn};
 
+    /// An RC SEND ONLY of `len` bytes to QP `qpn`, PSN `psn`, asking for an ACK.
+    fn send_only(qpn: u32, psn: u32, len: usize) -> RoceRepr {
+        RoceRepr {
+            bth: rnic_wire::bth::BthRepr {
+                opcode: rnic_wire::opcode::Opcode::RC_SEND_ONLY,
+                se: false,
+                migreq: false,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qp: Qpn::new(qpn),
+                ack_req: true,
+                psn: Psn::new(psn),
+            },
+            ext: rnic_wire::roce::ExtHeaders::default(),
+            payload_len: len,
+        }
+    }
+
     /// A packet whose payload stays in registered memory until it is sent (lent to the
     /// kernel, copied in with its ICRC, or appended to a frame with it) goes on the wire
     /// byte for byte as the one copied when it was built, ICRC included, whatever the
@@ -509,21 +528,7 @@ mod tests {
         let counters = Counters::default();
         let ctx = IcrcContext::new("127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap(), 49152, 4791);
         let mut cache = IcrcCache::new();
-        let send_only = |len: usize| RoceRepr {
-            bth: rnic_wire::bth::BthRepr {
-                opcode: rnic_wire::opcode::Opcode::RC_SEND_ONLY,
-                se: false,
-                migreq: false,
-                pkey: 0xffff,
-                fecn: false,
-                becn: false,
-                dest_qp: Qpn::new(0x11),
-                ack_req: true,
-                psn: Psn::new(42),
-            },
-            ext: rnic_wire::roce::ExtHeaders::default(),
-            payload_len: len,
-        };
+        let send_only = |len: usize| send_only(0x11, 42, len);
         for (len, offset) in [(512usize, 0usize), (513, 7), (1023, 100), (2500, 3), (4096, 4096)] {
             let repr = send_only(len);
             for lend in [true, false] {
@@ -564,21 +569,7 @@ mod tests {
         let counters = Counters::default();
         let a: IpAddr = "127.0.0.2".parse().unwrap();
         let b: IpAddr = "127.0.0.3".parse().unwrap();
-        let repr = |qpn: u32, psn: u32, len: usize| RoceRepr {
-            bth: rnic_wire::bth::BthRepr {
-                opcode: rnic_wire::opcode::Opcode::RC_SEND_ONLY,
-                se: false,
-                migreq: false,
-                pkey: 0xffff,
-                fecn: false,
-                becn: false,
-                dest_qp: Qpn::new(qpn),
-                ack_req: false,
-                psn: Psn::new(psn),
-            },
-            ext: rnic_wire::roce::ExtHeaders::default(),
-            payload_len: len,
-        };
+        let repr = send_only;
         let fill = |psn: u32| move |p: &mut [u8]| p.fill(psn.to_le_bytes()[0]);
         let mut trains = Outbox::new(true);
         let mut alone = Outbox::new(false);

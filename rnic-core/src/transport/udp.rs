@@ -40,22 +40,8 @@ impl Udp {
         share: Option<super::share::Share>,
     ) -> io::Result<Udp> {
         let local = sock.local_addr()?;
-        let tx = Tx {
-            sock: sock.try_clone()?,
-            local,
-            gso: info.gso,
-            capture: capture.clone(),
-            parts: Vec::new(),
-            glue: Vec::new(),
-            plan: Vec::new(),
-            icrc: rnic_wire::icrc::IcrcCache::new(),
-            scratch: rnic_io::SendScratch::default(),
-            lens: Vec::new(),
-            msg_first: Vec::new(),
-            iovs: Vec::new(),
-            msgs: Vec::new(),
-            tos: if config.congestion_control == CongestionControl::Off { 0 } else { rnic_io::ECN_ECT0 },
-        };
+        let tos = if config.congestion_control == CongestionControl::Off { 0 } else { rnic_io::ECN_ECT0 };
+        let tx = Tx::new(sock.try_clone()?, local, info.gso, capture.clone(), tos);
         let groups = super::groups::Groups::new(local)?;
         Ok(Udp { tx, rx: Rx::new(sock, local, counters, capture, config.ipv4_id, share, groups) })
     }
@@ -264,16 +250,21 @@ impl Span {
         u16::try_from(seg).unwrap_or(0)
     }
 
+    /// A train's message: which of its packets it carries (all, or the lone one).
+    fn train_packets(self, batch: &[TxPacket]) -> std::ops::Range<usize> {
+        match self.lone {
+            0 => 0..usize::from(batch[self.first].train),
+            l => usize::from(l - 1)..usize::from(l),
+        }
+    }
+
     /// The message's packets in order: (packet index, byte range in its `data` when it
     /// is a train's, IPv4 ID).
     fn wire(self, batch: &[TxPacket]) -> impl Iterator<Item = (usize, Option<std::ops::Range<usize>>, u16)> + '_ {
         let p = &batch[self.first];
         let seg = p.seg_len();
-        let (trains, singles) = match (self.lone, p.train) {
-            (0, t) if t > 1 => (0..usize::from(t), 0..0),
-            (0, _) => (0..0, self.first..self.end),
-            (l, _) => (usize::from(l - 1)..usize::from(l), 0..0),
-        };
+        let (trains, singles) =
+            if p.train > 1 { (self.train_packets(batch), 0..0) } else { (0..0, self.first..self.end) };
         let gso = self.lone == 0;
         let run = singles.len();
         let id = |i: usize, many: bool| if many { u16::try_from(i).unwrap_or(0) } else { 0 };
@@ -288,6 +279,27 @@ fn gso_refused(e: &io::Error) -> bool {
 }
 
 impl Tx {
+    /// The sending half over `sock` (bound at `local`), with GSO or not, its capture and
+    /// the socket's TOS byte.
+    fn new(sock: UdpSocket, local: SocketAddr, gso: bool, capture: Option<Arc<Capture>>, tos: u8) -> Tx {
+        Tx {
+            sock,
+            local,
+            gso,
+            capture,
+            parts: Vec::new(),
+            glue: Vec::new(),
+            plan: Vec::new(),
+            icrc: rnic_wire::icrc::IcrcCache::new(),
+            scratch: rnic_io::SendScratch::default(),
+            lens: Vec::new(),
+            msg_first: Vec::new(),
+            iovs: Vec::new(),
+            msgs: Vec::new(),
+            tos,
+        }
+    }
+
     /// Sends a batch with as few system calls as the kernel allows: runs of equal-size
     /// packets to one destination become one UDP GSO message (segment *i* gets IPv4 ID
     /// *i*, so its ICRC is filled for that ID), and all messages go in `sendmmsg` calls.
@@ -334,11 +346,12 @@ impl Tx {
                 // with IPv4 ID j; without GSO, a datagram per packet, each ID 0.
                 // One pseudo-header state for the train (`icrc_fold`).
                 let seg = batch[i].seg_len();
-                match self.icrc.prefix_state(&ctx0, seg) {
-                    Ok(prefix) => crate::icrc_fold::fill_train(prefix, &mut batch[i].data, seg, self.gso),
-                    Err(_) => {
-                        counters.send_err.fetch_add(u64::from(train), Ordering::Relaxed);
-                    }
+                let filled = self
+                    .icrc
+                    .prefix_state(&ctx0, seg)
+                    .and_then(|prefix| crate::icrc_fold::fill_train(prefix, &mut batch[i].data, seg, self.gso));
+                if filled.is_err() {
+                    counters.send_err.fetch_add(u64::from(train), Ordering::Relaxed);
                 }
                 if self.gso {
                     self.parts.push(Span { first: i, end: i + 1, lone: 0 });
@@ -360,7 +373,8 @@ impl Tx {
             let run = end - i;
             for (k, p) in batch[i..end].iter_mut().enumerate() {
                 let ident = if run > 1 { u16::try_from(k).unwrap_or(0) } else { 0 };
-                let ctx = IcrcContext { ipv4_ident: ident, dst: p.dst, ..ctx0 };
+                // (A run has one destination: `ctx0`'s.)
+                let ctx = IcrcContext { ipv4_ident: ident, ..ctx0 };
                 if p.fill_icrc(&mut self.icrc, &ctx).is_err() {
                     counters.send_err.fetch_add(1, Ordering::Relaxed);
                 }
@@ -380,13 +394,12 @@ impl Tx {
         plan.clear();
         let mut msg_first = std::mem::take(&mut self.msg_first);
         msg_first.clear();
-        for &Span { first: a, end: e, lone } in &self.parts {
+        for &sp in &self.parts {
+            let (a, e) = (sp.first, sp.end);
             msg_first.push(plan.len());
             if batch[a].train > 1 {
-                let len = batch[a].data.len();
-                let seg = batch[a].seg_len();
-                let (x, y) = if lone > 0 { (usize::from(lone - 1) * seg, usize::from(lone) * seg) } else { (0, len) };
-                plan.push(Piece::Train(a, x, y.min(len)));
+                let (seg, k) = (batch[a].seg_len(), sp.train_packets(batch));
+                plan.push(Piece::Train(a, k.start * seg, k.end * seg));
                 continue;
             }
             let mut open: Option<usize> = None;
@@ -797,22 +810,7 @@ mod tests {
             let sock = UdpSocket::bind("127.201.7.2:0").expect("bind the sender");
             let gso = gso && rnic_io::udp_segment_supported(&sock);
             let local = sock.local_addr().unwrap();
-            let mut tx = Tx {
-                sock,
-                local,
-                gso,
-                capture: None,
-                parts: Vec::new(),
-                glue: Vec::new(),
-                plan: Vec::new(),
-                icrc: rnic_wire::icrc::IcrcCache::new(),
-                scratch: rnic_io::SendScratch::default(),
-                lens: Vec::new(),
-                msg_first: Vec::new(),
-                iovs: Vec::new(),
-                msgs: Vec::new(),
-                tos: 0,
-            };
+            let mut tx = Tx::new(sock, local, gso, None, 0);
             // An ACK-sized packet, a train of five 80-byte packets, another packet.
             let mut train = TxPacket::new(peer, local.port(), Vec::new());
             train.train = 5;
